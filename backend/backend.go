@@ -1,0 +1,285 @@
+// Package backend defines the driver interface that goray backends implement,
+// and the spec types and error codes they share.
+//
+// Users do not call a backend directly: they hand one to ray.NewCluster and
+// use the typed API of package ray. This package is for backend authors and
+// for tools that inspect a backend's optional capabilities.
+//
+// # Shape
+//
+// The interface is byte-level: tasks, actors and methods are named by their
+// registered names, arguments and results are encoded [Value]s, and
+// resources, label selectors and placement are plain data. A backend runs
+// user code through the [Executor] it is given in [Backend.Start]; in a
+// remote backend the executor lives in the worker process instead.
+//
+// [Backend] is the small required interface. Optional capabilities are
+// separate interfaces, detected by type assertion as database/sql does:
+// [Snapshotter], [FaultInjector], [SliceReserver], [NativeValues].
+//
+// # Errors
+//
+// Every error a backend returns is an *[Error] with a [Code] from the closed
+// set, or a context error returned unchanged.
+//
+// # Concurrency
+//
+// Every method of a Backend must be safe for concurrent use.
+package backend
+
+import (
+	"context"
+	"fmt"
+)
+
+// ObjectID names an object in a backend's object store: a task result, an
+// actor call result or a put value. IDs are assigned by the backend and never
+// reused within one backend.
+type ObjectID uint64
+
+func (id ObjectID) String() string { return fmt.Sprintf("obj-%d", uint64(id)) }
+
+// ActorID names an actor.
+type ActorID uint64
+
+func (id ActorID) String() string { return fmt.Sprintf("actor-%d", uint64(id)) }
+
+// PlacementGroupID names a placement group.
+type PlacementGroupID uint64
+
+func (id PlacementGroupID) String() string { return fmt.Sprintf("pg-%d", uint64(id)) }
+
+// Value is an encoded argument or result. Data holds the encoded bytes.
+// Native holds an unencoded Go value instead, and is only ever set for
+// backends that implement [NativeValues]; it is how the in-process simulator
+// skips the codec for benchmarks.
+type Value struct {
+	Data   []byte
+	Native any
+}
+
+// Arg is the single input of a task or call: either a value, or the result of
+// another object (Ref != 0), which the backend resolves before the work runs
+// without holding resources while it waits. If the object is an error, the
+// dependent work fails with that error and never runs.
+type Arg struct {
+	Value Value
+	Ref   ObjectID
+}
+
+// Placement pins work to a placement group bundle.
+type Placement struct {
+	// Group is the placement group; 0 means none.
+	Group PlacementGroupID
+	// Bundle is the bundle index, or -1 for any bundle of the group.
+	Bundle int
+}
+
+// Scheduling is what a task or actor asks of the scheduler.
+type Scheduling struct {
+	// Resources held while the work runs (for an actor, for its lifetime).
+	Resources Resources
+	// NodeSelector restricts the nodes the work may run on.
+	NodeSelector LabelSelector
+	// Placement pins the work into a placement group bundle.
+	Placement Placement
+}
+
+// TaskSpec describes one task submission.
+type TaskSpec struct {
+	// Name is the task's registered name.
+	Name string
+	// Arg is the single input.
+	Arg Arg
+	// Scheduling holds resources, selector and placement.
+	Scheduling Scheduling
+	// MaxRetries is how many times the task is retried after a system failure
+	// (code Unavailable: its node died). Negative means forever.
+	MaxRetries int
+	// RetryOnError also retries when user code returns an error or panics.
+	RetryOnError bool
+	// DisplayName is an optional name for state snapshots.
+	DisplayName string
+}
+
+// ActorSpec describes an actor creation.
+type ActorSpec struct {
+	// Class is the registered actor class name.
+	Class string
+	// Arg is the constructor's input.
+	Arg Arg
+	// Scheduling holds resources, selector and placement.
+	Scheduling Scheduling
+	// MaxRestarts is how many times the actor is restarted after its node
+	// dies. Negative means forever.
+	MaxRestarts int
+	// MaxConcurrency is how many calls run at once; values below 1 mean 1
+	// (calls run one at a time, in submission order).
+	MaxConcurrency int
+	// MaxTaskRetries is how many times a call lost to a failure is retried
+	// on the restarted actor.
+	MaxTaskRetries int
+	// Name optionally names the actor; names are unique among live actors.
+	Name string
+}
+
+// CallSpec describes one actor method call.
+type CallSpec struct {
+	// Actor is the target.
+	Actor ActorID
+	// Class is the actor class the caller believes the actor has; a mismatch
+	// is a NotFound error, never a call into the wrong type.
+	Class string
+	// Method is the registered method name.
+	Method string
+	// Arg is the single input.
+	Arg Arg
+}
+
+// Strategy is a placement group strategy.
+type Strategy int
+
+// Placement group strategies, as in Ray.
+const (
+	// Pack places bundles on as few nodes as possible (best effort).
+	Pack Strategy = iota
+	// Spread places bundles on distinct nodes where possible (best effort).
+	Spread
+	// StrictPack places all bundles on one node, or fails to place.
+	StrictPack
+	// StrictSpread places every bundle on a different node, or fails to place.
+	StrictSpread
+)
+
+var strategyNames = [...]string{"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"}
+
+func (s Strategy) String() string {
+	if s >= 0 && int(s) < len(strategyNames) {
+		return strategyNames[s]
+	}
+	return fmt.Sprintf("Strategy(%d)", int(s))
+}
+
+// Valid reports whether s is one of the four strategies.
+func (s Strategy) Valid() bool { return s >= Pack && s <= StrictSpread }
+
+// Bundle is one gang-scheduled slot of a placement group.
+type Bundle struct {
+	// Resources reserved on the bundle's node.
+	Resources Resources
+	// LabelSelector restricts the bundle's node.
+	LabelSelector LabelSelector
+	// Env is added to the runtime env of work running in the bundle (a TPU
+	// slice reservation puts each worker's TPU_* variables here).
+	Env map[string]string
+}
+
+// PlacementGroupSpec describes a placement group: bundles reserved together,
+// all or none.
+type PlacementGroupSpec struct {
+	Name     string
+	Strategy Strategy
+	Bundles  []Bundle
+}
+
+// RuntimeInfo is what running user code may learn about where it runs.
+type RuntimeInfo struct {
+	// Task is the task name, or "class.method" for actor calls, or the class
+	// for a constructor.
+	Task string
+	// Attempt is the 0-based attempt.
+	Attempt int
+	// Node is the node's name; NodeLabels its labels.
+	Node       string
+	NodeLabels map[string]string
+	// Resources granted to the work.
+	Resources Resources
+	// Placement is the placement group and bundle the work runs in (Bundle
+	// is the concrete index, never -1).
+	Placement Placement
+	// Env is the work's environment: the node's env and its bundle's env.
+	Env map[string]string
+	// Actor is the actor's ID for actor work.
+	Actor ActorID
+}
+
+// Executor runs registered user code. Package ray implements it from its
+// registry; a backend calls it, in whatever process the work runs in.
+// Implementations turn panics into *TaskError and must be safe for concurrent
+// use.
+type Executor interface {
+	// RunTask runs the registered task name.
+	RunTask(ctx context.Context, name string, arg Value, info *RuntimeInfo) (Value, error)
+	// NewActor runs the constructor of the registered actor class.
+	NewActor(ctx context.Context, class string, arg Value, info *RuntimeInfo) (ActorInstance, error)
+	// HasTask reports whether a task name is registered.
+	HasTask(name string) bool
+	// HasActorMethod reports whether class (and, if method is non-empty,
+	// class.method) is registered.
+	HasActorMethod(class, method string) bool
+}
+
+// ActorInstance is a live actor inside an Executor.
+type ActorInstance interface {
+	// Call runs a registered method of the actor.
+	Call(ctx context.Context, method string, arg Value, info *RuntimeInfo) (Value, error)
+}
+
+// Backend is the driver interface.
+//
+// Submissions (SubmitTask, CallActor, CreateActor, CreatePlacementGroup)
+// validate their input and reject infeasible requests at once; otherwise
+// they return an ID at once and the work proceeds asynchronously.
+// Failures of the work itself are reported by Get on its object.
+type Backend interface {
+	// Start hands the backend its executor. ray.NewCluster calls it once,
+	// before any other method.
+	Start(ctx context.Context, exec Executor) error
+
+	// SubmitTask queues a task and returns the ID of its result.
+	SubmitTask(ctx context.Context, spec *TaskSpec) (ObjectID, error)
+	// Put stores a value and returns its ID.
+	Put(ctx context.Context, v Value) (ObjectID, error)
+	// Get waits for an object and returns its value or its error.
+	Get(ctx context.Context, id ObjectID) (Value, error)
+	// Wait blocks until at least n of ids are ready (done or failed) or ctx
+	// ends, and reports which are ready. On ctx's end it returns the ready
+	// set so far and ctx.Err().
+	Wait(ctx context.Context, ids []ObjectID, n int) (ready []bool, err error)
+	// Free drops the caller's reference to objects. The backend deletes an
+	// object once no reference and no pending dependent remains.
+	Free(ids ...ObjectID)
+
+	// CreateActor schedules an actor.
+	CreateActor(ctx context.Context, spec *ActorSpec) (ActorID, error)
+	// CallActor queues a method call and returns the ID of its result.
+	CallActor(ctx context.Context, spec *CallSpec) (ObjectID, error)
+	// ActorReady waits until the actor's constructor has returned.
+	ActorReady(ctx context.Context, id ActorID) error
+	// KillActor kills an actor; it is not restarted. Its queued and running
+	// calls fail with ActorDied. Killing a dead actor is not an error.
+	KillActor(ctx context.Context, id ActorID) error
+	// NamedActor finds a live actor by name.
+	NamedActor(ctx context.Context, name string) (ActorID, string, error)
+
+	// CreatePlacementGroup queues a placement group for gang placement.
+	CreatePlacementGroup(ctx context.Context, spec *PlacementGroupSpec) (PlacementGroupID, error)
+	// PlacementGroupReady waits until every bundle is placed.
+	PlacementGroupReady(ctx context.Context, id PlacementGroupID) error
+	// RemovePlacementGroup releases the group's resources. Queued work
+	// pinned to it fails with ErrPlacementGroupRemoved; running tasks have
+	// their context cancelled and their results fail the same way; actors in
+	// it are killed. Removing twice is not an error.
+	RemovePlacementGroup(ctx context.Context, id PlacementGroupID) error
+
+	// Close stops the backend: queued and running work fails with ErrClosed,
+	// every goroutine it started has returned when Close returns. Close is
+	// idempotent.
+	Close() error
+}
+
+// NativeValues is implemented by in-process backends that can carry
+// unencoded Go values in Value.Native. ray.Options.DisableCodec requires it.
+type NativeValues interface {
+	SupportsNativeValues() bool
+}

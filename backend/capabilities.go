@@ -1,0 +1,61 @@
+package backend
+
+import "context"
+
+// Snapshotter is implemented by backends that can report their state, for
+// tools, examples and tests.
+type Snapshotter interface {
+	Snapshot(ctx context.Context) (*State, error)
+}
+
+// State is a point-in-time view of a cluster.
+type State struct {
+	Nodes           []NodeState
+	PlacementGroups []PlacementGroupState
+	Actors          []ActorState
+	// Queued counts tasks, calls and actors waiting for resources or
+	// dependencies; Running counts tasks running now.
+	Queued, Running int
+}
+
+// NodeState describes one node.
+type NodeState struct {
+	Name   string
+	Labels map[string]string
+	Alive  bool
+	// Capacity is the node's total; Free what no task, actor or bundle holds.
+	Capacity, Free Resources
+	// Running counts tasks running on the node.
+	Running int
+}
+
+// PlacementGroupState describes one placement group.
+type PlacementGroupState struct {
+	ID       PlacementGroupID
+	Name     string
+	Strategy Strategy
+	// State is "PENDING", "CREATED" or "REMOVED".
+	State string
+	// Nodes holds the node of each bundle once placed.
+	Nodes []string
+}
+
+// ActorState describes one actor.
+type ActorState struct {
+	ID       ActorID
+	Class    string
+	Name     string
+	Node     string
+	State    string // "PENDING", "ALIVE", "RESTARTING" or "DEAD"
+	Restarts int
+}
+
+// FaultInjector is implemented by backends that can simulate failures.
+type FaultInjector interface {
+	// KillNode marks a node dead: its running tasks fail with Unavailable
+	// (and are retried per their options), its actors restart per their
+	// max restarts, and placement groups with bundles on it are rescheduled.
+	KillNode(ctx context.Context, node string) error
+	// RestartNode brings a dead node back, empty.
+	RestartNode(ctx context.Context, node string) error
+}

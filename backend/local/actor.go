@@ -1,0 +1,404 @@
+package local
+
+import (
+	"context"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+type actorState int
+
+const (
+	actorPending actorState = iota
+	actorAlive
+	actorRestarting
+	actorDead
+)
+
+var actorStateNames = [...]string{"PENDING", "ALIVE", "RESTARTING", "DEAD"}
+
+type actor struct {
+	id       backend.ActorID
+	spec     *backend.ActorSpec
+	state    actorState
+	creation *task
+	node     *node
+	bundle   *bundle
+	inst     backend.ActorInstance
+	restarts int
+	gen      int // incarnation, bumped at every (re)start
+	ctx      context.Context
+	cancel   context.CancelFunc
+	deathErr error
+
+	ready      chan struct{}
+	readyShut  bool
+	mailbox    []*call
+	head       int
+	inflight   map[*call]struct{}
+	concurrent int
+}
+
+type call struct {
+	obj     *object
+	spec    *backend.CallSpec
+	arg     backend.Value
+	dep     *object
+	attempt int
+	gen     int
+	done    bool
+}
+
+func (a *actor) signalReady() {
+	if !a.readyShut {
+		a.readyShut = true
+		close(a.ready)
+	}
+}
+
+// CreateActor implements backend.Backend.
+func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (backend.ActorID, error) {
+	op := "create actor " + spec.Class
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.precheck(op); err != nil {
+		return 0, err
+	}
+	if spec.Class == "" || !b.exec.HasActorMethod(spec.Class, "") {
+		return 0, backend.Errorf(backend.NotFound, op, "actor class %q is not registered", spec.Class)
+	}
+	if spec.Name != "" {
+		if other := b.actorNames[spec.Name]; other != nil && other.state != actorDead {
+			return 0, backend.Errorf(backend.AlreadyExists, op, "an actor named %q already exists (%s)", spec.Name, other.id)
+		}
+	}
+	if spec.Arg.Ref != 0 {
+		return 0, backend.Errorf(backend.InvalidArgument, op, "actor constructors take a value, not a ref")
+	}
+	c, err := b.classFor(op, &spec.Scheduling)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.feasible(op, c); err != nil {
+		return 0, err
+	}
+	a := &actor{
+		id: backend.ActorID(b.newID()), spec: spec, ready: make(chan struct{}),
+		inflight: map[*call]struct{}{}, concurrent: max(1, spec.MaxConcurrency),
+	}
+	b.actors[a.id] = a
+	if spec.Name != "" {
+		b.actorNames[spec.Name] = a
+	}
+	a.creation = &task{actor: a, cls: c, arg: spec.Arg.Value}
+	b.enqueue(a.creation)
+	return a.id, nil
+}
+
+// startActor runs an actor's constructor on its placed node. b.mu must be
+// held.
+func (b *Backend) startActor(t *task) {
+	a := t.actor
+	t.state = stateRunning
+	a.node, a.bundle = t.node, t.bundle
+	a.node.actors[a] = struct{}{}
+	if a.bundle != nil {
+		a.bundle.actors[a] = struct{}{}
+	}
+	a.gen++
+	gen := a.gen
+	a.ctx, a.cancel = context.WithCancel(b.root)
+	info := b.runtimeInfo(a.spec.Class, a.restarts, a.node, a.bundle, t.cls.demand)
+	info.Actor = a.id
+	ctx := a.ctx
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		inst, err := b.exec.NewActor(ctx, a.spec.Class, t.arg, info)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if a.gen != gen || a.state == actorDead {
+			return
+		}
+		if err != nil {
+			b.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "constructor of %s failed: %w", a.spec.Class, err), false)
+			return
+		}
+		a.inst = inst
+		a.state = actorAlive
+		a.signalReady()
+		b.dispatchCalls(a)
+	}()
+}
+
+// ActorReady implements backend.Backend.
+func (b *Backend) ActorReady(ctx context.Context, id backend.ActorID) error {
+	b.mu.Lock()
+	a := b.actors[id]
+	if err := b.precheck("local.ActorReady"); err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	if a == nil {
+		b.mu.Unlock()
+		return backend.Errorf(backend.NotFound, "local.ActorReady", "actor %s does not exist", id)
+	}
+	ch := a.ready
+	b.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return backend.Errorf(backend.FailedPrecondition, "local.ActorReady", "%w", backend.ErrClosed)
+	}
+	return a.deathErr
+}
+
+// NamedActor implements backend.Backend.
+func (b *Backend) NamedActor(ctx context.Context, name string) (backend.ActorID, string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.precheck("local.NamedActor"); err != nil {
+		return 0, "", err
+	}
+	a := b.actorNames[name]
+	if a == nil || a.state == actorDead {
+		return 0, "", backend.Errorf(backend.NotFound, "local.NamedActor", "no live actor is named %q", name)
+	}
+	return a.id, a.spec.Class, nil
+}
+
+// CallActor implements backend.Backend.
+func (b *Backend) CallActor(ctx context.Context, spec *backend.CallSpec) (backend.ObjectID, error) {
+	op := "call " + spec.Class + "." + spec.Method
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.precheck(op); err != nil {
+		return 0, err
+	}
+	a := b.actors[spec.Actor]
+	if a == nil {
+		return 0, backend.Errorf(backend.NotFound, op, "actor %s does not exist", spec.Actor)
+	}
+	if a.spec.Class != spec.Class {
+		return 0, backend.Errorf(backend.NotFound, op, "actor %s is of class %q; method %s.%s cannot be called on it", spec.Actor, a.spec.Class, spec.Class, spec.Method)
+	}
+	if !b.exec.HasActorMethod(spec.Class, spec.Method) {
+		return 0, backend.Errorf(backend.NotFound, op, "method %q of actor class %q is not registered", spec.Method, spec.Class)
+	}
+	cl := &call{obj: b.newObject(), spec: spec, arg: spec.Arg.Value}
+	if a.state == actorDead {
+		b.completeLocked(cl.obj, backend.Value{}, a.deathErr)
+		return cl.obj.id, nil
+	}
+	if spec.Arg.Ref != 0 {
+		dep, err := b.lookupDep(op, spec.Arg.Ref)
+		if err != nil {
+			delete(b.objects, cl.obj.id)
+			return 0, err
+		}
+		if !dep.done {
+			cl.dep = dep
+			dep.deps++
+			dep.dependents = append(dep.dependents, dependent{c: cl})
+		} else if dep.err != nil {
+			b.completeLocked(cl.obj, backend.Value{}, dep.err)
+			return cl.obj.id, nil
+		} else {
+			cl.arg = dep.val
+		}
+	}
+	a.mailbox = append(a.mailbox, cl)
+	b.queued++
+	b.dispatchCalls(a)
+	return cl.obj.id, nil
+}
+
+// resolveCallDep runs when a call's input is done. b.mu must be held.
+func (b *Backend) resolveCallDep(cl *call, dep *object) {
+	cl.dep = nil
+	dep.deps--
+	defer b.maybeDelete(dep)
+	if cl.done {
+		return
+	}
+	if dep.err != nil {
+		cl.arg = backend.Value{}
+		b.finishCallLocked(cl, backend.Value{}, dep.err)
+		// leave it in the mailbox; dispatch skips done calls
+	} else {
+		cl.arg = dep.val
+	}
+	if a := b.actors[cl.spec.Actor]; a != nil {
+		b.dispatchCalls(a)
+	}
+}
+
+func (b *Backend) finishCallLocked(cl *call, v backend.Value, err error) {
+	if cl.done {
+		return
+	}
+	cl.done = true
+	b.completeLocked(cl.obj, v, err)
+}
+
+// dispatchCalls starts mailbox calls in order while the actor has capacity.
+// A call whose input is not ready holds back the calls behind it, keeping
+// submission order. b.mu must be held.
+func (b *Backend) dispatchCalls(a *actor) {
+	for a.state == actorAlive && a.head < len(a.mailbox) && len(a.inflight) < a.concurrent {
+		cl := a.mailbox[a.head]
+		if cl.done {
+			b.popCall(a)
+			continue
+		}
+		if cl.dep != nil {
+			return
+		}
+		b.popCall(a)
+		b.runCall(a, cl)
+	}
+}
+
+func (b *Backend) popCall(a *actor) {
+	a.mailbox[a.head] = nil
+	a.head++
+	b.queued--
+	if a.head == len(a.mailbox) {
+		a.mailbox, a.head = a.mailbox[:0], 0
+	}
+}
+
+func (b *Backend) runCall(a *actor, cl *call) {
+	a.inflight[cl] = struct{}{}
+	cl.gen = a.gen
+	inst, ctx, gen := a.inst, a.ctx, a.gen
+	info := &backend.RuntimeInfo{
+		Task: a.spec.Class + "." + cl.spec.Method, Attempt: cl.attempt, Node: a.node.name,
+		NodeLabels: a.node.labels, Env: a.node.env, Actor: a.id, Placement: backend.Placement{Bundle: -1},
+	}
+	if a.bundle != nil {
+		bi := b.runtimeInfo(info.Task, cl.attempt, a.node, a.bundle, nil)
+		info.Env, info.Placement = bi.Env, bi.Placement
+	}
+	b.running++
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		v, err := inst.Call(ctx, cl.spec.Method, cl.arg, info)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if _, ok := a.inflight[cl]; !ok || a.gen != gen {
+			return
+		}
+		delete(a.inflight, cl)
+		b.running--
+		b.finishCallLocked(cl, v, err)
+		b.dispatchCalls(a)
+	}()
+}
+
+// KillActor implements backend.Backend.
+func (b *Backend) KillActor(ctx context.Context, id backend.ActorID) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.precheck("local.KillActor"); err != nil {
+		return err
+	}
+	a := b.actors[id]
+	if a == nil {
+		return backend.Errorf(backend.NotFound, "local.KillActor", "actor %s does not exist", id)
+	}
+	b.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+id.String(), "actor was killed"), false)
+	return nil
+}
+
+// killActorLocked stops the actor's incarnation. With restart (a system
+// failure) and restarts left, the actor is queued for a new incarnation;
+// its running calls are retried per MaxTaskRetries and its queued calls
+// wait. Otherwise it is dead and every call fails with err. b.mu must be
+// held.
+func (b *Backend) killActorLocked(a *actor, err error, restart bool) {
+	if a.state == actorDead {
+		return
+	}
+	if a.cancel != nil {
+		a.cancel()
+	}
+	b.releaseActor(a)
+	running := make([]*call, 0, len(a.inflight))
+	for cl := range a.inflight {
+		running = append(running, cl)
+	}
+	b.running -= len(a.inflight)
+	clear(a.inflight)
+	a.inst = nil
+	if restart && (a.spec.MaxRestarts < 0 || a.restarts < a.spec.MaxRestarts) && !b.closed {
+		a.restarts++
+		a.state = actorRestarting
+		var requeue []*call
+		for _, cl := range running {
+			if cl.attempt < a.spec.MaxTaskRetries || a.spec.MaxTaskRetries < 0 {
+				cl.attempt++
+				requeue = append(requeue, cl)
+			} else {
+				b.finishCallLocked(cl, backend.Value{}, backend.Errorf(backend.Unavailable, "call "+a.spec.Class+"."+cl.spec.Method, "actor %s was lost with its node: %w", a.id, err))
+			}
+		}
+		if len(requeue) > 0 {
+			a.mailbox = append(requeue, a.mailbox[a.head:]...)
+			a.head = 0
+			b.queued += len(requeue)
+		}
+		b.enqueue(a.creation)
+		return
+	}
+	a.state = actorDead
+	a.deathErr = err
+	if backend.CodeOf(err) != backend.ActorDied {
+		a.deathErr = backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "%w", err)
+	}
+	a.signalReady()
+	if a.creation.state == stateQueued {
+		b.unqueue(a.creation)
+	}
+	a.creation.state = stateDone
+	for _, cl := range running {
+		b.finishCallLocked(cl, backend.Value{}, a.deathErr)
+	}
+	for _, cl := range a.mailbox[a.head:] {
+		b.queued--
+		b.finishCallLocked(cl, backend.Value{}, a.deathErr)
+	}
+	a.mailbox, a.head = nil, 0
+	if a.spec.Name != "" && b.actorNames[a.spec.Name] == a {
+		delete(b.actorNames, a.spec.Name)
+	}
+	b.schedule()
+}
+
+// releaseActor gives back the resources of the actor's incarnation.
+func (b *Backend) releaseActor(a *actor) {
+	t := a.creation
+	if t.state == stateRunning {
+		if a.node != nil {
+			delete(a.node.actors, a)
+		}
+		if a.bundle != nil {
+			delete(a.bundle.actors, a)
+		}
+		b.release(t)
+		t.state = stateDone
+	}
+	a.node, a.bundle = nil, nil
+}

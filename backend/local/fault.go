@@ -1,0 +1,98 @@
+package local
+
+import (
+	"context"
+	"slices"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// KillNode simulates the death of a node (a preempted or failed host): its
+// running tasks fail with Unavailable and are retried per their retry
+// options; its actors restart on other nodes per their max restarts; work
+// in placement group bundles on it is lost, and those bundles are placed
+// again (a group pinned to hosts, such as a TPU slice reservation, waits for
+// its host). Work that no live node can hold any more fails with
+// Infeasible.
+func (b *Backend) KillNode(ctx context.Context, name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.precheck("local.KillNode"); err != nil {
+		return err
+	}
+	n := b.byName[name]
+	if n == nil {
+		return backend.Errorf(backend.NotFound, "local.KillNode", "no node named %q", name)
+	}
+	if !n.alive {
+		return nil
+	}
+	n.alive = false
+	b.epoch++
+	lost := backend.Errorf(backend.Unavailable, "node "+name, "node %s died", name)
+	for t := range n.running {
+		b.abortTask(t, lost, true)
+	}
+	for a := range n.actors {
+		b.killActorLocked(a, lost, true)
+	}
+	for bu := range n.bundles {
+		pg := bu.pg
+		delete(n.bundles, bu)
+		bu.node = nil
+		bu.free = nil
+		if pg.state == pgCreated {
+			pg.state = pgPending
+			pg.ready = make(chan struct{})
+			pg.readyOK = false
+			b.seq++
+			pg.seq = b.seq
+			b.pendingPGs = append(b.pendingPGs, pg)
+		}
+	}
+	copy(n.free, n.capac)
+	b.markSliceHostDown(n)
+	b.failInfeasible()
+	b.schedule()
+	return nil
+}
+
+// RestartNode brings a dead node back, empty and idle.
+func (b *Backend) RestartNode(ctx context.Context, name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.precheck("local.RestartNode"); err != nil {
+		return err
+	}
+	n := b.byName[name]
+	if n == nil {
+		return backend.Errorf(backend.NotFound, "local.RestartNode", "no node named %q", name)
+	}
+	if n.alive {
+		return nil
+	}
+	n.alive = true
+	copy(n.free, n.capac)
+	b.epoch++
+	b.markSliceHostUp(n)
+	b.schedule()
+	return nil
+}
+
+// failInfeasible fails queued work that the live nodes can no longer hold.
+// b.mu must be held.
+func (b *Backend) failInfeasible() {
+	for _, c := range slices.Clone(b.active) {
+		if c.len() == 0 || c.pl.Group != 0 {
+			continue
+		}
+		if err := b.feasible("schedule", c); err != nil {
+			for c.len() > 0 {
+				t := c.peek()
+				c.pop()
+				b.queued--
+				b.failRequest(t, err)
+			}
+		}
+	}
+}

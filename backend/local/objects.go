@@ -1,0 +1,194 @@
+package local
+
+import (
+	"context"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// object is an entry of the object store.
+type object struct {
+	id   backend.ObjectID
+	done bool
+	ch   chan struct{} // created on the first wait before done; closed when done
+	val  backend.Value
+	err  error
+	// owner is true while the caller's ref holds the object; deps counts
+	// queued work that will read it.
+	owner bool
+	deps  int
+	// dependents run when the object is done.
+	dependents []dependent
+	waiters    []*waiter
+}
+
+// dependent is work waiting for an object.
+type dependent struct {
+	t *task
+	c *call
+}
+
+type waiter struct {
+	left int
+	ch   chan struct{}
+}
+
+func (b *Backend) newObject() *object {
+	o := &object{id: backend.ObjectID(b.newID()), owner: true}
+	b.objects[o.id] = o
+	return o
+}
+
+// completeLocked records an object's result and wakes whoever waits for it.
+func (b *Backend) completeLocked(o *object, v backend.Value, err error) {
+	if o.done {
+		return
+	}
+	o.done, o.val, o.err = true, v, err
+	if o.ch != nil {
+		close(o.ch)
+	}
+	for _, w := range o.waiters {
+		w.left--
+		if w.left == 0 {
+			close(w.ch)
+		}
+	}
+	o.waiters = nil
+	deps := o.dependents
+	o.dependents = nil
+	for _, d := range deps {
+		if d.t != nil {
+			b.resolveTaskDep(d.t, o)
+		} else {
+			b.resolveCallDep(d.c, o)
+		}
+	}
+	b.maybeDelete(o)
+}
+
+func (b *Backend) maybeDelete(o *object) {
+	if o.done && !o.owner && o.deps == 0 {
+		delete(b.objects, o.id)
+	}
+}
+
+// Put implements backend.Backend.
+func (b *Backend) Put(ctx context.Context, v backend.Value) (backend.ObjectID, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.precheck("local.Put"); err != nil {
+		return 0, err
+	}
+	o := b.newObject()
+	b.completeLocked(o, v, nil)
+	return o.id, nil
+}
+
+// Get implements backend.Backend.
+func (b *Backend) Get(ctx context.Context, id backend.ObjectID) (backend.Value, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return backend.Value{}, backend.Errorf(backend.FailedPrecondition, "local.Get", "%w", backend.ErrClosed)
+	}
+	o := b.objects[id]
+	if o == nil {
+		b.mu.Unlock()
+		return backend.Value{}, backend.Errorf(backend.NotFound, "local.Get", "object %s does not exist (never created, or freed)", id)
+	}
+	if o.done {
+		b.mu.Unlock()
+		return o.val, o.err
+	}
+	if o.ch == nil {
+		o.ch = make(chan struct{})
+	}
+	ch := o.ch
+	b.mu.Unlock()
+	select {
+	case <-ch:
+		return o.val, o.err
+	case <-ctx.Done():
+		return backend.Value{}, ctx.Err()
+	}
+}
+
+// Wait implements backend.Backend.
+func (b *Backend) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bool, error) {
+	ready := make([]bool, len(ids))
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ready, backend.Errorf(backend.FailedPrecondition, "local.Wait", "%w", backend.ErrClosed)
+	}
+	objs := make([]*object, len(ids))
+	count := 0
+	for i, id := range ids {
+		o := b.objects[id]
+		if o == nil {
+			b.mu.Unlock()
+			return ready, backend.Errorf(backend.NotFound, "local.Wait", "object %s does not exist (never created, or freed)", id)
+		}
+		objs[i] = o
+		if o.done {
+			count++
+		}
+	}
+	var w *waiter
+	if count < n {
+		w = &waiter{left: n - count, ch: make(chan struct{})}
+		for _, o := range objs {
+			if !o.done {
+				o.waiters = append(o.waiters, w)
+			}
+		}
+	}
+	b.mu.Unlock()
+	var err error
+	if w != nil {
+		select {
+		case <-w.ch:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	b.mu.Lock()
+	for i, o := range objs {
+		ready[i] = o.done
+		if w != nil && !o.done {
+			for j, x := range o.waiters {
+				if x == w {
+					o.waiters = append(o.waiters[:j], o.waiters[j+1:]...)
+					break
+				}
+			}
+		}
+	}
+	b.mu.Unlock()
+	return ready, err
+}
+
+// Free implements backend.Backend.
+func (b *Backend) Free(ids ...backend.ObjectID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, id := range ids {
+		if o := b.objects[id]; o != nil && o.owner {
+			o.owner = false
+			b.maybeDelete(o)
+		}
+	}
+}
+
+// lookupDep finds a dependency object for a submission.
+func (b *Backend) lookupDep(op string, id backend.ObjectID) (*object, error) {
+	o := b.objects[id]
+	if o == nil {
+		return nil, backend.Errorf(backend.NotFound, op, "input object %s does not exist (never created, or freed)", id)
+	}
+	return o, nil
+}

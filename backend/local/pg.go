@@ -1,0 +1,491 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+type pgState int
+
+const (
+	pgPending pgState = iota
+	pgCreated
+	pgRemoved
+)
+
+var pgStateNames = [...]string{"PENDING", "CREATED", "REMOVED"}
+
+type pgroup struct {
+	id      backend.PlacementGroupID
+	spec    *backend.PlacementGroupSpec
+	state   pgState
+	bundles []*bundle
+	ready   chan struct{}
+	readyOK bool
+	seq     uint64
+	bypass  int
+	// pinned, when set, gives each bundle's only allowed node (TPU slice
+	// reservations pin bundles to the hosts of reserved slices).
+	pinned []*node
+}
+
+type bundle struct {
+	pg      *pgroup
+	index   int
+	demand  []int64
+	sel     backend.Matcher
+	env     map[string]string
+	node    *node
+	free    []int64
+	running map[*task]struct{}
+	actors  map[*actor]struct{}
+}
+
+func (pg *pgroup) signal() {
+	if !pg.readyOK {
+		pg.readyOK = true
+		close(pg.ready)
+	}
+}
+
+func pgRemovedErr(id backend.PlacementGroupID) error {
+	return backend.Errorf(backend.FailedPrecondition, "placement group "+id.String(), "%w", backend.ErrPlacementGroupRemoved)
+}
+
+// failRequest fails a request that can never run. b.mu must be held.
+func (b *Backend) failRequest(t *task, err error) {
+	if t.actor != nil {
+		b.killActorLocked(t.actor, err, false)
+		return
+	}
+	t.state = stateDone
+	b.completeLocked(t.obj, backend.Value{}, err)
+}
+
+// CreatePlacementGroup implements backend.Backend.
+func (b *Backend) CreatePlacementGroup(ctx context.Context, spec *backend.PlacementGroupSpec) (backend.PlacementGroupID, error) {
+	op := "create placement group"
+	if spec.Name != "" {
+		op += " " + spec.Name
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.precheck(op); err != nil {
+		return 0, err
+	}
+	pg, err := b.newPG(op, spec)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.pgFeasible(op, pg); err != nil {
+		return 0, err
+	}
+	b.queuePG(pg)
+	return pg.id, nil
+}
+
+// newPG validates a spec and builds an unplaced group. b.mu must be held.
+func (b *Backend) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, error) {
+	if !spec.Strategy.Valid() {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "unknown strategy %d; valid: PACK, SPREAD, STRICT_PACK, STRICT_SPREAD", int(spec.Strategy))
+	}
+	if len(spec.Bundles) == 0 {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "a placement group needs at least one bundle")
+	}
+	pg := &pgroup{id: backend.PlacementGroupID(b.newID()), spec: spec, ready: make(chan struct{})}
+	for i, bs := range spec.Bundles {
+		bop := fmt.Sprintf("%s: bundle %d", op, i)
+		if err := b.checkResources(bop, bs.Resources); err != nil {
+			return nil, err
+		}
+		if len(bs.Resources.Names()) == 0 {
+			return nil, backend.Errorf(backend.InvalidArgument, bop, "empty bundle: a bundle must reserve some resource")
+		}
+		m, err := bs.LabelSelector.Compile()
+		if err != nil {
+			return nil, backend.Errorf(backend.InvalidArgument, bop, "%v", err.(*backend.Error).Err)
+		}
+		pg.bundles = append(pg.bundles, &bundle{
+			pg: pg, index: i, demand: b.vector(bs.Resources), sel: m, env: bs.Env,
+			running: map[*task]struct{}{}, actors: map[*actor]struct{}{},
+		})
+	}
+	return pg, nil
+}
+
+func (b *Backend) queuePG(pg *pgroup) {
+	b.pgs[pg.id] = pg
+	b.seq++
+	pg.seq = b.seq
+	b.pendingPGs = append(b.pendingPGs, pg)
+	b.schedule()
+}
+
+// pgFeasible checks the group against the capacity of live nodes, as if the
+// cluster were idle, and says why it could never be placed.
+func (b *Backend) pgFeasible(op string, pg *pgroup) error {
+	for _, bu := range pg.bundles {
+		ok := false
+		for _, n := range b.nodes {
+			if n.alive && bu.sel.Matches(n.labels) && fits(bu.demand, n.capac) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return backend.Errorf(backend.Infeasible, op, "bundle %d %s fits no live node%s: %s",
+				bu.index, b.resources(bu.demand), selPhrase(selString(pg.spec.Bundles[bu.index].LabelSelector)), b.describeCapacity(bu.sel))
+		}
+	}
+	if _, ok := b.solvePG(pg, func(n *node) []int64 { return n.capac }, nil); !ok {
+		switch pg.spec.Strategy {
+		case backend.StrictPack:
+			total := make([]int64, len(b.resNames))
+			for _, bu := range pg.bundles {
+				add(total, bu.demand)
+			}
+			return backend.Errorf(backend.Infeasible, op, "STRICT_PACK needs one node holding all %d bundles, %s in total; no live node is that large", len(pg.bundles), b.resources(total))
+		case backend.StrictSpread:
+			return backend.Errorf(backend.Infeasible, op, "STRICT_SPREAD needs %d distinct nodes, one per bundle; the live nodes that fit the bundles are too few", len(pg.bundles))
+		default:
+			return backend.Errorf(backend.Infeasible, op, "the %d bundles do not fit the live nodes even when idle", len(pg.bundles))
+		}
+	}
+	return nil
+}
+
+// placePG tries to place every unplaced bundle of pg at once, taking the
+// resources only if all fit. b.mu must be held.
+func (b *Backend) placePG(pg *pgroup, bl []blocker) bool {
+	assign, ok := b.solvePG(pg, func(n *node) []int64 { return n.free }, func(n *node) bool {
+		return len(bl) > 0 && b.blocks(bl, n)
+	})
+	if !ok {
+		return false
+	}
+	for i, n := range assign {
+		bu := pg.bundles[i]
+		if bu.node != nil {
+			continue
+		}
+		sub(n.free, bu.demand)
+		bu.node = n
+		bu.free = slices.Clone(bu.demand)
+		n.bundles[bu] = struct{}{}
+	}
+	pg.state = pgCreated
+	pg.signal()
+	return true
+}
+
+// solvePG finds a node for every bundle of pg under its strategy, given each
+// node's available amounts. Placed bundles keep their nodes. It returns the
+// node of every bundle.
+func (b *Backend) solvePG(pg *pgroup, avail func(*node) []int64, skip func(*node) bool) ([]*node, bool) {
+	assign := make([]*node, len(pg.bundles))
+	var todo []int
+	for i, bu := range pg.bundles {
+		if bu.node != nil {
+			assign[i] = bu.node
+		} else {
+			todo = append(todo, i)
+		}
+	}
+	if len(todo) == 0 {
+		return assign, true
+	}
+	usable := func(n *node) bool { return n.alive && (skip == nil || !skip(n)) }
+	allowed := func(i int, n *node) bool {
+		if pg.pinned != nil && pg.pinned[i] != n {
+			return false
+		}
+		return pg.bundles[i].sel.Matches(n.labels)
+	}
+	// scratch holds tentative amounts of nodes touched.
+	scratch := map[*node][]int64{}
+	left := func(n *node) []int64 {
+		if v, ok := scratch[n]; ok {
+			return v
+		}
+		v := slices.Clone(avail(n))
+		scratch[n] = v
+		return v
+	}
+	candidates := func(i int) []*node {
+		if pg.pinned != nil {
+			n := pg.pinned[i]
+			if usable(n) && allowed(i, n) {
+				return []*node{n}
+			}
+			return nil
+		}
+		var out []*node
+		for _, n := range b.nodes {
+			if usable(n) && allowed(i, n) && fits(pg.bundles[i].demand, avail(n)) {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	packOne := func() bool {
+		// All unplaced bundles on one node (the node of placed ones, if any).
+		var fixed *node
+		for _, n := range assign {
+			if n != nil {
+				fixed = n
+			}
+		}
+		total := make([]int64, len(b.resNames))
+		for _, i := range todo {
+			add(total, pg.bundles[i].demand)
+		}
+		try := func(n *node) bool {
+			if !usable(n) || !fits(total, avail(n)) {
+				return false
+			}
+			for _, i := range todo {
+				if !allowed(i, n) {
+					return false
+				}
+			}
+			for _, i := range todo {
+				assign[i] = n
+			}
+			return true
+		}
+		if fixed != nil {
+			return try(fixed)
+		}
+		for _, n := range b.nodes {
+			if try(n) {
+				return true
+			}
+		}
+		return false
+	}
+	spreadAll := func() bool {
+		// One distinct node per bundle: bipartite matching by augmenting
+		// paths, excluding nodes of placed bundles.
+		used := map[*node]int{}
+		for i, n := range assign {
+			if n != nil {
+				used[n] = -1 - i
+			}
+		}
+		cands := make([][]*node, len(pg.bundles))
+		for _, i := range todo {
+			cands[i] = candidates(i)
+		}
+		match := map[*node]int{} // node -> bundle
+		var try func(i int, seen map[*node]bool) bool
+		try = func(i int, seen map[*node]bool) bool {
+			for _, n := range cands[i] {
+				if _, taken := used[n]; taken || seen[n] {
+					continue
+				}
+				seen[n] = true
+				j, ok := match[n]
+				if !ok || try(j, seen) {
+					match[n] = i
+					return true
+				}
+			}
+			return false
+		}
+		for _, i := range todo {
+			if !try(i, map[*node]bool{}) {
+				return false
+			}
+		}
+		for n, i := range match {
+			assign[i] = n
+		}
+		return true
+	}
+	greedy := func(preferUsed bool) bool {
+		// Largest bundles first onto nodes with room, preferring nodes
+		// already used (PACK) or unused (SPREAD).
+		order := slices.Clone(todo)
+		slices.SortStableFunc(order, func(x, y int) int {
+			return int(sum(pg.bundles[y].demand) - sum(pg.bundles[x].demand))
+		})
+		count := map[*node]int{}
+		for _, n := range assign {
+			if n != nil {
+				count[n]++
+			}
+		}
+		for _, i := range order {
+			var best *node
+			for _, n := range candidates(i) {
+				if !fits(pg.bundles[i].demand, left(n)) {
+					continue
+				}
+				if best == nil || (preferUsed && count[n] > count[best]) || (!preferUsed && count[n] < count[best]) {
+					best = n
+				}
+			}
+			if best == nil {
+				return false
+			}
+			sub(left(best), pg.bundles[i].demand)
+			assign[i] = best
+			count[best]++
+		}
+		return true
+	}
+	reset := func() {
+		for _, i := range todo {
+			assign[i] = nil
+		}
+		clear(scratch)
+	}
+	switch pg.spec.Strategy {
+	case backend.StrictPack:
+		return assign, packOne()
+	case backend.StrictSpread:
+		return assign, spreadAll()
+	case backend.Pack:
+		if packOne() {
+			return assign, true
+		}
+		reset()
+		return assign, greedy(true)
+	default: // Spread
+		if spreadAll() {
+			// spreadAll checked each bundle against a node's amounts
+			// alone, and each node holds one bundle, so this is exact.
+			return assign, true
+		}
+		reset()
+		return assign, greedy(false)
+	}
+}
+
+func sum(v []int64) int64 {
+	var s int64
+	for _, q := range v {
+		s += q
+	}
+	return s
+}
+
+// couldUse reports whether some unplaced bundle could ever use node n.
+func (pg *pgroup) couldUse(n *node) bool {
+	for i, bu := range pg.bundles {
+		if bu.node != nil {
+			continue
+		}
+		if pg.pinned != nil {
+			if pg.pinned[i] == n {
+				return true
+			}
+			continue
+		}
+		if bu.sel.Matches(n.labels) && fits(bu.demand, n.capac) {
+			return true
+		}
+	}
+	return false
+}
+
+// PlacementGroupReady implements backend.Backend.
+func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementGroupID) error {
+	for {
+		b.mu.Lock()
+		if err := b.precheck("local.PlacementGroupReady"); err != nil {
+			b.mu.Unlock()
+			return err
+		}
+		pg := b.pgs[id]
+		if pg == nil {
+			b.mu.Unlock()
+			return backend.Errorf(backend.NotFound, "local.PlacementGroupReady", "placement group %s does not exist", id)
+		}
+		switch pg.state {
+		case pgCreated:
+			b.mu.Unlock()
+			return nil
+		case pgRemoved:
+			b.mu.Unlock()
+			return pgRemovedErr(id)
+		}
+		ch := pg.ready
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// RemovePlacementGroup implements backend.Backend.
+func (b *Backend) RemovePlacementGroup(ctx context.Context, id backend.PlacementGroupID) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.precheck("local.RemovePlacementGroup"); err != nil {
+		return err
+	}
+	pg := b.pgs[id]
+	if pg == nil {
+		return backend.Errorf(backend.NotFound, "local.RemovePlacementGroup", "placement group %s does not exist", id)
+	}
+	b.removePGLocked(pg)
+	return nil
+}
+
+func (b *Backend) removePGLocked(pg *pgroup) {
+	if pg.state == pgRemoved {
+		return
+	}
+	pg.state = pgRemoved
+	pg.signal()
+	err := pgRemovedErr(pg.id)
+	for _, bu := range pg.bundles {
+		for t := range bu.running {
+			b.abortTask(t, err, false)
+		}
+		for a := range bu.actors {
+			b.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "%w", err), false)
+		}
+		if bu.node != nil {
+			if bu.node.alive {
+				add(bu.node.free, bu.demand)
+			}
+			delete(bu.node.bundles, bu)
+			bu.node = nil
+		}
+	}
+	// Fail queued work pinned to the group and forget its classes.
+	for key, c := range b.classes {
+		if c.pl.Group != pg.id {
+			continue
+		}
+		for c.len() > 0 {
+			t := c.peek()
+			c.pop()
+			b.queued--
+			b.failRequest(t, err)
+		}
+		delete(b.classes, key)
+	}
+	if i := slices.Index(b.pendingPGs, pg); i >= 0 {
+		b.pendingPGs = slices.Delete(b.pendingPGs, i, i+1)
+	}
+	b.releaseSlices(pg)
+	b.schedule()
+}
+
+func selString(s backend.LabelSelector) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s.String()
+}

@@ -1,0 +1,421 @@
+package local
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// class groups queued requests with identical demand, selector and
+// placement: if the head of a class cannot be placed, neither can the rest,
+// so a scheduling pass costs one attempt per class, not per request.
+type class struct {
+	key     string
+	demand  []int64
+	sel     backend.Matcher
+	selText string
+	pl      backend.Placement
+	queue   []*task
+	head    int
+	active  bool
+
+	feasEpoch uint64
+	feasErr   error
+}
+
+func (c *class) len() int { return len(c.queue) - c.head }
+
+func (c *class) peek() *task { return c.queue[c.head] }
+
+func (c *class) pop() {
+	c.queue[c.head] = nil
+	c.head++
+	if c.head == len(c.queue) {
+		c.queue, c.head = c.queue[:0], 0
+	}
+}
+
+// remove drops t from the queue wherever it is.
+func (c *class) remove(t *task) bool {
+	for i := c.head; i < len(c.queue); i++ {
+		if c.queue[i] == t {
+			copy(c.queue[i:], c.queue[i+1:])
+			c.queue[len(c.queue)-1] = nil
+			c.queue = c.queue[:len(c.queue)-1]
+			if c.head == len(c.queue) {
+				c.queue, c.head = c.queue[:0], 0
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// classFor finds or creates the class of a request. b.mu must be held.
+func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
+	if err := b.checkResources(op, s.Resources); err != nil {
+		return nil, err
+	}
+	var buf [96]byte
+	key := buf[:0]
+	var demand [16]int64
+	var vec []int64
+	if len(b.resNames) <= len(demand) {
+		vec = demand[:len(b.resNames)]
+	} else {
+		vec = make([]int64, len(b.resNames))
+	}
+	for k, v := range s.Resources {
+		if i, ok := b.resIndex[k]; ok {
+			vec[i] = backend.Quantize(v)
+		}
+	}
+	for i, q := range vec {
+		if q != 0 {
+			key = strconv.AppendInt(key, int64(i), 10)
+			key = append(key, ':')
+			key = strconv.AppendInt(key, q, 10)
+			key = append(key, ';')
+		}
+	}
+	selText := ""
+	if len(s.NodeSelector) > 0 {
+		selText = s.NodeSelector.String()
+		key = append(key, selText...)
+	}
+	if s.Placement.Group != 0 {
+		key = append(key, '@')
+		key = strconv.AppendUint(key, uint64(s.Placement.Group), 10)
+		key = append(key, '/')
+		key = strconv.AppendInt(key, int64(s.Placement.Bundle), 10)
+	}
+	if c := b.classes[string(key)]; c != nil {
+		return c, nil
+	}
+	m, err := s.NodeSelector.Compile()
+	if err != nil {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "%v", err.(*backend.Error).Err)
+	}
+	c := &class{key: string(key), demand: slices.Clone(vec), sel: m, selText: selText, pl: s.Placement, feasEpoch: ^uint64(0)}
+	if c.pl.Group == 0 {
+		c.pl.Bundle = -1
+	}
+	b.classes[c.key] = c
+	return c, nil
+}
+
+// feasible reports why a class could never be placed, or nil. b.mu must be
+// held.
+func (b *Backend) feasible(op string, c *class) error {
+	if c.feasEpoch == b.epoch {
+		return c.feasErr
+	}
+	c.feasEpoch, c.feasErr = b.epoch, nil
+	if c.pl.Group != 0 {
+		pg := b.pgs[c.pl.Group]
+		if pg == nil {
+			c.feasErr = backend.Errorf(backend.NotFound, op, "placement group %s does not exist", c.pl.Group)
+			return c.feasErr
+		}
+		if c.pl.Bundle >= len(pg.bundles) || c.pl.Bundle < -1 {
+			c.feasErr = backend.Errorf(backend.InvalidArgument, op, "bundle index %d out of range: %s has %d bundles (use -1 for any)", c.pl.Bundle, pg.id, len(pg.bundles))
+			return c.feasErr
+		}
+		for i, bu := range pg.bundles {
+			if (c.pl.Bundle == -1 || c.pl.Bundle == i) && fits(c.demand, bu.demand) {
+				return nil
+			}
+		}
+		c.feasErr = backend.Errorf(backend.Infeasible, op, "%s does not fit in bundle %s of %s", b.resources(c.demand), bundleName(c.pl.Bundle), pg.id)
+		return c.feasErr
+	}
+	for _, n := range b.nodes {
+		if n.alive && c.sel.Matches(n.labels) && fits(c.demand, n.capac) {
+			return nil
+		}
+	}
+	c.feasErr = backend.Errorf(backend.Infeasible, op, "no live node can ever hold %s%s: %s",
+		b.resources(c.demand), selPhrase(c.selText), b.describeCapacity(c.sel))
+	// The error is not cached across epochs, so a restarted node makes the
+	// class feasible again.
+	return c.feasErr
+}
+
+func bundleName(i int) string {
+	if i < 0 {
+		return "(any)"
+	}
+	return strconv.Itoa(i)
+}
+
+func selPhrase(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " with node selector " + s
+}
+
+// describeCapacity summarises the live nodes a selector matches, for
+// infeasibility errors.
+func (b *Backend) describeCapacity(sel backend.Matcher) string {
+	var matching, live int
+	var largest []int64
+	for _, n := range b.nodes {
+		if !n.alive {
+			continue
+		}
+		live++
+		if !sel.Matches(n.labels) {
+			continue
+		}
+		matching++
+		if largest == nil {
+			largest = slices.Clone(n.capac)
+		} else {
+			for i, q := range n.capac {
+				largest[i] = max(largest[i], q)
+			}
+		}
+	}
+	if matching == 0 {
+		return fmt.Sprintf("none of the %d live nodes matches the selector", live)
+	}
+	return fmt.Sprintf("%d of %d live nodes match; the most each has of any resource is %s", matching, live, b.resources(largest))
+}
+
+func fits(need, free []int64) bool {
+	for i, q := range need {
+		if q > free[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func sub(a, d []int64) {
+	for i, q := range d {
+		a[i] -= q
+	}
+}
+
+func add(a, d []int64) {
+	for i, q := range d {
+		a[i] += q
+	}
+}
+
+// enqueue queues a request whose dependencies are resolved, and schedules.
+// b.mu must be held.
+func (b *Backend) enqueue(t *task) {
+	c := t.cls
+	if c.pl.Group != 0 {
+		if pg := b.pgs[c.pl.Group]; pg == nil || pg.state == pgRemoved {
+			b.failRequest(t, pgRemovedErr(c.pl.Group))
+			return
+		}
+	}
+	b.seq++
+	t.seq = b.seq
+	t.state = stateQueued
+	// Fast path: nothing older of this class waits, nothing starves.
+	if c.len() == 0 && len(b.pendingPGs) == 0 && !b.anyStarving() {
+		if b.tryPlace(t, nil) {
+			b.start(t)
+			return
+		}
+	}
+	c.queue = append(c.queue, t)
+	b.queued++
+	if !c.active {
+		c.active = true
+		b.active = append(b.active, c)
+	}
+	b.schedule()
+}
+
+func (b *Backend) anyStarving() bool {
+	for _, c := range b.active {
+		if c.len() > 0 && c.peek().bypass > b.starveLimit {
+			return true
+		}
+	}
+	for _, pg := range b.pendingPGs {
+		if pg.bypass > b.starveLimit {
+			return true
+		}
+	}
+	return false
+}
+
+// blocker is a starving request that younger requests must not take nodes
+// from.
+type blocker struct {
+	t  *task
+	pg *pgroup
+}
+
+func (b *Backend) blocks(bl []blocker, n *node) bool {
+	for _, x := range bl {
+		if x.t != nil && x.t.cls.pl.Group == 0 && x.t.cls.sel.Matches(n.labels) && fits(x.t.cls.demand, n.capac) {
+			return true
+		}
+		if x.pg != nil && x.pg.couldUse(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// tryPlace finds resources for t and takes them. b.mu must be held.
+func (b *Backend) tryPlace(t *task, bl []blocker) bool {
+	c := t.cls
+	if c.pl.Group != 0 {
+		pg := b.pgs[c.pl.Group]
+		if pg == nil || pg.state != pgCreated {
+			return false
+		}
+		for i, bu := range pg.bundles {
+			if (c.pl.Bundle == -1 || c.pl.Bundle == i) && bu.node != nil && bu.node.alive && fits(c.demand, bu.free) {
+				sub(bu.free, c.demand)
+				t.node, t.bundle = bu.node, bu
+				return true
+			}
+		}
+		return false
+	}
+	nn := len(b.nodes)
+	for k := range nn {
+		n := b.nodes[(b.cursor+k)%nn]
+		if !n.alive || !fits(c.demand, n.free) || !c.sel.Matches(n.labels) {
+			continue
+		}
+		if len(bl) > 0 && b.blocks(bl, n) {
+			continue
+		}
+		sub(n.free, c.demand)
+		t.node = n
+		b.cursor = (n.idx + 1) % nn
+		return true
+	}
+	return false
+}
+
+// release returns t's resources. b.mu must be held.
+func (b *Backend) release(t *task) {
+	if t.bundle != nil {
+		if t.bundle.pg.state != pgRemoved && t.bundle.node == t.node {
+			add(t.bundle.free, t.cls.demand)
+		}
+	} else if t.node != nil && t.node.alive {
+		add(t.node.free, t.cls.demand)
+	}
+	t.node, t.bundle = nil, nil
+}
+
+// schedule runs one scheduling pass: pending placement groups first, then
+// queued classes oldest head first. b.mu must be held.
+func (b *Backend) schedule() {
+	if b.closed {
+		return
+	}
+	var bl []blocker
+	var waiting []blocker // unplaced, older than what is placed next
+	bump := func(seq uint64) {
+		for _, w := range waiting {
+			if w.t != nil && w.t.seq < seq {
+				w.t.bypass++
+			}
+			if w.pg != nil && w.pg.seq < seq {
+				w.pg.bypass++
+			}
+		}
+	}
+	if len(b.pendingPGs) > 0 {
+		kept := b.pendingPGs[:0]
+		for _, pg := range b.pendingPGs {
+			if pg.state == pgPending && b.placePG(pg, bl) {
+				bump(pg.seq)
+				continue
+			}
+			if pg.state != pgPending {
+				continue
+			}
+			kept = append(kept, pg)
+			waiting = append(waiting, blocker{pg: pg})
+			if pg.bypass > b.starveLimit {
+				bl = append(bl, blocker{pg: pg})
+			}
+		}
+		clear(b.pendingPGs[len(kept):])
+		b.pendingPGs = kept
+	}
+	if len(b.active) == 0 {
+		return
+	}
+	if len(b.active) > 1 {
+		slices.SortFunc(b.active, func(x, y *class) int {
+			switch {
+			case x.len() == 0 && y.len() == 0:
+				return 0
+			case x.len() == 0:
+				return 1
+			case y.len() == 0:
+				return -1
+			case x.peek().seq < y.peek().seq:
+				return -1
+			case x.peek().seq > y.peek().seq:
+				return 1
+			}
+			return 0
+		})
+	}
+	for _, c := range b.active {
+		for c.len() > 0 {
+			t := c.peek()
+			if !b.tryPlace(t, bl) {
+				waiting = append(waiting, blocker{t: t})
+				if t.bypass > b.starveLimit {
+					bl = append(bl, blocker{t: t})
+				}
+				break
+			}
+			bump(t.seq)
+			c.pop()
+			b.queued--
+			b.start(t)
+		}
+	}
+	kept := b.active[:0]
+	for _, c := range b.active {
+		if c.len() > 0 {
+			kept = append(kept, c)
+		} else {
+			c.active = false
+		}
+	}
+	clear(b.active[len(kept):])
+	b.active = kept
+}
+
+// unqueue removes a queued request. b.mu must be held.
+func (b *Backend) unqueue(t *task) {
+	if t.state == stateQueued && t.cls.remove(t) {
+		b.queued--
+	}
+}
+
+// describeNodes lists node names for messages, shortened.
+func describeNodes(ns []*node) string {
+	names := make([]string, 0, min(len(ns), 8))
+	for i, n := range ns {
+		if i == 8 {
+			names = append(names, fmt.Sprintf("... (%d more)", len(ns)-8))
+			break
+		}
+		names = append(names, n.name)
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,165 @@
+package local
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"strings"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// ClusterSpec describes a simulated cluster. Build one in Go, or load a JSON
+// cluster file with [LoadClusterSpec]:
+//
+//	{"nodes": [
+//	  {"name": "cpu", "count": 4, "resources": {"CPU": 8, "memory": "32GiB"}},
+//	  {"name": "gpu-0", "resources": {"CPU": 16, "GPU": 2}, "labels": {"pool": "gpu"}}
+//	]}
+type ClusterSpec struct {
+	Nodes []NodeSpec `json:"nodes"`
+	// TPUSlices adds GKE-style TPU node pools; see [TPUSliceSpec].
+	TPUSlices []TPUSliceSpec `json:"tpuSlices,omitempty"`
+}
+
+// NodeSpec describes one node, or Count identical nodes.
+type NodeSpec struct {
+	// Name is the node's name. With Count > 1, nodes are named Name-0,
+	// Name-1, ...
+	Name string `json:"name"`
+	// Count replicates the node; 0 means 1.
+	Count int `json:"count,omitempty"`
+	// Resources is the node's capacity.
+	Resources backend.Resources `json:"-"`
+	// Labels are the node's labels, matched by selectors.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Env is added to the runtime env of all work on the node.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+type nodeSpecJSON struct {
+	Name      string            `json:"name"`
+	Count     int               `json:"count,omitempty"`
+	Resources map[string]any    `json:"resources"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+}
+
+// UnmarshalJSON reads resources as numbers or quantity strings ("32GiB").
+func (n *NodeSpec) UnmarshalJSON(data []byte) error {
+	var j nodeSpecJSON
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return err
+	}
+	res := backend.Resources{}
+	for k, v := range j.Resources {
+		switch x := v.(type) {
+		case float64:
+			res[k] = x
+		case string:
+			q, err := backend.ParseQuantity(x)
+			if err != nil {
+				return fmt.Errorf("node %q resource %q: %w", j.Name, k, err)
+			}
+			res[k] = q
+		default:
+			return fmt.Errorf("node %q resource %q: want a number or a quantity string, got %v", j.Name, k, v)
+		}
+	}
+	*n = NodeSpec{Name: j.Name, Count: j.Count, Resources: res, Labels: j.Labels, Env: j.Env}
+	return nil
+}
+
+// MarshalJSON writes the node with its resources.
+func (n NodeSpec) MarshalJSON() ([]byte, error) {
+	res := map[string]any{}
+	for k, v := range n.Resources {
+		res[k] = v
+	}
+	return json.Marshal(nodeSpecJSON{Name: n.Name, Count: n.Count, Resources: res, Labels: n.Labels, Env: n.Env})
+}
+
+// ParseClusterSpec parses a JSON cluster file. Unknown fields are errors.
+func ParseClusterSpec(data []byte) (ClusterSpec, error) {
+	var s ClusterSpec
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return ClusterSpec{}, backend.Errorf(backend.InvalidArgument, "local.ParseClusterSpec", "%v", err)
+	}
+	return s, nil
+}
+
+// LoadClusterSpec reads a JSON cluster file.
+func LoadClusterSpec(path string) (ClusterSpec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ClusterSpec{}, backend.Errorf(backend.InvalidArgument, "local.LoadClusterSpec", "%w", err)
+	}
+	s, err := ParseClusterSpec(data)
+	if err != nil {
+		return ClusterSpec{}, backend.Errorf(backend.InvalidArgument, "local.LoadClusterSpec "+path, "%v", err.(*backend.Error).Err)
+	}
+	return s, nil
+}
+
+// nodeDef is a fully expanded node.
+type nodeDef struct {
+	name      string
+	resources backend.Resources
+	labels    map[string]string
+	env       map[string]string
+}
+
+// expand validates the spec and expands counts and TPU slices into nodes.
+func (s ClusterSpec) expand() ([]nodeDef, error) {
+	const op = "local.New"
+	var defs []nodeDef
+	seen := map[string]bool{}
+	add := func(d nodeDef) error {
+		if d.name == "" {
+			return backend.Errorf(backend.InvalidArgument, op, "node with empty name")
+		}
+		if seen[d.name] {
+			return backend.Errorf(backend.InvalidArgument, op, "duplicate node name %q", d.name)
+		}
+		if err := d.resources.Validate(); err != nil {
+			return backend.Errorf(backend.InvalidArgument, op, "node %q: %v", d.name, err.(*backend.Error).Err)
+		}
+		seen[d.name] = true
+		defs = append(defs, d)
+		return nil
+	}
+	for _, n := range s.Nodes {
+		if n.Count < 0 {
+			return nil, backend.Errorf(backend.InvalidArgument, op, "node %q: negative count %d", n.Name, n.Count)
+		}
+		if n.Count <= 1 {
+			if err := add(nodeDef{n.Name, n.Resources.Clone(), maps.Clone(n.Labels), maps.Clone(n.Env)}); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		for i := range n.Count {
+			if err := add(nodeDef{fmt.Sprintf("%s-%d", n.Name, i), n.Resources.Clone(), maps.Clone(n.Labels), maps.Clone(n.Env)}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	tpuDefs, err := expandSlices(s.TPUSlices)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range tpuDefs {
+		if err := add(d); err != nil {
+			return nil, err
+		}
+	}
+	if len(defs) == 0 {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "cluster spec has no nodes")
+	}
+	return defs, nil
+}

@@ -1,0 +1,207 @@
+package local
+
+import (
+	"context"
+	"maps"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+type taskState int
+
+const (
+	stateWaitingDeps taskState = iota
+	stateQueued
+	stateRunning
+	stateDone
+)
+
+// task is a request for resources: a task, or an actor's (re)creation when
+// actor is set.
+type task struct {
+	obj    *object // result; nil for actor creation
+	spec   *backend.TaskSpec
+	actor  *actor
+	arg    backend.Value
+	dep    *object // unresolved input
+	cls    *class
+	seq    uint64
+	bypass int
+
+	attempt int
+	state   taskState
+	node    *node
+	bundle  *bundle
+	cancel  context.CancelFunc
+}
+
+// SubmitTask implements backend.Backend.
+func (b *Backend) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backend.ObjectID, error) {
+	op := "submit task " + spec.Name
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.precheck(op); err != nil {
+		return 0, err
+	}
+	if spec.Name == "" {
+		return 0, backend.Errorf(backend.InvalidArgument, op, "empty task name")
+	}
+	if !b.exec.HasTask(spec.Name) {
+		return 0, backend.Errorf(backend.NotFound, op, "task %q is not registered", spec.Name)
+	}
+	c, err := b.classFor(op, &spec.Scheduling)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.feasible(op, c); err != nil {
+		return 0, err
+	}
+	t := &task{spec: spec, cls: c, arg: spec.Arg.Value}
+	if spec.Arg.Ref != 0 {
+		dep, err := b.lookupDep(op, spec.Arg.Ref)
+		if err != nil {
+			return 0, err
+		}
+		t.obj = b.newObject()
+		b.addTaskDep(t, dep)
+		return t.obj.id, nil
+	}
+	t.obj = b.newObject()
+	b.enqueue(t)
+	return t.obj.id, nil
+}
+
+func (b *Backend) addTaskDep(t *task, dep *object) {
+	if dep.done {
+		b.resolveTaskDep(t, dep)
+		return
+	}
+	t.state = stateWaitingDeps
+	t.dep = dep
+	dep.deps++
+	dep.dependents = append(dep.dependents, dependent{t: t})
+	b.queued++
+}
+
+// resolveTaskDep runs when t's input is done. b.mu must be held.
+func (b *Backend) resolveTaskDep(t *task, dep *object) {
+	if t.dep != nil {
+		t.dep = nil
+		dep.deps--
+		b.queued--
+		defer b.maybeDelete(dep)
+	}
+	if t.state == stateDone {
+		return
+	}
+	if dep.err != nil {
+		t.state = stateDone
+		b.completeLocked(t.obj, backend.Value{}, dep.err)
+		return
+	}
+	t.arg = dep.val
+	b.enqueue(t)
+}
+
+// start runs a placed request on a goroutine. b.mu must be held.
+func (b *Backend) start(t *task) {
+	if t.actor != nil {
+		b.startActor(t)
+		return
+	}
+	t.state = stateRunning
+	t.node.running[t] = struct{}{}
+	if t.bundle != nil {
+		t.bundle.running[t] = struct{}{}
+	}
+	b.running++
+	ctx, cancel := context.WithCancel(b.root)
+	t.cancel = cancel
+	info := b.runtimeInfo(t.spec.Name, t.attempt, t.node, t.bundle, t.cls.demand)
+	attempt := t.attempt
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		v, err := b.exec.RunTask(ctx, t.spec.Name, t.arg, info)
+		cancel()
+		b.finishTask(t, attempt, v, err)
+	}()
+}
+
+func (b *Backend) runtimeInfo(name string, attempt int, n *node, bu *bundle, demand []int64) *backend.RuntimeInfo {
+	info := &backend.RuntimeInfo{
+		Task: name, Attempt: attempt, Node: n.name, NodeLabels: n.labels,
+		Resources: b.resources(demand), Env: n.env,
+		Placement: backend.Placement{Bundle: -1},
+	}
+	if bu != nil {
+		info.Placement = backend.Placement{Group: bu.pg.id, Bundle: bu.index}
+		if len(bu.env) > 0 {
+			env := maps.Clone(n.env)
+			if env == nil {
+				env = map[string]string{}
+			}
+			maps.Copy(env, bu.env)
+			info.Env = env
+		}
+	}
+	return info
+}
+
+// finishTask records a task's result unless the attempt was abandoned
+// (node killed, group removed, backend closed).
+func (b *Backend) finishTask(t *task, attempt int, v backend.Value, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if t.state != stateRunning || t.attempt != attempt {
+		return
+	}
+	b.stopRunning(t)
+	if err != nil && t.spec.RetryOnError && backend.CodeOf(err) == backend.TaskFailed && b.retriesLeft(t) && !b.closed {
+		t.attempt++
+		b.enqueue(t)
+		return
+	}
+	t.state = stateDone
+	b.completeLocked(t.obj, v, err)
+	b.schedule()
+}
+
+func (b *Backend) retriesLeft(t *task) bool {
+	return t.spec.MaxRetries < 0 || t.attempt < t.spec.MaxRetries
+}
+
+// abortTask stops a running or queued task with err, or retries it when err
+// is a system failure and retries remain. b.mu must be held.
+func (b *Backend) abortTask(t *task, err error, retry bool) {
+	switch t.state {
+	case stateRunning:
+		t.cancel()
+		b.stopRunning(t)
+	case stateQueued:
+		b.unqueue(t)
+	case stateDone:
+		return
+	}
+	if retry && b.retriesLeft(t) && !b.closed {
+		t.attempt++
+		b.enqueue(t)
+		return
+	}
+	t.state = stateDone
+	b.completeLocked(t.obj, backend.Value{}, err)
+}
+
+// stopRunning takes a running task off its node and bundle and releases its
+// resources. b.mu must be held.
+func (b *Backend) stopRunning(t *task) {
+	delete(t.node.running, t)
+	if t.bundle != nil {
+		delete(t.bundle.running, t)
+	}
+	b.running--
+	b.release(t)
+}

@@ -1,0 +1,111 @@
+package ray
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// Options configures a [Cluster]. A nil *Options means the defaults.
+type Options struct {
+	// Codec encodes arguments and results; nil means [JSON].
+	Codec Codec
+	// DisableCodec passes values between caller and task unencoded. Only
+	// in-process backends support it (they implement
+	// backend.NativeValues); it exists for benchmarks and is otherwise a
+	// trap: a value that works without the codec may fail on a real
+	// cluster.
+	DisableCodec bool
+	// Logger receives debug logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Cluster is the handle through which a program submits tasks, creates
+// actors and placement groups, and reserves TPU slices. It wraps one
+// backend: backend/local for the in-process simulator, backend/kubernetes
+// for a real cluster, backend/fake for unit tests.
+//
+// A Cluster is safe for concurrent use. Its zero value is not usable; a nil
+// *Cluster makes every call fail with InvalidArgument.
+type Cluster struct {
+	b      backend.Backend
+	codec  Codec // nil when the codec is disabled
+	log    *slog.Logger
+	closed atomic.Bool
+}
+
+// NewCluster starts b and returns a cluster on it. The cluster owns b:
+// [Cluster.Close] closes it.
+func NewCluster(ctx context.Context, b backend.Backend, opts *Options) (*Cluster, error) {
+	const op = "ray.NewCluster"
+	if b == nil {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "nil backend")
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	c := &Cluster{b: b, codec: opts.Codec, log: opts.Logger}
+	if c.codec == nil {
+		c.codec = JSON
+	}
+	if opts.DisableCodec {
+		nv, ok := b.(backend.NativeValues)
+		if !ok || !nv.SupportsNativeValues() {
+			return nil, backend.Errorf(backend.InvalidArgument, op, "DisableCodec needs an in-process backend; %T cannot carry unencoded values", b)
+		}
+		c.codec = nil
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if err := b.Start(ctx, NewExecutor(c.codec)); err != nil {
+		return nil, backend.Wrap(backend.CodeOf(err), op, err)
+	}
+	return c, nil
+}
+
+// Close closes the cluster and its backend. Queued and running work fails
+// with ErrClosed; Close returns after the backend's goroutines have
+// returned, so user code must honour its context. Close is idempotent.
+func (c *Cluster) Close() error {
+	if c == nil {
+		return nil
+	}
+	if c.closed.Swap(true) {
+		return nil
+	}
+	return c.b.Close()
+}
+
+// Backend returns the cluster's backend, for optional capabilities such as
+// backend.Snapshotter and backend.FaultInjector.
+func (c *Cluster) Backend() backend.Backend {
+	if c == nil {
+		return nil
+	}
+	return c.b
+}
+
+// Snapshot returns the backend's state, if it can report one.
+func (c *Cluster) Snapshot(ctx context.Context) (*backend.State, error) {
+	if err := c.check("ray.Snapshot"); err != nil {
+		return nil, err
+	}
+	s, ok := c.b.(backend.Snapshotter)
+	if !ok {
+		return nil, backend.Errorf(backend.Unimplemented, "ray.Snapshot", "backend %T cannot report its state", c.b)
+	}
+	return s.Snapshot(ctx)
+}
+
+func (c *Cluster) check(op string) error {
+	if c == nil || c.b == nil {
+		return backend.Errorf(backend.InvalidArgument, op, "nil cluster")
+	}
+	if c.closed.Load() {
+		return backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
+	}
+	return nil
+}

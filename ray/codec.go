@@ -1,0 +1,60 @@
+package ray
+
+import (
+	"encoding/json"
+
+	"github.com/goray-dev/goray/backend"
+	"fmt"
+)
+
+// Codec encodes task and actor arguments and results to bytes and back, so
+// they can cross a backend. It must be safe for concurrent use.
+type Codec interface {
+	// Name identifies the codec; drivers and workers must agree on it.
+	Name() string
+	Marshal(v any) ([]byte, error)
+	Unmarshal(data []byte, v any) error
+}
+
+// JSON is the default codec: encoding/json. Values that JSON cannot carry
+// (channels, functions, cyclic structures) fail to encode, and unexported
+// struct fields are dropped, on every backend alike.
+var JSON Codec = jsonCodec{}
+
+type jsonCodec struct{}
+
+func (jsonCodec) Name() string                       { return "json" }
+func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
+func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+
+// encode turns v into a backend value with codec c; a nil codec passes v
+// through unencoded.
+func encode[T any](c Codec, v T) (backend.Value, error) {
+	if c == nil {
+		return backend.Value{Native: v}, nil
+	}
+	data, err := c.Marshal(v)
+	if err != nil {
+		return backend.Value{}, fmt.Errorf("encode %T with %s codec: %w", v, c.Name(), err)
+	}
+	return backend.Value{Data: data}, nil
+}
+
+// decode is the inverse of encode.
+func decode[T any](c Codec, v backend.Value) (T, error) {
+	var out T
+	if c == nil || (v.Data == nil && v.Native != nil) {
+		if v.Native == nil {
+			return out, nil
+		}
+		t, ok := v.Native.(T)
+		if !ok {
+			return out, fmt.Errorf("decode: have %T, want %T", v.Native, out)
+		}
+		return t, nil
+	}
+	if err := c.Unmarshal(v.Data, &out); err != nil {
+		return out, fmt.Errorf("decode %T with %s codec: %w", out, c.Name(), err)
+	}
+	return out, nil
+}

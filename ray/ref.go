@@ -1,0 +1,205 @@
+package ray
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// ObjectRef is a typed reference to a value that a task, an actor call or
+// [Put] produces. Get it with [ObjectRef.Get], wait on it with [Wait], or
+// pass it to another task with Task.RemoteRef.
+//
+// A ref is a small value, safe to copy and to use from many goroutines. The
+// backend keeps the object while any copy of the ref is reachable (or a
+// queued task depends on it); [ObjectRef.Release] drops it earlier. The zero
+// ObjectRef is invalid: Get returns an InvalidArgument error.
+type ObjectRef[T any] struct{ s *refState }
+
+type refState struct {
+	c        *Cluster
+	id       backend.ObjectID
+	err      error // submission error, reported by Get
+	released atomic.Bool
+	cleanup  runtime.Cleanup
+}
+
+type freeArg struct {
+	b  backend.Backend
+	id backend.ObjectID
+}
+
+func newRef[T any](c *Cluster, id backend.ObjectID) ObjectRef[T] {
+	s := &refState{c: c, id: id}
+	s.cleanup = runtime.AddCleanup(s, func(a freeArg) { a.b.Free(a.id) }, freeArg{c.b, id})
+	return ObjectRef[T]{s: s}
+}
+
+func errRef[T any](c *Cluster, err error) ObjectRef[T] {
+	return ObjectRef[T]{s: &refState{c: c, err: err}}
+}
+
+// ID returns the backend's object ID, or 0 for a ref whose submission failed.
+func (r ObjectRef[T]) ID() backend.ObjectID {
+	if r.s == nil {
+		return 0
+	}
+	return r.s.id
+}
+
+// Err returns the submission error of the work behind the ref, without
+// waiting for the work: an invalid argument, an unregistered name, an
+// infeasible request, a closed cluster. Errors of the work itself are
+// reported by Get.
+func (r ObjectRef[T]) Err() error {
+	if r.s == nil {
+		return backend.Errorf(backend.InvalidArgument, "ray.ObjectRef", "zero ObjectRef")
+	}
+	if r.s.released.Load() {
+		return backend.Errorf(backend.FailedPrecondition, "ray.ObjectRef", "ref %s was released", r.s.id)
+	}
+	return r.s.err
+}
+
+func (r ObjectRef[T]) String() string {
+	if r.s == nil || r.s.err != nil {
+		return "ObjectRef(invalid)"
+	}
+	return fmt.Sprintf("ObjectRef[%T](%s)", *new(T), r.s.id)
+}
+
+// Get waits for the value and returns it, or the error of the work that
+// produces it: the submission error, a TaskFailed error carrying a
+// *TaskError, Unavailable after retries ran out, ctx.Err() when ctx ends.
+func (r ObjectRef[T]) Get(ctx context.Context) (T, error) {
+	var zero T
+	if err := r.Err(); err != nil {
+		return zero, err
+	}
+	c := r.s.c
+	if err := c.check("ray.Get"); err != nil {
+		return zero, err
+	}
+	v, err := c.b.Get(ctx, r.s.id)
+	runtime.KeepAlive(r.s)
+	if err != nil {
+		return zero, err
+	}
+	out, err := decode[T](c.codec, v)
+	if err != nil {
+		return zero, backend.Errorf(backend.InvalidArgument, "ray.Get "+r.s.id.String(), "%w", err)
+	}
+	return out, nil
+}
+
+// Release drops this ref's hold on the object now instead of when the ref
+// becomes unreachable. Every copy of the ref becomes unusable: Get then fails
+// with FailedPrecondition. Release is idempotent.
+func (r ObjectRef[T]) Release() {
+	if r.s == nil || r.s.err != nil || r.s.released.Swap(true) {
+		return
+	}
+	r.s.cleanup.Stop()
+	r.s.c.b.Free(r.s.id)
+}
+
+// Ref is any object ref, whatever its type; [Wait] takes refs of mixed types
+// through it.
+type Ref interface {
+	ID() backend.ObjectID
+	Err() error
+	cluster() *Cluster
+}
+
+func (r ObjectRef[T]) cluster() *Cluster {
+	if r.s == nil {
+		return nil
+	}
+	return r.s.c
+}
+
+// Put stores v in the cluster's object store and returns a ref to it. An
+// error (a value the codec cannot encode, a closed cluster) is reported by
+// the ref's Get and Err.
+func Put[T any](ctx context.Context, c *Cluster, v T) ObjectRef[T] {
+	if err := c.check("ray.Put"); err != nil {
+		return errRef[T](c, err)
+	}
+	val, err := encode(c.codec, v)
+	if err != nil {
+		return errRef[T](c, backend.Errorf(backend.InvalidArgument, "ray.Put", "%w", err))
+	}
+	id, err := c.b.Put(ctx, val)
+	if err != nil {
+		return errRef[T](c, err)
+	}
+	return newRef[T](c, id)
+}
+
+// Wait blocks until n of refs are ready (their work finished, well or not)
+// or ctx ends, and splits refs into ready and not ready, each in input
+// order. When ctx ends first it returns the split so far and ctx.Err(). A ref
+// whose submission failed counts as ready. n is clamped to [0, len(refs)].
+func Wait[R Ref](ctx context.Context, refs []R, n int) (ready, notReady []R, err error) {
+	n = max(0, min(n, len(refs)))
+	var c *Cluster
+	ids := make([]backend.ObjectID, 0, len(refs))
+	idx := make([]int, 0, len(refs))
+	done := make([]bool, len(refs))
+	count := 0
+	for i, r := range refs {
+		if r.Err() != nil {
+			done[i] = true
+			count++
+			continue
+		}
+		if c == nil {
+			c = r.cluster()
+		} else if r.cluster() != c {
+			return nil, nil, backend.Errorf(backend.InvalidArgument, "ray.Wait", "refs belong to different clusters")
+		}
+		ids = append(ids, r.ID())
+		idx = append(idx, i)
+	}
+	if len(ids) > 0 && count < n {
+		if err := c.check("ray.Wait"); err != nil {
+			return nil, nil, err
+		}
+		var rs []bool
+		rs, err = c.b.Wait(ctx, ids, n-count)
+		for j, ok := range rs {
+			if ok {
+				done[idx[j]] = true
+			}
+		}
+	}
+	runtime.KeepAlive(refs)
+	for i, r := range refs {
+		if done[i] {
+			ready = append(ready, r)
+		} else {
+			notReady = append(notReady, r)
+		}
+	}
+	return ready, notReady, err
+}
+
+// GetAll waits for every ref and returns their values in order. It fails
+// with the first error in input order, naming the failing index.
+func GetAll[T any](ctx context.Context, refs []ObjectRef[T]) ([]T, error) {
+	out := make([]T, len(refs))
+	for i, r := range refs {
+		v, err := r.Get(ctx)
+		if err != nil {
+			if ctx.Err() != nil && err == ctx.Err() {
+				return nil, err
+			}
+			return nil, fmt.Errorf("ray.GetAll: ref %d of %d: %w", i, len(refs), err)
+		}
+		out[i] = v
+	}
+	return out, nil
+}

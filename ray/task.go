@@ -1,0 +1,135 @@
+package ray
+
+import (
+	"context"
+	"reflect"
+	"runtime"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// Task is a registered remote function with one input and one output. Create
+// it with [NewTask] at package level, so that every process of the program
+// (driver and workers) registers it under the same name.
+//
+// A *Task is immutable and safe for concurrent use.
+type Task[I, O any] struct {
+	name string
+}
+
+// NewTask registers fn as a task named name and returns it. Names must be
+// unique in the process and stable across builds (workers find tasks by
+// name); use a package-qualified name such as "examples.square". NewTask
+// panics on an empty or duplicate name, naming it; call it from package
+// initialization.
+func NewTask[I, O any](name string, fn func(ctx context.Context, in I) (O, error)) *Task[I, O] {
+	if fn == nil {
+		panic("ray: NewTask " + name + ": nil function")
+	}
+	registerTask(&taskEntry{
+		name: name,
+		in:   reflect.TypeFor[I](),
+		out:  reflect.TypeFor[O](),
+		run: func(ctx context.Context, c Codec, arg backend.Value) (backend.Value, error) {
+			in, err := decode[I](c, arg)
+			if err != nil {
+				return backend.Value{}, backend.Errorf(backend.InvalidArgument, "task "+name, "input: %w", err)
+			}
+			out, err := fn(ctx, in)
+			if err != nil {
+				return backend.Value{}, err
+			}
+			v, err := encode(c, out)
+			if err != nil {
+				return backend.Value{}, backend.Errorf(backend.InvalidArgument, "task "+name, "output: %w", err)
+			}
+			return v, nil
+		},
+	})
+	return &Task[I, O]{name: name}
+}
+
+// LookupTask returns the registered task name with input I and output O. It
+// fails with NotFound for an unknown name and InvalidArgument when the types
+// differ.
+func LookupTask[I, O any](name string) (*Task[I, O], error) {
+	e := lookupTask(name)
+	if e == nil {
+		return nil, backend.Errorf(backend.NotFound, "ray.LookupTask", "task %q is not registered; registered tasks: %v", name, RegisteredTasks())
+	}
+	in, out := reflect.TypeFor[I](), reflect.TypeFor[O]()
+	if e.in != in || e.out != out {
+		return nil, backend.Errorf(backend.InvalidArgument, "ray.LookupTask", "task %q is func(%v) %v, not func(%v) %v", name, e.in, e.out, in, out)
+	}
+	return &Task[I, O]{name: name}, nil
+}
+
+// Name returns the task's registered name.
+func (t *Task[I, O]) Name() string { return t.name }
+
+var defaultTaskResources = backend.Resources{backend.CPU: 1}
+
+func (t *Task[I, O]) config(opts []TaskOption) taskConfig {
+	cfg := taskConfig{maxRetries: DefaultTaskRetries}
+	cfg.sched.Resources = defaultTaskResources
+	cfg.sched.Placement.Bundle = -1
+	for _, o := range opts {
+		if o != nil {
+			o.applyTask(&cfg)
+		}
+	}
+	return cfg
+}
+
+// Remote submits the task with input in and returns a ref to its output.
+// Submission errors (nil cluster, closed cluster, bad options, an
+// infeasible request, an input the codec cannot encode) are reported by the
+// ref's Get and Err.
+func (t *Task[I, O]) Remote(ctx context.Context, c *Cluster, in I, opts ...TaskOption) ObjectRef[O] {
+	op := "submit task " + t.name
+	if err := c.check(op); err != nil {
+		return errRef[O](c, err)
+	}
+	v, err := encode(c.codec, in)
+	if err != nil {
+		return errRef[O](c, backend.Errorf(backend.InvalidArgument, op, "input: %w", err))
+	}
+	return t.submit(ctx, c, backend.Arg{Value: v}, opts)
+}
+
+// RemoteRef submits the task with the output of another task (or a put
+// value) as its input. The task runs once the input is ready, and holds no
+// resources while it waits; if the input's work failed, this task fails
+// with that error and never runs.
+func (t *Task[I, O]) RemoteRef(ctx context.Context, c *Cluster, in ObjectRef[I], opts ...TaskOption) ObjectRef[O] {
+	op := "submit task " + t.name
+	if err := c.check(op); err != nil {
+		return errRef[O](c, err)
+	}
+	if err := in.Err(); err != nil {
+		return errRef[O](c, backend.Wrap(backend.CodeOf(err), op+": input ref", err))
+	}
+	if in.cluster() != c {
+		return errRef[O](c, backend.Errorf(backend.InvalidArgument, op, "input ref belongs to another cluster"))
+	}
+	ref := t.submit(ctx, c, backend.Arg{Ref: in.ID()}, opts)
+	runtime.KeepAlive(in.s)
+	return ref
+}
+
+func (t *Task[I, O]) submit(ctx context.Context, c *Cluster, arg backend.Arg, opts []TaskOption) ObjectRef[O] {
+	cfg := t.config(opts)
+	spec := &backend.TaskSpec{
+		Name:         t.name,
+		Arg:          arg,
+		Scheduling:   cfg.sched,
+		MaxRetries:   cfg.maxRetries,
+		RetryOnError: cfg.retryOnError,
+		DisplayName:  cfg.name,
+	}
+	id, err := c.b.SubmitTask(ctx, spec)
+	if err != nil {
+		return errRef[O](c, err)
+	}
+	return newRef[O](c, id)
+}
