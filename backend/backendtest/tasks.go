@@ -1,0 +1,181 @@
+package backendtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/goray-dev/goray/ray"
+)
+
+// The suite's registered tasks and actors.
+
+var (
+	echo = ray.NewTask("backendtest.echo", func(ctx context.Context, s string) (string, error) { return s, nil })
+	add1 = ray.NewTask("backendtest.add1", func(ctx context.Context, x int) (int, error) { return x + 1, nil })
+
+	fail = ray.NewTask("backendtest.fail", func(ctx context.Context, msg string) (int, error) {
+		return 0, errors.New(msg)
+	})
+	boom = ray.NewTask("backendtest.panic", func(ctx context.Context, msg string) (int, error) {
+		panic(msg)
+	})
+	// failUntil fails attempts below its input and then succeeds with the
+	// attempt number.
+	failUntil = ray.NewTask("backendtest.failUntil", func(ctx context.Context, n int) (int, error) {
+		rc, _ := ray.Runtime(ctx)
+		if rc.Attempt() < n {
+			return 0, fmt.Errorf("attempt %d < %d", rc.Attempt(), n)
+		}
+		return rc.Attempt(), nil
+	})
+
+	structTask = ray.NewTask("backendtest.struct", func(ctx context.Context, p point) (point, error) {
+		return point{X: p.Y, Y: p.X, Tags: append(p.Tags, "swapped")}, nil
+	})
+	chanOut = ray.NewTask("backendtest.chanOut", func(ctx context.Context, _ int) (chan int, error) {
+		return make(chan int), nil
+	})
+
+	whereAmI = ray.NewTask("backendtest.where", func(ctx context.Context, key string) (where, error) {
+		rc, ok := ray.Runtime(ctx)
+		if !ok {
+			return where{}, errors.New("no runtime context")
+		}
+		return where{Node: rc.NodeName(), Labels: rc.NodeLabels(), Bundle: rc.BundleIndex(),
+			Env: rc.Env(key), Attempt: rc.Attempt(), Task: rc.TaskName(), CPU: rc.Resources()[ray.CPU]}, nil
+	})
+
+	// block waits until its gate opens or ctx ends; it returns "opened" or
+	// "cancelled".
+	block = ray.NewTask("backendtest.block", blockOn)
+
+	counterClass = ray.NewActorClass("backendtest.counter", func(ctx context.Context, start int) (*counter, error) {
+		if start < 0 {
+			return nil, fmt.Errorf("negative start %d", start)
+		}
+		return &counter{n: start}, nil
+	})
+	counterAdd = ray.NewMethod(counterClass, "add", func(ctx context.Context, c *counter, d int) (int, error) {
+		c.n += d
+		return c.n, nil
+	})
+	counterLog = ray.NewMethod(counterClass, "log", func(ctx context.Context, c *counter, s string) ([]string, error) {
+		c.log = append(c.log, s)
+		return c.log, nil
+	})
+	counterPanic = ray.NewMethod(counterClass, "panic", func(ctx context.Context, c *counter, s string) (int, error) {
+		panic(s)
+	})
+	counterWhere = ray.NewMethod(counterClass, "where", func(ctx context.Context, c *counter, key string) (where, error) {
+		rc, _ := ray.Runtime(ctx)
+		return where{Node: rc.NodeName(), Bundle: rc.BundleIndex(), Env: rc.Env(key), Attempt: rc.Attempt(), Task: rc.TaskName()}, nil
+	})
+	counterBlock = ray.NewMethod(counterClass, "block", func(ctx context.Context, c *counter, gate string) (string, error) {
+		return blockOn(ctx, gate)
+	})
+
+	// otherCounter has the same Go type as counter, to check that the
+	// backend refuses a method of one class on an actor of another.
+	otherCounterClass = ray.NewActorClass("backendtest.otherCounter", func(ctx context.Context, start int) (*counter, error) {
+		return &counter{n: start}, nil
+	})
+)
+
+type counter struct {
+	n   int
+	log []string
+}
+
+type point struct {
+	X, Y int
+	Tags []string
+}
+
+type where struct {
+	Node    string
+	Labels  map[string]string
+	Bundle  int
+	Env     string
+	Attempt int
+	Task    string
+	CPU     float64
+}
+
+// gates coordinate blocking tasks with the test, in process.
+var gates = struct {
+	sync.Mutex
+	m    map[string]*gate
+	next int
+}{m: map[string]*gate{}}
+
+type gate struct {
+	open       chan struct{}
+	mu         sync.Mutex
+	arrivedN   int
+	arrivedCh  chan struct{}
+	cancelledN int
+	want       int
+	cancelCh   chan struct{}
+	openOnce   sync.Once
+}
+
+func newGate(want int) (string, *gate) {
+	gates.Lock()
+	defer gates.Unlock()
+	gates.next++
+	name := "gate-" + strconv.Itoa(gates.next)
+	g := &gate{open: make(chan struct{}), arrivedCh: make(chan struct{}), cancelCh: make(chan struct{}), want: want}
+	gates.m[name] = g
+	return name, g
+}
+
+func gateFor(name string) *gate {
+	gates.Lock()
+	defer gates.Unlock()
+	g := gates.m[name]
+	if g == nil {
+		panic("backendtest: unknown gate " + name)
+	}
+	return g
+}
+
+func (g *gate) arrived() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.arrivedN++
+	if g.arrivedN == g.want {
+		close(g.arrivedCh)
+	}
+}
+
+func (g *gate) cancelled() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cancelledN++
+	if g.cancelledN == g.want {
+		close(g.cancelCh)
+	}
+}
+
+func (g *gate) release() { g.openOnce.Do(func() { close(g.open) }) }
+
+func (g *gate) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.arrivedN
+}
+
+func blockOn(ctx context.Context, name string) (string, error) {
+	g := gateFor(name)
+	g.arrived()
+	select {
+	case <-g.open:
+		return "opened", nil
+	case <-ctx.Done():
+		g.cancelled()
+		return "cancelled", ctx.Err()
+	}
+}

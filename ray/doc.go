@@ -1,0 +1,73 @@
+// Package ray is goray's portable API: typed tasks, actors, object refs,
+// placement groups and TPU slice reservations, on any backend.
+//
+// Register remote code by explicit name at package level, with one input
+// and one output:
+//
+//	var Square = ray.NewTask("examples.square", func(ctx context.Context, x int) (int, error) {
+//		return x * x, nil
+//	})
+//
+// Open a cluster on a backend and call it:
+//
+//	b, _ := local.New(local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "cpu", Count: 2, Resources: backend.Resources{"CPU": 4}}}}, nil)
+//	c, _ := ray.NewCluster(ctx, b, nil)
+//	defer c.Close()
+//	ref := Square.Remote(ctx, c, 3)       // ObjectRef[int]
+//	v, err := ref.Get(ctx)                // 9, nil
+//	sum := Sum.RemoteRef(ctx, c, ref)     // refs feed other tasks
+//
+// Actors pair a registered constructor with methods typed to the actor's Go
+// type, so a method cannot be called on another actor type's handle:
+//
+//	var Counter = ray.NewActorClass("examples.counter", newCounter)
+//	var Add = ray.NewMethod(Counter, "add", (*counter).add)
+//	h := Counter.Remote(ctx, c, 0, ray.MaxRestarts(2))
+//	n, err := Add.Remote(ctx, h, 5).Get(ctx)
+//
+// Per-call options are typed values: [Resources], [NodeSelector],
+// [Retries], [RetryOnError], [InBundle], [Name]; actors also take
+// [MaxRestarts], [MaxConcurrency] and [MaxTaskRetries].
+//
+// # Backends
+//
+// A [Cluster] wraps a backend.Backend: backend/local simulates a cluster of
+// CPU nodes and TPU slices in process, backend/fake records calls for unit
+// tests, backend/kubernetes drives a real cluster. Code written against
+// this package runs unchanged on each.
+//
+// # Codec
+//
+// Arguments and results cross the backend as bytes, encoded by the
+// cluster's [Codec] ([JSON] by default). The local simulator encodes too, so
+// a value that cannot cross a network fails in tests as it would in
+// production. [Options].DisableCodec skips encoding on in-process backends,
+// for benchmarks.
+//
+// # Errors
+//
+// Every error has a code from a closed set, read with [Code]; errors.Is
+// matches the sentinel of each code ([ErrInfeasible], [ErrUnavailable],
+// [ErrTaskFailed], ...) and the narrower [ErrClosed] and
+// [ErrPlacementGroupRemoved]. User code that returns an error or panics
+// yields a TaskFailed error carrying a *[TaskError] with the task's name,
+// the attempt, and for a panic the stack; a panic never crashes the
+// process. Context errors are returned as they are, never wrapped.
+//
+// Submitting calls (Remote, RemoteRef, [Put], actor creation) return refs
+// and handles at once; their submission errors are reported by Get, Err,
+// Ready and calls on the handle.
+//
+// # Lifetimes
+//
+// Objects live while a ref to them is reachable or work depends on them;
+// [ObjectRef.Release] frees one earlier. The context passed to Remote
+// governs only the submission: submitted work outlives it, as in Ray. Work
+// running when its placement group is removed or its cluster closed has its
+// context cancelled.
+//
+// # Concurrency
+//
+// Clusters, tasks, refs, handles and placement groups are safe for
+// concurrent use.
+package ray

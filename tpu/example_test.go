@@ -1,0 +1,98 @@
+package tpu_test
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/goray-dev/goray/tpu"
+)
+
+func ExampleNewSliceShape() {
+	shape, err := tpu.NewSliceShape(tpu.V6e, "4x4", 0)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(shape)
+	fmt.Println("chips:", shape.Chips(), "hosts:", shape.Hosts(), "chips per host:", shape.ChipsPerHost)
+	fmt.Println("pod type:", shape.PodType(), "head resource:", shape.HeadResource())
+	fmt.Println("host bounds:", shape.HostBounds())
+
+	// v6e 2x4 is one 8-chip VM by default, or two 4-chip VMs on request.
+	split, _ := tpu.NewSliceShape(tpu.V6e, "2x4", 4)
+	fmt.Println(split, "hosts:", split.Hosts())
+
+	_, err = tpu.NewSliceShape(tpu.V6e, "4x5", 0)
+	fmt.Println(err)
+	// Output:
+	// v6e 4x4
+	// chips: 16 hosts: 4 chips per host: 4
+	// pod type: v6e-16 head resource: TPU-v6e-16-head
+	// host bounds: 2,2,1
+	// v6e 2x4 (4 chips per host) hosts: 2
+	// tpu: topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16
+}
+
+func ExampleWorkerEnv() {
+	shape, err := tpu.NewSliceShape(tpu.V7x, "2x2x2", 0)
+	if err != nil {
+		panic(err)
+	}
+	hosts := []string{"tpu-0-0.rc-headless", "tpu-0-1.rc-headless"}
+	env, err := tpu.WorkerEnv(shape, "tpu-0", hosts, 1)
+	if err != nil {
+		panic(err)
+	}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		fmt.Printf("%s=%s\n", k, env[k])
+	}
+	// Output:
+	// TPU_ACCELERATOR_TYPE=tpu7x-16
+	// TPU_CHIPS_PER_HOST_BOUNDS=2,2,1
+	// TPU_HOST_BOUNDS=1,1,2
+	// TPU_NAME=tpu-0
+	// TPU_SKIP_MDS_QUERY=true
+	// TPU_TOPOLOGY=2x2x2
+	// TPU_WORKER_HOSTNAMES=tpu-0-0.rc-headless,tpu-0-1.rc-headless
+	// TPU_WORKER_ID=1
+}
+
+func ExampleMultisliceEnv() {
+	env, err := tpu.MultisliceEnv("tpu-0-0.rc-headless", 0, 2, 1)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(env)
+	// Output:
+	// map[MEGASCALE_COORDINATOR_ADDRESS:tpu-0-0.rc-headless MEGASCALE_NUM_SLICES:2 MEGASCALE_PORT:8081 MEGASCALE_SLICE_ID:1]
+}
+
+func ExampleParseGeneration() {
+	for _, s := range []string{"TPU-V6E", "tpu7x", "tpu-v5-lite-podslice"} {
+		g, err := tpu.ParseGeneration(s)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(s, "→", g, g.RayVersion(), g.AcceleratorType(), g.GKEAccelerator())
+	}
+	// Output:
+	// TPU-V6E → v6e v6e TPU-V6E tpu-v6e-slice
+	// tpu7x → v7x v7x TPU-V7X tpu7x
+	// tpu-v5-lite-podslice → v5e v5litepod TPU-V5LITEPOD tpu-v5-lite-podslice
+}
+
+func ExampleParsePodType() {
+	g, chips, err := tpu.ParsePodType("tpu7x-16")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(g, chips)
+	// Output: v7x 8
+}
+
+func ExampleHostLabels() {
+	shape, _ := tpu.NewSliceShape(tpu.V6e, "4x4", 0)
+	labels := tpu.HostLabels(shape, "workers-0", "pool-a", 0)
+	fmt.Println(labels[tpu.LabelGKEAccelerator], labels[tpu.LabelGKEAcceleratorCount], labels[tpu.LabelPodType], labels[tpu.LabelWorkerID])
+	// Output: tpu-v6e-slice 4 v6e-16 0
+}

@@ -1,0 +1,145 @@
+package tpu_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/tpu"
+)
+
+func TestParseGeneration(t *testing.T) {
+	tests := []struct {
+		in   string
+		want tpu.Generation
+	}{
+		{"v2", tpu.V2}, {"V2", tpu.V2}, {" v2 ", tpu.V2}, {"TPU-V2", tpu.V2}, {"tpu-v2", tpu.V2},
+		{"v3", tpu.V3}, {"TPU-V3", tpu.V3},
+		{"v4", tpu.V4}, {"TPU-V4", tpu.V4}, {"tpuv4", tpu.V4}, {"tpu-v4-podslice", tpu.V4},
+		{"v5e", tpu.V5e}, {"V5E", tpu.V5e}, {"v5litepod", tpu.V5e}, {"TPU-V5LITEPOD", tpu.V5e},
+		{"tpu-v5-lite-podslice", tpu.V5e}, {"tpu-v5-lite-device", tpu.V5e}, {"TPU-V5-LITE-PODSLICE", tpu.V5e},
+		{"v5p", tpu.V5p}, {"TPU-V5P", tpu.V5p}, {"tpu-v5p-slice", tpu.V5p},
+		{"v6e", tpu.V6e}, {"V6E", tpu.V6e}, {"TPU-V6E", tpu.V6e}, {"\tTPU-V6E\n", tpu.V6e}, {"tpu-v6e-slice", tpu.V6e},
+		{"v7x", tpu.V7x}, {"V7X", tpu.V7x}, {"TPU-V7X", tpu.V7x}, {"tpu7x", tpu.V7x}, {"TPU7X", tpu.V7x},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			is := is.New(t)
+			got, err := tpu.ParseGeneration(tt.in)
+			is.NoErr(err)
+			is.Equal(got, tt.want)
+		})
+	}
+}
+
+func TestParseGenerationErrors(t *testing.T) {
+	for _, in := range []string{"", " ", "v1", "v8", "v6", "tpu", "gpu", "v5lite", "v6e-16", "tpu-v6e-podslice", "tpu8x"} {
+		t.Run(in, func(t *testing.T) {
+			is := is.New(t)
+			g, err := tpu.ParseGeneration(in)
+			is.True(err != nil)
+			is.Equal(g, tpu.Generation(""))
+			is.True(errors.Is(err, tpu.ErrUnknownGeneration))
+			var gerr *tpu.GenerationError
+			is.True(errors.As(err, &gerr))
+			is.Equal(gerr.Input, in)
+			msg := err.Error()
+			is.True(strings.HasPrefix(msg, "tpu: unknown TPU generation "))
+			is.True(strings.Contains(msg, "valid: v2, v3, v4, v5e, v5p, v6e, v7x"))
+		})
+	}
+}
+
+func TestGenerations(t *testing.T) {
+	is := is.New(t)
+	gens := tpu.Generations()
+	is.Equal(gens, []tpu.Generation{tpu.V2, tpu.V3, tpu.V4, tpu.V5e, tpu.V5p, tpu.V6e, tpu.V7x})
+	gens[0] = "mutated"
+	is.Equal(tpu.Generations()[0], tpu.V2) // the caller owns the slice
+	for _, g := range tpu.Generations() {
+		is.True(g.Valid())
+		back, err := tpu.ParseGeneration(g.String())
+		is.NoErr(err)
+		is.Equal(back, g)
+		back, err = tpu.ParseGeneration(g.AcceleratorType())
+		is.NoErr(err)
+		is.Equal(back, g)
+		back, err = tpu.ParseGeneration(g.RayVersion())
+		is.NoErr(err)
+		is.Equal(back, g)
+		if accel := g.GKEAccelerator(); accel != "" {
+			back, err = tpu.ParseGeneration(accel)
+			is.NoErr(err)
+			is.Equal(back, g)
+		}
+	}
+}
+
+func TestGenerationFacts(t *testing.T) {
+	tests := []struct {
+		g                          tpu.Generation
+		str, ray, accel, gke       string
+		coresPerChip, topologyDims int
+	}{
+		{tpu.V2, "v2", "v2", "TPU-V2", "", 2, 2},
+		{tpu.V3, "v3", "v3", "TPU-V3", "", 2, 2},
+		{tpu.V4, "v4", "v4", "TPU-V4", "tpu-v4-podslice", 2, 3},
+		{tpu.V5e, "v5e", "v5litepod", "TPU-V5LITEPOD", "tpu-v5-lite-podslice", 1, 2},
+		{tpu.V5p, "v5p", "v5p", "TPU-V5P", "tpu-v5p-slice", 2, 3},
+		{tpu.V6e, "v6e", "v6e", "TPU-V6E", "tpu-v6e-slice", 1, 2},
+		{tpu.V7x, "v7x", "v7x", "TPU-V7X", "tpu7x", 2, 3},
+		{tpu.Generation("v9"), "v9", "", "", "", 0, 0},
+		{tpu.Generation(""), "", "", "", "", 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.str, func(t *testing.T) {
+			is := is.New(t)
+			is.Equal(tt.g.String(), tt.str)
+			is.Equal(tt.g.RayVersion(), tt.ray)
+			is.Equal(tt.g.AcceleratorType(), tt.accel)
+			is.Equal(tt.g.GKEAccelerator(), tt.gke)
+			is.Equal(tt.g.CoresPerChip(), tt.coresPerChip)
+			is.Equal(tt.g.TopologyDims(), tt.topologyDims)
+			is.Equal(tt.g.Valid(), tt.ray != "")
+		})
+	}
+}
+
+func TestDefaultChipsPerHost(t *testing.T) {
+	tests := []struct {
+		g        tpu.Generation
+		topology string
+		want     int
+	}{
+		{tpu.V6e, "1x1", 1},
+		{tpu.V6e, "2x2", 4},
+		{tpu.V6e, "2x4", 8},
+		{tpu.V6e, "2x8", 4},
+		{tpu.V6e, "4x4", 4},
+		{tpu.V6e, "16x16", 4},
+		{tpu.V6e, "", 4},
+		{tpu.V5e, "1x1", 1},
+		{tpu.V5e, "2x2", 4},
+		{tpu.V5e, "2x4", 8},
+		{tpu.V5e, "8x8", 4},
+		{tpu.V4, "2x2x1", 4},
+		{tpu.V4, "2x2x2", 4},
+		{tpu.V5p, "2x2x1", 4},
+		{tpu.V7x, "2x2x1", 4},
+		{tpu.V2, "4x4", 4},
+		{tpu.V3, "32x32", 4},
+		{tpu.Generation("v9"), "4x4", 0},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.g)+" "+tt.topology, func(t *testing.T) {
+			is := is.New(t)
+			var topo tpu.Topology
+			if tt.topology != "" {
+				topo = tpu.MustParseTopology(tt.topology)
+			}
+			is.Equal(tt.g.DefaultChipsPerHost(topo), tt.want)
+		})
+	}
+}
