@@ -3,8 +3,8 @@ package ray
 import (
 	"encoding/json"
 
-	"github.com/goray-dev/goray/backend"
 	"fmt"
+	"github.com/goray-dev/goray/backend"
 )
 
 // Codec encodes task and actor arguments and results to bytes and back, so

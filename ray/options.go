@@ -48,8 +48,10 @@ type actorConfig struct {
 // failure (its node died) unless [Retries] says otherwise; as in Ray.
 const DefaultTaskRetries = 3
 
-func (r Resources) applyTask(c *taskConfig)   { c.sched.Resources = mergeResources(c.sched.Resources, r) }
-func (r Resources) applyActor(c *actorConfig) { c.sched.Resources = mergeResources(c.sched.Resources, r) }
+func (r Resources) applyTask(c *taskConfig) { c.sched.Resources = mergeResources(c.sched.Resources, r) }
+func (r Resources) applyActor(c *actorConfig) {
+	c.sched.Resources = mergeResources(c.sched.Resources, r)
+}
 
 func mergeResources(base backend.Resources, r Resources) backend.Resources {
 	out := make(backend.Resources, len(base)+len(r))

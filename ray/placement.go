@@ -44,9 +44,9 @@ type PlacementGroupSpec struct {
 //
 // A *PlacementGroup is safe for concurrent use.
 type PlacementGroup struct {
-	c       *Cluster
-	id      backend.PlacementGroupID
-	spec    PlacementGroupSpec
+	c    *Cluster
+	id   backend.PlacementGroupID
+	spec PlacementGroupSpec
 }
 
 // NewPlacementGroup queues a placement group for gang placement and returns
