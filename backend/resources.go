@@ -32,7 +32,22 @@ const Granularity = 1e-4
 // Validate returns an InvalidArgument error naming the first negative,
 // NaN or infinite amount, or empty name.
 func (r Resources) Validate() error {
-	for _, name := range r.Names() {
+	bad := false
+	for name, v := range r {
+		if name == "" || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			bad = true
+			break
+		}
+	}
+	if !bad {
+		return nil
+	}
+	names := make([]string, 0, len(r))
+	for k := range r {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, name := range names {
 		v := r[name]
 		if name == "" {
 			return Errorf(InvalidArgument, "", "resource with empty name")

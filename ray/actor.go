@@ -47,6 +47,7 @@ func (a *ActorClass[A, I]) Name() string { return a.name }
 // It can only be called on an *ActorHandle[A].
 type Method[A, I, O any] struct {
 	class, name string
+	op          string // "call <class>.<name>", for errors
 }
 
 // NewMethod registers fn as method name of class. It panics on an empty or
@@ -80,7 +81,7 @@ func NewMethod[A, CI, I, O any](class *ActorClass[A, CI], name string, fn func(c
 			return v, nil
 		},
 	})
-	return &Method[A, I, O]{class: class.name, name: name}
+	return &Method[A, I, O]{class: class.name, name: name, op: "call " + full}
 }
 
 // Name returns "class.method".
@@ -186,7 +187,7 @@ func (h *ActorHandle[A]) Kill(ctx context.Context) error {
 // its output. Calls run one at a time in submission order unless the actor
 // was created with [MaxConcurrency].
 func (m *Method[A, I, O]) Remote(ctx context.Context, h *ActorHandle[A], in I) ObjectRef[O] {
-	op := "call " + m.Name()
+	op := m.op
 	if err := h.Err(); err != nil {
 		return errRef[O](nil, err)
 	}
@@ -204,7 +205,7 @@ func (m *Method[A, I, O]) Remote(ctx context.Context, h *ActorHandle[A], in I) O
 // RemoteRef calls the method with the output of other work as its input;
 // the call is queued on the actor once the input is ready.
 func (m *Method[A, I, O]) RemoteRef(ctx context.Context, h *ActorHandle[A], in ObjectRef[I]) ObjectRef[O] {
-	op := "call " + m.Name()
+	op := m.op
 	if err := h.Err(); err != nil {
 		return errRef[O](nil, err)
 	}

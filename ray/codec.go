@@ -23,9 +23,20 @@ var JSON Codec = jsonCodec{}
 
 type jsonCodec struct{}
 
-func (jsonCodec) Name() string                       { return "json" }
-func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
-func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+func (jsonCodec) Name() string { return "json" }
+func (jsonCodec) Marshal(v any) ([]byte, error) {
+	if b, ok := fastMarshal(v); ok {
+		return b, nil
+	}
+	return json.Marshal(v)
+}
+
+func (jsonCodec) Unmarshal(data []byte, v any) error {
+	if fastUnmarshal(data, v) {
+		return nil
+	}
+	return json.Unmarshal(data, v)
+}
 
 // encode turns v into a backend value with codec c; a nil codec passes v
 // through unencoded.

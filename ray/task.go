@@ -15,6 +15,7 @@ import (
 // A *Task is immutable and safe for concurrent use.
 type Task[I, O any] struct {
 	name string
+	op   string // "submit task <name>", for errors
 }
 
 // NewTask registers fn as a task named name and returns it. Names must be
@@ -46,7 +47,7 @@ func NewTask[I, O any](name string, fn func(ctx context.Context, in I) (O, error
 			return v, nil
 		},
 	})
-	return &Task[I, O]{name: name}
+	return &Task[I, O]{name: name, op: "submit task " + name}
 }
 
 // LookupTask returns the registered task name with input I and output O. It
@@ -61,7 +62,7 @@ func LookupTask[I, O any](name string) (*Task[I, O], error) {
 	if e.in != in || e.out != out {
 		return nil, backend.Errorf(backend.InvalidArgument, "ray.LookupTask", "task %q is func(%v) %v, not func(%v) %v", name, e.in, e.out, in, out)
 	}
-	return &Task[I, O]{name: name}, nil
+	return &Task[I, O]{name: name, op: "submit task " + name}, nil
 }
 
 // Name returns the task's registered name.
@@ -86,7 +87,7 @@ func (t *Task[I, O]) config(opts []TaskOption) taskConfig {
 // infeasible request, an input the codec cannot encode) are reported by the
 // ref's Get and Err.
 func (t *Task[I, O]) Remote(ctx context.Context, c *Cluster, in I, opts ...TaskOption) ObjectRef[O] {
-	op := "submit task " + t.name
+	op := t.op
 	if err := c.check(op); err != nil {
 		return errRef[O](c, err)
 	}
@@ -102,7 +103,7 @@ func (t *Task[I, O]) Remote(ctx context.Context, c *Cluster, in I, opts ...TaskO
 // resources while it waits; if the input's work failed, this task fails
 // with that error and never runs.
 func (t *Task[I, O]) RemoteRef(ctx context.Context, c *Cluster, in ObjectRef[I], opts ...TaskOption) ObjectRef[O] {
-	op := "submit task " + t.name
+	op := t.op
 	if err := c.check(op); err != nil {
 		return errRef[O](c, err)
 	}

@@ -58,12 +58,12 @@ func (a *actor) signalReady() {
 
 // CreateActor implements backend.Backend.
 func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (backend.ActorID, error) {
-	op := "create actor " + spec.Class
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	op := b.op("create actor ", spec.Class, "")
 	if err := b.precheck(op); err != nil {
 		return 0, err
 	}
@@ -110,13 +110,11 @@ func (b *Backend) startActor(t *task) {
 	}
 	a.gen++
 	gen := a.gen
-	a.ctx, a.cancel = context.WithCancel(b.root)
-	info := b.runtimeInfo(a.spec.Class, a.restarts, a.node, a.bundle, t.cls.demand)
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	info := b.runtimeInfo(a.spec.Class, a.restarts, a.node, a.bundle, t.cls)
 	info.Actor = a.id
 	ctx := a.ctx
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
+	b.pool.run(func() {
 		inst, err := b.exec.NewActor(ctx, a.spec.Class, t.arg, info)
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -131,7 +129,7 @@ func (b *Backend) startActor(t *task) {
 		a.state = actorAlive
 		a.signalReady()
 		b.dispatchCalls(a)
-	}()
+	})
 }
 
 // ActorReady implements backend.Backend.
@@ -177,12 +175,12 @@ func (b *Backend) NamedActor(ctx context.Context, name string) (backend.ActorID,
 
 // CallActor implements backend.Backend.
 func (b *Backend) CallActor(ctx context.Context, spec *backend.CallSpec) (backend.ObjectID, error) {
-	op := "call " + spec.Class + "." + spec.Method
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	op := b.op("call ", spec.Class, spec.Method)
 	if err := b.precheck(op); err != nil {
 		return 0, err
 	}
@@ -289,12 +287,11 @@ func (b *Backend) runCall(a *actor, cl *call) {
 	}
 	if a.bundle != nil {
 		bi := b.runtimeInfo(info.Task, cl.attempt, a.node, a.bundle, nil)
+		bi.Resources = nil
 		info.Env, info.Placement = bi.Env, bi.Placement
 	}
 	b.running++
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
+	b.pool.run(func() {
 		v, err := inst.Call(ctx, cl.spec.Method, cl.arg, info)
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -305,7 +302,7 @@ func (b *Backend) runCall(a *actor, cl *call) {
 		b.running--
 		b.finishCallLocked(cl, v, err)
 		b.dispatchCalls(a)
-	}()
+	})
 }
 
 // KillActor implements backend.Backend.

@@ -67,8 +67,6 @@ type Backend struct {
 	started  bool
 	closed   bool
 	closedCh chan struct{}
-	root     context.Context
-	stop     context.CancelFunc
 	wg       sync.WaitGroup
 
 	resNames []string
@@ -94,6 +92,8 @@ type Backend struct {
 	running int
 
 	slices *sliceIndex
+	pool   *pool
+	ops    map[opKey]string // cached operation names for errors
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -223,7 +223,7 @@ func (b *Backend) Start(ctx context.Context, exec backend.Executor) error {
 	}
 	b.started = true
 	b.exec = exec
-	b.root, b.stop = context.WithCancel(context.Background())
+	b.pool = newPool(&b.wg, b.closedCh, 256)
 	return nil
 }
 
@@ -250,8 +250,16 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	close(b.closedCh)
-	if b.stop != nil {
-		b.stop()
+	// Cancel the contexts of all running user code.
+	for _, n := range b.nodes {
+		for t := range n.running {
+			t.cancel()
+		}
+	}
+	for _, a := range b.actors {
+		if a.cancel != nil {
+			a.cancel()
+		}
 	}
 	closedErr := backend.Errorf(backend.FailedPrecondition, "local", "%w", backend.ErrClosed)
 	for _, o := range b.objects {
@@ -271,6 +279,26 @@ func (b *Backend) Close() error {
 	b.wg.Wait()
 	return nil
 }
+
+// op returns the cached operation name prefix+name, for errors. b.mu must
+// be held.
+func (b *Backend) op(prefix, name, method string) string {
+	key := opKey{prefix, name, method}
+	if s, ok := b.ops[key]; ok {
+		return s
+	}
+	if b.ops == nil {
+		b.ops = map[opKey]string{}
+	}
+	s := prefix + name
+	if method != "" {
+		s += "." + method
+	}
+	b.ops[key] = s
+	return s
+}
+
+type opKey struct{ prefix, name, method string }
 
 func (b *Backend) newID() uint64 {
 	b.nextID++

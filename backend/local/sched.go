@@ -24,6 +24,7 @@ type class struct {
 
 	feasEpoch uint64
 	feasErr   error
+	res       backend.Resources // demand as a map, shared read-only by runtime infos
 }
 
 func (c *class) len() int { return len(c.queue) - c.head }

@@ -37,12 +37,12 @@ type task struct {
 
 // SubmitTask implements backend.Backend.
 func (b *Backend) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backend.ObjectID, error) {
-	op := "submit task " + spec.Name
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	op := b.op("submit task ", spec.Name, "")
 	if err := b.precheck(op); err != nil {
 		return 0, err
 	}
@@ -118,23 +118,31 @@ func (b *Backend) start(t *task) {
 		t.bundle.running[t] = struct{}{}
 	}
 	b.running++
-	ctx, cancel := context.WithCancel(b.root)
+	// Contexts hang off Background, not a backend-wide parent, so that
+	// starting a task does not register it with a shared parent; Close
+	// cancels running tasks one by one.
+	ctx, cancel := context.WithCancel(context.Background())
 	t.cancel = cancel
-	info := b.runtimeInfo(t.spec.Name, t.attempt, t.node, t.bundle, t.cls.demand)
+	info := b.runtimeInfo(t.spec.Name, t.attempt, t.node, t.bundle, t.cls)
 	attempt := t.attempt
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
+	b.pool.run(func() {
 		v, err := b.exec.RunTask(ctx, t.spec.Name, t.arg, info)
 		cancel()
 		b.finishTask(t, attempt, v, err)
-	}()
+	})
 }
 
-func (b *Backend) runtimeInfo(name string, attempt int, n *node, bu *bundle, demand []int64) *backend.RuntimeInfo {
+func (b *Backend) runtimeInfo(name string, attempt int, n *node, bu *bundle, c *class) *backend.RuntimeInfo {
+	var res backend.Resources
+	if c != nil {
+		if c.res == nil {
+			c.res = b.resources(c.demand)
+		}
+		res = c.res
+	}
 	info := &backend.RuntimeInfo{
 		Task: name, Attempt: attempt, Node: n.name, NodeLabels: n.labels,
-		Resources: b.resources(demand), Env: n.env,
+		Resources: res, Env: n.env,
 		Placement: backend.Placement{Bundle: -1},
 	}
 	if bu != nil {

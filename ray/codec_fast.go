@@ -1,0 +1,103 @@
+package ray
+
+import "strconv"
+
+// Fast paths of the JSON codec for the small values most tasks pass
+// (strings, ints, bools, empty structs). Each produces exactly what
+// encoding/json produces, and anything else falls back to it; the codec
+// test checks both agree.
+
+func fastMarshal(v any) ([]byte, bool) {
+	switch x := v.(type) {
+	case string:
+		if !plainString(x) {
+			return nil, false
+		}
+		b := make([]byte, 0, len(x)+2)
+		b = append(b, '"')
+		b = append(b, x...)
+		return append(b, '"'), true
+	case int:
+		return strconv.AppendInt(nil, int64(x), 10), true
+	case int64:
+		return strconv.AppendInt(nil, x, 10), true
+	case bool:
+		return strconv.AppendBool(nil, x), true
+	case struct{}:
+		return []byte("{}"), true
+	}
+	return nil, false
+}
+
+// plainString reports whether encoding/json writes s as is between quotes:
+// printable ASCII without quote, backslash or the HTML characters it
+// escapes.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+func fastUnmarshal(data []byte, v any) bool {
+	switch p := v.(type) {
+	case *string:
+		n := len(data)
+		if n < 2 || data[0] != '"' || data[n-1] != '"' {
+			return false
+		}
+		for _, c := range data[1 : n-1] {
+			if c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+				return false
+			}
+		}
+		*p = string(data[1 : n-1])
+		return true
+	case *int:
+		x, ok := jsonInt(data)
+		if ok {
+			*p = int(x)
+		}
+		return ok
+	case *int64:
+		x, ok := jsonInt(data)
+		if ok {
+			*p = x
+		}
+		return ok
+	case *bool:
+		switch string(data) {
+		case "true":
+			*p = true
+			return true
+		case "false":
+			*p = false
+			return true
+		}
+	case *struct{}:
+		return string(data) == "{}"
+	}
+	return false
+}
+
+// jsonInt parses a JSON integer literal: optional minus, no plus, no
+// leading zeros, no fraction or exponent.
+func jsonInt(data []byte) (int64, bool) {
+	s := data
+	if len(s) > 0 && s[0] == '-' {
+		s = s[1:]
+	}
+	if len(s) == 0 || len(s) > 18 || (s[0] == '0' && len(s) > 1) {
+		return 0, false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	x, err := strconv.ParseInt(string(data), 10, 64)
+	return x, err == nil
+}

@@ -1,0 +1,68 @@
+package ray
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+
+	"github.com/matryer/is"
+)
+
+// TestJSONFastPathsMatchEncodingJSON checks that the codec's fast paths
+// produce and accept exactly what encoding/json does.
+func TestJSONFastPathsMatchEncodingJSON(t *testing.T) {
+	values := []any{"", "ok", "hello world", "a\"b", "back\\slash", "<html>", "tab\t", "é", "\x7f",
+		0, 1, -1, 42, math.MaxInt64, math.MinInt64, int64(-7), true, false, struct{}{}}
+	for _, v := range values {
+		t.Run("marshal", func(t *testing.T) {
+			is := is.New(t)
+			want, err := json.Marshal(v)
+			is.NoErr(err)
+			got, err := JSON.Marshal(v)
+			is.NoErr(err)
+			is.Equal(string(got), string(want))
+		})
+	}
+	inputs := []string{`""`, `"ok"`, `"a\"b"`, `"\u0041"`, `"é"`, `0`, `-0`, `01`, `+1`, `1.5`, `1e3`, `-12`,
+		`9223372036854775807`, `9223372036854775808`, `true`, `false`, `null`, `{}`, `{"a":1}`, `"unterminated`, ``, ` 1`}
+	for _, in := range inputs {
+		t.Run("unmarshal "+in, func(t *testing.T) {
+			is := is.New(t)
+			check := func(fresh func() any) {
+				a, b := fresh(), fresh()
+				errA := json.Unmarshal([]byte(in), a)
+				errB := JSON.Unmarshal([]byte(in), b)
+				is.Equal(errA == nil, errB == nil) // both accept or both reject
+				if errA == nil {
+					is.Equal(a, b)
+				}
+			}
+			check(func() any { return new(string) })
+			check(func() any { return new(int) })
+			check(func() any { return new(int64) })
+			check(func() any { return new(bool) })
+			check(func() any { return new(struct{}) })
+		})
+	}
+}
+
+func FuzzJSONFastPaths(f *testing.F) {
+	for _, s := range []string{`"ok"`, `12`, `-0`, `true`, `{}`, `"\u00e9"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var s1, s2 string
+		if (json.Unmarshal(data, &s1) == nil) != (JSON.Unmarshal(data, &s2) == nil) || s1 != s2 {
+			t.Fatalf("string %q: json %q, fast %q", data, s1, s2)
+		}
+		var i1, i2 int
+		if (json.Unmarshal(data, &i1) == nil) != (JSON.Unmarshal(data, &i2) == nil) || i1 != i2 {
+			t.Fatalf("int %q: json %d, fast %d", data, i1, i2)
+		}
+		m1, _ := json.Marshal(string(data))
+		m2, _ := JSON.Marshal(string(data))
+		if string(m1) != string(m2) {
+			t.Fatalf("marshal %q: json %s, fast %s", data, m1, m2)
+		}
+	})
+}
