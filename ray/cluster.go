@@ -3,6 +3,8 @@ package ray
 import (
 	"context"
 	"log/slog"
+
+	"github.com/google/wire"
 	"sync/atomic"
 
 	"github.com/goray-dev/goray/backend"
@@ -109,3 +111,18 @@ func (c *Cluster) check(op string) error {
 	}
 	return nil
 }
+
+// ProvideCluster is NewCluster shaped for dependency injection: it returns
+// a cleanup function that closes the cluster. It is the provider of [Set].
+func ProvideCluster(ctx context.Context, b backend.Backend, opts *Options) (*Cluster, func(), error) {
+	c, err := NewCluster(ctx, b, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, func() { c.Close() }, nil
+}
+
+// Set is the Wire provider set of this package: a *Cluster from a
+// backend.Backend and *Options, closed by Wire's cleanup. Combine it with a
+// backend's set, such as local.Set.
+var Set = wire.NewSet(ProvideCluster)

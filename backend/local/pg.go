@@ -285,6 +285,17 @@ func (b *Backend) solvePG(pg *pgroup, avail func(*node) []int64, skip func(*node
 		match := map[*node]int{} // node -> bundle
 		var try func(i int, seen map[*node]bool) bool
 		try = func(i int, seen map[*node]bool) bool {
+			// A free candidate first, so bundles land in node order;
+			// then an augmenting path.
+			for _, n := range cands[i] {
+				if _, taken := used[n]; taken {
+					continue
+				}
+				if _, busy := match[n]; !busy {
+					match[n] = i
+					return true
+				}
+			}
 			for _, n := range cands[i] {
 				if _, taken := used[n]; taken || seen[n] {
 					continue

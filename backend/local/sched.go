@@ -184,7 +184,7 @@ func (b *Backend) describeCapacity(sel backend.Matcher) string {
 	if matching == 0 {
 		return fmt.Sprintf("none of the %d live nodes matches the selector", live)
 	}
-	return fmt.Sprintf("%d of %d live nodes match; the most each has of any resource is %s", matching, live, b.resources(largest))
+	return fmt.Sprintf("%d of %d live nodes match; the most any of them has is %s", matching, live, b.resources(largest))
 }
 
 func fits(need, free []int64) bool {
