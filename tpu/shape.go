@@ -276,3 +276,21 @@ func ParsePodType(s string) (g Generation, chips int, err error) {
 	}
 	return g, cores / cpc, nil
 }
+
+// WorkerOfChip returns the worker ID (host index, as in TPU_WORKER_ID) of the
+// host that holds the chip at coordinates (x, y, z) of the slice's chip grid
+// (z is 0 for 2D topologies). Hosts are numbered x-fastest over the host
+// grid of HostBounds. It returns -1 for coordinates outside the topology or
+// an invalid shape.
+func (s SliceShape) WorkerOfChip(x, y, z int) int {
+	grid, ok := hostGrid(s.chipsPerHost())
+	if !ok || s.Topology.IsZero() || !tiles(s.Topology, grid) {
+		return -1
+	}
+	b := s.Topology.bounds3()
+	if x < 0 || y < 0 || z < 0 || x >= b[0] || y >= b[1] || z >= b[2] {
+		return -1
+	}
+	hb := [3]int{b[0] / grid[0], b[1] / grid[1], b[2] / grid[2]}
+	return x/grid[0] + (y/grid[1])*hb[0] + (z/grid[2])*hb[0]*hb[1]
+}

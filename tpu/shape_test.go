@@ -264,3 +264,27 @@ func TestParsePodTypeErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestWorkerOfChip(t *testing.T) {
+	t.Run("v6e 4x4", func(t *testing.T) {
+		is := is.New(t)
+		s, err := tpu.NewSliceShape(tpu.V6e, "4x4", 0)
+		is.NoErr(err)
+		// Hosts hold 2x2 chip blocks, numbered x-fastest.
+		want := [4][4]int{{0, 0, 1, 1}, {0, 0, 1, 1}, {2, 2, 3, 3}, {2, 2, 3, 3}}
+		for y := range 4 {
+			for x := range 4 {
+				is.Equal(s.WorkerOfChip(x, y, 0), want[y][x])
+			}
+		}
+		is.Equal(s.WorkerOfChip(4, 0, 0), -1)
+		is.Equal(s.WorkerOfChip(0, 0, 1), -1)
+	})
+	t.Run("v4 2x2x2", func(t *testing.T) {
+		is := is.New(t)
+		s, err := tpu.NewSliceShape(tpu.V4, "2x2x2", 0)
+		is.NoErr(err)
+		is.Equal(s.WorkerOfChip(1, 1, 0), 0)
+		is.Equal(s.WorkerOfChip(0, 0, 1), 1)
+	})
+}

@@ -67,7 +67,10 @@ func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (bac
 	if err := b.precheck(op); err != nil {
 		return 0, err
 	}
-	if spec.Class == "" || !b.exec.HasActorMethod(spec.Class, "") {
+	if spec.Class == "" {
+		return 0, backend.Errorf(backend.InvalidArgument, op, "empty actor class name")
+	}
+	if !b.exec.HasActorMethod(spec.Class, "") {
 		return 0, backend.Errorf(backend.NotFound, op, "actor class %q is not registered", spec.Class)
 	}
 	if spec.Name != "" {
@@ -106,6 +109,9 @@ func (b *Backend) startActor(t *task) {
 	a.node, a.bundle = t.node, t.bundle
 	a.node.actors[a] = struct{}{}
 	if a.bundle != nil {
+		if a.bundle.actors == nil {
+			a.bundle.actors = map[*actor]struct{}{}
+		}
 		a.bundle.actors[a] = struct{}{}
 	}
 	a.gen++
@@ -141,7 +147,10 @@ func (b *Backend) ActorReady(ctx context.Context, id backend.ActorID) error {
 		return err
 	}
 	if a == nil {
-		b.mu.Unlock()
+		defer b.mu.Unlock()
+		if err, dead := b.deadActors[id]; dead {
+			return err
+		}
 		return backend.Errorf(backend.NotFound, "local.ActorReady", "actor %s does not exist", id)
 	}
 	ch := a.ready
@@ -184,8 +193,16 @@ func (b *Backend) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 	if err := b.precheck(op); err != nil {
 		return 0, err
 	}
+	if spec.Method == "" {
+		return 0, backend.Errorf(backend.InvalidArgument, op, "empty method name")
+	}
 	a := b.actors[spec.Actor]
 	if a == nil {
+		if err, dead := b.deadActors[spec.Actor]; dead {
+			o := b.newObject()
+			b.completeLocked(o, backend.Value{}, err)
+			return o.id, nil
+		}
 		return 0, backend.Errorf(backend.NotFound, op, "actor %s does not exist", spec.Actor)
 	}
 	if a.spec.Class != spec.Class {
@@ -314,6 +331,9 @@ func (b *Backend) KillActor(ctx context.Context, id backend.ActorID) error {
 	}
 	a := b.actors[id]
 	if a == nil {
+		if _, dead := b.deadActors[id]; dead {
+			return nil
+		}
 		return backend.Errorf(backend.NotFound, "local.KillActor", "actor %s does not exist", id)
 	}
 	b.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+id.String(), "actor was killed"), false)
@@ -381,6 +401,8 @@ func (b *Backend) killActorLocked(a *actor, err error, restart bool) {
 	if a.spec.Name != "" && b.actorNames[a.spec.Name] == a {
 		delete(b.actorNames, a.spec.Name)
 	}
+	delete(b.actors, a.id)
+	b.deadActors[a.id] = a.deathErr
 	b.schedule()
 }
 

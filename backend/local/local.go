@@ -83,6 +83,8 @@ type Backend struct {
 	actorNames map[string]*actor
 
 	pgs        map[backend.PlacementGroupID]*pgroup
+	removedPGs map[backend.PlacementGroupID]struct{} // tombstones of removed groups
+	deadActors map[backend.ActorID]error             // tombstones: why each dead actor died
 	pendingPGs []*pgroup
 
 	classes map[string]*class
@@ -99,6 +101,7 @@ type Backend struct {
 var _ backend.Backend = (*Backend)(nil)
 var _ backend.Snapshotter = (*Backend)(nil)
 var _ backend.FaultInjector = (*Backend)(nil)
+var _ backend.SliceReserver = (*Backend)(nil)
 
 type node struct {
 	idx     int
@@ -120,7 +123,7 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	defs, err := spec.expand()
+	defs, sliceDefs, err := spec.expand()
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +137,8 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 		actors:      map[backend.ActorID]*actor{},
 		actorNames:  map[string]*actor{},
 		pgs:         map[backend.PlacementGroupID]*pgroup{},
+		removedPGs:  map[backend.PlacementGroupID]struct{}{},
+		deadActors:  map[backend.ActorID]error{},
 		classes:     map[string]*class{},
 	}
 	if b.log == nil {
@@ -165,7 +170,7 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 		b.nodes = append(b.nodes, n)
 		b.byName[n.name] = n
 	}
-	b.slices = buildSliceIndex(b)
+	b.slices = buildSliceIndex(b, sliceDefs)
 	return b, nil
 }
 

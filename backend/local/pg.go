@@ -30,6 +30,10 @@ type pgroup struct {
 	// pinned, when set, gives each bundle's only allowed node (TPU slice
 	// reservations pin bundles to the hosts of reserved slices).
 	pinned []*node
+	// slices are the TPU slices a slice reservation holds.
+	slices []*tpuSlice
+	// classes are the scheduling classes pinned to the group.
+	classes []*class
 }
 
 type bundle struct {
@@ -113,7 +117,6 @@ func (b *Backend) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, e
 		}
 		pg.bundles = append(pg.bundles, &bundle{
 			pg: pg, index: i, demand: b.vector(bs.Resources), sel: m, env: bs.Env,
-			running: map[*task]struct{}{}, actors: map[*actor]struct{}{},
 		})
 	}
 	return pg, nil
@@ -417,6 +420,9 @@ func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 		pg := b.pgs[id]
 		if pg == nil {
 			b.mu.Unlock()
+			if _, removed := b.removedPGs[id]; removed {
+				return pgRemovedErr(id)
+			}
 			return backend.Errorf(backend.NotFound, "local.PlacementGroupReady", "placement group %s does not exist", id)
 		}
 		switch pg.state {
@@ -446,6 +452,9 @@ func (b *Backend) RemovePlacementGroup(ctx context.Context, id backend.Placement
 	}
 	pg := b.pgs[id]
 	if pg == nil {
+		if _, removed := b.removedPGs[id]; removed {
+			return nil
+		}
 		return backend.Errorf(backend.NotFound, "local.RemovePlacementGroup", "placement group %s does not exist", id)
 	}
 	b.removePGLocked(pg)
@@ -458,8 +467,13 @@ func (b *Backend) removePGLocked(pg *pgroup) {
 	}
 	pg.state = pgRemoved
 	pg.signal()
-	err := pgRemovedErr(pg.id)
+	delete(b.pgs, pg.id)
+	b.removedPGs[pg.id] = struct{}{}
+	var err error
 	for _, bu := range pg.bundles {
+		if err == nil && (len(bu.running) > 0 || len(bu.actors) > 0) {
+			err = pgRemovedErr(pg.id)
+		}
 		for t := range bu.running {
 			b.abortTask(t, err, false)
 		}
@@ -475,9 +489,9 @@ func (b *Backend) removePGLocked(pg *pgroup) {
 		}
 	}
 	// Fail queued work pinned to the group and forget its classes.
-	for key, c := range b.classes {
-		if c.pl.Group != pg.id {
-			continue
+	for _, c := range pg.classes {
+		if err == nil && c.len() > 0 {
+			err = pgRemovedErr(pg.id)
 		}
 		for c.len() > 0 {
 			t := c.peek()
@@ -485,8 +499,9 @@ func (b *Backend) removePGLocked(pg *pgroup) {
 			b.queued--
 			b.failRequest(t, err)
 		}
-		delete(b.classes, key)
+		delete(b.classes, c.key)
 	}
+	pg.classes = nil
 	if i := slices.Index(b.pendingPGs, pg); i >= 0 {
 		b.pendingPGs = slices.Delete(b.pendingPGs, i, i+1)
 	}

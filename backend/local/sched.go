@@ -103,6 +103,8 @@ func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
 	c := &class{key: string(key), demand: slices.Clone(vec), sel: m, selText: selText, pl: s.Placement, feasEpoch: ^uint64(0)}
 	if c.pl.Group == 0 {
 		c.pl.Bundle = -1
+	} else if pg := b.pgs[c.pl.Group]; pg != nil {
+		pg.classes = append(pg.classes, c)
 	}
 	b.classes[c.key] = c
 	return c, nil
@@ -118,7 +120,11 @@ func (b *Backend) feasible(op string, c *class) error {
 	if c.pl.Group != 0 {
 		pg := b.pgs[c.pl.Group]
 		if pg == nil {
-			c.feasErr = backend.Errorf(backend.NotFound, op, "placement group %s does not exist", c.pl.Group)
+			if _, removed := b.removedPGs[c.pl.Group]; removed {
+				c.feasErr = pgRemovedErr(c.pl.Group)
+			} else {
+				c.feasErr = backend.Errorf(backend.NotFound, op, "placement group %s does not exist", c.pl.Group)
+			}
 			return c.feasErr
 		}
 		if c.pl.Bundle >= len(pg.bundles) || c.pl.Bundle < -1 {
@@ -321,6 +327,11 @@ func (b *Backend) release(t *task) {
 func (b *Backend) schedule() {
 	if b.closed {
 		return
+	}
+	for _, p := range b.slices.order {
+		if len(p.waiting) > 0 {
+			b.serveSlices(p)
+		}
 	}
 	var bl []blocker
 	var waiting []blocker // unplaced, older than what is placed next

@@ -115,7 +115,7 @@ type nodeDef struct {
 }
 
 // expand validates the spec and expands counts and TPU slices into nodes.
-func (s ClusterSpec) expand() ([]nodeDef, error) {
+func (s ClusterSpec) expand() ([]nodeDef, []sliceDef, error) {
 	const op = "local.New"
 	var defs []nodeDef
 	seen := map[string]bool{}
@@ -135,31 +135,31 @@ func (s ClusterSpec) expand() ([]nodeDef, error) {
 	}
 	for _, n := range s.Nodes {
 		if n.Count < 0 {
-			return nil, backend.Errorf(backend.InvalidArgument, op, "node %q: negative count %d", n.Name, n.Count)
+			return nil, nil, backend.Errorf(backend.InvalidArgument, op, "node %q: negative count %d", n.Name, n.Count)
 		}
 		if n.Count <= 1 {
 			if err := add(nodeDef{n.Name, n.Resources.Clone(), maps.Clone(n.Labels), maps.Clone(n.Env)}); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			continue
 		}
 		for i := range n.Count {
 			if err := add(nodeDef{fmt.Sprintf("%s-%d", n.Name, i), n.Resources.Clone(), maps.Clone(n.Labels), maps.Clone(n.Env)}); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
-	tpuDefs, err := expandSlices(s.TPUSlices)
+	tpuDefs, sliceDefs, err := expandSlices(s.TPUSlices)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, d := range tpuDefs {
 		if err := add(d); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if len(defs) == 0 {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "cluster spec has no nodes")
+		return nil, nil, backend.Errorf(backend.InvalidArgument, op, "cluster spec has no nodes")
 	}
-	return defs, nil
+	return defs, sliceDefs, nil
 }

@@ -115,6 +115,9 @@ func (b *Backend) start(t *task) {
 	t.state = stateRunning
 	t.node.running[t] = struct{}{}
 	if t.bundle != nil {
+		if t.bundle.running == nil {
+			t.bundle.running = map[*task]struct{}{}
+		}
 		t.bundle.running[t] = struct{}{}
 	}
 	b.running++

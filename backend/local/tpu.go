@@ -1,8 +1,23 @@
 package local
 
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/tpu"
+)
+
 // TPUSliceSpec adds simulated GKE TPU node pools: Count slices of one
-// generation and topology, each its own node pool, every host labelled as
-// GKE and the TPU webhook would.
+// generation and topology, each its own node pool with one node per host,
+// every host labelled as GKE and the TPU webhook would (see
+// tpu.HostLabels) and holding its chips as the TPU resource.
 type TPUSliceSpec struct {
 	// Generation is the TPU generation, e.g. "v6e".
 	Generation string `json:"generation"`
@@ -13,18 +28,537 @@ type TPUSliceSpec struct {
 	// ChipsPerHost overrides the default chips per host (ambiguous shapes
 	// such as v6e 2x4).
 	ChipsPerHost int `json:"chipsPerHost,omitempty"`
-	// NamePrefix prefixes slice names; default "<generation>-<topology>".
+	// NamePrefix prefixes slice names; the default is the pod type, e.g.
+	// "v6e-16". Slices are named <prefix>-<i>, hosts <slice>-w<worker>.
 	NamePrefix string `json:"namePrefix,omitempty"`
+	// HostCPU and HostMemory are each host's CPUs and memory bytes;
+	// defaults 8 and 64 GiB.
+	HostCPU    float64 `json:"hostCPU,omitempty"`
+	HostMemory float64 `json:"hostMemory,omitempty"`
 }
 
-func expandSlices(specs []TPUSliceSpec) ([]nodeDef, error) {
-	return nil, nil
+// defaultHostCPU and defaultHostMemory size simulated TPU hosts.
+const (
+	defaultHostCPU    = 8
+	defaultHostMemory = 64 << 30
+)
+
+type sliceDef struct {
+	name  string
+	shape tpu.SliceShape
+	hosts []string
 }
 
-// sliceIndex tracks TPU slices of the cluster.
-type sliceIndex struct{}
+func expandSlices(specs []TPUSliceSpec) ([]nodeDef, []sliceDef, error) {
+	const op = "local.New"
+	var defs []nodeDef
+	var slicesOut []sliceDef
+	for i, s := range specs {
+		shape, err := tpu.NewSliceShape(tpu.Generation(s.Generation), s.Topology, s.ChipsPerHost)
+		if err != nil {
+			return nil, nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice spec %d: %w", i, err)
+		}
+		if s.Count < 0 {
+			return nil, nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice spec %d: negative count %d", i, s.Count)
+		}
+		prefix := s.NamePrefix
+		if prefix == "" {
+			prefix = shape.PodType()
+		}
+		cpu, mem := s.HostCPU, s.HostMemory
+		if cpu == 0 {
+			cpu = defaultHostCPU
+		}
+		if mem == 0 {
+			mem = defaultHostMemory
+		}
+		for k := range max(1, s.Count) {
+			sd := sliceDef{name: fmt.Sprintf("%s-%d", prefix, k), shape: shape}
+			for w := range shape.Hosts() {
+				host := fmt.Sprintf("%s-w%d", sd.name, w)
+				sd.hosts = append(sd.hosts, host)
+				defs = append(defs, nodeDef{
+					name: host,
+					resources: backend.Resources{
+						backend.CPU: cpu, backend.Memory: mem, backend.TPU: float64(shape.ChipsPerHost),
+						tpu.ResourceAcceleratorTypePrefix + shape.AcceleratorType(): 1,
+					},
+					labels: tpu.HostLabels(shape, sd.name, sd.name, w),
+					env: map[string]string{
+						tpu.EnvAcceleratorType: acceleratorEnv(shape),
+						tpu.EnvTopology:        shape.Topology.String(),
+						tpu.EnvSkipMDSQuery:    "true",
+					},
+				})
+			}
+			slicesOut = append(slicesOut, sd)
+		}
+	}
+	return defs, slicesOut, nil
+}
 
-func buildSliceIndex(b *Backend) *sliceIndex { return &sliceIndex{} }
-func (b *Backend) releaseSlices(pg *pgroup)  {}
-func (b *Backend) markSliceHostDown(n *node) {}
-func (b *Backend) markSliceHostUp(n *node)   {}
+type shapeReq struct {
+	gen, topo string
+	chips     int
+}
+
+// shapes caches parsed slice shapes; parsing is pure, so the cache is
+// process-wide.
+var shapes sync.Map // shapeReq -> tpu.SliceShape
+
+func cachedShape(gen, topo string, chips int) (tpu.SliceShape, error) {
+	key := shapeReq{gen, topo, chips}
+	if s, ok := shapes.Load(key); ok {
+		return s.(tpu.SliceShape), nil
+	}
+	s, err := tpu.NewSliceShape(tpu.Generation(gen), topo, chips)
+	if err == nil {
+		shapes.Store(key, s)
+	}
+	return s, err
+}
+
+func acceleratorEnv(s tpu.SliceShape) string {
+	if s.Generation == tpu.V7x {
+		return s.GKEPodType()
+	}
+	return s.PodType()
+}
+
+// tpuSlice is a slice of the simulated cluster.
+type tpuSlice struct {
+	index      int // order of creation, for first-fit
+	name       string
+	shape      tpu.SliceShape
+	key        string
+	hosts      []*node
+	dead       int // hosts not alive
+	reservedBy *pgroup
+	heapPos    int // position in its shape's free heap, or -1
+	env        []map[string]string // single-slice worker env per host, built once
+	names      []string            // host names in worker order, built once
+}
+
+func (s *tpuSlice) hostNames() []string {
+	if s.names == nil {
+		for _, h := range s.hosts {
+			s.names = append(s.names, h.name)
+		}
+	}
+	return s.names
+}
+
+// workerEnv returns the TPU worker env of host wid; the map is shared and
+// must not be modified.
+func (s *tpuSlice) workerEnv(wid int, hostnames []string) map[string]string {
+	if s.env == nil {
+		s.env = make([]map[string]string, len(s.hosts))
+		for i := range s.hosts {
+			s.env[i], _ = tpu.WorkerEnv(s.shape, s.name, hostnames, i)
+		}
+	}
+	return s.env[wid]
+}
+
+func (s *tpuSlice) idle() bool {
+	if s.dead > 0 || s.reservedBy != nil {
+		return false
+	}
+	for _, n := range s.hosts {
+		if !slices.Equal(n.free, n.capac) {
+			return false
+		}
+	}
+	return true
+}
+
+// shapePool holds the slices of one shape and the queue of requests for it.
+type shapePool struct {
+	key     string
+	shape   tpu.SliceShape
+	all     []*tpuSlice
+	free    sliceHeap // unreserved slices, lowest index first
+	waiting []*sliceWait
+}
+
+type sliceHeap []*tpuSlice
+
+func (h sliceHeap) Len() int           { return len(h) }
+func (h sliceHeap) Less(i, j int) bool { return h[i].index < h[j].index }
+func (h sliceHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapPos, h[j].heapPos = i, j
+}
+func (h *sliceHeap) Push(x any) {
+	s := x.(*tpuSlice)
+	s.heapPos = len(*h)
+	*h = append(*h, s)
+}
+func (h *sliceHeap) Pop() any {
+	old := *h
+	s := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	s.heapPos = -1
+	return s
+}
+
+// sliceIndex tracks the TPU slices of the cluster by shape.
+type sliceIndex struct {
+	pools  map[string]*shapePool
+	order  []*shapePool
+	byNode map[*node]*tpuSlice
+	all    []*tpuSlice
+}
+
+// sliceWait is a queued reservation.
+type sliceWait struct {
+	req     *backend.SliceRequest
+	n       int
+	shape   tpu.SliceShape
+	demand  []int64 // per bundle
+	perHost int
+	res     backend.Resources
+	done    chan struct{}
+	result  *backend.SliceReservation
+}
+
+func shapeKey(s tpu.SliceShape) string {
+	return s.Generation.String() + "/" + s.Topology.String() + "/" + strconv.Itoa(s.ChipsPerHost)
+}
+
+func buildSliceIndex(b *Backend, defs []sliceDef) *sliceIndex {
+	idx := &sliceIndex{pools: map[string]*shapePool{}, byNode: map[*node]*tpuSlice{}}
+	for i, d := range defs {
+		key := shapeKey(d.shape)
+		p := idx.pools[key]
+		if p == nil {
+			p = &shapePool{key: key, shape: d.shape}
+			idx.pools[key] = p
+			idx.order = append(idx.order, p)
+		}
+		s := &tpuSlice{index: i, name: d.name, shape: d.shape, key: key, heapPos: -1}
+		for _, h := range d.hosts {
+			n := b.byName[h]
+			s.hosts = append(s.hosts, n)
+			idx.byNode[n] = s
+		}
+		p.all = append(p.all, s)
+		heap.Push(&p.free, s)
+		idx.all = append(idx.all, s)
+	}
+	return idx
+}
+
+// describeShapes lists what slices the cluster has, for errors.
+func (x *sliceIndex) describeShapes() string {
+	if len(x.order) == 0 {
+		return "the cluster has no TPU slices"
+	}
+	parts := make([]string, 0, len(x.order))
+	for _, p := range x.order {
+		parts = append(parts, fmt.Sprintf("%d × %s", len(p.all), p.shape))
+	}
+	return "the cluster has " + strings.Join(parts, ", ")
+}
+
+// ReserveSlices implements backend.SliceReserver: it reserves NumSlices
+// whole, intact, idle slices of one shape in one step, placing a placement
+// group whose bundles are pinned to their hosts, or waits first come, first
+// served until it can.
+func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) (*backend.SliceReservation, error) {
+	op := "reserve TPU slices"
+	if req.Name != "" {
+		op += " " + req.Name
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	shape, err := cachedShape(req.Generation, req.Topology, req.ChipsPerHost)
+	if err != nil {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "%w", err)
+	}
+	n := req.NumSlices
+	if n == 0 {
+		n = 1
+	}
+	if n < 0 {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "negative number of slices %d", n)
+	}
+	res, perHost, err := bundleShape(shape, req.BundleResources)
+	if err != nil {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "%v", err)
+	}
+	b.mu.Lock()
+	if err := b.precheck(op); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	if err := b.checkResources(op, res); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	p := b.slices.pools[shapeKey(shape)]
+	if p == nil || len(p.all) < n {
+		have := 0
+		if p != nil {
+			have = len(p.all)
+		}
+		b.mu.Unlock()
+		return nil, backend.Errorf(backend.Infeasible, op, "want %d × %s but the cluster has only %d of that shape (%s)", n, shape, have, b.slices.describeShapes())
+	}
+	demand := b.vector(res)
+	perHostTotal := make([]int64, len(demand))
+	for range perHost {
+		add(perHostTotal, demand)
+	}
+	if !fits(perHostTotal, p.all[0].hosts[0].capac) {
+		b.mu.Unlock()
+		return nil, backend.Errorf(backend.Infeasible, op, "%d bundles of %s do not fit a %s host, which has %s", perHost, res, shape, b.resources(p.all[0].hosts[0].capac))
+	}
+	w := &sliceWait{req: req, n: n, shape: shape, demand: demand, perHost: perHost, res: res, done: make(chan struct{})}
+	p.waiting = append(p.waiting, w)
+	b.serveSlices(p)
+	b.mu.Unlock()
+
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+	case <-b.closedCh:
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w.result == nil {
+		// Not granted: leave the queue holding nothing.
+		if i := slices.Index(p.waiting, w); i >= 0 {
+			p.waiting = slices.Delete(p.waiting, i, i+1)
+		}
+		if b.closed {
+			return nil, backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
+		}
+		b.serveSlices(p) // a large request leaving may unblock smaller ones
+		return nil, ctx.Err()
+	}
+	if ctx.Err() != nil || b.closed {
+		// Granted as the caller gave up: release, so nothing leaks.
+		if pg := b.pgs[w.result.Group]; pg != nil {
+			b.removePGLocked(pg)
+		}
+		if b.closed {
+			return nil, backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
+		}
+		return nil, ctx.Err()
+	}
+	return w.result, nil
+}
+
+// bundleShape resolves the per-bundle resources and bundles per host, as
+// Ray's slice_placement_group does.
+func bundleShape(shape tpu.SliceShape, r backend.Resources) (backend.Resources, int, error) {
+	chips := float64(shape.ChipsPerHost)
+	if r == nil {
+		return backend.Resources{backend.CPU: 1, backend.TPU: chips}, 1, nil
+	}
+	if err := r.Validate(); err != nil {
+		return nil, 0, err.(*backend.Error).Err
+	}
+	res := r.Clone()
+	if _, ok := res[backend.CPU]; !ok {
+		res[backend.CPU] = 1
+	}
+	if _, ok := res[backend.TPU]; !ok {
+		res[backend.TPU] = chips
+	}
+	t := res[backend.TPU]
+	if t <= 0 || t > chips {
+		return nil, 0, fmt.Errorf("bundle TPU %v must be in (0, %v], the chips of one %s host", t, chips, shape)
+	}
+	per := chips / t
+	if per != float64(int(per)) {
+		return nil, 0, fmt.Errorf("a %s host's %v chips do not divide into bundles of %v TPU", shape, chips, t)
+	}
+	return res, int(per), nil
+}
+
+// serveSlices grants queued requests of a shape in order while slices are
+// free; the first request that cannot be granted holds back the rest, so a
+// multislice request is not starved by single-slice ones. b.mu must be held.
+func (b *Backend) serveSlices(p *shapePool) {
+	for len(p.waiting) > 0 && !b.closed {
+		w := p.waiting[0]
+		picked := b.pickSlices(p, w.n)
+		if picked == nil {
+			return
+		}
+		p.waiting = p.waiting[1:]
+		w.result = b.grantSlices(p, w, picked)
+		close(w.done)
+	}
+}
+
+// pickSlices takes the n lowest-index idle slices out of the free heap, or
+// none.
+func (b *Backend) pickSlices(p *shapePool, n int) []*tpuSlice {
+	var picked, skipped []*tpuSlice
+	for len(picked) < n && p.free.Len() > 0 {
+		s := heap.Pop(&p.free).(*tpuSlice)
+		if s.idle() {
+			picked = append(picked, s)
+		} else {
+			skipped = append(skipped, s)
+		}
+	}
+	for _, s := range skipped {
+		heap.Push(&p.free, s)
+	}
+	if len(picked) < n {
+		for _, s := range picked {
+			heap.Push(&p.free, s)
+		}
+		return nil
+	}
+	return picked
+}
+
+// grantSlices places a placement group pinned to the hosts of picked
+// slices and builds the reservation. b.mu must be held.
+func (b *Backend) grantSlices(p *shapePool, w *sliceWait, picked []*tpuSlice) *backend.SliceReservation {
+	r := &backend.SliceReservation{ChipsPerHost: w.shape.ChipsPerHost, BundlesPerHost: w.perHost, BundleResources: w.res}
+	spec := &backend.PlacementGroupSpec{Name: w.req.Name, Strategy: backend.StrictSpread}
+	pg := &pgroup{id: backend.PlacementGroupID(b.newID()), spec: spec, ready: make(chan struct{})}
+	coordinator := ""
+	total := len(picked) * len(picked[0].hosts) * w.perHost
+	spec.Bundles = make([]backend.Bundle, 0, total)
+	pg.bundles = make([]*bundle, 0, total)
+	pg.pinned = make([]*node, 0, total)
+	r.Env = make([]map[string]string, 0, total)
+	r.Slices = make([]backend.ReservedSlice, 0, len(picked))
+	bundles := make([]bundle, total)
+	free := make([]int64, total*len(w.demand))
+	for si, s := range picked {
+		// Host names never change in the simulator, so the slices share
+		// one read-only list.
+		rs := backend.ReservedSlice{Name: s.name, Hosts: s.hostNames(), Hostnames: s.hostNames()}
+		if si == 0 {
+			coordinator = rs.Hostnames[0]
+		}
+		for wid, h := range s.hosts {
+			env := s.workerEnv(wid, rs.Hostnames)
+			if len(picked) > 1 {
+				ms, _ := tpu.MultisliceEnv(coordinator, tpu.DefaultMegascalePort, len(picked), si)
+				env = maps.Clone(env)
+				maps.Copy(env, ms)
+			}
+			for range w.perHost {
+				bu := &bundles[len(pg.bundles)]
+				*bu = bundle{pg: pg, index: len(pg.bundles), demand: w.demand, env: env}
+				spec.Bundles = append(spec.Bundles, backend.Bundle{Resources: w.res, Env: env})
+				pg.bundles = append(pg.bundles, bu)
+				pg.pinned = append(pg.pinned, h)
+				sub(h.free, bu.demand)
+				bu.node = h
+				bu.free = free[:len(w.demand):len(w.demand)]
+				free = free[len(w.demand):]
+				copy(bu.free, bu.demand)
+				h.bundles[bu] = struct{}{}
+				r.Env = append(r.Env, env)
+			}
+		}
+		s.reservedBy = pg
+		r.Slices = append(r.Slices, rs)
+	}
+	pg.slices = picked
+	pg.state = pgCreated
+	pg.signal()
+	b.pgs[pg.id] = pg
+	b.seq++
+	pg.seq = b.seq
+	r.Group = pg.id
+	return r
+}
+
+// releaseSlices returns the slices of a removed reservation to their free
+// heaps and serves waiting requests. b.mu must be held.
+func (b *Backend) releaseSlices(pg *pgroup) {
+	if len(pg.slices) == 0 {
+		return
+	}
+	var pools []*shapePool
+	for _, s := range pg.slices {
+		s.reservedBy = nil
+		p := b.slices.pools[s.key]
+		heap.Push(&p.free, s)
+		if !slices.Contains(pools, p) {
+			pools = append(pools, p)
+		}
+	}
+	pg.slices = nil
+	for _, p := range pools {
+		b.serveSlices(p)
+	}
+}
+
+// sliceHostFreed serves waiting requests when a TPU host may have become
+// idle. b.mu must be held.
+func (b *Backend) sliceHostFreed(n *node) {
+	if s := b.slices.byNode[n]; s != nil {
+		if p := b.slices.pools[s.key]; len(p.waiting) > 0 {
+			b.serveSlices(p)
+		}
+	}
+}
+
+func (b *Backend) markSliceHostDown(n *node) {
+	if s := b.slices.byNode[n]; s != nil {
+		s.dead++
+	}
+}
+
+func (b *Backend) markSliceHostUp(n *node) {
+	if s := b.slices.byNode[n]; s != nil {
+		s.dead--
+		b.sliceHostFreed(n)
+	}
+}
+
+// Slices implements backend.SliceReserver.
+func (b *Backend) Slices(ctx context.Context) ([]backend.SliceState, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, backend.Errorf(backend.FailedPrecondition, "local.Slices", "%w", backend.ErrClosed)
+	}
+	tpuIdx := b.resIndex[backend.TPU]
+	out := make([]backend.SliceState, 0, len(b.slices.all))
+	for _, s := range b.slices.all {
+		st := backend.SliceState{
+			Name: s.name, Generation: s.shape.Generation.String(), Topology: s.shape.Topology.String(),
+			ChipsPerHost: s.shape.ChipsPerHost, Intact: s.dead == 0, Idle: s.idle(),
+		}
+		if s.reservedBy != nil {
+			st.ReservedBy, st.ReservedName = s.reservedBy.id, s.reservedBy.spec.Name
+		}
+		for _, h := range s.hosts {
+			chips := int(backend.Dequantize(h.capac[tpuIdx]))
+			used := chips - int(backend.Dequantize(h.free[tpuIdx]))
+			if s.reservedBy != nil {
+				// Chips held by the reservation's bundles count as used.
+				used = chips
+			}
+			st.Hosts = append(st.Hosts, backend.SliceHostState{Node: h.name, Alive: h.alive, Chips: chips, ChipsInUse: used})
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// QueuedSliceRequests returns how many slice reservations are waiting.
+func (b *Backend) QueuedSliceRequests() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, p := range b.slices.order {
+		n += len(p.waiting)
+	}
+	return n
+}

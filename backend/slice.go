@@ -1,0 +1,97 @@
+package backend
+
+import "context"
+
+// SliceRequest asks for NumSlices whole TPU slices of one shape, reserved
+// atomically: every host of every slice, or nothing.
+type SliceRequest struct {
+	// Generation is the TPU generation in any spelling package tpu parses
+	// ("v6e", "TPU-V6E", "tpu7x").
+	Generation string
+	// Topology is the chip grid, such as "4x4".
+	Topology string
+	// ChipsPerHost overrides the default chips per host (Ray's
+	// chips_per_vm), for ambiguous shapes such as v6e 2x4; 0 means default.
+	ChipsPerHost int
+	// NumSlices is how many slices; 0 means 1.
+	NumSlices int
+	// BundleResources are the resources of one bundle. Nil means one
+	// bundle per host of {CPU: 1, TPU: chips per host}. Otherwise CPU
+	// defaults to 1 and TPU to chips per host, and the host's chips must
+	// divide evenly into bundles (Ray: {TPU: 1} on v6e 4x4 is 16 bundles).
+	BundleResources Resources
+	// Name names the reservation's placement group.
+	Name string
+}
+
+// SliceReservation is a granted SliceRequest.
+type SliceReservation struct {
+	// Group is the placement group holding every bundle. Bundles are
+	// ordered slice by slice, host by host in worker-ID order, and
+	// BundlesPerHost bundles per host. Removing the group releases the
+	// slices.
+	Group PlacementGroupID
+	// Slices are the reserved slices, in MEGASCALE_SLICE_ID order.
+	Slices []ReservedSlice
+	// ChipsPerHost is the resolved chips per host.
+	ChipsPerHost int
+	// BundlesPerHost is the number of bundles on each host.
+	BundlesPerHost int
+	// BundleResources are the resolved resources of each bundle.
+	BundleResources Resources
+	// Env is the env of each bundle (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES,
+	// TPU_NAME, and MEGASCALE_* for multislice), indexed like the group's
+	// bundles, derived from this reservation.
+	Env []map[string]string
+}
+
+// ReservedSlice is one slice of a reservation.
+type ReservedSlice struct {
+	// Name is the slice's name (its GKE node pool).
+	Name string
+	// Hosts are the slice's node names in worker-ID order.
+	Hosts []string
+	// Hostnames are the names workers reach each other by, in worker-ID
+	// order (TPU_WORKER_HOSTNAMES).
+	Hostnames []string
+}
+
+// SliceReserver is implemented by backends that manage TPU slices.
+type SliceReserver interface {
+	// ReserveSlices reserves whole, intact, idle slices atomically. It
+	// fails at once with InvalidArgument for a topology the generation
+	// does not have, and with Infeasible when the cluster has fewer slices
+	// of the shape than asked, naming the shapes it has; otherwise it waits
+	// (first come, first served per shape) until enough slices are free, or
+	// ctx ends (returning ctx.Err() and holding nothing). Release a
+	// reservation with RemovePlacementGroup(Group).
+	ReserveSlices(ctx context.Context, req *SliceRequest) (*SliceReservation, error)
+	// Slices reports every TPU slice of the cluster.
+	Slices(ctx context.Context) ([]SliceState, error)
+}
+
+// SliceState describes one TPU slice.
+type SliceState struct {
+	Name         string
+	Generation   string
+	Topology     string
+	ChipsPerHost int
+	// Hosts are the slice's hosts in worker-ID order.
+	Hosts []SliceHostState
+	// Intact: every host is alive.
+	Intact bool
+	// Idle: intact, unreserved, and nothing runs on any host.
+	Idle bool
+	// ReservedBy is the placement group holding the slice, or 0.
+	ReservedBy PlacementGroupID
+	// ReservedName is that group's name.
+	ReservedName string
+}
+
+// SliceHostState describes one host of a slice.
+type SliceHostState struct {
+	Node  string
+	Alive bool
+	// Chips is the host's chip count; ChipsInUse how many are held.
+	Chips, ChipsInUse int
+}

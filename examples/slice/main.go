@@ -1,0 +1,125 @@
+// Command slice reserves TPU slices on the local simulator, the Go form of
+// Ray's slice_placement_group(topology="4x4", accelerator_version="v6e"):
+// it runs one task per host of a v6e 4x4 slice, printing each worker's ID,
+// the slice's hostnames and the host's chips, then reserves two slices at
+// once (multislice) and prints the MEGASCALE_* env of each worker.
+//
+//	go run ./examples/slice
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"os"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/backend/local"
+	"github.com/goray-dev/goray/ray"
+)
+
+// WorkerInfo is what each TPU worker reports.
+type WorkerInfo struct {
+	Host, WorkerID, Hostnames, SliceName, Chips string
+	Megascale                                   string
+}
+
+// Report runs on every host of a reserved slice and reads the TPU worker
+// env that the reservation gave it.
+var Report = ray.NewTask("slice.report", func(ctx context.Context, _ struct{}) (WorkerInfo, error) {
+	rc, _ := ray.Runtime(ctx)
+	info := WorkerInfo{
+		Host:      rc.NodeName(),
+		WorkerID:  rc.Env("TPU_WORKER_ID"),
+		Hostnames: rc.Env("TPU_WORKER_HOSTNAMES"),
+		SliceName: rc.Env("TPU_NAME"),
+		Chips:     rc.NodeLabels()["cloud.google.com/gke-accelerator-count"],
+	}
+	if n := rc.Env("MEGASCALE_NUM_SLICES"); n != "" {
+		info.Megascale = fmt.Sprintf("MEGASCALE_SLICE_ID=%s MEGASCALE_NUM_SLICES=%s MEGASCALE_COORDINATOR_ADDRESS=%s MEGASCALE_PORT=%s",
+			rc.Env("MEGASCALE_SLICE_ID"), n, rc.Env("MEGASCALE_COORDINATOR_ADDRESS"), rc.Env("MEGASCALE_PORT"))
+	}
+	return info, nil
+})
+
+// clusterSpec is three v6e 4x4 slices (4 hosts of 4 chips each), one v5p
+// 2x2x2 slice and four CPU nodes.
+func clusterSpec() local.ClusterSpec {
+	return local.ClusterSpec{
+		Nodes: []local.NodeSpec{{Name: "cpu", Count: 4, Resources: backend.Resources{backend.CPU: 16, backend.Memory: 64 << 30}}},
+		TPUSlices: []local.TPUSliceSpec{
+			{Generation: "v6e", Topology: "4x4", Count: 3},
+			{Generation: "v5p", Topology: "2x2x2", Count: 1},
+		},
+	}
+}
+
+func main() {
+	ctx := context.Background()
+	b, err := local.New(clusterSpec(), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := ray.NewCluster(ctx, b, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	if err := run(ctx, c, os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, c *ray.Cluster, w io.Writer) error {
+	states, err := ray.TPUSlices(ctx, c)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(w, ray.FormatSliceSummary(ray.SummarizeSlices(states)))
+
+	// One slice: every host of a v6e 4x4, reserved atomically.
+	spg, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", Name: "single"})
+	if err != nil {
+		return err
+	}
+	defer spg.Release(ctx)
+	fmt.Fprintf(w, "\nreserved %s: %d hosts x %d chips, %d bundles\n", spg.SliceNames()[0], spg.NumHosts(), spg.ChipsPerHost(), spg.NumBundles())
+	infos, err := ray.RunOnSlice(ctx, spg, Report, struct{}{})
+	if err != nil {
+		return err
+	}
+	for _, in := range infos {
+		fmt.Fprintf(w, "  worker %s on %s: %s chips, TPU_NAME=%s\n", in.WorkerID, in.Host, in.Chips, in.SliceName)
+	}
+	fmt.Fprintf(w, "  TPU_WORKER_HOSTNAMES=%s\n", infos[0].Hostnames)
+
+	// Multislice: two more slices at once, all or nothing.
+	multi, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: 2, Name: "multi"})
+	if err != nil {
+		return err
+	}
+	defer multi.Release(ctx)
+	fmt.Fprintf(w, "\nreserved %v: %d hosts\n", multi.SliceNames(), multi.NumHosts())
+	infos, err = ray.RunOnSlice(ctx, multi, Report, struct{}{})
+	if err != nil {
+		return err
+	}
+	for _, in := range infos {
+		fmt.Fprintf(w, "  %s worker %s: %s\n", in.Host, in.WorkerID, in.Megascale)
+	}
+
+	states, err = ray.TPUSlices(ctx, c)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n%s", ray.FormatSlices(states))
+
+	// A fourth v6e 4x4 does not exist: the request fails at once.
+	_, err = ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: 4})
+	fmt.Fprintf(w, "\n4 slices: %v\n", err)
+	// A topology v6e does not have: the error lists the valid ones.
+	_, err = ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x5", AcceleratorVersion: "v6e"})
+	fmt.Fprintf(w, "4x5: %v\n", err)
+	return nil
+}
