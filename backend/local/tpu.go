@@ -134,7 +134,7 @@ type tpuSlice struct {
 	hosts      []*node
 	dead       int // hosts not alive
 	reservedBy *pgroup
-	heapPos    int // position in its shape's free heap, or -1
+	heapPos    int                 // position in its shape's free heap, or -1
 	env        []map[string]string // single-slice worker env per host, built once
 	names      []string            // host names in worker order, built once
 }
