@@ -283,3 +283,14 @@ type Backend interface {
 type NativeValues interface {
 	SupportsNativeValues() bool
 }
+
+// RuntimeInfoKey is the context key under which the *RuntimeInfo of running
+// work is stored; ray.Runtime reads it. Backends may store it with
+// context.WithValue or return it from their own context's Value method.
+type RuntimeInfoKey struct{}
+
+// RuntimeInfoFrom returns the *RuntimeInfo stored in ctx.
+func RuntimeInfoFrom(ctx context.Context) (*RuntimeInfo, bool) {
+	info, ok := ctx.Value(RuntimeInfoKey{}).(*RuntimeInfo)
+	return info, ok && info != nil
+}

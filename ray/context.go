@@ -7,13 +7,14 @@ import (
 	"github.com/goray-dev/goray/backend"
 )
 
-type runtimeKey struct{}
-
 func withRuntime(ctx context.Context, info *backend.RuntimeInfo) context.Context {
 	if info == nil {
 		return ctx
 	}
-	return context.WithValue(ctx, runtimeKey{}, info)
+	if cur, _ := backend.RuntimeInfoFrom(ctx); cur == info {
+		return ctx // the backend's context already carries it
+	}
+	return context.WithValue(ctx, backend.RuntimeInfoKey{}, info)
 }
 
 // RuntimeContext tells running task or actor code where it runs. Obtain it
@@ -24,7 +25,7 @@ type RuntimeContext struct{ info *backend.RuntimeInfo }
 // Runtime returns the runtime context of the task or actor call that ctx
 // belongs to; ok is false outside of goray work.
 func Runtime(ctx context.Context) (rc RuntimeContext, ok bool) {
-	info, ok := ctx.Value(runtimeKey{}).(*backend.RuntimeInfo)
+	info, ok := backend.RuntimeInfoFrom(ctx)
 	return RuntimeContext{info: info}, ok
 }
 

@@ -24,17 +24,10 @@ const (
 type Resources map[string]float64
 
 // TaskOption is an option of a task call.
-type TaskOption interface{ applyTask(*taskConfig) }
+type TaskOption interface{ applyTask(*backend.TaskSpec) }
 
 // ActorOption is an option of an actor creation.
 type ActorOption interface{ applyActor(*actorConfig) }
-
-type taskConfig struct {
-	sched        backend.Scheduling
-	maxRetries   int
-	retryOnError bool
-	name         string
-}
 
 type actorConfig struct {
 	sched          backend.Scheduling
@@ -48,7 +41,9 @@ type actorConfig struct {
 // failure (its node died) unless [Retries] says otherwise; as in Ray.
 const DefaultTaskRetries = 3
 
-func (r Resources) applyTask(c *taskConfig) { c.sched.Resources = mergeResources(c.sched.Resources, r) }
+func (r Resources) applyTask(s *backend.TaskSpec) {
+	s.Scheduling.Resources = mergeResources(s.Scheduling.Resources, r)
+}
 func (r Resources) applyActor(c *actorConfig) {
 	c.sched.Resources = mergeResources(c.sched.Resources, r)
 }
@@ -67,8 +62,8 @@ func mergeResources(base backend.Resources, r Resources) backend.Resources {
 // "!in(a,b)". See backend.LabelSelector.
 type NodeSelector map[string]string
 
-func (s NodeSelector) applyTask(c *taskConfig) {
-	c.sched.NodeSelector = backend.LabelSelector(maps.Clone(s))
+func (s NodeSelector) applyTask(t *backend.TaskSpec) {
+	t.Scheduling.NodeSelector = backend.LabelSelector(maps.Clone(s))
 }
 func (s NodeSelector) applyActor(c *actorConfig) {
 	c.sched.NodeSelector = backend.LabelSelector(maps.Clone(s))
@@ -78,20 +73,20 @@ func (s NodeSelector) applyActor(c *actorConfig) {
 // (Unavailable: its node or worker died). Negative retries forever.
 type Retries int
 
-func (r Retries) applyTask(c *taskConfig) { c.maxRetries = int(r) }
+func (r Retries) applyTask(s *backend.TaskSpec) { s.MaxRetries = int(r) }
 
 // RetryOnError is a task option: when true, a task whose code returns an
 // error or panics is retried too, within the same [Retries] budget.
 type RetryOnError bool
 
-func (r RetryOnError) applyTask(c *taskConfig) { c.retryOnError = bool(r) }
+func (r RetryOnError) applyTask(s *backend.TaskSpec) { s.RetryOnError = bool(r) }
 
 // Name names a task call (for state snapshots) or an actor (actor names are
 // unique among live actors and let [GetActor] find it).
 type Name string
 
-func (n Name) applyTask(c *taskConfig)   { c.name = string(n) }
-func (n Name) applyActor(c *actorConfig) { c.name = string(n) }
+func (n Name) applyTask(s *backend.TaskSpec) { s.DisplayName = string(n) }
+func (n Name) applyActor(c *actorConfig)     { c.name = string(n) }
 
 // MaxRestarts is an actor option: how many times the actor is restarted
 // after its node dies. Negative restarts forever. The default is 0.
@@ -131,5 +126,5 @@ func (p PlacementOption) placement() backend.Placement {
 	return backend.Placement{Group: p.pg.id, Bundle: p.index}
 }
 
-func (p PlacementOption) applyTask(c *taskConfig)   { c.sched.Placement = p.placement() }
-func (p PlacementOption) applyActor(c *actorConfig) { c.sched.Placement = p.placement() }
+func (p PlacementOption) applyTask(s *backend.TaskSpec) { s.Scheduling.Placement = p.placement() }
+func (p PlacementOption) applyActor(c *actorConfig)     { c.sched.Placement = p.placement() }

@@ -70,18 +70,6 @@ func (t *Task[I, O]) Name() string { return t.name }
 
 var defaultTaskResources = backend.Resources{backend.CPU: 1}
 
-func (t *Task[I, O]) config(opts []TaskOption) taskConfig {
-	cfg := taskConfig{maxRetries: DefaultTaskRetries}
-	cfg.sched.Resources = defaultTaskResources
-	cfg.sched.Placement.Bundle = -1
-	for _, o := range opts {
-		if o != nil {
-			o.applyTask(&cfg)
-		}
-	}
-	return cfg
-}
-
 // Remote submits the task with input in and returns a ref to its output.
 // Submission errors (nil cluster, closed cluster, bad options, an
 // infeasible request, an input the codec cannot encode) are reported by the
@@ -119,14 +107,16 @@ func (t *Task[I, O]) RemoteRef(ctx context.Context, c *Cluster, in ObjectRef[I],
 }
 
 func (t *Task[I, O]) submit(ctx context.Context, c *Cluster, arg backend.Arg, opts []TaskOption) ObjectRef[O] {
-	cfg := t.config(opts)
 	spec := &backend.TaskSpec{
-		Name:         t.name,
-		Arg:          arg,
-		Scheduling:   cfg.sched,
-		MaxRetries:   cfg.maxRetries,
-		RetryOnError: cfg.retryOnError,
-		DisplayName:  cfg.name,
+		Name:       t.name,
+		Arg:        arg,
+		Scheduling: backend.Scheduling{Resources: defaultTaskResources, Placement: backend.Placement{Bundle: -1}},
+		MaxRetries: DefaultTaskRetries,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.applyTask(spec)
+		}
 	}
 	id, err := c.b.SubmitTask(ctx, spec)
 	if err != nil {

@@ -121,21 +121,26 @@ func (b *Backend) start(t *task) {
 		t.bundle.running[t] = struct{}{}
 	}
 	b.running++
-	// Contexts hang off Background, not a backend-wide parent, so that
-	// starting a task does not register it with a shared parent; Close
-	// cancels running tasks one by one.
-	ctx, cancel := context.WithCancel(context.Background())
-	t.cancel = cancel
-	info := b.runtimeInfo(t.spec.Name, t.attempt, t.node, t.bundle, t.cls)
+	// The context has no backend-wide parent, so starting a task does
+	// not register it anywhere shared; Close cancels running tasks one by
+	// one.
+	ctx := &taskCtx{}
+	b.fillRuntimeInfo(&ctx.info, t.spec.Name, t.attempt, t.node, t.bundle, t.cls)
+	t.cancel = ctx.cancel
 	attempt := t.attempt
 	b.pool.run(func() {
-		v, err := b.exec.RunTask(ctx, t.spec.Name, t.arg, info)
-		cancel()
+		v, err := b.exec.RunTask(ctx, t.spec.Name, t.arg, &ctx.info)
 		b.finishTask(t, attempt, v, err)
 	})
 }
 
 func (b *Backend) runtimeInfo(name string, attempt int, n *node, bu *bundle, c *class) *backend.RuntimeInfo {
+	info := &backend.RuntimeInfo{}
+	b.fillRuntimeInfo(info, name, attempt, n, bu, c)
+	return info
+}
+
+func (b *Backend) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attempt int, n *node, bu *bundle, c *class) {
 	var res backend.Resources
 	if c != nil {
 		if c.res == nil {
@@ -143,7 +148,7 @@ func (b *Backend) runtimeInfo(name string, attempt int, n *node, bu *bundle, c *
 		}
 		res = c.res
 	}
-	info := &backend.RuntimeInfo{
+	*info = backend.RuntimeInfo{
 		Task: name, Attempt: attempt, Node: n.name, NodeLabels: n.labels,
 		Resources: res, Env: n.env,
 		Placement: backend.Placement{Bundle: -1},
@@ -159,7 +164,6 @@ func (b *Backend) runtimeInfo(name string, attempt int, n *node, bu *bundle, c *
 			info.Env = env
 		}
 	}
-	return info
 }
 
 // finishTask records a task's result unless the attempt was abandoned

@@ -1,0 +1,97 @@
+package local
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// taskCtx is the context of one run of user code: cancelled by the backend
+// (node death, group removal, kill, Close), never by a deadline, and
+// carrying the run's RuntimeInfo. One allocation replaces
+// context.WithCancel plus context.WithValue on the hot path; its Done
+// channel is made only if the code asks for it.
+type taskCtx struct {
+	info backend.RuntimeInfo
+
+	mu     sync.Mutex
+	done   chan struct{}
+	err    error
+	afters map[*afterFunc]struct{}
+}
+
+type afterFunc struct{ f func() }
+
+var _ context.Context = (*taskCtx)(nil)
+
+func (c *taskCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+func (c *taskCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err != nil {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+func (c *taskCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *taskCtx) Value(key any) any {
+	if key == any(backend.RuntimeInfoKey{}) {
+		return &c.info
+	}
+	return nil
+}
+
+// AfterFunc lets context.WithCancel and friends derive from a taskCtx
+// without starting a goroutine (the context package looks for it).
+func (c *taskCtx) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := &afterFunc{f: f}
+	if c.err != nil {
+		go f()
+		return func() bool { return false }
+	}
+	if c.afters == nil {
+		c.afters = map[*afterFunc]struct{}{}
+	}
+	c.afters[a] = struct{}{}
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if _, ok := c.afters[a]; !ok {
+			return false
+		}
+		delete(c.afters, a)
+		return true
+	}
+}
+
+func (c *taskCtx) cancel() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.err = context.Canceled
+	if c.done != nil {
+		close(c.done)
+	}
+	for a := range c.afters {
+		go a.f()
+	}
+	c.afters = nil
+}
+
+func (c *taskCtx) String() string { return "goray task context" }
