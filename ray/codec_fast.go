@@ -2,6 +2,10 @@ package ray
 
 import "strconv"
 
+// emptyObject is the encoding of struct{}; shared, and never modified by
+// backends or decoders.
+var emptyObject = []byte("{}")
+
 // Fast paths of the JSON codec for the small values most tasks pass
 // (strings, ints, bools, empty structs). Each produces exactly what
 // encoding/json produces, and anything else falls back to it; the codec
@@ -24,7 +28,7 @@ func fastMarshal(v any) ([]byte, bool) {
 	case bool:
 		return strconv.AppendBool(nil, x), true
 	case struct{}:
-		return []byte("{}"), true
+		return emptyObject, true
 	}
 	return nil, false
 }

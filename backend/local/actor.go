@@ -120,7 +120,7 @@ func (b *Backend) startActor(t *task) {
 	info := b.runtimeInfo(a.spec.Class, a.restarts, a.node, a.bundle, t.cls)
 	info.Actor = a.id
 	ctx := a.ctx
-	b.pool.run(func() {
+	b.pool.run(funcRunner(func() {
 		inst, err := b.exec.NewActor(ctx, a.spec.Class, t.arg, info)
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -135,7 +135,7 @@ func (b *Backend) startActor(t *task) {
 		a.state = actorAlive
 		a.signalReady()
 		b.dispatchCalls(a)
-	})
+	}))
 }
 
 // ActorReady implements backend.Backend.
@@ -308,7 +308,7 @@ func (b *Backend) runCall(a *actor, cl *call) {
 		info.Env, info.Placement = bi.Env, bi.Placement
 	}
 	b.running++
-	b.pool.run(func() {
+	b.pool.run(funcRunner(func() {
 		v, err := inst.Call(ctx, cl.spec.Method, cl.arg, info)
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -319,7 +319,7 @@ func (b *Backend) runCall(a *actor, cl *call) {
 		b.running--
 		b.finishCallLocked(cl, v, err)
 		b.dispatchCalls(a)
-	})
+	}))
 }
 
 // KillActor implements backend.Backend.

@@ -50,6 +50,9 @@ type Options struct {
 	// that large requests are not starved by a stream of small ones. 0
 	// means 64.
 	StarvationLimit int
+	// Processes, if set, runs user code in worker processes on loopback
+	// instead of on goroutines of this process (see ProcessOptions).
+	Processes *ProcessOptions
 }
 
 // Set is the Wire provider set of this backend: it provides a *Backend from a
@@ -61,6 +64,7 @@ var Set = wire.NewSet(New, wire.Bind(new(backend.Backend), new(*Backend)))
 type Backend struct {
 	log         *slog.Logger
 	starveLimit int
+	procOpts    *ProcessOptions // multi-process mode (process.go); nil: in process
 
 	mu       sync.Mutex
 	exec     backend.Executor
@@ -130,6 +134,7 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 	b := &Backend{
 		log:         opts.Logger,
 		starveLimit: opts.StarvationLimit,
+		procOpts:    opts.Processes,
 		closedCh:    make(chan struct{}),
 		resIndex:    map[string]int{},
 		byName:      map[string]*node{},
@@ -226,6 +231,13 @@ func (b *Backend) Start(ctx context.Context, exec backend.Executor) error {
 	if b.started {
 		return backend.Errorf(backend.FailedPrecondition, "local.Start", "backend already started; a backend serves one cluster")
 	}
+	if b.procOpts != nil { // multi-process mode: user code runs in worker processes (process.go)
+		pe, err := b.startProcesses(ctx, exec)
+		if err != nil {
+			return err
+		}
+		exec = pe
+	}
 	b.started = true
 	b.exec = exec
 	b.pool = newPool(&b.wg, b.closedCh, 256)
@@ -251,6 +263,7 @@ func (b *Backend) Close() error {
 	if b.closed {
 		b.mu.Unlock()
 		b.wg.Wait()
+		b.stopProcesses() // multi-process mode (process.go)
 		return nil
 	}
 	b.closed = true
@@ -282,6 +295,7 @@ func (b *Backend) Close() error {
 	b.pendingPGs = nil
 	b.mu.Unlock()
 	b.wg.Wait()
+	b.stopProcesses() // multi-process mode (process.go): after running work returned
 	return nil
 }
 

@@ -10,7 +10,7 @@ import (
 // goroutine that finds enough idle peers exits. Every goroutine is counted
 // in wg and exits when quit closes.
 type pool struct {
-	idle    chan func()
+	idle    chan runner
 	nIdle   atomic.Int32
 	maxIdle int32
 	wg      *sync.WaitGroup
@@ -18,11 +18,20 @@ type pool struct {
 }
 
 func newPool(wg *sync.WaitGroup, quit <-chan struct{}, maxIdle int) *pool {
-	return &pool{idle: make(chan func()), maxIdle: int32(maxIdle), wg: wg, quit: quit}
+	return &pool{idle: make(chan runner), maxIdle: int32(maxIdle), wg: wg, quit: quit}
 }
 
+// runner is work for the pool. A task run is its own runner, which saves
+// allocating a closure per task.
+type runner interface{ run() }
+
+// funcRunner adapts a function.
+type funcRunner func()
+
+func (f funcRunner) run() { f() }
+
 // run runs f on an idle goroutine, or a new one.
-func (p *pool) run(f func()) {
+func (p *pool) run(f runner) {
 	select {
 	case p.idle <- f:
 		return
@@ -32,10 +41,10 @@ func (p *pool) run(f func()) {
 	go p.loop(f)
 }
 
-func (p *pool) loop(f func()) {
+func (p *pool) loop(f runner) {
 	defer p.wg.Done()
 	for {
-		f()
+		f.run()
 		f = nil
 		if p.nIdle.Add(1) > p.maxIdle {
 			p.nIdle.Add(-1)

@@ -19,14 +19,15 @@ const (
 // task is a request for resources: a task, or an actor's (re)creation when
 // actor is set.
 type task struct {
-	obj    *object // result; nil for actor creation
-	spec   *backend.TaskSpec
-	actor  *actor
-	arg    backend.Value
-	dep    *object // unresolved input
-	cls    *class
-	seq    uint64
-	bypass int
+	obj     *object // result; nil for actor creation
+	objData object  // storage of obj, saving an allocation
+	spec    *backend.TaskSpec
+	actor   *actor
+	arg     backend.Value
+	dep     *object // unresolved input
+	cls     *class
+	seq     uint64
+	bypass  int
 
 	attempt int
 	state   taskState
@@ -65,11 +66,11 @@ func (b *Backend) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backe
 		if err != nil {
 			return 0, err
 		}
-		t.obj = b.newObject()
+		t.obj = b.newTaskObject(t)
 		b.addTaskDep(t, dep)
 		return t.obj.id, nil
 	}
-	t.obj = b.newObject()
+	t.obj = b.newTaskObject(t)
 	b.enqueue(t)
 	return t.obj.id, nil
 }
@@ -124,14 +125,10 @@ func (b *Backend) start(t *task) {
 	// The context has no backend-wide parent, so starting a task does
 	// not register it anywhere shared; Close cancels running tasks one by
 	// one.
-	ctx := &taskCtx{}
+	ctx := &taskCtx{b: b, t: t, attempt: t.attempt}
 	b.fillRuntimeInfo(&ctx.info, t.spec.Name, t.attempt, t.node, t.bundle, t.cls)
 	t.cancel = ctx.cancel
-	attempt := t.attempt
-	b.pool.run(func() {
-		v, err := b.exec.RunTask(ctx, t.spec.Name, t.arg, &ctx.info)
-		b.finishTask(t, attempt, v, err)
-	})
+	b.pool.run(ctx)
 }
 
 func (b *Backend) runtimeInfo(name string, attempt int, n *node, bu *bundle, c *class) *backend.RuntimeInfo {
@@ -164,6 +161,14 @@ func (b *Backend) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attemp
 			info.Env = env
 		}
 	}
+}
+
+// newTaskObject makes t's result object inside t. b.mu must be held.
+func (b *Backend) newTaskObject(t *task) *object {
+	o := &t.objData
+	*o = object{id: backend.ObjectID(b.newID()), owner: true}
+	b.objects[o.id] = o
+	return o
 }
 
 // finishTask records a task's result unless the attempt was abandoned

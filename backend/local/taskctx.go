@@ -15,6 +15,10 @@ import (
 // channel is made only if the code asks for it.
 type taskCtx struct {
 	info backend.RuntimeInfo
+	// The run: the backend, the task and the attempt being run.
+	b       *Backend
+	t       *task
+	attempt int
 
 	mu     sync.Mutex
 	done   chan struct{}
@@ -95,3 +99,9 @@ func (c *taskCtx) cancel() {
 }
 
 func (c *taskCtx) String() string { return "goray task context" }
+
+// run runs the task's user code on a pool goroutine and records the result.
+func (c *taskCtx) run() {
+	v, err := c.b.exec.RunTask(c, c.t.spec.Name, c.t.arg, &c.info)
+	c.b.finishTask(c.t, c.attempt, v, err)
+}

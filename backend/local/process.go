@@ -1,0 +1,352 @@
+package local
+
+import (
+	"context"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/worker"
+)
+
+// ProcessOptions turns on the multi-process mode of the simulator: user
+// code runs in worker processes on loopback instead of on goroutines of
+// this process, so that everything a real cluster does to values and
+// calls (encoding, the network, the handshake, process failures) happens
+// here too, without Kubernetes. Set it in Options.Processes.
+//
+// The workers run this program's own executable (os.Executable): its main,
+// and the TestMain of tests, must call ray.Main first. Each simulated node
+// is served by one worker process; with fewer processes than nodes, nodes
+// are assigned to processes round-robin in the spec's order. The scheduler
+// stays in this process.
+//
+// A worker process that dies (or whose connection is lost) takes its nodes
+// down with it, as a host failure does: the backend kills them
+// (Backend.KillNode) before failing the work that was running there, so
+// tasks are retried per their retry options and actors restart on other
+// nodes per their max restarts. A killed node comes back with RestartNode;
+// its worker process is started again when work is next placed on it.
+// Backend.WorkerPIDs lists the processes, for fault injection with real
+// signals. Close stops every worker process; workers also exit at once if
+// this process dies.
+//
+// The zero value means one process per node with the defaults below.
+type ProcessOptions struct {
+	// Count is the number of worker processes; 0 means one per node.
+	Count int
+	// Stdout and Stderr receive the workers' output (their logs go to
+	// Stderr); nil means this process's.
+	Stdout, Stderr io.Writer
+	// LogLevel is the workers' log level: debug, info, warn, error or
+	// off; "" means warn.
+	LogLevel string
+	// StartTimeout bounds the start of one worker process; 0 means 30s.
+	StartTimeout time.Duration
+	// MaxMessageSize bounds one message between this process and a
+	// worker (a task's input or output, with its name and runtime info);
+	// 0 means 64 MiB. A larger value fails its task with
+	// ResourceExhausted.
+	MaxMessageSize int
+	// Heartbeat is the heartbeat interval between this process and its
+	// workers; 0 means 1s. A worker that is silent for 5 intervals is
+	// considered dead.
+	Heartbeat time.Duration
+}
+
+// stopTimeout bounds how long Close waits for a worker to exit after its
+// lifeline closed, before it kills it.
+const stopTimeout = 5 * time.Second
+
+// procExecutor is the executor of the multi-process mode: it runs work
+// placed on a node in that node's worker process. Names are checked
+// against this process's own executor, which the handshake proved equal
+// to the workers'.
+type procExecutor struct {
+	b       *Backend
+	local   backend.Executor
+	opts    worker.ProcessOptions
+	workers []*procWorker
+	byNode  map[string]*procWorker
+
+	ctx    context.Context // cancelled by close: aborts starts
+	cancel context.CancelFunc
+	live   atomic.Bool // Start has finished: losses kill nodes
+	closed atomic.Bool
+	starts sync.WaitGroup
+}
+
+// procWorker is one worker process slot and the nodes it serves.
+type procWorker struct {
+	pe    *procExecutor
+	idx   int
+	nodes []string
+
+	mu       sync.Mutex
+	proc     *worker.Process // nil while dead or starting
+	starting chan struct{}   // closed when the start in progress ends
+	startErr error           // of the last start
+	all      []*worker.Process
+}
+
+// incarnation links a process to its loss callback, which may run before
+// StartProcess has returned it.
+type incarnation struct {
+	p    *worker.Process
+	lost error
+}
+
+// startProcesses starts the worker processes of the multi-process mode and
+// returns the executor that runs work in them. b.mu is held; nothing runs
+// yet.
+func (b *Backend) startProcesses(ctx context.Context, exec backend.Executor) (*procExecutor, error) {
+	const op = "local.Start"
+	o := *b.procOpts
+	m, ok := worker.ManifestOf(exec)
+	switch {
+	case !ok:
+		return nil, backend.Errorf(backend.InvalidArgument, op, "multi-process mode needs the executor of package ray (ray.NewCluster passes it); %T cannot describe its registry", exec)
+	case m.Codec == "":
+		return nil, backend.Errorf(backend.InvalidArgument, op, "multi-process mode needs a codec: values cross to worker processes as bytes (do not set ray.Options.DisableCodec)")
+	case o.Count < 0:
+		return nil, backend.Errorf(backend.InvalidArgument, op, "ProcessOptions.Count %d is negative", o.Count)
+	case worker.Launched():
+		return nil, backend.Errorf(backend.FailedPrecondition, op, "this process was launched as a goray worker but runs the program's main: call ray.Main() first in main (and in TestMain)")
+	}
+	count := o.Count
+	if count == 0 || count > len(b.nodes) {
+		count = len(b.nodes)
+	}
+	pe := &procExecutor{
+		b: b, local: exec, byNode: map[string]*procWorker{},
+		opts: worker.ProcessOptions{
+			Stdout: o.Stdout, Stderr: o.Stderr, LogLevel: o.LogLevel, StartTimeout: o.StartTimeout,
+			Client: worker.ClientOptions{
+				Token: worker.NewToken(), Manifest: m, MaxMessageSize: o.MaxMessageSize,
+				Heartbeat: o.Heartbeat, Logger: b.log,
+			},
+		},
+	}
+	pe.ctx, pe.cancel = context.WithCancel(context.Background())
+	for i := range count {
+		pe.workers = append(pe.workers, &procWorker{pe: pe, idx: i})
+	}
+	for i, n := range b.nodes {
+		w := pe.workers[i%count]
+		w.nodes = append(w.nodes, n.name)
+		pe.byNode[n.name] = w
+	}
+	var g errgroup.Group
+	for _, w := range pe.workers {
+		g.Go(func() error {
+			_, err := w.start(ctx)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		pe.close()
+		return nil, backend.Wrap(backend.CodeOf(err), op+": start worker processes", err)
+	}
+	pe.live.Store(true)
+	return pe, nil
+}
+
+// stopProcesses stops the worker processes of the multi-process mode, if
+// any. Close calls it once running work has returned.
+func (b *Backend) stopProcesses() {
+	b.mu.Lock()
+	pe, _ := b.exec.(*procExecutor)
+	b.mu.Unlock()
+	if pe != nil {
+		pe.close()
+	}
+}
+
+// WorkerPIDs returns the process ID of the live worker process serving
+// each node, in the multi-process mode (see ProcessOptions); nodes whose
+// process is dead or not started are absent. It returns nil in the
+// in-process mode.
+func (b *Backend) WorkerPIDs() map[string]int {
+	b.mu.Lock()
+	pe, _ := b.exec.(*procExecutor)
+	b.mu.Unlock()
+	if pe == nil {
+		return nil
+	}
+	out := map[string]int{}
+	for _, w := range pe.workers {
+		w.mu.Lock()
+		if w.proc != nil {
+			for _, n := range w.nodes {
+				out[n] = w.proc.PID()
+			}
+		}
+		w.mu.Unlock()
+	}
+	return out
+}
+
+// start launches the worker's process and waits for it. Concurrent
+// callers share one start.
+func (w *procWorker) start(ctx context.Context) (*worker.Client, error) {
+	w.mu.Lock()
+	if w.proc != nil {
+		c := w.proc.Client()
+		w.mu.Unlock()
+		return c, nil
+	}
+	if w.pe.closed.Load() {
+		w.mu.Unlock()
+		return nil, backend.Errorf(backend.FailedPrecondition, "local", "%w", backend.ErrClosed)
+	}
+	if w.starting == nil {
+		done := make(chan struct{})
+		w.starting = done
+		w.pe.starts.Add(1)
+		go w.launch(done)
+	}
+	done := w.starting
+	w.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.proc != nil {
+		return w.proc.Client(), nil
+	}
+	return nil, w.startErr
+}
+
+func (w *procWorker) launch(done chan struct{}) {
+	defer w.pe.starts.Done()
+	inc := &incarnation{}
+	opts := w.pe.opts
+	opts.Client.OnLost = func(err error) { w.lost(inc, err) }
+	p, err := worker.StartProcess(w.pe.ctx, &opts)
+	w.mu.Lock()
+	defer close(done)
+	defer w.mu.Unlock()
+	w.starting = nil
+	if err != nil {
+		w.startErr = err
+		return
+	}
+	w.all = append(w.all, p)
+	inc.p = p
+	switch {
+	case inc.lost != nil:
+		w.startErr = inc.lost
+		p.Kill() //nolint:errcheck // reaped by the process's waiter
+	case w.pe.closed.Load():
+		w.startErr = backend.Errorf(backend.FailedPrecondition, "local", "%w", backend.ErrClosed)
+		go p.Stop(stopTimeout)
+	default:
+		w.proc = p
+		w.pe.b.log.Debug("local: worker process started", "worker", w.idx, "pid", p.PID(), "nodes", w.nodes)
+	}
+}
+
+// lost runs when a worker's connection is lost, before its calls in
+// flight fail: it kills the process and the worker's nodes, so that the
+// scheduler abandons those calls and retries or restarts the work.
+func (w *procWorker) lost(inc *incarnation, err error) {
+	w.mu.Lock()
+	if inc.p == nil {
+		inc.lost = err // StartProcess has not returned yet
+		w.mu.Unlock()
+		return
+	}
+	if w.proc != inc.p {
+		w.mu.Unlock()
+		return
+	}
+	w.proc = nil
+	w.mu.Unlock()
+	inc.p.Kill() //nolint:errcheck // reaped by the process's waiter
+	w.pe.b.log.Warn("local: worker process lost; killing its nodes", "worker", w.idx, "pid", inc.p.PID(), "nodes", w.nodes, "cause", err)
+	w.killNodes()
+}
+
+func (w *procWorker) killNodes() {
+	if !w.pe.live.Load() || w.pe.closed.Load() {
+		return
+	}
+	for _, n := range w.nodes {
+		w.pe.b.KillNode(context.Background(), n) //nolint:errcheck // only fails once closed
+	}
+}
+
+func (pe *procExecutor) close() {
+	if pe.closed.Swap(true) {
+		return
+	}
+	pe.cancel()
+	pe.starts.Wait()
+	var wg sync.WaitGroup
+	for _, w := range pe.workers {
+		w.mu.Lock()
+		all := w.all
+		w.proc = nil
+		w.mu.Unlock()
+		for _, p := range all {
+			wg.Go(func() { p.Stop(stopTimeout) })
+		}
+	}
+	wg.Wait()
+}
+
+// client returns the connection to the worker serving node, starting its
+// process if it is dead. When it cannot, it kills the worker's nodes
+// before returning the error, so that the scheduler treats the work as
+// lost to a node failure.
+func (pe *procExecutor) client(ctx context.Context, node string) (*worker.Client, error) {
+	w := pe.byNode[node]
+	if w == nil {
+		return nil, backend.Errorf(backend.Internal, "local", "no worker process serves node %q", node)
+	}
+	c, err := w.start(ctx)
+	if err != nil && ctx.Err() == nil {
+		w.killNodes()
+		err = backend.Errorf(backend.Unavailable, "node "+node, "worker process for node %s cannot start: %w", node, err)
+	}
+	return c, err
+}
+
+func nodeOf(info *backend.RuntimeInfo) string {
+	if info == nil {
+		return ""
+	}
+	return info.Node
+}
+
+func (pe *procExecutor) HasTask(name string) bool { return pe.local.HasTask(name) }
+
+func (pe *procExecutor) HasActorMethod(class, method string) bool {
+	return pe.local.HasActorMethod(class, method)
+}
+
+func (pe *procExecutor) RunTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
+	c, err := pe.client(ctx, nodeOf(info))
+	if err != nil {
+		return backend.Value{}, err
+	}
+	return c.RunTask(ctx, name, arg, info)
+}
+
+func (pe *procExecutor) NewActor(ctx context.Context, class string, arg backend.Value, info *backend.RuntimeInfo) (backend.ActorInstance, error) {
+	c, err := pe.client(ctx, nodeOf(info))
+	if err != nil {
+		return nil, err
+	}
+	return c.NewActor(ctx, class, arg, info)
+}
+
+// WorkerManifest passes the driver's manifest through.
+func (pe *procExecutor) WorkerManifest() worker.Manifest { return pe.opts.Client.Manifest }
