@@ -537,3 +537,27 @@ v6e-16-1 (v6e 4x4, 4 hosts): free, not intact
 `
 	is.Equal(got, want)
 }
+
+// TestSlicePreempted: a preempted slice fails the work on it with
+// Unavailable (after retries) and reports no intact hosts.
+func TestSlicePreempted(t *testing.T) {
+	is := is.New(t)
+	c := tpuCluster(t, v6e(1))
+	ctx := within(t, 10*time.Second)
+	be := c.Backend().(*local.Backend)
+	spg, err := ray.NewSlicePlacementGroup(ctx, c, spec4x4)
+	is.NoErr(err)
+	defer spg.Release(ctx)
+	h := newHold(t.Name())
+	ref := sliceHold.Remote(ctx, c, t.Name(), ray.InBundle(spg.PlacementGroup(), 0), ray.Resources{ray.CPU: 0}, ray.Retries(0))
+	<-h.started
+	is.NoErr(be.PreemptSlice(ctx, spg.SliceNames()[0]))
+	_, err = ref.Get(ctx)
+	is.Equal(ray.Code(err), ray.Unavailable)
+	states := must(ray.TPUSlices(ctx, c))
+	is.True(!states[0].Intact)
+	for _, hs := range states[0].Hosts {
+		is.True(!hs.Alive)
+	}
+	is.Equal(ray.Code(be.PreemptSlice(ctx, "nope")), ray.NotFound)
+}

@@ -96,3 +96,25 @@ func (b *Backend) failInfeasible() {
 		}
 	}
 }
+
+// PreemptSlice simulates GKE preempting a whole TPU slice: every host of the
+// named slice dies at once (see KillNode). RestartNode brings hosts back.
+func (b *Backend) PreemptSlice(ctx context.Context, slice string) error {
+	b.mu.Lock()
+	var hosts []string
+	for _, s := range b.slices.all {
+		if s.name == slice {
+			hosts = s.hostNames()
+		}
+	}
+	b.mu.Unlock()
+	if hosts == nil {
+		return backend.Errorf(backend.NotFound, "local.PreemptSlice", "no TPU slice named %q", slice)
+	}
+	for _, h := range hosts {
+		if err := b.KillNode(ctx, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
