@@ -24,6 +24,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		t.Fatal("backendtest: Harness.New is nil")
 	}
 	s := &suite{h: h}
+	useGateServer(t) // blocking tasks in other processes reach their gates over loopback
 	t.Run("Tasks", s.testTasks)
 	t.Run("Errors", s.testErrors)
 	t.Run("Objects", s.testObjects)
@@ -31,6 +32,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	t.Run("PlacementGroups", s.testPlacementGroups)
 	t.Run("Scheduling", s.testScheduling)
 	t.Run("Faults", s.testFaults)
+	t.Run("TPUSlices", s.testSlices)
 }
 
 type suite struct{ h Harness }

@@ -47,11 +47,14 @@ type Capabilities struct {
 	FaultInjection bool
 	// Snapshot: the backend implements backend.Snapshotter with node state.
 	Snapshot bool
+	// TPUSlices: the backend implements backend.SliceReserver and finds
+	// slices from node labels (see DefaultTPUNodes).
+	TPUSlices bool
 }
 
 // AllCapabilities is every capability.
 var AllCapabilities = Capabilities{
-	Concurrent: true, ResourceAccounting: true, Labels: true, FaultInjection: true, Snapshot: true,
+	Concurrent: true, ResourceAccounting: true, Labels: true, FaultInjection: true, Snapshot: true, TPUSlices: true,
 }
 
 // Harness builds backends for the suite.

@@ -127,7 +127,7 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	defs, sliceDefs, err := spec.expand()
+	defs, _, err := spec.expand()
 	if err != nil {
 		return nil, err
 	}
@@ -174,6 +174,10 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 		n.free = slices.Clone(n.capac)
 		b.nodes = append(b.nodes, n)
 		b.byName[n.name] = n
+	}
+	sliceDefs, err := discoverSlices(defs)
+	if err != nil {
+		return nil, err
 	}
 	b.slices = buildSliceIndex(b, sliceDefs)
 	return b, nil
