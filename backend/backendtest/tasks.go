@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
+	"testing"
 
 	"github.com/goray-dev/goray/ray"
 )
@@ -104,11 +109,21 @@ type where struct {
 	CPU     float64
 }
 
-// gates coordinate blocking tasks with the test, in process.
+// Gates coordinate blocking tasks with the test. A gate lives in the test
+// process. A task that runs in the test process (an in-process backend)
+// uses it directly; a task that runs in another process (a worker of a
+// multi-process backend) reaches it over HTTP on loopback: while the suite
+// runs, a gate server listens on 127.0.0.1 and every gate's name carries
+// its address ("gate-3@127.0.0.1:41234"). The test-facing API is the same
+// either way: newGate, arrivedCh, cancelCh, release, count.
 var gates = struct {
 	sync.Mutex
-	m    map[string]*gate
-	next int
+	m     map[string]*gate
+	next  int
+	srv   *http.Server
+	addr  string
+	done  chan struct{}
+	users int
 }{m: map[string]*gate{}}
 
 type gate struct {
@@ -127,19 +142,18 @@ func newGate(want int) (string, *gate) {
 	defer gates.Unlock()
 	gates.next++
 	name := "gate-" + strconv.Itoa(gates.next)
+	if gates.addr != "" {
+		name += "@" + gates.addr
+	}
 	g := &gate{open: make(chan struct{}), arrivedCh: make(chan struct{}), cancelCh: make(chan struct{}), want: want}
 	gates.m[name] = g
 	return name, g
 }
 
-func gateFor(name string) *gate {
+func lookupGate(name string) *gate {
 	gates.Lock()
 	defer gates.Unlock()
-	g := gates.m[name]
-	if g == nil {
-		panic("backendtest: unknown gate " + name)
-	}
-	return g
+	return gates.m[name]
 }
 
 func (g *gate) arrived() {
@@ -169,7 +183,14 @@ func (g *gate) count() int {
 }
 
 func blockOn(ctx context.Context, name string) (string, error) {
-	g := gateFor(name)
+	g := lookupGate(name)
+	if g == nil {
+		_, addr, ok := strings.Cut(name, "@")
+		if !ok {
+			panic("backendtest: unknown gate " + name)
+		}
+		return blockRemote(ctx, name, addr)
+	}
 	g.arrived()
 	select {
 	case <-g.open:
@@ -178,4 +199,94 @@ func blockOn(ctx context.Context, name string) (string, error) {
 		g.cancelled()
 		return "cancelled", ctx.Err()
 	}
+}
+
+// useGateServer runs the gate server while t runs.
+func useGateServer(t *testing.T) {
+	gates.Lock()
+	defer gates.Unlock()
+	if gates.users == 0 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("backendtest: gate server: %v", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /arrive", gateHandler(func(w http.ResponseWriter, r *http.Request, g *gate) { g.arrived() }))
+		mux.HandleFunc("POST /cancelled", gateHandler(func(w http.ResponseWriter, r *http.Request, g *gate) { g.cancelled() }))
+		mux.HandleFunc("GET /wait", gateHandler(func(w http.ResponseWriter, r *http.Request, g *gate) {
+			select {
+			case <-g.open:
+			case <-r.Context().Done():
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+		}))
+		gates.srv = &http.Server{Handler: mux, ReadHeaderTimeout: patience}
+		gates.addr = ln.Addr().String()
+		gates.done = make(chan struct{})
+		go func(srv *http.Server, done chan struct{}) {
+			defer close(done)
+			srv.Serve(ln) //nolint:errcheck // ErrServerClosed
+		}(gates.srv, gates.done)
+	}
+	gates.users++
+	t.Cleanup(func() {
+		gates.Lock()
+		defer gates.Unlock()
+		if gates.users--; gates.users == 0 {
+			gates.srv.Close()
+			<-gates.done
+			gates.srv, gates.addr = nil, ""
+		}
+	})
+}
+
+func gateHandler(f func(w http.ResponseWriter, r *http.Request, g *gate)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		g := lookupGate(r.URL.Query().Get("gate"))
+		if g == nil {
+			http.Error(w, "unknown gate", http.StatusNotFound)
+			return
+		}
+		f(w, r, g)
+	}
+}
+
+// gateClient is the HTTP client of tasks that reach a gate in the test
+// process.
+var gateClient = &http.Client{Timeout: 2 * patience}
+
+func gateCall(ctx context.Context, method, addr, path, name string) error {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path+"?gate="+url.QueryEscape(name), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := gateClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("gate %s%s: %s", addr, path, resp.Status)
+	}
+	return nil
+}
+
+// blockRemote is blockOn for a gate in another process.
+func blockRemote(ctx context.Context, name, addr string) (string, error) {
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), patience)
+	defer cancel()
+	if err := gateCall(bg, http.MethodPost, addr, "/arrive", name); err != nil {
+		return "", err
+	}
+	err := gateCall(ctx, http.MethodGet, addr, "/wait", name)
+	if ctx.Err() != nil {
+		if err := gateCall(bg, http.MethodPost, addr, "/cancelled", name); err != nil {
+			return "", err
+		}
+		return "cancelled", ctx.Err()
+	}
+	if err != nil {
+		return "", err
+	}
+	return "opened", nil
 }

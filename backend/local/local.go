@@ -15,12 +15,24 @@
 // slices; [LoadClusterSpec] reads the same from a JSON file. [New] builds the
 // backend; ray.NewCluster starts it.
 //
+// # TPU slices
+//
+// TPUSliceSpec adds GKE-style TPU node pools: one node per host, labelled as
+// GKE and the TPU webhook label real hosts (tpu.HostLabels), holding its
+// chips as the TPU resource. The backend finds slices from those labels, so
+// nodes labelled by hand work too. [Backend.ReserveSlices] (used by
+// ray.NewSlicePlacementGroup) reserves every host of N intact, idle slices
+// of one shape in one step, or queues first come, first served per shape;
+// it never holds part of a request. Its cost does not grow with the
+// cluster: free slices sit in a heap per shape.
+//
 // # Faults
 //
 // [Backend.KillNode] kills a node: its running tasks fail with Unavailable
 // and are retried per their retry options, its actors restart elsewhere per
 // their max restarts, and placement group bundles on it are placed again.
-// [Backend.RestartNode] brings it back empty.
+// [Backend.RestartNode] brings it back empty. [Backend.PreemptSlice] kills
+// every host of a TPU slice at once.
 //
 // # Concurrency
 //
