@@ -161,6 +161,8 @@ func (e *Error) Error() string {
 		return e.Op + ": " + msg
 	case e.Op != "":
 		return e.Op + ": " + e.Code.String()
+	case msg == "":
+		return e.Code.String()
 	default:
 		return msg
 	}

@@ -143,6 +143,7 @@ func Dequantize(q int64) float64 { return float64(q) * Granularity }
 // "1.5", used by cluster files.
 func ParseQuantity(s string) (float64, error) {
 	s = strings.TrimSpace(s)
+	orig := s
 	mult := 1.0
 	for _, u := range []struct {
 		suffix string
@@ -155,7 +156,7 @@ func ParseQuantity(s string) (float64, error) {
 	}
 	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 	if err != nil {
-		return 0, fmt.Errorf("quantity %q: want a number with an optional KiB/MiB/GiB/TiB suffix", s)
+		return 0, fmt.Errorf("quantity %q: want a number with an optional KiB/MiB/GiB/TiB suffix", orig)
 	}
 	return v * mult, nil
 }

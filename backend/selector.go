@@ -102,6 +102,9 @@ func parseExpr(expr string) (selectorExpr, error) {
 			if v == "" {
 				return e, fmt.Errorf("expression %q: empty value in list", expr)
 			}
+			if strings.ContainsAny(v, "()!") {
+				return e, fmt.Errorf("expression %q: unexpected character in list value %q; want v, !v, in(a,b) or !in(a,b)", expr, v)
+			}
 			e.values = append(e.values, v)
 		}
 		return e, nil
@@ -109,7 +112,7 @@ func parseExpr(expr string) (selectorExpr, error) {
 	if x == "" {
 		return e, fmt.Errorf("expression %q: empty value; want v, !v, in(a,b) or !in(a,b)", expr)
 	}
-	if strings.ContainsAny(x, "(),") {
+	if strings.ContainsAny(x, "(),!") {
 		return e, fmt.Errorf("expression %q: unexpected character; want v, !v, in(a,b) or !in(a,b)", expr)
 	}
 	e.values = []string{x}

@@ -367,6 +367,7 @@ func (b *Backend) call(ctx context.Context, a *actor, method string, rec Call) (
 	info := &backend.RuntimeInfo{
 		Task: rec.Name, Node: NodeName, NodeLabels: b.opts.NodeLabels, Env: a.pl.env, Actor: a.id,
 		Placement: backend.Placement{Group: a.pl.group, Bundle: a.pl.bundle},
+		Resources: a.spec.Scheduling.Resources,
 	}
 	v, err, _, _ = b.attempt(ctx, &work{rec: rec, actor: a, group: a.pl.group, run: func(rctx context.Context) (backend.Value, error) {
 		if inst == nil {

@@ -298,13 +298,17 @@ func (b *Backend) runCall(a *actor, cl *call) {
 	a.inflight[cl] = struct{}{}
 	cl.gen = a.gen
 	inst, ctx, gen := a.inst, a.ctx, a.gen
+	c := a.creation.cls
+	if c.res == nil {
+		c.res = b.resources(c.demand)
+	}
 	info := &backend.RuntimeInfo{
-		Task: a.spec.Class + "." + cl.spec.Method, Attempt: cl.attempt, Node: a.node.name,
+		Task: b.op("", a.spec.Class, cl.spec.Method), Attempt: cl.attempt, Node: a.node.name,
 		NodeLabels: a.node.labels, Env: a.node.env, Actor: a.id, Placement: backend.Placement{Bundle: -1},
+		Resources: c.res,
 	}
 	if a.bundle != nil {
 		bi := b.runtimeInfo(info.Task, cl.attempt, a.node, a.bundle, nil)
-		bi.Resources = nil
 		info.Env, info.Placement = bi.Env, bi.Placement
 	}
 	b.running++

@@ -77,7 +77,9 @@ type procExecutor struct {
 	cancel context.CancelFunc
 	live   atomic.Bool // Start has finished: losses kill nodes
 	closed atomic.Bool
+	mu     sync.Mutex // orders starts.Add before close's starts.Wait
 	starts sync.WaitGroup
+	done   chan struct{} // closed when close has stopped every process
 }
 
 // procWorker is one worker process slot and the nodes it serves.
@@ -132,6 +134,7 @@ func (b *Backend) startProcesses(ctx context.Context, exec backend.Executor) (*p
 		},
 	}
 	pe.ctx, pe.cancel = context.WithCancel(context.Background())
+	pe.done = make(chan struct{})
 	for i := range count {
 		pe.workers = append(pe.workers, &procWorker{pe: pe, idx: i})
 	}
@@ -199,14 +202,17 @@ func (w *procWorker) start(ctx context.Context) (*worker.Client, error) {
 		w.mu.Unlock()
 		return c, nil
 	}
-	if w.pe.closed.Load() {
-		w.mu.Unlock()
-		return nil, backend.Errorf(backend.FailedPrecondition, "local", "%w", backend.ErrClosed)
-	}
 	if w.starting == nil {
+		w.pe.mu.Lock()
+		if w.pe.closed.Load() {
+			w.pe.mu.Unlock()
+			w.mu.Unlock()
+			return nil, backend.Errorf(backend.FailedPrecondition, "local", "%w", backend.ErrClosed)
+		}
+		w.pe.starts.Add(1)
+		w.pe.mu.Unlock()
 		done := make(chan struct{})
 		w.starting = done
-		w.pe.starts.Add(1)
 		go w.launch(done)
 	}
 	done := w.starting
@@ -245,8 +251,8 @@ func (w *procWorker) launch(done chan struct{}) {
 		w.startErr = inc.lost
 		p.Kill() //nolint:errcheck // reaped by the process's waiter
 	case w.pe.closed.Load():
+		// close stops it: it waits for this start, then stops w.all.
 		w.startErr = backend.Errorf(backend.FailedPrecondition, "local", "%w", backend.ErrClosed)
-		go p.Stop(stopTimeout)
 	default:
 		w.proc = p
 		w.pe.b.log.Debug("local: worker process started", "worker", w.idx, "pid", p.PID(), "nodes", w.nodes)
@@ -284,9 +290,14 @@ func (w *procWorker) killNodes() {
 }
 
 func (pe *procExecutor) close() {
-	if pe.closed.Swap(true) {
+	pe.mu.Lock()
+	already := pe.closed.Swap(true)
+	pe.mu.Unlock()
+	if already {
+		<-pe.done
 		return
 	}
+	defer close(pe.done)
 	pe.cancel()
 	pe.starts.Wait()
 	var wg sync.WaitGroup

@@ -2,6 +2,7 @@ package local
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,8 +85,21 @@ func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
 	}
 	selText := ""
 	if len(s.NodeSelector) > 0 {
+		if err := s.NodeSelector.Validate(); err != nil {
+			return nil, backend.Errorf(backend.InvalidArgument, op, "%v", err.(*backend.Error).Err)
+		}
 		selText = s.NodeSelector.String()
-		key = append(key, selText...)
+		// Length-prefixed pairs: no two selectors share a key.
+		for _, k := range slices.Sorted(maps.Keys(s.NodeSelector)) {
+			v := s.NodeSelector[k]
+			key = append(key, '|')
+			key = strconv.AppendInt(key, int64(len(k)), 10)
+			key = append(key, ':')
+			key = append(key, k...)
+			key = strconv.AppendInt(key, int64(len(v)), 10)
+			key = append(key, ':')
+			key = append(key, v...)
+		}
 	}
 	if s.Placement.Group != 0 {
 		key = append(key, '@')

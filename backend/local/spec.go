@@ -3,6 +3,7 @@ package local
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"strings"
@@ -90,6 +91,9 @@ func ParseClusterSpec(data []byte) (ClusterSpec, error) {
 	if err := dec.Decode(&s); err != nil {
 		return ClusterSpec{}, backend.Errorf(backend.InvalidArgument, "local.ParseClusterSpec", "%v", err)
 	}
+	if err := dec.Decode(&struct{}{}); err != io.EOF {
+		return ClusterSpec{}, backend.Errorf(backend.InvalidArgument, "local.ParseClusterSpec", "unexpected data after the cluster spec")
+	}
 	return s, nil
 }
 
@@ -133,7 +137,10 @@ func (s ClusterSpec) expand() ([]nodeDef, []sliceDef, error) {
 		defs = append(defs, d)
 		return nil
 	}
-	for _, n := range s.Nodes {
+	for i, n := range s.Nodes {
+		if n.Name == "" {
+			return nil, nil, backend.Errorf(backend.InvalidArgument, op, "node spec %d has an empty name", i)
+		}
 		if n.Count < 0 {
 			return nil, nil, backend.Errorf(backend.InvalidArgument, op, "node %q: negative count %d", n.Name, n.Count)
 		}

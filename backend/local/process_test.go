@@ -1,0 +1,316 @@
+//go:build unix
+
+package local_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/backend/backendtest"
+	"github.com/goray-dev/goray/backend/local"
+	"github.com/goray-dev/goray/ray"
+)
+
+// The test binary is the worker executable of the multi-process tests:
+// launched as a worker, it serves the registered tasks instead of running
+// tests. ray.Main belongs first in TestMain; an init function works as
+// well, since it runs after every registration at package level.
+func init() {
+	ray.Main()
+	if os.Getenv(echoServerEnv) != "" {
+		os.Exit(serveEcho()) // the loopback floor of the benchmarks
+	}
+}
+
+func newProcessLocal(t *testing.T, nodes []backendtest.Node, opts *local.ProcessOptions) *local.Backend {
+	t.Helper()
+	spec := local.ClusterSpec{}
+	for _, n := range nodes {
+		spec.Nodes = append(spec.Nodes, local.NodeSpec{Name: n.Name, Resources: n.Resources, Labels: n.Labels})
+	}
+	if opts == nil {
+		opts = &local.ProcessOptions{}
+	}
+	b, err := local.New(spec, &local.Options{Processes: opts})
+	if err != nil {
+		t.Fatalf("local.New: %v", err)
+	}
+	return b
+}
+
+// TestConformanceProcesses runs the suite with every node's work in its
+// own worker process.
+func TestConformanceProcesses(t *testing.T) {
+	backendtest.RunConformanceTests(t, backendtest.Harness{
+		New: func(t *testing.T, nodes []backendtest.Node) backend.Backend {
+			return newProcessLocal(t, nodes, nil)
+		},
+		Capabilities: backendtest.AllCapabilities,
+	})
+}
+
+type place struct {
+	Node    string
+	PID     int
+	Attempt int
+	N       int
+}
+
+var (
+	// hold blocks its first attempt until its context ends, announcing
+	// itself on stderr; later attempts return where they ran.
+	hold = ray.NewTask("proctest.hold", func(ctx context.Context, tag string) (place, error) {
+		rc, _ := ray.Runtime(ctx)
+		if rc.Attempt() == 0 {
+			fmt.Fprintf(os.Stderr, "proctest: started %s\n", tag)
+			<-ctx.Done()
+			return place{}, ctx.Err()
+		}
+		return place{Node: rc.NodeName(), PID: os.Getpid(), Attempt: rc.Attempt()}, nil
+	})
+	whereProc = ray.NewTask("proctest.where", func(ctx context.Context, _ struct{}) (place, error) {
+		rc, _ := ray.Runtime(ctx)
+		return place{Node: rc.NodeName(), PID: os.Getpid()}, nil
+	})
+	echoProc = ray.NewTask("proctest.echo", func(ctx context.Context, s string) (string, error) { return s, nil })
+
+	tally    = ray.NewActorClass("proctest.tally", func(ctx context.Context, n int) (*tallyActor, error) { return &tallyActor{n: n}, nil })
+	tallyAdd = ray.NewMethod(tally, "add", func(ctx context.Context, a *tallyActor, d int) (place, error) {
+		a.n += d
+		rc, _ := ray.Runtime(ctx)
+		return place{Node: rc.NodeName(), PID: os.Getpid(), N: a.n}, nil
+	})
+)
+
+type tallyActor struct{ n int }
+
+// stderrWatch collects the workers' stderr and signals when a line
+// containing want appears.
+type stderrWatch struct {
+	mu   sync.Mutex
+	buf  strings.Builder
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func newStderrWatch(want string) *stderrWatch {
+	return &stderrWatch{want: want, seen: make(chan struct{})}
+}
+
+func (w *stderrWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+func (w *stderrWatch) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-w.seen:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %q on the workers' stderr", w.want)
+	}
+}
+
+func processCluster(t *testing.T, opts *local.ProcessOptions) (*ray.Cluster, *local.Backend) {
+	t.Helper()
+	b := newProcessLocal(t, backendtest.DefaultNodes(), opts)
+	c, err := ray.NewCluster(context.Background(), b, nil)
+	if err != nil {
+		t.Fatalf("ray.NewCluster: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, b
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// runningNode finds the node running a task.
+func runningNode(t *testing.T, c *ray.Cluster) string {
+	t.Helper()
+	st, err := c.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range st.Nodes {
+		if n.Running > 0 {
+			return n.Name
+		}
+	}
+	t.Fatal("no node runs a task")
+	return ""
+}
+
+func sigkill(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %d: %v", pid, err)
+	}
+}
+
+func TestWorkerProcessKilled(t *testing.T) {
+	t.Run("TaskRetried", func(t *testing.T) {
+		is := is.New(t)
+		watch := newStderrWatch("proctest: started retried")
+		c, b := processCluster(t, &local.ProcessOptions{Stderr: watch})
+		ctx := testCtx(t)
+		ref := hold.Remote(ctx, c, "retried", ray.Retries(1))
+		watch.wait(t)
+		node := runningNode(t, c)
+		pid := b.WorkerPIDs()[node]
+		is.True(pid != 0)
+		sigkill(t, pid)
+		p, err := ref.Get(ctx)
+		is.NoErr(err)
+		is.Equal(p.Attempt, 1)  // the lost attempt was retried,
+		is.True(p.Node != node) // on a live node,
+		is.True(p.PID != pid)   // in another worker process
+		_, alive := b.WorkerPIDs()[node]
+		is.True(!alive) // the killed worker's node is dead
+	})
+	t.Run("UnavailableWithoutRetries", func(t *testing.T) {
+		is := is.New(t)
+		watch := newStderrWatch("proctest: started lost")
+		c, b := processCluster(t, &local.ProcessOptions{Stderr: watch})
+		ctx := testCtx(t)
+		ref := hold.Remote(ctx, c, "lost", ray.Retries(0), ray.NodeSelector{"zone": "c"})
+		watch.wait(t)
+		sigkill(t, b.WorkerPIDs()["node-2"])
+		_, err := ref.Get(ctx)
+		is.Equal(ray.Code(err), ray.Unavailable)
+		is.True(errors.Is(err, ray.ErrUnavailable))
+		is.True(strings.Contains(err.Error(), "node-2"))
+		// The node died with its worker: work only it could run is
+		// infeasible until it is restarted...
+		_, err = echoProc.Remote(ctx, c, "x", ray.NodeSelector{"zone": "c"}).Get(ctx)
+		is.Equal(ray.Code(err), ray.Infeasible)
+		// ...and a restarted node gets a fresh worker process.
+		fi := c.Backend().(backend.FaultInjector)
+		is.NoErr(fi.RestartNode(ctx, "node-2"))
+		p, err := whereProc.Remote(ctx, c, struct{}{}, ray.NodeSelector{"zone": "c"}).Get(ctx)
+		is.NoErr(err)
+		is.Equal(p.Node, "node-2")
+		is.Equal(b.WorkerPIDs()["node-2"], p.PID)
+	})
+	t.Run("ActorRestartsOnAnotherWorker", func(t *testing.T) {
+		is := is.New(t)
+		c, b := processCluster(t, nil)
+		ctx := testCtx(t)
+		// A call in flight when the worker dies is retried on the
+		// restarted actor (MaxTaskRetries); the kill is asynchronous, so
+		// the next call may be in flight then.
+		h := tally.Remote(ctx, c, 10, ray.MaxRestarts(1), ray.MaxTaskRetries(1))
+		p, err := tallyAdd.Remote(ctx, h, 1).Get(ctx)
+		is.NoErr(err)
+		is.Equal(p.N, 11)
+		is.Equal(b.WorkerPIDs()[p.Node], p.PID)
+		sigkill(t, p.PID)
+		p2, err := tallyAdd.Remote(ctx, h, 1).Get(ctx)
+		is.NoErr(err)
+		is.Equal(p2.N, 11) // restarted from its constructor,
+		is.True(p2.Node != p.Node)
+		is.True(p2.PID != p.PID) // in another worker process
+
+		sigkill(t, p2.PID) // out of restarts
+		_, err = tallyAdd.Remote(ctx, h, 1).Get(ctx)
+		is.Equal(ray.Code(err), ray.ActorDied)
+	})
+}
+
+func TestWorkerProcessesStopOnClose(t *testing.T) {
+	is := is.New(t)
+	b := newProcessLocal(t, backendtest.DefaultNodes(), &local.ProcessOptions{Count: 2})
+	c, err := ray.NewCluster(context.Background(), b, nil)
+	is.NoErr(err)
+	ctx := testCtx(t)
+	v, err := echoProc.Remote(ctx, c, "hi").Get(ctx)
+	is.NoErr(err)
+	is.Equal(v, "hi")
+	pids := b.WorkerPIDs()
+	is.Equal(len(pids), 3) // three nodes,
+	distinct := map[int]bool{}
+	for _, pid := range pids {
+		distinct[pid] = true
+		is.True(pid != os.Getpid())
+	}
+	is.Equal(len(distinct), 2) // on two processes
+	is.NoErr(c.Close())
+	for pid := range distinct {
+		// Close reaped them: the pids are gone.
+		is.True(errors.Is(syscall.Kill(pid, 0), syscall.ESRCH))
+	}
+	is.Equal(len(b.WorkerPIDs()), 0)
+}
+
+func TestWorkerProcessErrors(t *testing.T) {
+	t.Run("DisableCodec", func(t *testing.T) {
+		is := is.New(t)
+		b := newProcessLocal(t, backendtest.DefaultNodes(), nil)
+		_, err := ray.NewCluster(context.Background(), b, &ray.Options{DisableCodec: true})
+		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.True(strings.Contains(err.Error(), "DisableCodec"))
+		is.NoErr(b.Close())
+	})
+	t.Run("MessageTooLarge", func(t *testing.T) {
+		is := is.New(t)
+		c, _ := processCluster(t, &local.ProcessOptions{Count: 1, MaxMessageSize: 64 << 10})
+		ctx := testCtx(t)
+		_, err := echoProc.Remote(ctx, c, strings.Repeat("x", 100<<10)).Get(ctx)
+		is.Equal(ray.Code(err), ray.ResourceExhausted)
+		is.True(strings.Contains(err.Error(), "exceeds the limit of 64.0 KiB"))
+		v, err := echoProc.Remote(ctx, c, "small").Get(ctx) // the worker still serves
+		is.NoErr(err)
+		is.Equal(v, "small")
+	})
+}
+
+// ExampleProcessOptions runs tasks in worker processes on loopback. The
+// workers run this program's executable, so main (here: the test binary's
+// init) calls ray.Main first:
+//
+//	func main() {
+//		ray.Main()
+//		...
+//	}
+func ExampleProcessOptions() {
+	b, err := local.New(local.ClusterSpec{Nodes: []local.NodeSpec{
+		{Name: "cpu", Count: 2, Resources: backend.Resources{backend.CPU: 4}},
+	}}, &local.Options{Processes: &local.ProcessOptions{}})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	c, err := ray.NewCluster(ctx, b, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	p, err := whereProc.Remote(ctx, c, struct{}{}).Get(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("ran in another process:", p.PID != os.Getpid())
+	fmt.Println("worker processes:", len(b.WorkerPIDs()))
+	// Output:
+	// ran in another process: true
+	// worker processes: 2
+}

@@ -1,0 +1,409 @@
+package worker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// ClientOptions configures [Dial].
+type ClientOptions struct {
+	// Token is the worker's token.
+	Token string
+	// Manifest describes the driver's code; the worker refuses a driver
+	// whose manifest differs from its own. Get it from the cluster's
+	// executor with [ManifestOf].
+	Manifest Manifest
+	// MaxMessageSize bounds one message in either direction; 0 means
+	// DefaultMaxMessageSize. The connection uses the smaller of the
+	// driver's and the worker's bounds.
+	MaxMessageSize int
+	// Heartbeat is the heartbeat interval of the connection (both sides
+	// use it); 0 means DefaultHeartbeat. A side that hears nothing for 5
+	// intervals drops the connection.
+	Heartbeat time.Duration
+	// Logger receives debug logs; nil discards them.
+	Logger *slog.Logger
+	// OnLost, if set, is called once when the connection is lost (not when
+	// the client is closed), with the cause, before the calls in flight
+	// fail with Unavailable. A backend uses it to mark the worker's nodes
+	// dead first, so that the failed calls are retried per their options.
+	OnLost func(err error)
+}
+
+// Client is a driver's connection to one worker. It implements
+// backend.Executor: a backend hands it the work to run in the worker.
+// Calls are multiplexed on one TCP connection; cancelling a call's context
+// cancels the work in the worker and returns ctx.Err() at once.
+//
+// When the connection is lost, calls fail with Unavailable naming the
+// cause. Create clients with [Dial]; a Client is safe for concurrent use.
+type Client struct {
+	conn    *conn
+	addr    string
+	pid     int
+	tasks   map[string]bool
+	methods map[string]bool // classes and "class.method"
+	onLost  func(error)
+
+	nextID    atomic.Uint64
+	nextActor atomic.Uint64
+
+	pmu     sync.Mutex
+	pending map[uint64]*pendingCall
+	lost    error // set once the reader has ended
+	closed  atomic.Bool
+	readEnd chan struct{}
+}
+
+type pendingCall struct {
+	ch   chan reply
+	typ  msgType
+	name string
+}
+
+type reply struct {
+	v   backend.Value
+	err error
+}
+
+var _ backend.Executor = (*Client)(nil)
+
+// Dial connects to the worker at addr (host:port) and performs the
+// handshake: the token, the protocol version and the manifests must
+// match. ctx bounds the dial and the handshake only.
+//
+// Errors: Unavailable when the worker cannot be reached, FailedPrecondition
+// when it refuses the token, speaks another protocol version or was built
+// from different code (the message names the differences), InvalidArgument
+// for bad options.
+func Dial(ctx context.Context, addr string, opts *ClientOptions) (*Client, error) {
+	op := "worker.Dial " + addr
+	if opts == nil {
+		opts = &ClientOptions{}
+	}
+	limit, err := messageLimit(op, opts.MaxMessageSize)
+	if err != nil {
+		return nil, err
+	}
+	hb := opts.Heartbeat
+	if hb <= 0 {
+		hb = DefaultHeartbeat
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, backend.Errorf(backend.Unavailable, op, "%w", err)
+	}
+	br, hdr, err := handshake(ctx, nc, addr, opts, limit, hb)
+	if err != nil {
+		nc.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var be *backend.Error
+		if errors.As(err, &be) {
+			be.Op = op
+			return nil, be
+		}
+		return nil, backend.Errorf(backend.Unavailable, op, "handshake: %w", err)
+	}
+	if n, err := strconv.Atoi(hdr.Get(headerMaxMessage)); err == nil && n >= MinMaxMessageSize && n < limit {
+		limit = n
+	}
+	pid, _ := strconv.Atoi(hdr.Get(headerPID))
+	c := &Client{
+		conn: newConn(nc, br, limit, hb, log), addr: addr, pid: pid,
+		tasks: map[string]bool{}, methods: map[string]bool{}, onLost: opts.OnLost,
+		pending: map[uint64]*pendingCall{}, readEnd: make(chan struct{}),
+	}
+	for _, e := range opts.Manifest.Entries {
+		switch e.Kind {
+		case KindTask:
+			c.tasks[e.Name] = true
+		case KindActor, KindMethod: // methods are named "class.method"
+			c.methods[e.Name] = true
+		}
+	}
+	c.conn.start()
+	go c.readLoop()
+	return c, nil
+}
+
+// handshake performs the HTTP upgrade on nc and returns the reader to
+// continue with and the response headers.
+func handshake(ctx context.Context, nc net.Conn, addr string, opts *ClientOptions, limit int, hb time.Duration) (*bufio.Reader, http.Header, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(30 * time.Second)
+	}
+	nc.SetDeadline(deadline) //nolint:errcheck // a failed deadline shows as a failed read
+
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) }) //nolint:errcheck
+	defer stop()
+	body, err := json.Marshal(helloRequest{Fingerprint: opts.Manifest.Fingerprint(), Manifest: opts.Manifest, MaxMsg: limit, Heartbeat: hb.Milliseconds()})
+	if err != nil {
+		return nil, nil, err
+	}
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+connectPath, bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, backend.Errorf(backend.InvalidArgument, "", "bad worker address: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+opts.Token)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", protocolName)
+	req.Header.Set("Content-Type", "application/json")
+	if err := req.Write(nc); err != nil {
+		return nil, nil, err
+	}
+	br := bufio.NewReaderSize(nc, 64<<10)
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer resp.Body.Close()
+		return nil, nil, refusal(resp, opts.Manifest)
+	}
+	if resp.Header.Get("Upgrade") != protocolName {
+		return nil, nil, backend.Errorf(backend.FailedPrecondition, "", "the worker switched to protocol %q, not %q", resp.Header.Get("Upgrade"), protocolName)
+	}
+	nc.SetDeadline(time.Time{}) //nolint:errcheck
+	return br, resp.Header, nil
+}
+
+// refusal turns a refused handshake into an error with the worker's
+// reason. When the manifests differ the worker sends its own, and the
+// difference is computed here too, in case the worker is older.
+func refusal(resp *http.Response, mine Manifest) error {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxHelloSize))
+	var he handshakeError
+	msg := strings.TrimSpace(string(raw))
+	if json.Unmarshal(raw, &he) == nil && he.Message != "" {
+		msg = he.Message
+		if len(he.Manifest.Entries) > 0 {
+			he.Manifest.Codec = mine.Codec
+			if d := Diff(mine, he.Manifest); d != "" {
+				msg = "the driver and the worker were built from different code: " + d
+			}
+		}
+	}
+	if len(msg) > 4096 {
+		msg = msg[:4096] + "..."
+	}
+	code := backend.Unavailable
+	switch resp.StatusCode {
+	case http.StatusUnauthorized, http.StatusPreconditionFailed, http.StatusNotFound, http.StatusMethodNotAllowed:
+		code = backend.FailedPrecondition
+	case http.StatusRequestEntityTooLarge:
+		code = backend.ResourceExhausted
+	case http.StatusBadRequest:
+		code = backend.InvalidArgument
+	}
+	return backend.Errorf(code, "", "worker refused the connection (%s): %s", resp.Status, msg)
+}
+
+// Addr returns the worker's address.
+func (c *Client) Addr() string { return c.addr }
+
+// PID returns the worker's process ID, as it reported it.
+func (c *Client) PID() int { return c.pid }
+
+// Done is closed when the connection is closed or lost.
+func (c *Client) Done() <-chan struct{} { return c.readEnd }
+
+// Err returns why the connection ended, or nil while it is up.
+func (c *Client) Err() error {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	return c.lost
+}
+
+// Close closes the connection: calls in flight fail with FailedPrecondition
+// (ErrClosed), the worker cancels their work and drops the actors created
+// through this client. OnLost is not called. Close waits for the client's
+// goroutines and is idempotent.
+func (c *Client) Close() error {
+	c.closed.Store(true)
+	c.conn.close(backend.ErrClosed)
+	<-c.readEnd
+	c.conn.wg.Wait()
+	return nil
+}
+
+func (c *Client) readLoop() {
+	cause := c.conn.readLoop(c.handle)
+	<-c.conn.done
+	cause = c.conn.cause
+	var err error
+	if c.closed.Load() {
+		err = backend.Errorf(backend.FailedPrecondition, "", "connection to worker %s closed: %w", c.addr, backend.ErrClosed)
+	} else {
+		err = c.lostError(cause)
+		c.conn.log.Warn("goray: worker connection lost", "worker", c.addr, "pid", c.pid, "cause", cause)
+		if c.onLost != nil {
+			c.onLost(err)
+		}
+	}
+	c.pmu.Lock()
+	c.lost = err
+	pend := c.pending
+	c.pending = nil
+	c.pmu.Unlock()
+	for _, p := range pend {
+		p.ch <- reply{err: c.callError(p.typ, p.name, err)}
+	}
+	close(c.readEnd)
+}
+
+// lostError is the error of calls on a lost connection.
+func (c *Client) lostError(cause error) error {
+	var re *remoteError
+	if errors.As(cause, &re) {
+		code := backend.CodeOf(re.err)
+		if code == backend.Unknown {
+			code = backend.Unavailable
+		}
+		return backend.Errorf(code, "", "worker %s (pid %d) dropped the connection: %v", c.addr, c.pid, re.err)
+	}
+	return backend.Errorf(backend.Unavailable, "", "worker %s (pid %d) lost: %v", c.addr, c.pid, cause)
+}
+
+func (c *Client) callError(typ msgType, name string, err error) error {
+	op := "run task " + name
+	switch typ {
+	case msgNewActor:
+		op = "create actor " + name
+	case msgCall:
+		op = "call " + name
+	}
+	if be, ok := err.(*backend.Error); ok {
+		return &backend.Error{Code: be.Code, Op: op, Err: be.Err}
+	}
+	return backend.Wrap(backend.Unavailable, op, err)
+}
+
+func (c *Client) handle(m *message) error {
+	switch m.typ {
+	case msgResult, msgError:
+		c.pmu.Lock()
+		p := c.pending[m.id]
+		delete(c.pending, m.id)
+		c.pmu.Unlock()
+		if p != nil {
+			p.ch <- reply{v: m.value, err: m.err}
+		}
+		return nil
+	}
+	return fmt.Errorf("a driver does not accept %v messages", m.typ)
+}
+
+// call sends a request and waits for its reply or ctx's end.
+// what names the work for errors ("class.method" for calls).
+func (c *Client) call(ctx context.Context, m *message, what string) (backend.Value, error) {
+	if err := ctx.Err(); err != nil {
+		return backend.Value{}, err
+	}
+	m.id = c.nextID.Add(1)
+	p := &pendingCall{ch: make(chan reply, 1), typ: m.typ, name: what}
+	c.pmu.Lock()
+	if c.lost != nil {
+		err := c.lost
+		c.pmu.Unlock()
+		return backend.Value{}, c.callError(m.typ, what, err)
+	}
+	c.pending[m.id] = p
+	c.pmu.Unlock()
+	if err := c.conn.send(m, false); err != nil {
+		c.pmu.Lock()
+		_, mine := c.pending[m.id]
+		delete(c.pending, m.id)
+		c.pmu.Unlock()
+		if !mine {
+			// The reader has failed the call with the connection's error.
+			r := <-p.ch
+			return r.v, r.err
+		}
+		var closed *errConnClosed
+		if errors.As(err, &closed) {
+			<-c.readEnd // OnLost has run
+			return backend.Value{}, c.callError(m.typ, p.name, c.Err())
+		}
+		return backend.Value{}, c.callError(m.typ, p.name, err)
+	}
+	select {
+	case r := <-p.ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		c.pmu.Lock()
+		_, mine := c.pending[m.id]
+		delete(c.pending, m.id)
+		c.pmu.Unlock()
+		if mine {
+			c.conn.send(&message{typ: msgCancel, id: m.id}, true) //nolint:errcheck // a lost connection cancels everything
+		}
+		return backend.Value{}, ctx.Err()
+	}
+}
+
+// HasTask implements backend.Executor from the manifest.
+func (c *Client) HasTask(name string) bool { return c.tasks[name] }
+
+// HasActorMethod implements backend.Executor from the manifest.
+func (c *Client) HasActorMethod(class, method string) bool {
+	if method == "" {
+		return c.methods[class]
+	}
+	return c.methods[class] && c.methods[class+"."+method]
+}
+
+// RunTask implements backend.Executor: it runs the task in the worker.
+func (c *Client) RunTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
+	return c.call(ctx, &message{typ: msgRunTask, name: name, info: info, value: arg}, name)
+}
+
+// NewActor implements backend.Executor: it constructs the actor in the
+// worker. The actor lives there until ctx ends (a backend passes the
+// actor's lifetime context), the client closes or the connection is lost.
+func (c *Client) NewActor(ctx context.Context, class string, arg backend.Value, info *backend.RuntimeInfo) (backend.ActorInstance, error) {
+	key := c.nextActor.Add(1)
+	if _, err := c.call(ctx, &message{typ: msgNewActor, actor: key, name: class, info: info, value: arg}, class); err != nil {
+		return nil, err
+	}
+	context.AfterFunc(ctx, func() {
+		c.conn.send(&message{typ: msgDropActor, actor: key}, true) //nolint:errcheck // a lost connection drops every actor
+	})
+	return &remoteActor{c: c, key: key, class: class}, nil
+}
+
+// remoteActor is an actor living in a worker.
+type remoteActor struct {
+	c     *Client
+	key   uint64
+	class string
+}
+
+func (a *remoteActor) Call(ctx context.Context, method string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
+	return a.c.call(ctx, &message{typ: msgCall, actor: a.key, name: method, info: info, value: arg}, a.class+"."+method)
+}

@@ -1,0 +1,277 @@
+package worker
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+const (
+	// DefaultHeartbeat is the heartbeat interval when the options leave it
+	// 0. A side that hears nothing for heartbeatMisses intervals drops the
+	// connection.
+	DefaultHeartbeat = time.Second
+	heartbeatMisses  = 5
+	// highWater is how many encoded bytes may wait for the writer before
+	// senders block (a slow or stuck peer pushes back on its callers).
+	highWater = 8 << 20
+	// goodbyeTimeout bounds the flush of a goodbye before the connection
+	// is closed regardless.
+	goodbyeTimeout = time.Second
+	// keepBuffer is the largest write buffer kept for reuse.
+	keepBuffer = 1 << 20
+)
+
+// conn is one framed connection, after the handshake. Any goroutine may
+// send; one goroutine (the owner's) reads with readLoop. Frames are
+// encoded straight into a shared buffer that one writer goroutine flushes
+// in a single write, so messages sent while a write is in progress go out
+// together: throughput comes from batching, not from parallel writes.
+type conn struct {
+	nc    net.Conn
+	fr    frameReader
+	limit int
+	hb    time.Duration
+	log   *slog.Logger
+
+	wmu     sync.Mutex
+	wcond   sync.Cond
+	wbuf    []byte
+	werr    error // non-nil once closed: every send fails with it
+	closing bool  // a goodbye is queued: close once it is flushed
+	byeErr  error
+	wake    chan struct{}
+
+	sent, recvd atomic.Bool
+
+	closeOnce sync.Once
+	cause     error // why the connection closed; set before done closes
+	done      chan struct{}
+	wg        sync.WaitGroup
+}
+
+func newConn(nc net.Conn, br *bufio.Reader, limit int, hb time.Duration, log *slog.Logger) *conn {
+	c := &conn{
+		nc: nc, fr: frameReader{r: br, limit: limit}, limit: limit, hb: hb, log: log,
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	c.wcond.L = &c.wmu
+	return c
+}
+
+// start runs the writer and heartbeat goroutines.
+func (c *conn) start() {
+	c.wg.Add(2)
+	go c.writeLoop()
+	go c.heartbeatLoop()
+}
+
+// errConnClosed is the error of sends on a closed connection; its cause is
+// the reason the connection closed.
+type errConnClosed struct{ cause error }
+
+func (e *errConnClosed) Error() string { return "connection closed: " + e.cause.Error() }
+func (e *errConnClosed) Unwrap() error { return e.cause }
+
+// send queues m. Unless force is set it waits while the queue is over its
+// high-water mark. It fails at once, without queueing, when m cannot be
+// encoded or exceeds the message limit; the connection stays usable.
+func (c *conn) send(m *message, force bool) error {
+	c.wmu.Lock()
+	for !force && len(c.wbuf) >= highWater && c.werr == nil && !c.closing {
+		c.wcond.Wait()
+	}
+	if c.werr != nil {
+		err := c.werr
+		c.wmu.Unlock()
+		return err
+	}
+	if c.closing {
+		c.wmu.Unlock()
+		return &errConnClosed{cause: c.byeErr}
+	}
+	start := len(c.wbuf)
+	b, err := appendFrame(c.wbuf, m)
+	if err != nil {
+		c.wbuf = b
+		c.wmu.Unlock()
+		return backend.Wrap(backend.InvalidArgument, "", err)
+	}
+	if n := len(b) - start - frameHeader; n > c.limit {
+		c.wbuf = b[:start]
+		c.wmu.Unlock()
+		return backend.Wrap(backend.ResourceExhausted, "", &tooLargeError{size: uint64(n), limit: uint64(c.limit)})
+	}
+	c.wbuf = b
+	c.wmu.Unlock()
+	if start == 0 {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+func (c *conn) writeLoop() {
+	defer c.wg.Done()
+	var spare []byte
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		}
+		for {
+			c.wmu.Lock()
+			if len(c.wbuf) == 0 || c.werr != nil {
+				closing, bye := c.closing, c.byeErr
+				c.wmu.Unlock()
+				if closing {
+					c.close(bye)
+					return
+				}
+				break
+			}
+			out := c.wbuf
+			c.wbuf = spare[:0]
+			c.wcond.Broadcast()
+			c.wmu.Unlock()
+			_, err := c.nc.Write(out)
+			c.sent.Store(true)
+			if err != nil {
+				c.close(fmt.Errorf("write: %w", err))
+				return
+			}
+			if cap(out) <= keepBuffer {
+				spare = out[:0]
+			} else {
+				spare = nil
+			}
+		}
+	}
+}
+
+func (c *conn) heartbeatLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.hb)
+	defer t.Stop()
+	misses := 0
+	for {
+		select {
+		case <-t.C:
+		case <-c.done:
+			return
+		}
+		if c.recvd.Swap(false) {
+			misses = 0
+		} else if misses++; misses >= heartbeatMisses {
+			c.close(fmt.Errorf("heard nothing from the peer for %v (%d heartbeats)", time.Duration(misses)*c.hb, misses))
+			return
+		}
+		if !c.sent.Swap(false) {
+			c.send(&message{typ: msgHeartbeat}, true) //nolint:errcheck // a closed connection has its cause already
+		}
+	}
+}
+
+// goodbye queues a goodbye carrying err, after which the writer closes the
+// connection with err as its cause. It is how a side tells its peer why it
+// drops the connection (a garbled or oversized message).
+func (c *conn) goodbye(err error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil || c.closing {
+		return
+	}
+	if b, e := appendFrame(c.wbuf, &message{typ: msgGoodbye, err: err}); e == nil {
+		c.wbuf = b
+	}
+	c.closing, c.byeErr = true, err
+	c.wcond.Broadcast()
+	c.nc.SetWriteDeadline(time.Now().Add(goodbyeTimeout)) //nolint:errcheck // best effort
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close closes the connection once, recording why.
+func (c *conn) close(cause error) {
+	c.closeOnce.Do(func() {
+		if cause == nil {
+			cause = errors.New("closed")
+		}
+		c.wmu.Lock()
+		c.werr = &errConnClosed{cause: cause}
+		c.wcond.Broadcast()
+		c.wmu.Unlock()
+		c.cause = cause
+		c.nc.Close()
+		close(c.done)
+	})
+}
+
+// remoteError is the cause of a connection that the peer closed with a
+// goodbye.
+type remoteError struct{ err error }
+
+func (e *remoteError) Error() string { return "the peer closed the connection: " + e.err.Error() }
+func (e *remoteError) Unwrap() error { return e.err }
+
+// readLoop reads frames until the connection fails, handing each request
+// or reply to handle. A frame that is garbled or too large, or that handle
+// rejects, ends the connection with a goodbye naming the problem. It
+// returns the cause.
+func (c *conn) readLoop(handle func(m *message) error) error {
+	for {
+		body, err := c.fr.next()
+		if err != nil {
+			var tl *tooLargeError
+			switch {
+			case errors.As(err, &tl):
+				c.goodbye(backend.Wrap(backend.ResourceExhausted, "", err))
+			case errors.Is(err, errGarbled):
+				c.goodbye(backend.Wrap(backend.InvalidArgument, "", err))
+			default:
+				c.close(fmt.Errorf("read: %w", err))
+			}
+			return c.waitCause(err)
+		}
+		c.recvd.Store(true)
+		m, err := decodeMessage(body)
+		if err != nil {
+			c.goodbye(backend.Wrap(backend.InvalidArgument, "", err))
+			return c.waitCause(err)
+		}
+		switch m.typ {
+		case msgHeartbeat:
+			continue
+		case msgGoodbye:
+			c.close(&remoteError{err: m.err})
+			return c.cause
+		}
+		if err := handle(&m); err != nil {
+			c.goodbye(backend.Wrap(backend.InvalidArgument, "", err))
+			return c.waitCause(err)
+		}
+	}
+}
+
+// waitCause returns the recorded cause if the connection is closed, else
+// err (a goodbye still being flushed).
+func (c *conn) waitCause(err error) error {
+	select {
+	case <-c.done:
+		return c.cause
+	default:
+		return err
+	}
+}

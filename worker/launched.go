@@ -1,0 +1,187 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The environment with which a backend launches a worker process. A
+// process is a worker when EnvAddr is set; [ServeLaunched] reads the
+// variables and removes them from the environment, so that processes the
+// worker's user code starts do not inherit them.
+const (
+	// EnvAddr is the address to listen on (host:port; port 0 picks one).
+	// The worker listens on that address only.
+	EnvAddr = "GORAY_WORKER_ADDR"
+	// EnvToken is the token drivers must present. Required.
+	EnvToken = "GORAY_WORKER_TOKEN"
+	// EnvReadyFD, if set, is an inherited file descriptor on which the
+	// worker writes "goray-worker ready <addr>\n" once it listens, then
+	// closes it. It is how a launcher learns a port chosen by the kernel.
+	EnvReadyFD = "GORAY_WORKER_READY_FD"
+	// EnvLifelineFD, if set, is an inherited file descriptor, the read end
+	// of a pipe whose write end only the launcher holds. When it reads EOF
+	// the launcher has died (or let go), and the worker exits at once.
+	EnvLifelineFD = "GORAY_WORKER_LIFELINE_FD"
+	// EnvMaxMessageSize bounds one message, in bytes; default
+	// DefaultMaxMessageSize.
+	EnvMaxMessageSize = "GORAY_WORKER_MAX_MESSAGE_SIZE"
+	// EnvIdleTimeout is how long the worker waits without any driver
+	// connected before it exits, as a Go duration; default
+	// DefaultIdleTimeout.
+	EnvIdleTimeout = "GORAY_WORKER_IDLE_TIMEOUT"
+	// EnvLogLevel is the level of the worker's logs on its stderr: debug,
+	// info, warn (the default), error or off.
+	EnvLogLevel = "GORAY_WORKER_LOG_LEVEL"
+)
+
+// DefaultIdleTimeout is how long a launched worker waits for a driver.
+const DefaultIdleTimeout = 30 * time.Second
+
+// exitGrace bounds how long a launched worker waits for running user code
+// to honour its cancelled context before it exits anyway.
+const exitGrace = 2 * time.Second
+
+const readyPrefix = "goray-worker ready "
+
+// Launched reports whether a backend launched this process as a worker.
+// It only reads one environment variable.
+func Launched() bool { return os.Getenv(EnvAddr) != "" }
+
+// ServeLaunched serves reg as a worker configured by the environment above
+// and returns the process's exit code once the worker is done: 0 when its
+// driver went away (lifeline closed, or no driver for the idle timeout),
+// 2 when the environment is invalid or the address cannot be listened on.
+// Errors go to stderr. Package ray's Main calls it; programs do not.
+func ServeLaunched(reg Registry) int {
+	env := map[string]string{}
+	for _, k := range []string{EnvAddr, EnvToken, EnvReadyFD, EnvLifelineFD, EnvMaxMessageSize, EnvIdleTimeout, EnvLogLevel} {
+		env[k] = os.Getenv(k)
+		os.Unsetenv(k)
+	}
+	log, err := stderrLogger(env[EnvLogLevel])
+	if err == nil {
+		err = serveLaunched(reg, env, log)
+	}
+	switch {
+	case err == nil, errors.Is(err, ErrNoDriver), errors.Is(err, errDriverGone):
+		if err != nil {
+			log.Info("goray worker: exiting", "reason", err)
+		}
+		return 0
+	default:
+		fmt.Fprintf(os.Stderr, "goray worker: %v\n", err)
+		return 2
+	}
+}
+
+var errDriverGone = errors.New("the launching driver process is gone (lifeline closed)")
+
+func stderrLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	switch strings.ToLower(level) {
+	case "", "warn":
+		l = slog.LevelWarn
+	case "debug":
+		l = slog.LevelDebug
+	case "info":
+		l = slog.LevelInfo
+	case "error":
+		l = slog.LevelError
+	case "off":
+		return slog.New(slog.DiscardHandler), nil
+	default:
+		return nil, fmt.Errorf("%s=%q: want debug, info, warn, error or off", EnvLogLevel, level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})).With("pid", os.Getpid()), nil
+}
+
+func serveLaunched(reg Registry, env map[string]string, log *slog.Logger) error {
+	opts := &ServerOptions{Token: env[EnvToken], IdleTimeout: DefaultIdleTimeout, Logger: log}
+	if s := env[EnvMaxMessageSize]; s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("%s=%q: %v", EnvMaxMessageSize, s, err)
+		}
+		opts.MaxMessageSize = n
+	}
+	if s := env[EnvIdleTimeout]; s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%s=%q: want a positive duration such as 30s", EnvIdleTimeout, s)
+		}
+		opts.IdleTimeout = d
+	}
+	srv, err := NewServer(reg, opts)
+	if err != nil {
+		return err
+	}
+	ready, err := inheritedFile(env, EnvReadyFD)
+	if err != nil {
+		return err
+	}
+	lifeline, err := inheritedFile(env, EnvLifelineFD)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", env[EnvAddr])
+	if err != nil {
+		return err
+	}
+	if ready != nil {
+		_, err := fmt.Fprintf(ready, "%s%s\n", readyPrefix, ln.Addr())
+		ready.Close()
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("report readiness: %w", err)
+		}
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	if lifeline != nil {
+		go func() {
+			io.Copy(io.Discard, lifeline) //nolint:errcheck // any end means the launcher is gone
+			cancel(errDriverGone)
+		}()
+	}
+	log.Info("goray worker: serving", "addr", ln.Addr().String())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		// Give running work a moment to honour its cancelled context.
+		select {
+		case err = <-served:
+		case <-time.After(exitGrace):
+		}
+	}
+	if c := context.Cause(ctx); c != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		err = c
+	}
+	return err
+}
+
+func inheritedFile(env map[string]string, key string) (*os.File, error) {
+	s := env[key]
+	if s == "" {
+		return nil, nil
+	}
+	fd, err := strconv.Atoi(s)
+	if err != nil || fd < 3 {
+		return nil, fmt.Errorf("%s=%q: want an inherited file descriptor (3 or more)", key, s)
+	}
+	f := os.NewFile(uintptr(fd), key)
+	if f == nil {
+		return nil, fmt.Errorf("%s=%d: not a valid file descriptor", key, fd)
+	}
+	return f, nil
+}

@@ -1,0 +1,539 @@
+package worker
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// Protocol constants.
+const (
+	// ProtocolVersion is the version of the frame protocol. A driver and
+	// a worker of different versions refuse each other in the handshake
+	// with FailedPrecondition.
+	ProtocolVersion = 1
+	// DefaultMaxMessageSize bounds one message (a frame) when the options
+	// leave it 0: 64 MiB.
+	DefaultMaxMessageSize = 64 << 20
+	// MinMaxMessageSize is the smallest accepted message bound.
+	MinMaxMessageSize = 4 << 10
+
+	protocolName = "goray-worker/1"
+	connectPath  = "/goray/worker/connect"
+	frameHeader  = 4
+	// maxHelloSize bounds the handshake's request body (the driver's
+	// manifest).
+	maxHelloSize = 16 << 20
+)
+
+// msgType is the first byte of every frame body.
+type msgType byte
+
+const (
+	// driver to worker
+	msgRunTask msgType = 1 + iota
+	msgNewActor
+	msgCall
+	msgCancel
+	msgDropActor
+	// both ways
+	msgHeartbeat
+	msgGoodbye
+	// worker to driver
+	msgResult
+	msgError
+	msgLast = msgError
+)
+
+var msgNames = [...]string{
+	msgRunTask: "run-task", msgNewActor: "new-actor", msgCall: "call", msgCancel: "cancel",
+	msgDropActor: "drop-actor", msgHeartbeat: "heartbeat", msgGoodbye: "goodbye",
+	msgResult: "result", msgError: "error",
+}
+
+func (t msgType) String() string {
+	if t >= 1 && t <= msgLast {
+		return msgNames[t]
+	}
+	return fmt.Sprintf("msgType(%d)", byte(t))
+}
+
+// message is one decoded frame. Which fields are set depends on typ:
+//
+//	run-task   id name info value          (name: task)
+//	new-actor  id actor name info value    (name: class)
+//	call       id actor name info value    (name: method)
+//	cancel     id
+//	drop-actor actor
+//	heartbeat
+//	goodbye    err                         (the sender closes the connection)
+//	result     id value
+//	error      id err
+type message struct {
+	typ   msgType
+	id    uint64
+	actor uint64
+	name  string
+	info  *backend.RuntimeInfo
+	value backend.Value
+	err   error
+}
+
+// errGarbled is the cause of every decoding error.
+var errGarbled = errors.New("garbled message")
+
+func garbled(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errGarbled}, args...)...)
+}
+
+// appendFrame appends m as a frame (length header and body) to b.
+func appendFrame(b []byte, m *message) ([]byte, error) {
+	start := len(b)
+	b = append(b, 0, 0, 0, 0, byte(m.typ))
+	var err error
+	switch m.typ {
+	case msgRunTask, msgNewActor, msgCall:
+		b = binary.AppendUvarint(b, m.id)
+		if m.typ != msgRunTask {
+			b = binary.AppendUvarint(b, m.actor)
+		}
+		b = appendString(b, m.name)
+		b = appendInfo(b, m.info)
+		b, err = appendValue(b, m.value)
+	case msgCancel:
+		b = binary.AppendUvarint(b, m.id)
+	case msgDropActor:
+		b = binary.AppendUvarint(b, m.actor)
+	case msgHeartbeat:
+	case msgGoodbye:
+		b = appendError(b, m.err)
+	case msgResult:
+		b = binary.AppendUvarint(b, m.id)
+		b, err = appendValue(b, m.value)
+	case msgError:
+		b = binary.AppendUvarint(b, m.id)
+		b = appendError(b, m.err)
+	default:
+		err = fmt.Errorf("cannot encode message type %v", m.typ)
+	}
+	if err != nil {
+		return b[:start], err
+	}
+	n := len(b) - start - frameHeader
+	if uint64(n) > math.MaxUint32 {
+		return b[:start], fmt.Errorf("message of %d bytes is too large for a frame", n)
+	}
+	binary.BigEndian.PutUint32(b[start:], uint32(n))
+	return b, nil
+}
+
+// decodeMessage decodes a frame body (without its length header). It
+// never panics, and copies everything it keeps out of body.
+func decodeMessage(body []byte) (message, error) {
+	d := decoder{b: body}
+	var m message
+	if len(body) == 0 {
+		return m, garbled("empty frame")
+	}
+	m.typ = msgType(d.byte())
+	switch m.typ {
+	case msgRunTask, msgNewActor, msgCall:
+		m.id = d.uvarint()
+		if m.typ != msgRunTask {
+			m.actor = d.uvarint()
+		}
+		m.name = d.string()
+		m.info = d.info()
+		m.value = d.value()
+	case msgCancel:
+		m.id = d.uvarint()
+	case msgDropActor:
+		m.actor = d.uvarint()
+	case msgHeartbeat:
+	case msgGoodbye:
+		m.err = d.error()
+	case msgResult:
+		m.id = d.uvarint()
+		m.value = d.value()
+	case msgError:
+		m.id = d.uvarint()
+		m.err = d.error()
+	default:
+		return message{}, garbled("unknown message type %d", byte(m.typ))
+	}
+	if d.err != nil {
+		return message{}, garbled("%v message: %v", m.typ, d.err)
+	}
+	if len(d.b) != 0 {
+		return message{}, garbled("%v message has %d trailing bytes", m.typ, len(d.b))
+	}
+	return m, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+// errNativeValue is returned when a value holds an unencoded Go value,
+// which cannot leave the process.
+var errNativeValue = errors.New("the value is not encoded (Value.Native is set): values cross to a worker process only as bytes, so the cluster must use a codec (do not set ray.Options.DisableCodec)")
+
+// appendValue writes a nil Data as 0 and other data as its length plus 1,
+// so that nil and empty survive the trip.
+func appendValue(b []byte, v backend.Value) ([]byte, error) {
+	if v.Native != nil {
+		return b, errNativeValue
+	}
+	if v.Data == nil {
+		return append(b, 0), nil
+	}
+	b = binary.AppendUvarint(b, uint64(len(v.Data))+1)
+	return append(b, v.Data...), nil
+}
+
+func appendMap(b []byte, m map[string]string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(m)))
+	for k, v := range m {
+		b = appendString(b, k)
+		b = appendString(b, v)
+	}
+	return b
+}
+
+func appendInfo(b []byte, info *backend.RuntimeInfo) []byte {
+	if info == nil {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	b = appendString(b, info.Task)
+	b = binary.AppendVarint(b, int64(info.Attempt))
+	b = appendString(b, info.Node)
+	b = appendMap(b, info.NodeLabels)
+	b = binary.AppendUvarint(b, uint64(len(info.Resources)))
+	for k, v := range info.Resources {
+		b = appendString(b, k)
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	b = binary.AppendUvarint(b, uint64(info.Placement.Group))
+	b = binary.AppendVarint(b, int64(info.Placement.Bundle))
+	b = appendMap(b, info.Env)
+	return binary.AppendUvarint(b, uint64(info.Actor))
+}
+
+// Context errors travel as a kind, so that the driver gets the very
+// context.Canceled or context.DeadlineExceeded back.
+const (
+	ctxNone byte = iota
+	ctxCanceled
+	ctxDeadline
+)
+
+// appendError writes the code, operation and message of err, and its
+// *backend.TaskError if it has one.
+func appendError(b []byte, err error) []byte {
+	kind := ctxNone
+	switch err {
+	case context.Canceled:
+		kind = ctxCanceled
+	case context.DeadlineExceeded:
+		kind = ctxDeadline
+	}
+	code := backend.CodeOf(err)
+	var op, msg string
+	var be *backend.Error
+	if errors.As(err, &be) {
+		op = be.Op
+		if be.Err != nil {
+			msg = be.Err.Error()
+		}
+	} else if err != nil {
+		msg = err.Error()
+	}
+	b = binary.AppendUvarint(b, uint64(code))
+	b = append(b, kind)
+	b = appendString(b, op)
+	b = appendString(b, msg)
+	var te *backend.TaskError
+	if !errors.As(err, &te) {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	b = appendString(b, te.Task)
+	b = binary.AppendVarint(b, int64(te.Attempt))
+	b = appendString(b, te.Message)
+	b = appendBool(b, te.Panicked)
+	return appendString(b, te.Stack)
+}
+
+// decoder reads the encoding above. After the first error every read
+// returns a zero value and d.err keeps the error.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf(format, args...)
+	}
+	d.b = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail("truncated")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) bool() bool {
+	switch d.byte() {
+	case 0:
+		return false
+	case 1:
+		return true
+	default:
+		d.fail("bad boolean")
+		return false
+	}
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// int reads a varint that must fit an int32 (attempts, bundle indexes).
+func (d *decoder) int() int {
+	v := d.varint()
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		d.fail("integer %d out of range", v)
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) bytes(n uint64) []byte {
+	if n > uint64(len(d.b)) {
+		d.fail("length %d exceeds the %d bytes left", n, len(d.b))
+		return nil
+	}
+	p := d.b[:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *decoder) float64() float64 {
+	p := d.bytes(8)
+	if len(p) != 8 {
+		return 0
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64(p))
+}
+
+func (d *decoder) string() string {
+	return string(d.bytes(d.uvarint()))
+}
+
+func (d *decoder) value() backend.Value {
+	n := d.uvarint()
+	if n == 0 || d.err != nil {
+		return backend.Value{}
+	}
+	p := d.bytes(n - 1)
+	if d.err != nil {
+		return backend.Value{}
+	}
+	return backend.Value{Data: append(make([]byte, 0, len(p)), p...)}
+}
+
+// count reads an element count, refusing counts that the bytes left could
+// not hold (each element takes at least min bytes), so a garbled count
+// cannot make the decoder allocate.
+func (d *decoder) count(min int) int {
+	n := d.uvarint()
+	if n > uint64(len(d.b)/min) {
+		d.fail("count %d exceeds what %d bytes can hold", n, len(d.b))
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) stringMap() map[string]string {
+	n := d.count(2)
+	if n == 0 {
+		return nil
+	}
+	m := make(map[string]string, n)
+	for range n {
+		k := d.string()
+		m[k] = d.string()
+	}
+	return m
+}
+
+func (d *decoder) info() *backend.RuntimeInfo {
+	switch d.byte() {
+	case 0:
+		return nil
+	case 1:
+	default:
+		d.fail("bad runtime info marker")
+		return nil
+	}
+	info := &backend.RuntimeInfo{}
+	info.Task = d.string()
+	info.Attempt = d.int()
+	info.Node = d.string()
+	info.NodeLabels = d.stringMap()
+	if n := d.count(9); n > 0 {
+		info.Resources = make(backend.Resources, n)
+		for range n {
+			k := d.string()
+			v := d.float64()
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				d.fail("resource %q has amount %v", k, v)
+			}
+			info.Resources[k] = v
+		}
+	}
+	info.Placement.Group = backend.PlacementGroupID(d.uvarint())
+	info.Placement.Bundle = d.int()
+	info.Env = d.stringMap()
+	info.Actor = backend.ActorID(d.uvarint())
+	if d.err != nil {
+		return nil
+	}
+	return info
+}
+
+func (d *decoder) error() error {
+	code := backend.Code(d.uvarint())
+	kind := d.byte()
+	op := d.string()
+	msg := d.string()
+	hasTE := d.bool()
+	var te *backend.TaskError
+	if hasTE {
+		te = &backend.TaskError{}
+		te.Task = d.string()
+		te.Attempt = d.int()
+		te.Message = d.string()
+		te.Panicked = d.bool()
+		te.Stack = d.string()
+	}
+	if d.err != nil {
+		return nil
+	}
+	if int(code) >= len(backend.Codes()) {
+		d.fail("unknown error code %d", code)
+		return nil
+	}
+	switch kind {
+	case ctxNone:
+	case ctxCanceled:
+		return context.Canceled
+	case ctxDeadline:
+		return context.DeadlineExceeded
+	default:
+		d.fail("bad context error kind %d", kind)
+		return nil
+	}
+	if code == backend.OK {
+		code = backend.Unknown
+	}
+	if te != nil {
+		return &backend.Error{Code: code, Op: op, Err: te}
+	}
+	return &backend.Error{Code: code, Op: op, Err: errors.New(msg)}
+}
+
+// frameReader reads frames of at most limit body bytes.
+type frameReader struct {
+	r     io.Reader
+	limit int
+	hdr   [frameHeader]byte
+	buf   []byte
+}
+
+// tooLargeError reports a frame over the limit.
+type tooLargeError struct{ size, limit uint64 }
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("message of %s exceeds the limit of %s (MaxMessageSize)", sizeString(e.size), sizeString(e.limit))
+}
+
+// next reads the next frame body; it is valid until the next call.
+func (fr *frameReader) next() ([]byte, error) {
+	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(fr.hdr[:])
+	if n == 0 {
+		return nil, garbled("empty frame")
+	}
+	if uint64(n) > uint64(fr.limit) {
+		return nil, &tooLargeError{size: uint64(n), limit: uint64(fr.limit)}
+	}
+	// Keep a small buffer; a large message gets its own, which is
+	// dropped afterwards.
+	var body []byte
+	if int(n) <= cap(fr.buf) {
+		body = fr.buf[:n]
+	} else {
+		body = make([]byte, n)
+		if n <= 1<<20 {
+			fr.buf = body
+		}
+	}
+	if _, err := io.ReadFull(fr.r, body); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return body, nil
+}
+
+// sizeString prints a byte count for people.
+func sizeString(n uint64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%d bytes", n)
+	}
+}

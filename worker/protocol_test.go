@@ -1,0 +1,192 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+func sampleMessages() []message {
+	info := &backend.RuntimeInfo{
+		Task: "t.x", Attempt: 2, Node: "node-1", NodeLabels: map[string]string{"zone": "b"},
+		Resources: backend.Resources{backend.CPU: 1.5, "TPU": 4}, Placement: backend.Placement{Group: 7, Bundle: 3},
+		Env: map[string]string{"TPU_WORKER_ID": "3"}, Actor: 9,
+	}
+	return []message{
+		{typ: msgRunTask, id: 1, name: "t.x", info: info, value: backend.Value{Data: []byte(`"hi"`)}},
+		{typ: msgRunTask, id: 2, name: "t.nil", value: backend.Value{}},
+		{typ: msgRunTask, id: 3, name: "t.empty", info: &backend.RuntimeInfo{Placement: backend.Placement{Bundle: -1}}, value: backend.Value{Data: []byte{}}},
+		{typ: msgNewActor, id: 4, actor: 5, name: "c", info: info, value: backend.Value{Data: []byte("0")}},
+		{typ: msgCall, id: 6, actor: 5, name: "add", value: backend.Value{Data: []byte("1")}},
+		{typ: msgCancel, id: 6},
+		{typ: msgDropActor, actor: 5},
+		{typ: msgHeartbeat},
+		{typ: msgGoodbye, err: backend.Errorf(backend.ResourceExhausted, "", "too big")},
+		{typ: msgResult, id: 1, value: backend.Value{Data: []byte(`"ok"`)}},
+		{typ: msgError, id: 2, err: &backend.Error{Code: backend.TaskFailed, Err: &backend.TaskError{Task: "t.x", Attempt: 1, Message: "boom", Panicked: true, Stack: "goroutine 1"}}},
+		{typ: msgError, id: 3, err: backend.Errorf(backend.NotFound, "run task t.y", "task %q is not registered", "t.y")},
+		{typ: msgError, id: 4, err: context.Canceled},
+		{typ: msgError, id: 5, err: context.DeadlineExceeded},
+	}
+}
+
+func TestMessageRoundTrip(t *testing.T) {
+	for _, m := range sampleMessages() {
+		t.Run(m.typ.String(), func(t *testing.T) {
+			is := is.New(t)
+			frame, err := appendFrame(nil, &m)
+			is.NoErr(err)
+			is.Equal(int(binary.BigEndian.Uint32(frame)), len(frame)-frameHeader)
+			got, err := decodeMessage(frame[frameHeader:])
+			is.NoErr(err)
+			is.Equal(got.typ, m.typ)
+			is.Equal(got.id, m.id)
+			is.Equal(got.actor, m.actor)
+			is.Equal(got.name, m.name)
+			is.True(reflect.DeepEqual(got.info, m.info))
+			is.True(bytes.Equal(got.value.Data, m.value.Data))
+			is.Equal(got.value.Data == nil, m.value.Data == nil) // nil and empty survive
+			if m.err != nil {
+				is.Equal(got.err.Error(), m.err.Error())
+				is.Equal(backend.CodeOf(got.err), backend.CodeOf(m.err))
+				if m.err == context.Canceled || m.err == context.DeadlineExceeded {
+					is.Equal(got.err, m.err) // context errors come back as themselves
+				}
+				var want, have *backend.TaskError
+				if errors.As(m.err, &want) {
+					is.True(errors.As(got.err, &have))
+					is.Equal(*have, *want)
+				}
+			}
+		})
+	}
+}
+
+func TestNativeValueRefused(t *testing.T) {
+	is := is.New(t)
+	_, err := appendFrame([]byte("keep"), &message{typ: msgRunTask, value: backend.Value{Native: 1}})
+	is.True(errors.Is(err, errNativeValue))
+}
+
+func TestDecodeGarbled(t *testing.T) {
+	good, err := appendFrame(nil, &sampleMessages()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := good[frameHeader:]
+	for name, b := range map[string][]byte{
+		"empty":        {},
+		"unknown type": {200, 1},
+		"truncated":    body[:len(body)-3],
+		"trailing":     append(append([]byte{}, body...), 0),
+		"huge length":  {byte(msgRunTask), 1, 0xff, 0xff, 0xff, 0xff, 0x0f},
+		"huge count":   {byte(msgRunTask), 1, 0, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f},
+		"bad bool":     {byte(msgError), 1, 0, 0, 0, 0, 7},
+		"bad code":     {byte(msgError), 1, 99, 0, 0, 0, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			is := is.New(t)
+			_, err := decodeMessage(b)
+			is.True(errors.Is(err, errGarbled))
+			is.True(strings.Contains(err.Error(), "garbled message"))
+		})
+	}
+}
+
+func TestFrameReaderLimit(t *testing.T) {
+	is := is.New(t)
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], 70<<20)
+	fr := frameReader{r: bytes.NewReader(hdr[:]), limit: 64 << 20}
+	_, err := fr.next()
+	var tl *tooLargeError
+	is.True(errors.As(err, &tl))
+	is.Equal(err.Error(), "message of 70.0 MiB exceeds the limit of 64.0 MiB (MaxMessageSize)")
+}
+
+// FuzzDecodeMessage checks that the decoder never panics nor allocates
+// without bound on any input, and that whatever it accepts re-encodes to
+// a message that decodes the same.
+func FuzzDecodeMessage(f *testing.F) {
+	for _, m := range sampleMessages() {
+		frame, err := appendFrame(nil, &m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(frame[frameHeader:])
+	}
+	f.Add([]byte{})
+	f.Add([]byte{byte(msgRunTask), 0x80})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		m, err := decodeMessage(body)
+		if err != nil {
+			if !errors.Is(err, errGarbled) {
+				t.Fatalf("error %v does not match errGarbled", err)
+			}
+			return
+		}
+		frame, err := appendFrame(nil, &m)
+		if err != nil {
+			t.Fatalf("re-encode %+v: %v", m, err)
+		}
+		m2, err := decodeMessage(frame[frameHeader:])
+		if err != nil {
+			t.Fatalf("decode of re-encoded message: %v", err)
+		}
+		if m2.typ != m.typ || m2.id != m.id || m2.actor != m.actor || m2.name != m.name ||
+			!bytes.Equal(m2.value.Data, m.value.Data) || !reflect.DeepEqual(m2.info, m.info) {
+			t.Fatalf("round trip changed the message: %+v != %+v", m2, m)
+		}
+		if (m.err == nil) != (m2.err == nil) || m.err != nil && m.err.Error() != m2.err.Error() {
+			t.Fatalf("round trip changed the error: %v != %v", m2.err, m.err)
+		}
+	})
+}
+
+func TestManifestDiff(t *testing.T) {
+	is := is.New(t)
+	driver := Manifest{Codec: "json", Entries: []Entry{
+		{Kind: KindTask, Name: "a", Signature: "func(int) int"},
+		{Kind: KindTask, Name: "b", Signature: "func(string) string"},
+		{Kind: KindActor, Name: "c", Signature: "func(int) *main.c"},
+	}}
+	is.Equal(Diff(driver, driver), "")
+	worker := Manifest{Codec: "json", Entries: []Entry{
+		{Kind: KindTask, Name: "a", Signature: "func(int) string"},
+		{Kind: KindActor, Name: "c", Signature: "func(int) *main.c"},
+		{Kind: KindMethod, Name: "c.inc", Signature: "func(*main.c, int) int"},
+	}}
+	is.True(driver.Fingerprint() != worker.Fingerprint())
+	d := Diff(driver, worker)
+	is.True(strings.Contains(d, `task "a" is func(int) int in the driver but func(int) string in the worker`))
+	is.True(strings.Contains(d, `task "b" is registered only in the driver`))
+	is.True(strings.Contains(d, `method "c.inc" is registered only in the worker`))
+	worker.Codec = "gob"
+	is.True(strings.Contains(Diff(driver, worker), `codec "json", the worker with "gob"`))
+	// The fingerprint does not depend on order.
+	rev := Manifest{Codec: "json", Entries: []Entry{driver.Entries[2], driver.Entries[1], driver.Entries[0]}}
+	is.Equal(rev.Fingerprint(), driver.Fingerprint())
+}
+
+type fpPoint struct {
+	X    int `json:"x"`
+	Y    int
+	Next *fpPoint
+	priv int
+}
+
+func TestTypeString(t *testing.T) {
+	is := is.New(t)
+	s := TypeString(reflect.TypeFor[[]*fpPoint]())
+	is.Equal(s, `[]*github.com/goray-dev/goray/worker.fpPoint{X int "json:\"x\""; Y int; Next *github.com/goray-dev/goray/worker.fpPoint}`)
+	is.Equal(TypeString(reflect.TypeFor[map[string]struct{ A bool }]()), "map[string]struct{A bool}")
+	is.Equal(TypeString(reflect.TypeFor[int]()), "int")
+}

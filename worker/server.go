@@ -1,0 +1,547 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// Registry is what a worker serves: the registered names of its program and
+// an executor for each codec a driver may use. Package ray provides the
+// registry of the process (see ray.Main).
+type Registry interface {
+	// Entries lists the registered names with their types.
+	Entries() []Entry
+	// Executor returns an executor that decodes and encodes values with the
+	// named codec, or an error naming the codecs it has.
+	Executor(codec string) (backend.Executor, error)
+}
+
+// ServerOptions configures a [Server].
+type ServerOptions struct {
+	// Token authenticates the driver: the handshake must carry it. It is
+	// required; a backend generates a random one per cluster.
+	Token string
+	// MaxMessageSize bounds one message in either direction; 0 means
+	// DefaultMaxMessageSize. A connection uses the smaller of the
+	// driver's and the worker's bounds.
+	MaxMessageSize int
+	// IdleTimeout makes Serve return ErrNoDriver once no driver has been
+	// connected for this long (counting from the start, until the first
+	// driver connects). 0 means never.
+	IdleTimeout time.Duration
+	// Logger receives the worker's logs: drivers connecting and leaving,
+	// rejected handshakes, dropped connections. nil discards them.
+	Logger *slog.Logger
+}
+
+// ErrNoDriver is returned by [Server.Serve] when no driver has been
+// connected for ServerOptions.IdleTimeout.
+var ErrNoDriver = errors.New("no driver connected within the idle timeout")
+
+// Server serves a registry to authenticated drivers: it runs the tasks,
+// actor constructors and methods they ask for, and nothing that is not
+// registered. Each connection is independent: a garbled message or a
+// failure ends only its own connection, and the actors created through a
+// connection live as long as it does.
+//
+// Create one with [NewServer]; the zero value is not usable. A Server is
+// safe for concurrent use and serves once.
+type Server struct {
+	reg     Registry
+	entries Manifest
+	token   [sha256.Size]byte
+	limit   int
+	idle    time.Duration
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	closed  bool
+	conns   map[*serverConn]struct{}
+	idleT   *time.Timer
+	execs   map[string]backend.Executor
+	wg      sync.WaitGroup
+	serving bool
+}
+
+// NewServer returns a server of reg. It fails with InvalidArgument when
+// the options have no token or a message bound below MinMaxMessageSize.
+func NewServer(reg Registry, opts *ServerOptions) (*Server, error) {
+	const op = "worker.NewServer"
+	if reg == nil {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "nil registry")
+	}
+	if opts == nil {
+		opts = &ServerOptions{}
+	}
+	if opts.Token == "" {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "empty token: a worker serves only an authenticated driver")
+	}
+	limit, err := messageLimit(op, opts.MaxMessageSize)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		reg: reg, entries: Manifest{Entries: reg.Entries()}, token: sha256.Sum256([]byte(opts.Token)),
+		limit: limit, idle: opts.IdleTimeout, log: opts.Logger,
+		conns: map[*serverConn]struct{}{}, execs: map[string]backend.Executor{},
+	}
+	s.entries.Sort()
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	return s, nil
+}
+
+func messageLimit(op string, n int) (int, error) {
+	switch {
+	case n == 0:
+		return DefaultMaxMessageSize, nil
+	case n < MinMaxMessageSize:
+		return 0, backend.Errorf(backend.InvalidArgument, op, "MaxMessageSize %d is below the minimum %d", n, MinMaxMessageSize)
+	}
+	return n, nil
+}
+
+// Serve accepts drivers on ln until ctx ends, the idle timeout passes
+// without a driver, or ln fails. It closes ln and every connection,
+// cancels the contexts of running work and waits for it to return before
+// it returns: ctx.Err() (unwrapped), ErrNoDriver, or the listener's error.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.mu.Lock()
+	if s.serving || s.closed {
+		s.mu.Unlock()
+		return backend.Errorf(backend.FailedPrecondition, "worker.Server.Serve", "a server serves once")
+	}
+	s.serving = true
+	var idleC <-chan time.Time
+	if s.idle > 0 {
+		s.idleT = time.NewTimer(s.idle)
+		idleC = s.idleT.C
+	}
+	s.mu.Unlock()
+
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	var err error
+	select {
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-idleC:
+		err = ErrNoDriver
+	case err = <-served:
+		served <- err
+	}
+	s.mu.Lock()
+	s.closed = true
+	if s.idleT != nil {
+		s.idleT.Stop()
+	}
+	conns := make([]*serverConn, 0, len(s.conns))
+	for sc := range s.conns {
+		conns = append(conns, sc)
+	}
+	s.mu.Unlock()
+	hs.Close()
+	<-served
+	for _, sc := range conns {
+		sc.goodbye(backend.Errorf(backend.Unavailable, "", "worker shutting down: %v", err))
+	}
+	s.wg.Wait()
+	return err
+}
+
+// helloRequest is the body of the handshake request.
+type helloRequest struct {
+	// Fingerprint is the driver's Manifest.Fingerprint: equal
+	// fingerprints mean the same code; on a mismatch the manifests say
+	// what differs.
+	Fingerprint string   `json:"fingerprint"`
+	Manifest    Manifest `json:"manifest"`
+	MaxMsg      int      `json:"maxMessageSize"`
+	Heartbeat   int64    `json:"heartbeatMillis"`
+}
+
+// handshakeError is the body of a refused handshake.
+type handshakeError struct {
+	Code     string   `json:"code"`
+	Message  string   `json:"message"`
+	Manifest Manifest `json:"manifest,omitzero"`
+}
+
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, code backend.Code, msg string, m Manifest) {
+	s.log.Warn("goray worker: refused a driver", "remote", r.RemoteAddr, "status", status, "reason", msg)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(handshakeError{Code: code.String(), Message: msg, Manifest: m}) //nolint:errcheck // the driver may be gone
+}
+
+// ServeHTTP implements the handshake: the driver POSTs its manifest with
+// the token as a bearer credential and asks to upgrade to the frame
+// protocol; the worker checks the token, then the protocol version, then
+// the manifest, and switches protocols or refuses with a JSON error.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != connectPath {
+		http.NotFound(w, r)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	sum := sha256.Sum256([]byte(tok))
+	if !ok || subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
+		s.refuse(w, r, http.StatusUnauthorized, backend.FailedPrecondition, "the driver's token is missing or wrong", Manifest{})
+		return
+	}
+	if up := r.Header.Get("Upgrade"); up != protocolName {
+		s.refuse(w, r, http.StatusPreconditionFailed, backend.FailedPrecondition,
+			fmt.Sprintf("protocol version mismatch: the driver speaks %q, this worker speaks %q; build both from the same version of goray", up, protocolName), Manifest{})
+		return
+	}
+	var hello helloRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxHelloSize)).Decode(&hello); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.refuse(w, r, http.StatusRequestEntityTooLarge, backend.ResourceExhausted, fmt.Sprintf("handshake larger than %s", sizeString(maxHelloSize)), Manifest{})
+			return
+		}
+		s.refuse(w, r, http.StatusBadRequest, backend.InvalidArgument, "bad handshake body: "+err.Error(), Manifest{})
+		return
+	}
+	mine := s.entries
+	mine.Codec = hello.Manifest.Codec
+	if fp := mine.Fingerprint(); hello.Fingerprint != fp || hello.Manifest.Fingerprint() != fp {
+		diff := Diff(hello.Manifest, mine)
+		if diff == "" {
+			diff = fmt.Sprintf("registry fingerprint %.12s differs from the worker's %.12s", hello.Fingerprint, fp)
+		}
+		s.refuse(w, r, http.StatusPreconditionFailed, backend.FailedPrecondition,
+			"the driver and the worker were built from different code: "+diff, mine)
+		return
+	}
+	exec, err := s.executor(hello.Manifest.Codec)
+	if err != nil {
+		s.refuse(w, r, http.StatusPreconditionFailed, backend.FailedPrecondition, err.Error(), Manifest{})
+		return
+	}
+	limit := s.limit
+	if hello.MaxMsg >= MinMaxMessageSize && hello.MaxMsg < limit {
+		limit = hello.MaxMsg
+	}
+	hb := time.Duration(hello.Heartbeat) * time.Millisecond
+	if hb <= 0 {
+		hb = DefaultHeartbeat
+	}
+	hb = max(hb, 10*time.Millisecond)
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.refuse(w, r, http.StatusServiceUnavailable, backend.Unavailable, "worker shutting down", Manifest{})
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		s.refuse(w, r, http.StatusInternalServerError, backend.Internal, "connection cannot be upgraded", Manifest{})
+		return
+	}
+	nc, brw, err := hj.Hijack()
+	if err != nil {
+		s.log.Warn("goray worker: hijack failed", "remote", r.RemoteAddr, "err", err)
+		return
+	}
+	nc.SetDeadline(time.Time{}) //nolint:errcheck // clear the server's read timeout
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\n%s: %d\r\n%s: %d\r\n\r\n",
+		protocolName, headerMaxMessage, limit, headerPID, os.Getpid())
+	if err := brw.Flush(); err != nil {
+		nc.Close()
+		return
+	}
+	sc := &serverConn{
+		conn: newConn(nc, brw.Reader, limit, hb, s.log), s: s, exec: exec, remote: r.RemoteAddr,
+		running: map[uint64]context.CancelFunc{}, actors: map[uint64]*actorSlot{},
+	}
+	sc.ctx, sc.cancel = context.WithCancel(context.Background())
+	if !s.add(sc) {
+		sc.close(errors.New("worker shutting down"))
+		return
+	}
+	s.log.Info("goray worker: driver connected", "remote", r.RemoteAddr, "codec", hello.Manifest.Codec)
+	sc.serve()
+	s.remove(sc)
+}
+
+const (
+	headerMaxMessage = "Goray-Max-Message-Size"
+	headerPID        = "Goray-Worker-Pid"
+)
+
+func (s *Server) executor(codec string) (backend.Executor, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if x := s.execs[codec]; x != nil {
+		return x, nil
+	}
+	x, err := s.reg.Executor(codec)
+	if err != nil {
+		return nil, err
+	}
+	s.execs[codec] = x
+	return x, nil
+}
+
+func (s *Server) add(sc *serverConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[sc] = struct{}{}
+	if s.idleT != nil {
+		s.idleT.Stop()
+	}
+	return true
+}
+
+func (s *Server) remove(sc *serverConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, sc)
+	if len(s.conns) == 0 && s.idleT != nil && !s.closed {
+		s.idleT.Reset(s.idle)
+	}
+}
+
+// serverConn is one driver's connection.
+type serverConn struct {
+	*conn
+	s      *Server
+	exec   backend.Executor
+	remote string
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	running map[uint64]context.CancelFunc
+	actors  map[uint64]*actorSlot
+	work    sync.WaitGroup
+}
+
+// actorSlot is an actor created through the connection. inst is nil while
+// its constructor runs.
+type actorSlot struct {
+	class  string
+	inst   backend.ActorInstance
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (sc *serverConn) serve() {
+	sc.start()
+	cause := sc.readLoop(sc.handle)
+	<-sc.done // a goodbye is flushed, or times out, before the connection closes
+	cause = sc.conn.cause
+	sc.cancel()
+	sc.work.Wait()
+	sc.wg.Wait()
+	sc.s.mu.Lock()
+	shutdown := sc.s.closed
+	sc.s.mu.Unlock()
+	var re *remoteError
+	switch {
+	case shutdown, errors.Is(cause, io.EOF), errors.Is(cause, syscall.ECONNRESET),
+		errors.As(cause, &re) && errors.Is(re.err, backend.ErrClosed):
+		sc.s.log.Info("goray worker: driver disconnected", "remote", sc.remote, "cause", cause)
+	default:
+		sc.s.log.Warn("goray worker: connection dropped", "remote", sc.remote, "cause", cause)
+	}
+}
+
+func (sc *serverConn) handle(m *message) error {
+	switch m.typ {
+	case msgRunTask:
+		if !sc.exec.HasTask(m.name) {
+			sc.reply(m.id, backend.Value{}, backend.Errorf(backend.NotFound, "run task "+m.name, "task %q is not registered in this worker", m.name))
+			return nil
+		}
+		ctx, ok := sc.begin(m.id, sc.ctx)
+		if !ok {
+			return fmt.Errorf("request ID %d is already running", m.id)
+		}
+		sc.work.Add(1)
+		go sc.runTask(ctx, m.id, m.name, m.value, m.info)
+	case msgNewActor:
+		if !sc.exec.HasActorMethod(m.name, "") {
+			sc.reply(m.id, backend.Value{}, backend.Errorf(backend.NotFound, "create actor "+m.name, "actor class %q is not registered in this worker", m.name))
+			return nil
+		}
+		sc.mu.Lock()
+		if _, dup := sc.actors[m.actor]; dup {
+			sc.mu.Unlock()
+			return fmt.Errorf("actor %d already exists", m.actor)
+		}
+		if _, dup := sc.running[m.id]; dup {
+			sc.mu.Unlock()
+			return fmt.Errorf("request ID %d is already running", m.id)
+		}
+		ctx, cancel := context.WithCancel(sc.ctx)
+		sc.actors[m.actor] = &actorSlot{class: m.name, ctx: ctx, cancel: cancel}
+		sc.running[m.id] = cancel // cancelling the creation drops the actor
+		sc.mu.Unlock()
+		sc.work.Add(1)
+		go sc.newActor(ctx, m.id, m.actor, m.name, m.value, m.info)
+	case msgCall:
+		sc.mu.Lock()
+		a := sc.actors[m.actor]
+		var inst backend.ActorInstance
+		if a != nil {
+			inst = a.inst
+		}
+		sc.mu.Unlock()
+		op := "call " + m.name
+		switch {
+		case inst == nil:
+			sc.reply(m.id, backend.Value{}, backend.Errorf(backend.ActorDied, op, "actor %d is not alive in this worker", m.actor))
+			return nil
+		case !sc.exec.HasActorMethod(a.class, m.name):
+			sc.reply(m.id, backend.Value{}, backend.Errorf(backend.NotFound, op, "method %q of actor class %q is not registered in this worker", m.name, a.class))
+			return nil
+		}
+		ctx, ok := sc.begin(m.id, a.ctx)
+		if !ok {
+			return fmt.Errorf("request ID %d is already running", m.id)
+		}
+		sc.work.Add(1)
+		go sc.call(ctx, m.id, inst, m.name, m.value, m.info)
+	case msgCancel:
+		sc.mu.Lock()
+		cancel := sc.running[m.id]
+		sc.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+	case msgDropActor:
+		sc.mu.Lock()
+		a := sc.actors[m.actor]
+		delete(sc.actors, m.actor)
+		sc.mu.Unlock()
+		if a != nil {
+			a.cancel()
+		}
+	default:
+		return fmt.Errorf("a worker does not accept %v messages", m.typ)
+	}
+	return nil
+}
+
+// begin registers a running request and returns its context.
+func (sc *serverConn) begin(id uint64, parent context.Context) (context.Context, bool) {
+	ctx, cancel := context.WithCancel(parent)
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if _, dup := sc.running[id]; dup {
+		cancel()
+		return nil, false
+	}
+	sc.running[id] = cancel
+	return ctx, true
+}
+
+func (sc *serverConn) end(id uint64) {
+	sc.mu.Lock()
+	cancel := sc.running[id]
+	delete(sc.running, id)
+	sc.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+func (sc *serverConn) runTask(ctx context.Context, id uint64, name string, arg backend.Value, info *backend.RuntimeInfo) {
+	defer sc.work.Done()
+	v, err := sc.exec.RunTask(ctx, name, arg, info)
+	sc.end(id)
+	sc.replyOp(id, v, err, "task "+name)
+}
+
+func (sc *serverConn) newActor(ctx context.Context, id, key uint64, class string, arg backend.Value, info *backend.RuntimeInfo) {
+	defer sc.work.Done()
+	inst, err := sc.exec.NewActor(ctx, class, arg, info)
+	sc.mu.Lock()
+	delete(sc.running, id)
+	a := sc.actors[key]
+	switch {
+	case a == nil || ctx.Err() != nil:
+		// Dropped or cancelled while constructing.
+		delete(sc.actors, key)
+		if err == nil {
+			err = ctx.Err()
+			if err == nil {
+				err = context.Canceled
+			}
+		}
+	case err != nil:
+		delete(sc.actors, key)
+	default:
+		a.inst = inst
+	}
+	sc.mu.Unlock()
+	if err != nil && a != nil {
+		a.cancel()
+	}
+	sc.reply(id, backend.Value{}, err)
+}
+
+func (sc *serverConn) call(ctx context.Context, id uint64, inst backend.ActorInstance, method string, arg backend.Value, info *backend.RuntimeInfo) {
+	defer sc.work.Done()
+	v, err := inst.Call(ctx, method, arg, info)
+	sc.end(id)
+	sc.replyOp(id, v, err, "method "+method)
+}
+
+func (sc *serverConn) reply(id uint64, v backend.Value, err error) { sc.replyOp(id, v, err, "") }
+
+// replyOp sends a result or an error. A result that cannot be sent (too
+// large, not encoded) is replaced by an error saying so.
+func (sc *serverConn) replyOp(id uint64, v backend.Value, err error, what string) {
+	if err != nil {
+		sc.send(&message{typ: msgError, id: id, err: err}, false) //nolint:errcheck // a closed connection has its cause already
+		return
+	}
+	serr := sc.send(&message{typ: msgResult, id: id, value: v}, false)
+	var closed *errConnClosed
+	if serr == nil || errors.As(serr, &closed) {
+		return
+	}
+	code := backend.CodeOf(serr)
+	sc.send(&message{typ: msgError, id: id, err: backend.Errorf(code, "worker", "result of %s cannot be sent to the driver: %v", what, errors.Unwrap(serr))}, false) //nolint:errcheck
+}
