@@ -36,6 +36,13 @@
 // tests, backend/kubernetes drives a real cluster. Code written against
 // this package runs unchanged on each.
 //
+// # Worker processes
+//
+// Go cannot ship closures, so backends that run work in other processes
+// start the program's own binary as a worker. Call [Main] first in main (and
+// in TestMain of tests that start workers); outside worker mode it returns
+// at once. Package worker holds the protocol.
+//
 // # Codec
 //
 // Arguments and results cross the backend as bytes, encoded by the

@@ -61,6 +61,7 @@ func clusterSpec() local.ClusterSpec {
 }
 
 func main() {
+	ray.Main() // serve as a worker when a backend launched this binary as one
 	ctx := context.Background()
 	c, cleanup, err := initCluster(ctx, clusterSpec(), nil, nil)
 	if err != nil {

@@ -56,6 +56,7 @@ func clusterSpec() local.ClusterSpec {
 }
 
 func main() {
+	ray.Main() // serve as a worker when a backend launched this binary as one
 	ctx := context.Background()
 	b, err := local.New(clusterSpec(), nil)
 	if err != nil {
