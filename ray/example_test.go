@@ -192,8 +192,8 @@ func ExampleNewPlacementGroup() {
 	})
 	fmt.Println(ray.Code(err))
 	// Output:
-	// bundle 0, map[CPU:1] <nil>
-	// bundle 1, map[CPU:1] <nil>
+	// bundle 0, {CPU: 1} <nil>
+	// bundle 1, {CPU: 1} <nil>
 	// bundles on different nodes: true
 	// Infeasible
 }
@@ -230,7 +230,7 @@ func ExampleNewSlicePlacementGroup() {
 	}
 	// Output:
 	// v6e 4x4 slices: [v6e-16-0]
-	// hosts: 4 chips per host: 4 bundle: map[CPU:1 TPU:4]
+	// hosts: 4 chips per host: 4 bundle: {CPU: 1, TPU: 4}
 	// [v6e-16-0-w0 v6e-16-0-w1 v6e-16-0-w2 v6e-16-0-w3]
 	// 2 v6e-16-0-w0,v6e-16-0-w1,v6e-16-0-w2,v6e-16-0-w3
 	// step 1 on v6e-16-0-w0: TPU_WORKER_ID=0 TPU_NAME=v6e-16-0

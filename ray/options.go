@@ -128,3 +128,6 @@ func (p PlacementOption) placement() backend.Placement {
 
 func (p PlacementOption) applyTask(s *backend.TaskSpec) { s.Scheduling.Placement = p.placement() }
 func (p PlacementOption) applyActor(c *actorConfig)     { c.sched.Placement = p.placement() }
+
+// String renders the amounts sorted by name, e.g. "{CPU: 1, TPU: 4}".
+func (r Resources) String() string { return backend.Resources(r).String() }
