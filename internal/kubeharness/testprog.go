@@ -1,0 +1,143 @@
+package kubeharness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// envTestProgram is set by the node agent for containers of
+// ImageTestProgram.
+const envTestProgram = "GORAY_KUBEHARNESS_TESTPROG"
+
+// RunTestProgram makes a test binary usable as the ImageTestProgram image.
+// Call it first in TestMain of every package whose pods use that image:
+//
+//	func TestMain(m *testing.M) {
+//		kubeharness.RunTestProgram()
+//		os.Exit(m.Run())
+//	}
+//
+// In a process started by the node agent for ImageTestProgram it runs the
+// container's args and exits; anywhere else it returns at once. Commands:
+//
+//	exit CODE          print a line, exit with CODE
+//	sleep [DURATION]   sleep (default: until killed; SIGTERM ends it with 143)
+//	serve [PORT]       HTTP on $POD_IP:PORT (default 8080), answering
+//	                   "pod=$POD_NAME ip=$POD_IP"
+//	get URL [TIMEOUT]  GET URL until it answers 200 (default 30s), print the
+//	                   body, exit 0; exit 1 on timeout
+//	env                print the environment, sorted
+//	echo ARGS...       print ARGS
+func RunTestProgram() {
+	if os.Getenv(envTestProgram) != "1" {
+		return
+	}
+	os.Exit(testProgram(os.Args[1:], os.Stdout))
+}
+
+func testProgram(args []string, out io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(out, "testprog: no command; want exit, sleep, serve, get, env or echo")
+		return 2
+	}
+	arg := func(i int, def string) string {
+		if len(args) > i {
+			return args[i]
+		}
+		return def
+	}
+	switch args[0] {
+	case "exit":
+		code, err := strconv.Atoi(arg(1, "0"))
+		if err != nil {
+			fmt.Fprintf(out, "testprog: exit %q: %v\n", arg(1, ""), err)
+			return 2
+		}
+		fmt.Fprintf(out, "testprog: pod %s exiting with %d\n", os.Getenv("POD_NAME"), code)
+		return code
+	case "sleep":
+		fmt.Fprintf(out, "testprog: pod %s sleeping\n", os.Getenv("POD_NAME"))
+		if d, err := time.ParseDuration(arg(1, "")); err == nil {
+			time.Sleep(d)
+			return 0
+		}
+		select {}
+	case "serve":
+		addr := net.JoinHostPort(os.Getenv("POD_IP"), arg(1, "8080"))
+		body := fmt.Sprintf("pod=%s ip=%s\n", os.Getenv("POD_NAME"), os.Getenv("POD_IP"))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			fmt.Fprintf(out, "testprog: listen: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(out, "testprog: serving on %s\n", l.Addr())
+		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(out, "testprog: request from %s\n", r.RemoteAddr)
+			_, _ = io.WriteString(w, body)
+		})}
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM)
+		go func() {
+			<-sig
+			_ = srv.Close()
+		}()
+		if err := srv.Serve(l); err != http.ErrServerClosed {
+			fmt.Fprintf(out, "testprog: serve: %v\n", err)
+			return 1
+		}
+		return 0
+	case "get":
+		timeout, err := time.ParseDuration(arg(2, "30s"))
+		if err != nil {
+			timeout = 30 * time.Second
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		// Dial from the pod's own IP, as a pod would.
+		dialer := &net.Dialer{Timeout: 2 * time.Second}
+		if ip := net.ParseIP(os.Getenv("POD_IP")); ip != nil {
+			dialer.LocalAddr = &net.TCPAddr{IP: ip}
+		}
+		c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: dialer.DialContext}}
+		for {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, arg(1, ""), nil)
+			resp, err := c.Do(req)
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					fmt.Fprintf(out, "testprog: GET %s from %s: %s", arg(1, ""), os.Getenv("POD_IP"), b)
+					return 0
+				}
+				err = fmt.Errorf("status %s", resp.Status)
+			}
+			select {
+			case <-ctx.Done():
+				fmt.Fprintf(out, "testprog: GET %s: %v\n", arg(1, ""), err)
+				return 1
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	case "env":
+		env := os.Environ()
+		sort.Strings(env)
+		for _, e := range env {
+			fmt.Fprintln(out, e)
+		}
+		return 0
+	case "echo":
+		fmt.Fprintln(out, args[1:])
+		return 0
+	}
+	fmt.Fprintf(out, "testprog: unknown command %q\n", args[0])
+	return 2
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# e2e.sh runs the tests that need a real Kubernetes control plane
+# (internal/kubeharness, GORAY_E2E=1). It first builds the pinned binaries
+# if they are missing (scripts/k8s-build.sh: about 15 minutes cold on 2
+# cores, a minute with a warm Go build cache, under a second when built),
+# so it works on a fresh clone. `make e2e` and .ci/run call it.
+#
+#   scripts/e2e.sh                 # all harness tests, -race
+#   scripts/e2e.sh -run TestKwok -v
+#
+# GORAY_E2E_PKGS widens the packages (default ./internal/kubeharness/...),
+# e.g. when the Kubernetes backend adds its own end-to-end tests.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+scripts/k8s-build.sh
+
+export GORAY_E2E=1
+PKGS=${GORAY_E2E_PKGS:-./internal/kubeharness/...}
+t0=$(date +%s)
+# shellcheck disable=SC2086 # PKGS is a list of package patterns
+go test -race -count=1 -timeout 30m "$@" $PKGS
+echo "e2e: harness tests passed in $(($(date +%s) - t0)) s"
