@@ -44,6 +44,13 @@ func encode[T any](c Codec, v T) (backend.Value, error) {
 	if c == nil {
 		return backend.Value{Native: v}, nil
 	}
+	if _, ok := c.(jsonCodec); ok {
+		// A pointer in an interface that does not escape keeps v off the
+		// heap, unlike boxing v itself for Marshal.
+		if b, ok := fastMarshalPtr(&v); ok {
+			return backend.Value{Data: b}, nil
+		}
+	}
 	data, err := c.Marshal(v)
 	if err != nil {
 		return backend.Value{}, fmt.Errorf("encode %T with %s codec: %w", v, c.Name(), err)
@@ -63,6 +70,9 @@ func decode[T any](c Codec, v backend.Value) (T, error) {
 			return out, fmt.Errorf("decode: have %T, want %T", v.Native, out)
 		}
 		return t, nil
+	}
+	if _, ok := c.(jsonCodec); ok && fastUnmarshal(v.Data, &out) {
+		return out, nil
 	}
 	if err := c.Unmarshal(v.Data, &out); err != nil {
 		return out, fmt.Errorf("decode %T with %s codec: %w", out, c.Name(), err)

@@ -11,16 +11,28 @@ var emptyObject = []byte("{}")
 // encoding/json produces, and anything else falls back to it; the codec
 // test checks both agree.
 
+// fastMarshalPtr is fastMarshal for a pointer to the value, which avoids
+// boxing the value.
+func fastMarshalPtr(p any) ([]byte, bool) {
+	switch x := p.(type) {
+	case *string:
+		return marshalString(*x)
+	case *int:
+		return strconv.AppendInt(nil, int64(*x), 10), true
+	case *int64:
+		return strconv.AppendInt(nil, *x, 10), true
+	case *bool:
+		return strconv.AppendBool(nil, *x), true
+	case *struct{}:
+		return emptyObject, true
+	}
+	return nil, false
+}
+
 func fastMarshal(v any) ([]byte, bool) {
 	switch x := v.(type) {
 	case string:
-		if !plainString(x) {
-			return nil, false
-		}
-		b := make([]byte, 0, len(x)+2)
-		b = append(b, '"')
-		b = append(b, x...)
-		return append(b, '"'), true
+		return marshalString(x)
 	case int:
 		return strconv.AppendInt(nil, int64(x), 10), true
 	case int64:
@@ -31,6 +43,16 @@ func fastMarshal(v any) ([]byte, bool) {
 		return emptyObject, true
 	}
 	return nil, false
+}
+
+func marshalString(x string) ([]byte, bool) {
+	if !plainString(x) {
+		return nil, false
+	}
+	b := make([]byte, 0, len(x)+2)
+	b = append(b, '"')
+	b = append(b, x...)
+	return append(b, '"'), true
 }
 
 // plainString reports whether encoding/json writes s as is between quotes:

@@ -66,3 +66,33 @@ func FuzzJSONFastPaths(f *testing.F) {
 		}
 	})
 }
+
+// TestEncodeFastPathMatchesEncodingJSON checks the typed (unboxed) fast
+// path of encode and decode against encoding/json.
+func TestEncodeFastPathMatchesEncodingJSON(t *testing.T) {
+	is := is.New(t)
+	for _, s := range []string{"", "ok", "<b>", "é", "a\"b"} {
+		v, err := encode(JSON, s)
+		is.NoErr(err)
+		want, _ := json.Marshal(s)
+		is.Equal(string(v.Data), string(want))
+		back, err := decode[string](JSON, v)
+		is.NoErr(err)
+		is.Equal(back, s)
+	}
+	for _, n := range []int{0, -5, math.MaxInt64} {
+		v, err := encode(JSON, n)
+		is.NoErr(err)
+		want, _ := json.Marshal(n)
+		is.Equal(string(v.Data), string(want))
+		back, err := decode[int](JSON, v)
+		is.NoErr(err)
+		is.Equal(back, n)
+	}
+	v, err := encode(JSON, struct{}{})
+	is.NoErr(err)
+	is.Equal(string(v.Data), "{}")
+	b, err := encode(JSON, true)
+	is.NoErr(err)
+	is.Equal(string(b.Data), "true")
+}
