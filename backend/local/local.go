@@ -111,7 +111,11 @@ type Backend struct {
 
 	slices *sliceIndex
 	pool   *pool
-	ops    map[opKey]string // cached operation names for errors
+	// inline is set while finishTask schedules: the first task started
+	// then goes to inlineNext, for finishTask's goroutine to run.
+	inline     bool
+	inlineNext *taskCtx
+	ops        map[opKey]string // cached operation names for errors
 }
 
 var _ backend.Backend = (*Backend)(nil)

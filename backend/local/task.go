@@ -128,6 +128,10 @@ func (b *Backend) start(t *task) {
 	ctx := &taskCtx{b: b, t: t, attempt: t.attempt}
 	b.fillRuntimeInfo(&ctx.info, t.spec.Name, t.attempt, t.node, t.bundle, t.cls)
 	t.cancel = ctx.cancel
+	if b.inline && b.inlineNext == nil {
+		b.inlineNext = ctx // finishTask's goroutine runs it next
+		return
+	}
 	b.pool.run(ctx)
 }
 
@@ -173,21 +177,31 @@ func (b *Backend) newTaskObject(t *task) *object {
 
 // finishTask records a task's result unless the attempt was abandoned
 // (node killed, group removed, backend closed).
-func (b *Backend) finishTask(t *task, attempt int, v backend.Value, err error) {
+//
+// It returns a task that the scheduling pass started, for the calling pool
+// goroutine to run next itself: handing it to another goroutine would cost
+// a wake-up per task.
+func (b *Backend) finishTask(t *task, attempt int, v backend.Value, err error) (next *taskCtx) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if t.state != stateRunning || t.attempt != attempt {
-		return
+		return nil
 	}
+	b.inline, b.inlineNext = true, nil
+	defer func() {
+		next = b.inlineNext
+		b.inline, b.inlineNext = false, nil
+	}()
 	b.stopRunning(t)
 	if err != nil && t.spec.RetryOnError && backend.CodeOf(err) == backend.TaskFailed && b.retriesLeft(t) && !b.closed {
 		t.attempt++
 		b.enqueue(t)
-		return
+		return nil
 	}
 	t.state = stateDone
 	b.completeLocked(t.obj, v, err)
 	b.schedule()
+	return nil
 }
 
 func (b *Backend) retriesLeft(t *task) bool {

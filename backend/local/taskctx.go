@@ -101,7 +101,11 @@ func (c *taskCtx) cancel() {
 func (c *taskCtx) String() string { return "goray task context" }
 
 // run runs the task's user code on a pool goroutine and records the result.
+// It then runs, on the same goroutine, the queued tasks that finishing
+// this one lets start.
 func (c *taskCtx) run() {
-	v, err := c.b.exec.RunTask(c, c.t.spec.Name, c.t.arg, &c.info)
-	c.b.finishTask(c.t, c.attempt, v, err)
+	for c != nil {
+		v, err := c.b.exec.RunTask(c, c.t.spec.Name, c.t.arg, &c.info)
+		c = c.b.finishTask(c.t, c.attempt, v, err)
+	}
 }
