@@ -3,6 +3,7 @@ package local
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,9 +59,6 @@ func (c *class) remove(t *task) bool {
 
 // classFor finds or creates the class of a request. b.mu must be held.
 func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
-	if err := b.checkResources(op, s.Resources); err != nil {
-		return nil, err
-	}
 	var buf [96]byte
 	key := buf[:0]
 	var demand [16]int64
@@ -70,10 +68,29 @@ func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
 	} else {
 		vec = make([]int64, len(b.resNames))
 	}
+	// One pass validates and converts; the slow checkResources only runs
+	// to word the error.
+	bad := false
 	for k, v := range s.Resources {
-		if i, ok := b.resIndex[k]; ok {
-			vec[i] = backend.Quantize(v)
+		if !(v >= 0) || math.IsInf(v, 1) || k == "" {
+			bad = true
+			break
 		}
+		i, ok := b.resIndex[k]
+		if !ok {
+			if v > 0 {
+				bad = true
+				break
+			}
+			continue
+		}
+		vec[i] = backend.Quantize(v)
+	}
+	if bad {
+		if err := b.checkResources(op, s.Resources); err != nil {
+			return nil, err
+		}
+		return nil, backend.Errorf(backend.Internal, op, "resources %v rejected without a reason", s.Resources)
 	}
 	for i, q := range vec {
 		if q != 0 {
