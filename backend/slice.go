@@ -1,6 +1,11 @@
 package backend
 
-import "context"
+import (
+	"context"
+	"fmt"
+
+	"github.com/goray-dev/goray/tpu"
+)
 
 // SliceRequest asks for NumSlices whole TPU slices of one shape, reserved
 // atomically: every host of every slice, or nothing.
@@ -94,4 +99,35 @@ type SliceHostState struct {
 	Alive bool
 	// Chips is the host's chip count; ChipsInUse how many are held.
 	Chips, ChipsInUse int
+}
+
+// SliceBundles resolves a SliceRequest's BundleResources for a shape, as
+// Ray's slice_placement_group does: nil means one bundle per host of {CPU:
+// 1, TPU: chips per host}; otherwise CPU defaults to 1 and TPU to the chips
+// per host, and the host's chips must divide evenly into bundles. It
+// returns the bundle resources and the bundles per host.
+func SliceBundles(shape tpu.SliceShape, r Resources) (Resources, int, error) {
+	chips := float64(shape.ChipsPerHost)
+	if r == nil {
+		return Resources{CPU: 1, TPU: chips}, 1, nil
+	}
+	if err := r.Validate(); err != nil {
+		return nil, 0, err.(*Error).Err
+	}
+	res := r.Clone()
+	if _, ok := res[CPU]; !ok {
+		res[CPU] = 1
+	}
+	if _, ok := res[TPU]; !ok {
+		res[TPU] = chips
+	}
+	t := res[TPU]
+	if t <= 0 || t > chips {
+		return nil, 0, fmt.Errorf("bundle TPU %v must be in (0, %v], the chips of one %s host", t, chips, shape)
+	}
+	per := chips / t
+	if per != float64(int(per)) {
+		return nil, 0, fmt.Errorf("a %s host's %v chips do not divide into bundles of %v TPU", shape, chips, t)
+	}
+	return res, int(per), nil
 }

@@ -181,7 +181,10 @@ type Backend struct {
 	actors     map[backend.ActorID]*actor
 	actorNames map[string]*actor
 	groups     map[backend.PlacementGroupID]*group
-	running    map[*run]struct{}
+	// TPU slice reservations (slice.go).
+	reservations []*reservation
+	nextSlice    int
+	running      map[*run]struct{}
 
 	calls    []*Call
 	scripts  map[string]*script

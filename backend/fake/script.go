@@ -138,8 +138,8 @@ func (b *Backend) hook(op string, c Call) error {
 	if !handled || err == nil {
 		return nil
 	}
-	if isGorayError(err) {
-		return err
+	if isGorayError(err) || err == context.Canceled || err == context.DeadlineExceeded {
+		return err // context errors are returned as they are
 	}
 	if code := backend.CodeOf(err); code != backend.Unknown {
 		return &backend.Error{Code: code, Op: op, Err: err}

@@ -285,7 +285,7 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 	if n < 0 {
 		return nil, backend.Errorf(backend.InvalidArgument, op, "negative number of slices %d", n)
 	}
-	res, perHost, err := bundleShape(shape, req.BundleResources)
+	res, perHost, err := backend.SliceBundles(shape, req.BundleResources)
 	if err != nil {
 		return nil, backend.Errorf(backend.InvalidArgument, op, "%v", err)
 	}
@@ -350,34 +350,6 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		return nil, ctx.Err()
 	}
 	return w.result, nil
-}
-
-// bundleShape resolves the per-bundle resources and bundles per host, as
-// Ray's slice_placement_group does.
-func bundleShape(shape tpu.SliceShape, r backend.Resources) (backend.Resources, int, error) {
-	chips := float64(shape.ChipsPerHost)
-	if r == nil {
-		return backend.Resources{backend.CPU: 1, backend.TPU: chips}, 1, nil
-	}
-	if err := r.Validate(); err != nil {
-		return nil, 0, err.(*backend.Error).Err
-	}
-	res := r.Clone()
-	if _, ok := res[backend.CPU]; !ok {
-		res[backend.CPU] = 1
-	}
-	if _, ok := res[backend.TPU]; !ok {
-		res[backend.TPU] = chips
-	}
-	t := res[backend.TPU]
-	if t <= 0 || t > chips {
-		return nil, 0, fmt.Errorf("bundle TPU %v must be in (0, %v], the chips of one %s host", t, chips, shape)
-	}
-	per := chips / t
-	if per != float64(int(per)) {
-		return nil, 0, fmt.Errorf("a %s host's %v chips do not divide into bundles of %v TPU", shape, chips, t)
-	}
-	return res, int(per), nil
 }
 
 // serveSlices grants queued requests of a shape in order while slices are
