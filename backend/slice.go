@@ -131,3 +131,41 @@ func SliceBundles(shape tpu.SliceShape, r Resources) (Resources, int, error) {
 	}
 	return res, int(per), nil
 }
+
+// ResolvedSliceRequest is a validated SliceRequest.
+type ResolvedSliceRequest struct {
+	Shape           tpu.SliceShape
+	NumSlices       int
+	BundleResources Resources
+	BundlesPerHost  int
+}
+
+// Resolve validates the request and fills in its defaults, failing with
+// InvalidArgument (op names the operation) for an unknown generation, a
+// topology the generation lacks (the message lists the valid ones), a
+// negative slice count, or bundle resources that do not divide a host.
+// parseShape, when not nil, replaces tpu.NewSliceShape (a backend may cache
+// shapes).
+func (r *SliceRequest) Resolve(op string, parseShape func(gen, topo string, chips int) (tpu.SliceShape, error)) (ResolvedSliceRequest, error) {
+	if parseShape == nil {
+		parseShape = func(gen, topo string, chips int) (tpu.SliceShape, error) {
+			return tpu.NewSliceShape(tpu.Generation(gen), topo, chips)
+		}
+	}
+	shape, err := parseShape(r.Generation, r.Topology, r.ChipsPerHost)
+	if err != nil {
+		return ResolvedSliceRequest{}, Errorf(InvalidArgument, op, "%w", err)
+	}
+	n := r.NumSlices
+	if n == 0 {
+		n = 1
+	}
+	if n < 0 {
+		return ResolvedSliceRequest{}, Errorf(InvalidArgument, op, "negative number of slices %d", n)
+	}
+	res, perHost, err := SliceBundles(shape, r.BundleResources)
+	if err != nil {
+		return ResolvedSliceRequest{}, Errorf(InvalidArgument, op, "%v", err)
+	}
+	return ResolvedSliceRequest{Shape: shape, NumSlices: n, BundleResources: res, BundlesPerHost: perHost}, nil
+}

@@ -30,21 +30,11 @@ type reservation struct {
 // context.DeadlineExceeded, as when slices stay busy).
 func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) (*backend.SliceReservation, error) {
 	op := "fake.ReserveSlices"
-	shape, err := tpu.NewSliceShape(tpu.Generation(req.Generation), req.Topology, req.ChipsPerHost)
+	rr, err := req.Resolve(op, nil)
 	if err != nil {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "%w", err)
+		return nil, err
 	}
-	n := req.NumSlices
-	if n == 0 {
-		n = 1
-	}
-	if n < 0 {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "negative number of slices %d", n)
-	}
-	res, perHost, err := backend.SliceBundles(shape, req.BundleResources)
-	if err != nil {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "%v", err)
-	}
+	shape, n, res, perHost := rr.Shape, rr.NumSlices, rr.BundleResources, rr.BundlesPerHost
 	r := &backend.SliceReservation{ChipsPerHost: shape.ChipsPerHost, BundlesPerHost: perHost, BundleResources: res}
 	spec := &backend.PlacementGroupSpec{Name: req.Name, Strategy: backend.StrictSpread}
 	b.mu.Lock()

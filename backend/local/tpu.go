@@ -274,21 +274,11 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	shape, err := cachedShape(req.Generation, req.Topology, req.ChipsPerHost)
+	rr, err := req.Resolve(op, cachedShape)
 	if err != nil {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "%w", err)
+		return nil, err
 	}
-	n := req.NumSlices
-	if n == 0 {
-		n = 1
-	}
-	if n < 0 {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "negative number of slices %d", n)
-	}
-	res, perHost, err := backend.SliceBundles(shape, req.BundleResources)
-	if err != nil {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "%v", err)
-	}
+	shape, n, res, perHost := rr.Shape, rr.NumSlices, rr.BundleResources, rr.BundlesPerHost
 	b.mu.Lock()
 	if err := b.precheck(op); err != nil {
 		b.mu.Unlock()
