@@ -561,3 +561,32 @@ func TestSlicePreempted(t *testing.T) {
 	}
 	is.Equal(ray.Code(be.PreemptSlice(ctx, "nope")), ray.NotFound)
 }
+
+// TestSliceCancelRaces: reservations whose contexts end at random moments,
+// some while being granted, never leave anything held.
+func TestSliceCancelRaces(t *testing.T) {
+	c := tpuCluster(t, v6e(2))
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 7))
+			for range 50 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(300))*time.Microsecond)
+				spg, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: 1 + r.IntN(2)})
+				cancel()
+				if err == nil {
+					if err := spg.Release(context.Background()); err != nil {
+						t.Error(err)
+					}
+				} else if err != context.DeadlineExceeded {
+					t.Errorf("want a reservation or DeadlineExceeded, have %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assertAllFree(t, c)
+	if n := c.Backend().(*local.Backend).QueuedSliceRequests(); n != 0 {
+		t.Errorf("%d requests still queued", n)
+	}
+}
