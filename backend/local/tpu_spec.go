@@ -1,0 +1,148 @@
+package local
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/tpu"
+)
+
+// TPUSliceSpec adds simulated GKE TPU node pools: Count slices of one
+// generation and topology, each its own node pool with one node per host,
+// every host labelled as GKE and the TPU webhook would (see
+// tpu.HostLabels) and holding its chips as the TPU resource.
+type TPUSliceSpec struct {
+	// Generation is the TPU generation, e.g. "v6e".
+	Generation string `json:"generation"`
+	// Topology is the chip grid, e.g. "4x4".
+	Topology string `json:"topology"`
+	// Count is the number of slices; 0 means 1.
+	Count int `json:"count,omitempty"`
+	// ChipsPerHost overrides the default chips per host (ambiguous shapes
+	// such as v6e 2x4).
+	ChipsPerHost int `json:"chipsPerHost,omitempty"`
+	// NamePrefix prefixes slice names; the default is the pod type, e.g.
+	// "v6e-16". Slices are named <prefix>-<i>, hosts <slice>-w<worker>.
+	NamePrefix string `json:"namePrefix,omitempty"`
+	// HostCPU and HostMemory are each host's CPUs and memory bytes;
+	// defaults 8 and 64 GiB.
+	HostCPU    float64 `json:"hostCPU,omitempty"`
+	HostMemory float64 `json:"hostMemory,omitempty"`
+}
+
+// defaultHostCPU and defaultHostMemory size simulated TPU hosts.
+const (
+	defaultHostCPU    = 8
+	defaultHostMemory = 64 << 30
+)
+
+type sliceDef struct {
+	name  string
+	shape tpu.SliceShape
+	hosts []string
+}
+
+func expandSlices(specs []TPUSliceSpec) ([]nodeDef, []sliceDef, error) {
+	const op = "local.New"
+	var defs []nodeDef
+	var slicesOut []sliceDef
+	for i, s := range specs {
+		shape, err := tpu.NewSliceShape(tpu.Generation(s.Generation), s.Topology, s.ChipsPerHost)
+		if err != nil {
+			return nil, nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice spec %d: %w", i, err)
+		}
+		if s.Count < 0 {
+			return nil, nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice spec %d: negative count %d", i, s.Count)
+		}
+		prefix := s.NamePrefix
+		if prefix == "" {
+			prefix = shape.PodType()
+		}
+		cpu, mem := s.HostCPU, s.HostMemory
+		if cpu == 0 {
+			cpu = defaultHostCPU
+		}
+		if mem == 0 {
+			mem = defaultHostMemory
+		}
+		for k := range max(1, s.Count) {
+			sd := sliceDef{name: fmt.Sprintf("%s-%d", prefix, k), shape: shape}
+			for w := range shape.Hosts() {
+				host := fmt.Sprintf("%s-w%d", sd.name, w)
+				sd.hosts = append(sd.hosts, host)
+				defs = append(defs, nodeDef{
+					name: host,
+					resources: backend.Resources{
+						backend.CPU: cpu, backend.Memory: mem, backend.TPU: float64(shape.ChipsPerHost),
+						tpu.ResourceAcceleratorTypePrefix + shape.AcceleratorType(): 1,
+					},
+					labels: tpu.HostLabels(shape, sd.name, sd.name, w),
+					env: map[string]string{
+						tpu.EnvAcceleratorType: acceleratorEnv(shape),
+						tpu.EnvTopology:        shape.Topology.String(),
+						tpu.EnvSkipMDSQuery:    "true",
+					},
+				})
+			}
+			slicesOut = append(slicesOut, sd)
+		}
+	}
+	return defs, slicesOut, nil
+}
+
+// discoverSlices finds the TPU slices of a cluster from its nodes' labels,
+// as a real backend finds them from GKE's: nodes sharing a slice name
+// (tpu.LabelSliceName) form a slice whose generation and topology come from
+// the GKE accelerator and topology labels, whose chips per host is the
+// nodes' TPU capacity, and whose worker IDs (tpu.LabelWorkerID) must be
+// exactly 0..hosts-1. Nodes built from TPUSliceSpec carry these labels, and
+// so can nodes of a NodeSpec.
+func discoverSlices(defs []nodeDef) ([]sliceDef, error) {
+	const op = "local.New"
+	var out []sliceDef
+	index := map[string]int{}
+	workers := map[string]map[int]string{}
+	for _, d := range defs {
+		name := d.labels[tpu.LabelSliceName]
+		if name == "" {
+			continue
+		}
+		chips := int(d.resources[backend.TPU])
+		shape, err := tpu.NewSliceShape(tpu.Generation(d.labels[tpu.LabelGKEAccelerator]), d.labels[tpu.LabelGKETopology], chips)
+		if err != nil {
+			return nil, backend.Errorf(backend.InvalidArgument, op, "node %q of TPU slice %q (labels %s, %s; TPU capacity %d): %w",
+				d.name, name, tpu.LabelGKEAccelerator, tpu.LabelGKETopology, chips, err)
+		}
+		wid, err := strconv.Atoi(d.labels[tpu.LabelWorkerID])
+		if err != nil || wid < 0 || wid >= shape.Hosts() {
+			return nil, backend.Errorf(backend.InvalidArgument, op, "node %q of TPU slice %q: label %s=%q is not a worker ID in 0..%d",
+				d.name, name, tpu.LabelWorkerID, d.labels[tpu.LabelWorkerID], shape.Hosts()-1)
+		}
+		i, ok := index[name]
+		if !ok {
+			i = len(out)
+			index[name] = i
+			out = append(out, sliceDef{name: name, shape: shape})
+			workers[name] = map[int]string{}
+		}
+		if out[i].shape != shape {
+			return nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice %q mixes shapes: node %q is %s, others %s", name, d.name, shape, out[i].shape)
+		}
+		if other, dup := workers[name][wid]; dup {
+			return nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice %q: nodes %q and %q are both worker %d", name, other, d.name, wid)
+		}
+		workers[name][wid] = d.name
+	}
+	for i := range out {
+		sd := &out[i]
+		for w := range sd.shape.Hosts() {
+			host, ok := workers[sd.name][w]
+			if !ok {
+				return nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice %q (%s) has no worker %d: a slice needs all %d hosts", sd.name, sd.shape, w, sd.shape.Hosts())
+			}
+			sd.hosts = append(sd.hosts, host)
+		}
+	}
+	return out, nil
+}
