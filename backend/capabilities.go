@@ -25,8 +25,10 @@ type NodeState struct {
 	Alive  bool
 	// Capacity is the node's total; Free what no task, actor or bundle holds.
 	Capacity, Free Resources
-	// Running counts tasks running on the node.
+	// Running counts tasks running on the node; Tasks names them (the
+	// call's display name, else the task name), sorted.
 	Running int
+	Tasks   []string
 }
 
 // PlacementGroupState describes one placement group.

@@ -17,10 +17,19 @@ func (b *Backend) Snapshot(ctx context.Context) (*backend.State, error) {
 	}
 	s := &backend.State{Queued: b.queued, Running: b.running}
 	for _, n := range b.nodes {
-		s.Nodes = append(s.Nodes, backend.NodeState{
+		ns := backend.NodeState{
 			Name: n.name, Labels: maps.Clone(n.labels), Alive: n.alive,
 			Capacity: b.resources(n.capac), Free: b.resources(n.free), Running: len(n.running),
-		})
+		}
+		for t := range n.running {
+			name := t.spec.DisplayName
+			if name == "" {
+				name = t.spec.Name
+			}
+			ns.Tasks = append(ns.Tasks, name)
+		}
+		slices.Sort(ns.Tasks)
+		s.Nodes = append(s.Nodes, ns)
 	}
 	for _, id := range sortedKeys(b.pgs) {
 		pg := b.pgs[id]
