@@ -291,7 +291,7 @@ func (b *Backend) Close() error {
 	// Cancel the contexts of all running user code.
 	for _, n := range b.nodes {
 		for t := range n.running {
-			t.cancel()
+			t.run.cancel()
 		}
 	}
 	for _, a := range b.actors {

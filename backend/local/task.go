@@ -33,7 +33,7 @@ type task struct {
 	state   taskState
 	node    *node
 	bundle  *bundle
-	cancel  context.CancelFunc
+	run     *taskCtx // the running attempt
 }
 
 // SubmitTask implements backend.Backend.
@@ -127,7 +127,7 @@ func (b *Backend) start(t *task) {
 	// one.
 	ctx := &taskCtx{b: b, t: t, attempt: t.attempt}
 	b.fillRuntimeInfo(&ctx.info, t.spec.Name, t.attempt, t.node, t.bundle, t.cls)
-	t.cancel = ctx.cancel
+	t.run = ctx
 	if b.inline && b.inlineNext == nil {
 		b.inlineNext = ctx // finishTask's goroutine runs it next
 		return
@@ -213,7 +213,7 @@ func (b *Backend) retriesLeft(t *task) bool {
 func (b *Backend) abortTask(t *task, err error, retry bool) {
 	switch t.state {
 	case stateRunning:
-		t.cancel()
+		t.run.cancel()
 		b.stopRunning(t)
 	case stateQueued:
 		b.unqueue(t)
