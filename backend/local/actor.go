@@ -297,33 +297,74 @@ func (b *Backend) popCall(a *actor) {
 func (b *Backend) runCall(a *actor, cl *call) {
 	a.inflight[cl] = struct{}{}
 	cl.gen = a.gen
-	inst, ctx, gen := a.inst, a.ctx, a.gen
 	c := a.creation.cls
 	if c.res == nil {
 		c.res = b.resources(c.demand)
 	}
-	info := &backend.RuntimeInfo{
+	r := &callRun{Context: a.ctx, b: b, a: a, cl: cl, inst: a.inst, gen: a.gen}
+	r.info = backend.RuntimeInfo{
 		Task: b.op("", a.spec.Class, cl.spec.Method), Attempt: cl.attempt, Node: a.node.name,
 		NodeLabels: a.node.labels, Env: a.node.env, Actor: a.id, Placement: backend.Placement{Bundle: -1},
 		Resources: c.res,
 	}
 	if a.bundle != nil {
-		bi := b.runtimeInfo(info.Task, cl.attempt, a.node, a.bundle, nil)
-		info.Env, info.Placement = bi.Env, bi.Placement
+		bi := b.runtimeInfo(r.info.Task, cl.attempt, a.node, a.bundle, nil)
+		r.info.Env, r.info.Placement = bi.Env, bi.Placement
 	}
 	b.running++
-	b.pool.run(funcRunner(func() {
-		v, err := inst.Call(ctx, cl.spec.Method, cl.arg, info)
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if _, ok := a.inflight[cl]; !ok || a.gen != gen {
-			return
-		}
-		delete(a.inflight, cl)
-		b.running--
-		b.finishCallLocked(cl, v, err)
-		b.dispatchCalls(a)
-	}))
+	if b.inlineCalls && b.inlineCall == nil {
+		b.inlineCall = r // the finishing call's goroutine runs it next
+		return
+	}
+	b.pool.run(r)
+}
+
+// callRun is one actor call on its way through a pool goroutine. It is
+// also the call's context: the actor incarnation's context, plus the call's
+// RuntimeInfo, in one allocation.
+type callRun struct {
+	context.Context
+	info backend.RuntimeInfo
+	b    *Backend
+	a    *actor
+	cl   *call
+	inst backend.ActorInstance
+	gen  int
+}
+
+func (r *callRun) Value(key any) any {
+	if key == any(backend.RuntimeInfoKey{}) {
+		return &r.info
+	}
+	return r.Context.Value(key)
+}
+
+// run runs the call, then, on the same goroutine, the calls that finishing
+// it lets start.
+func (r *callRun) run() {
+	for r != nil {
+		v, err := r.inst.Call(r, r.cl.spec.Method, r.cl.arg, &r.info)
+		r = r.b.finishCall(r, v, err)
+	}
+}
+
+// finishCall records a call's result unless its incarnation is gone, and
+// returns a call of the same actor to run next on this goroutine.
+func (b *Backend) finishCall(r *callRun, v backend.Value, err error) (next *callRun) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a, cl := r.a, r.cl
+	if _, ok := a.inflight[cl]; !ok || a.gen != r.gen {
+		return nil
+	}
+	delete(a.inflight, cl)
+	b.running--
+	b.inlineCalls, b.inlineCall = true, nil
+	b.finishCallLocked(cl, v, err)
+	b.dispatchCalls(a)
+	next = b.inlineCall
+	b.inlineCalls, b.inlineCall = false, nil
+	return next
 }
 
 // KillActor implements backend.Backend.

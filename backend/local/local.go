@@ -115,7 +115,11 @@ type Backend struct {
 	// then goes to inlineNext, for finishTask's goroutine to run.
 	inline     bool
 	inlineNext *taskCtx
-	ops        map[opKey]string // cached operation names for errors
+	// inlineCalls is set while finishCall dispatches: the first call
+	// started then goes to inlineCall.
+	inlineCalls bool
+	inlineCall  *callRun
+	ops         map[opKey]string // cached operation names for errors
 }
 
 var _ backend.Backend = (*Backend)(nil)
