@@ -3,6 +3,7 @@ package ray
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"runtime"
 	"slices"
@@ -122,7 +123,7 @@ func NewSlicePlacementGroup(ctx context.Context, c *Cluster, spec SliceSpec) (*S
 type releaseArg struct {
 	b   backend.Backend
 	id  backend.PlacementGroupID
-	log interface{ Warn(string, ...any) }
+	log *slog.Logger
 }
 
 // Release gives the slices back. Work still running on them is stopped as

@@ -14,6 +14,7 @@ import (
 	"github.com/matryer/is"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/backend/fake"
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/tpu"
@@ -223,7 +224,15 @@ func TestSliceErrors(t *testing.T) {
 		is.True(errors.Is(err, ray.ErrClosed))
 	})
 	t.Run("NoSliceBackend", func(t *testing.T) {
-		// Errors of a backend without slices are covered by the fake's tests.
+		is := is.New(t)
+		// Embedding the interface hides the fake's SliceReserver.
+		nc, err := ray.NewCluster(context.Background(), struct{ backend.Backend }{fake.New(nil)}, nil)
+		is.NoErr(err)
+		defer nc.Close()
+		_, err = ray.NewSlicePlacementGroup(context.Background(), nc, spec4x4)
+		is.Equal(ray.Code(err), ray.Unimplemented)
+		_, err = ray.TPUSlices(context.Background(), nc)
+		is.Equal(ray.Code(err), ray.Unimplemented)
 	})
 	assertAllFree(t, c)
 }

@@ -253,9 +253,9 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) readLoop() {
-	cause := c.conn.readLoop(c.handle)
-	<-c.conn.done
-	cause = c.conn.cause
+	c.conn.readLoop(c.handle)
+	<-c.conn.done // the final cause is set once the connection is done
+	cause := c.conn.cause
 	var err error
 	if c.closed.Load() {
 		err = backend.Errorf(backend.FailedPrecondition, "", "connection to worker %s closed: %w", c.addr, backend.ErrClosed)

@@ -367,9 +367,9 @@ type actorSlot struct {
 
 func (sc *serverConn) serve() {
 	sc.start()
-	cause := sc.readLoop(sc.handle)
+	sc.readLoop(sc.handle)
 	<-sc.done // a goodbye is flushed, or times out, before the connection closes
-	cause = sc.conn.cause
+	cause := sc.conn.cause
 	sc.cancel()
 	sc.work.Wait()
 	sc.wg.Wait()

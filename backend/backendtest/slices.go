@@ -161,6 +161,11 @@ func (s *suite) testSlices(t *testing.T) {
 					}
 					holder[name] = g
 					mu.Unlock()
+					// Hold the slice while work runs on it, so that a
+					// second grant of it would be seen.
+					if _, err := ray.RunOnSlice(ctx, spg, tpuEnv, struct{}{}); err != nil {
+						t.Error(err)
+					}
 					mu.Lock()
 					delete(holder, name)
 					mu.Unlock()

@@ -147,7 +147,7 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	defs, _, err := spec.expand()
+	defs, err := spec.expand()
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/goray-dev/goray/backend"
 )
@@ -448,17 +447,4 @@ func (b *Backend) unqueue(t *task) {
 	if t.state == stateQueued && t.cls.remove(t) {
 		b.queued--
 	}
-}
-
-// describeNodes lists node names for messages, shortened.
-func describeNodes(ns []*node) string {
-	names := make([]string, 0, min(len(ns), 8))
-	for i, n := range ns {
-		if i == 8 {
-			names = append(names, fmt.Sprintf("... (%d more)", len(ns)-8))
-			break
-		}
-		names = append(names, n.name)
-	}
-	return strings.Join(names, ", ")
 }

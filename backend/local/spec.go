@@ -119,7 +119,7 @@ type nodeDef struct {
 }
 
 // expand validates the spec and expands counts and TPU slices into nodes.
-func (s ClusterSpec) expand() ([]nodeDef, []sliceDef, error) {
+func (s ClusterSpec) expand() ([]nodeDef, error) {
 	const op = "local.New"
 	var defs []nodeDef
 	seen := map[string]bool{}
@@ -139,34 +139,34 @@ func (s ClusterSpec) expand() ([]nodeDef, []sliceDef, error) {
 	}
 	for i, n := range s.Nodes {
 		if n.Name == "" {
-			return nil, nil, backend.Errorf(backend.InvalidArgument, op, "node spec %d has an empty name", i)
+			return nil, backend.Errorf(backend.InvalidArgument, op, "node spec %d has an empty name", i)
 		}
 		if n.Count < 0 {
-			return nil, nil, backend.Errorf(backend.InvalidArgument, op, "node %q: negative count %d", n.Name, n.Count)
+			return nil, backend.Errorf(backend.InvalidArgument, op, "node %q: negative count %d", n.Name, n.Count)
 		}
 		if n.Count <= 1 {
 			if err := add(nodeDef{n.Name, n.Resources.Clone(), maps.Clone(n.Labels), maps.Clone(n.Env)}); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			continue
 		}
 		for i := range n.Count {
 			if err := add(nodeDef{fmt.Sprintf("%s-%d", n.Name, i), n.Resources.Clone(), maps.Clone(n.Labels), maps.Clone(n.Env)}); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 		}
 	}
-	tpuDefs, sliceDefs, err := expandSlices(s.TPUSlices)
+	tpuDefs, err := expandSlices(s.TPUSlices)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for _, d := range tpuDefs {
 		if err := add(d); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	if len(defs) == 0 {
-		return nil, nil, backend.Errorf(backend.InvalidArgument, op, "cluster spec has no nodes")
+		return nil, backend.Errorf(backend.InvalidArgument, op, "cluster spec has no nodes")
 	}
-	return defs, sliceDefs, nil
+	return defs, nil
 }

@@ -43,17 +43,16 @@ type sliceDef struct {
 	hosts []string
 }
 
-func expandSlices(specs []TPUSliceSpec) ([]nodeDef, []sliceDef, error) {
+func expandSlices(specs []TPUSliceSpec) ([]nodeDef, error) {
 	const op = "local.New"
 	var defs []nodeDef
-	var slicesOut []sliceDef
 	for i, s := range specs {
 		shape, err := tpu.NewSliceShape(tpu.Generation(s.Generation), s.Topology, s.ChipsPerHost)
 		if err != nil {
-			return nil, nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice spec %d: %w", i, err)
+			return nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice spec %d: %w", i, err)
 		}
 		if s.Count < 0 {
-			return nil, nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice spec %d: negative count %d", i, s.Count)
+			return nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice spec %d: negative count %d", i, s.Count)
 		}
 		prefix := s.NamePrefix
 		if prefix == "" {
@@ -67,17 +66,16 @@ func expandSlices(specs []TPUSliceSpec) ([]nodeDef, []sliceDef, error) {
 			mem = defaultHostMemory
 		}
 		for k := range max(1, s.Count) {
-			sd := sliceDef{name: fmt.Sprintf("%s-%d", prefix, k), shape: shape}
+			slice := fmt.Sprintf("%s-%d", prefix, k)
 			for w := range shape.Hosts() {
-				host := fmt.Sprintf("%s-w%d", sd.name, w)
-				sd.hosts = append(sd.hosts, host)
+				host := fmt.Sprintf("%s-w%d", slice, w)
 				defs = append(defs, nodeDef{
 					name: host,
 					resources: backend.Resources{
 						backend.CPU: cpu, backend.Memory: mem, backend.TPU: float64(shape.ChipsPerHost),
 						tpu.ResourceAcceleratorTypePrefix + shape.AcceleratorType(): 1,
 					},
-					labels: tpu.HostLabels(shape, sd.name, sd.name, w),
+					labels: tpu.HostLabels(shape, slice, slice, w),
 					env: map[string]string{
 						tpu.EnvAcceleratorType: acceleratorEnv(shape),
 						tpu.EnvTopology:        shape.Topology.String(),
@@ -85,10 +83,9 @@ func expandSlices(specs []TPUSliceSpec) ([]nodeDef, []sliceDef, error) {
 					},
 				})
 			}
-			slicesOut = append(slicesOut, sd)
 		}
 	}
-	return defs, slicesOut, nil
+	return defs, nil
 }
 
 // discoverSlices finds the TPU slices of a cluster from its nodes' labels,
