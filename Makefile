@@ -15,4 +15,4 @@ e2e:
 
 # The pods-to-Running baseline: 100 pods on 64 TPU nodes, 5 rounds, 3 runs.
 e2e-bench: k8s-binaries
-	GORAY_E2E=1 go test -run '^$$' -bench BenchmarkPodsToRunning -benchtime 5x -count 3 -timeout 30m ./internal/kubeharness/
+	GORAY_E2E=1 go test -tags e2e -run '^$$' -bench BenchmarkPodsToRunning -benchtime 5x -count 3 -timeout 30m ./internal/kubeharness/

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package kubeharness_test
 
 import (
@@ -22,7 +24,7 @@ import (
 // pods with 32 concurrent calls and waits, with a watch, until all 100 are
 // Running; deleting them is not timed. Run it with
 //
-//	GORAY_E2E=1 go test -run '^$' -bench BenchmarkPodsToRunning -benchtime 5x ./internal/kubeharness/
+//	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkPodsToRunning -benchtime 5x ./internal/kubeharness/
 //
 // (make e2e-bench). The result is the baseline the Kubernetes backend is
 // held against; see docs/harness.md.

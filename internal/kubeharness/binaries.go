@@ -1,3 +1,5 @@
+//go:build e2e
+
 package kubeharness
 
 import (
@@ -23,8 +25,9 @@ const (
 // Environment variables read by the harness.
 const (
 	// EnvE2E set to 1 runs the harness: Start then fails, instead of
-	// skipping, when the binaries are missing. Unset (the fast path of
-	// `go test ./...`), Start skips the test at once.
+	// skipping, when the binaries are missing. Unset, Start skips the test
+	// at once. The package compiles only with -tags e2e; scripts/e2e.sh
+	// sets both.
 	EnvE2E = "GORAY_E2E"
 	// EnvBinDir overrides the folder holding the binaries (the same
 	// variable scripts/k8s-build.sh reads).

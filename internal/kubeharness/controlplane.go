@@ -1,3 +1,5 @@
+//go:build e2e
+
 package kubeharness
 
 import (
@@ -95,8 +97,8 @@ type StartupTimes struct {
 // still runs its cleanups; and every child process has a parent-death
 // signal, so nothing the harness started outlives the test binary.
 //
-// Start skips tb unless GORAY_E2E=1 (the fast `go test ./...` path), and
-// with GORAY_E2E=1 fails tb if the binaries are missing.
+// Start skips tb unless GORAY_E2E=1, and with GORAY_E2E=1 fails tb if the
+// binaries are missing.
 func Start(tb testing.TB, opts *Options) *ControlPlane {
 	tb.Helper()
 	var o Options

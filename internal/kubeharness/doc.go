@@ -3,8 +3,11 @@
 // proxy, simulated GKE TPU node pools, and a node agent that runs the pods
 // bound to those nodes as local processes.
 //
-// It is test-only: import it from _test files. Build the binaries with
-// scripts/k8s-build.sh and run the tests with `make e2e` (docs/harness.md).
+// It is test-only: import it from _test files that carry `//go:build e2e`.
+// Every file of the package except this one has that constraint, so the
+// plain `go test ./...` never compiles k8s.io packages. Build the binaries
+// with scripts/k8s-build.sh and run the tests with `make e2e`
+// (docs/harness.md).
 //
 //	func TestSomething(t *testing.T) {
 //		cp := kubeharness.Start(t, nil) // skips unless GORAY_E2E=1
@@ -120,8 +123,9 @@
 //
 // # Environment
 //
-// GORAY_E2E=1 runs the harness; without it Start skips at once, so the fast
-// `go test ./...` never starts a control plane. With it, missing binaries
+// The package builds only with -tags e2e. GORAY_E2E=1 runs the harness;
+// without it Start skips at once, so `go test -tags e2e ./...` and
+// `go vet -tags e2e ./...` need no binaries. With it, missing binaries
 // fail the test. GORAY_K8S_BIN_DIR overrides the binary folder
 // (<repo>/.cache/k8s/<versions>/bin). GORAY_K8S_KEEP=1 keeps run folders
 // for debugging (Kubeconfig gives a kubeconfig for kubectl).

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package kubeharness_test
 
 import (
@@ -17,8 +19,8 @@ import (
 	"github.com/goray-dev/goray/internal/kubeharness"
 )
 
-// These tests start a real control plane; they skip unless GORAY_E2E=1
-// (make e2e).
+// These tests start a real control plane; they build only with -tags e2e
+// and skip unless GORAY_E2E=1 (make e2e sets both).
 
 func tpuPod(t *testing.T, name, generation, topology string, chips int, args ...string) *corev1.Pod {
 	t.Helper()
