@@ -1,5 +1,8 @@
 // Command hello tours goray on the local cluster simulator: tasks, a task
-// chain through object refs, an actor, and a placement group.
+// chain through object refs, an actor, a placement group, and the error a
+// request no node can hold gets. It builds its cluster by hand, as the
+// README shows; examples/hello-wire builds the same cluster with a Wire
+// injector.
 //
 //	go run ./examples/hello
 package main
@@ -63,18 +66,36 @@ func clusterSpec() local.ClusterSpec {
 func main() {
 	ray.Main() // serve as a worker when a backend launched this binary as one
 	ctx := context.Background()
-	c, cleanup, err := initCluster(ctx, clusterSpec(), nil, nil)
+	b, err := local.New(clusterSpec(), nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer cleanup()
+	c, err := ray.NewCluster(ctx, b, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
 	if err := run(ctx, c, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
 func run(ctx context.Context, c *ray.Cluster, w io.Writer) error {
-	// Tasks: submit five, then gather.
+	// A task call returns a typed ref at once; Get waits for the value.
+	ref := Square.Remote(ctx, c, 3) // ray.ObjectRef[int]
+	v, err := ref.Get(ctx)
+	if err != nil {
+		return err
+	}
+	// A ref is also an input: the next task runs when ref is ready,
+	// without a round trip through the caller.
+	next, err := Square.RemoteRef(ctx, c, ref).Get(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "square of 3:", v, "- square of that:", next)
+
+	// Submit five, then gather; Put stores a value for tasks to read.
 	var refs []ray.ObjectRef[int]
 	for i := 1; i <= 5; i++ {
 		refs = append(refs, Square.Remote(ctx, c, i))
@@ -83,32 +104,25 @@ func run(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "squares:", squares)
-
-	// A chain: the output of one task is the input of the next, resolved
-	// by the cluster without a round trip through the caller.
 	total, err := Sum.RemoteRef(ctx, c, ray.Put(ctx, c, squares)).Get(ctx)
 	if err != nil {
 		return err
 	}
-	sq, err := Square.RemoteRef(ctx, c, Square.Remote(ctx, c, 3)).Get(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(w, "sum of squares:", total, "- square of square of 3:", sq)
+	fmt.Fprintln(w, "squares:", squares, "- sum:", total)
 
-	// An actor keeps state between calls, which run in order.
-	counter := Counter.Remote(ctx, c, 100)
+	// An actor keeps state between calls; with MaxConcurrency(1) they run
+	// one at a time, in order.
+	h := Counter.Remote(ctx, c, 100, ray.MaxRestarts(2), ray.MaxConcurrency(1))
 	var adds []ray.ObjectRef[int]
 	for i := 1; i <= 3; i++ {
-		adds = append(adds, Add.Remote(ctx, counter, i))
+		adds = append(adds, Add.Remote(ctx, h, i))
 	}
 	counts, err := ray.GetAll(ctx, adds)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(w, "counter:", counts)
-	if err := counter.Kill(ctx); err != nil {
+	if err := h.Kill(ctx); err != nil {
 		return err
 	}
 
@@ -125,7 +139,7 @@ func run(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer pg.Remove(ctx)
+	defer pg.Remove(ctx) // queued work in it then fails, running work is cancelled
 	if err := pg.Ready(ctx); err != nil {
 		return err
 	}
@@ -142,8 +156,12 @@ func run(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 		fmt.Fprintln(w, "placement group:", p)
 	}
 
-	// Asking for more than any node has fails at once, saying why.
+	// Asking for more than any node has fails at once, saying why. This
+	// error is the point of the demo, so it is printed, not returned.
 	_, err = Square.Remote(ctx, c, 1, ray.Resources{ray.CPU: 64}).Get(ctx)
-	fmt.Fprintf(w, "infeasible: %v\n  %v\n", ray.Code(err), err)
+	if ray.Code(err) != ray.Infeasible {
+		return fmt.Errorf("64 CPUs on 4-CPU nodes: want an Infeasible error, got %v", err)
+	}
+	fmt.Fprintf(w, "expected error, asking for 64 CPUs: %v\n  %v\n", ray.Code(err), err)
 	return nil
 }

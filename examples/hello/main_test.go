@@ -6,29 +6,36 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/goray-dev/goray/backend/local"
+	"github.com/goray-dev/goray/ray"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-const want = `squares: [1 4 9 16 25]
-sum of squares: 55 - square of square of 3: 81
+const want = `square of 3: 9 - square of that: 81
+squares: [1 4 9 16 25] - sum: 55
 counter: [101 103 106]
 placement group: bundle 0 on node-0 (zone a)
 placement group: bundle 1 on node-1 (zone b)
 placement group: bundle 2 on node-2 (zone c)
-infeasible: Infeasible
+expected error, asking for 64 CPUs: Infeasible
   submit task hello.square: no live node can ever hold {CPU: 64}: 3 of 3 live nodes match; the most any of them has is {CPU: 4, memory: 16GiB}
 `
 
-// TestOutput runs the example through its Wire injector and checks what it
+// TestOutput runs the example on the cluster main builds and checks what it
 // prints.
 func TestOutput(t *testing.T) {
 	ctx := context.Background()
-	c, cleanup, err := initCluster(ctx, clusterSpec(), nil, nil)
+	b, err := local.New(clusterSpec(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cleanup()
+	c, err := ray.NewCluster(ctx, b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	var out bytes.Buffer
 	if err := run(ctx, c, &out); err != nil {
 		t.Fatal(err)
