@@ -32,9 +32,10 @@
 // # Backends
 //
 // A [Cluster] wraps a backend.Backend: backend/local simulates a cluster of
-// CPU nodes and TPU slices in process, backend/fake records calls for unit
-// tests, backend/kubernetes drives a real cluster. Code written against
-// this package runs unchanged on each.
+// CPU nodes and TPU slices in process, and backend/fake records calls for
+// unit tests. Code written against this package runs unchanged on each. A
+// backend for real Kubernetes clusters (GKE TPU node pools) is planned; it
+// does not exist yet.
 //
 // # Worker processes
 //
