@@ -1,7 +1,23 @@
-# Kubernetes test-harness targets (internal/kubeharness); see docs/harness.md.
-# Other targets may live beside these; these three are self-contained.
+# test is the README's test command: every package, without the files that
+# import k8s.io (they build only with -tags e2e). ci is what CI runs.
+.PHONY: test race vet ci k8s-binaries e2e e2e-bench
 
-.PHONY: k8s-binaries e2e e2e-bench
+test:
+	go test ./...
+
+race:
+	go test -race ./...
+
+# vet with and without the e2e tag, so the harness is vetted too.
+vet:
+	go vet ./...
+	go vet -tags e2e ./...
+
+# gofmt, vet, test, race, then e2e (.ci/run).
+ci:
+	.ci/run
+
+# Kubernetes test-harness targets (internal/kubeharness); see docs/harness.md.
 
 # etcd, kube-apiserver, kube-scheduler and kwok at pinned versions, cached in
 # .cache/k8s/<versions>/bin (GORAY_K8S_BIN_DIR overrides): seconds when built.
