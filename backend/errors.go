@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/goray-dev/goray/tpu"
 )
 
 // Code classifies every error goray returns. The set is closed: backends map
@@ -177,9 +179,11 @@ func (e *Error) Is(target error) bool {
 	return ok && t.sentinel && t.Code == e.Code
 }
 
-// CodeOf returns the code of err: OK for nil, Canceled and DeadlineExceeded
-// for context errors, the code of the outermost *Error in the chain, and
-// Unknown otherwise.
+// CodeOf returns the code of err: OK for nil, the code of the outermost
+// *Error in the chain, Canceled and DeadlineExceeded for context errors,
+// InvalidArgument for the errors of package tpu (an unknown generation, a
+// topology the generation lacks, a bad pod type or argument), and Unknown
+// otherwise.
 func CodeOf(err error) Code {
 	if err == nil {
 		return OK
@@ -193,8 +197,21 @@ func CodeOf(err error) Code {
 		return Canceled
 	case errors.Is(err, context.DeadlineExceeded):
 		return DeadlineExceeded
+	case isTPUError(err):
+		return InvalidArgument
 	}
 	return Unknown
+}
+
+// isTPUError reports whether err is one of package tpu's errors, all of
+// which describe bad input.
+func isTPUError(err error) bool {
+	for _, s := range []error{tpu.ErrUnknownGeneration, tpu.ErrInvalidTopology, tpu.ErrInvalidChipsPerHost, tpu.ErrInvalidPodType, tpu.ErrInvalidArgument} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // TaskError is the error of a task or actor call whose user code returned an

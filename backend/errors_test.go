@@ -11,7 +11,16 @@ import (
 	"github.com/matryer/is"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/tpu"
 )
+
+// tpuErr returns the error of a call into package tpu, which must fail.
+func tpuErr[T any](_ T, err error) error {
+	if err == nil {
+		panic("want an error from package tpu")
+	}
+	return err
+}
 
 // sentinels maps every code that has a sentinel to it.
 var sentinels = map[backend.Code]error{
@@ -47,6 +56,12 @@ func TestCodeOf(t *testing.T) {
 		{"sentinel", backend.ErrActorDied, backend.ActorDied},
 		{"plain error", errors.New("boom"), backend.Unknown},
 		{"io.EOF", io.EOF, backend.Unknown},
+		{"tpu unknown generation", tpuErr(tpu.ParseGeneration("v9")), backend.InvalidArgument},
+		{"tpu topology", tpuErr(tpu.NewSliceShape(tpu.V6e, "4x5", 0)), backend.InvalidArgument},
+		{"tpu chips per host", tpuErr(tpu.NewSliceShape(tpu.V6e, "4x4", 3)), backend.InvalidArgument},
+		{"tpu pod type", func() error { _, _, err := tpu.ParsePodType("v6e"); return err }(), backend.InvalidArgument},
+		{"tpu argument", tpuErr(tpu.MultisliceEnv("", 0, 2, 5)), backend.InvalidArgument},
+		{"wrapped tpu error", fmt.Errorf("load: %w", tpu.ErrInvalidTopology), backend.InvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -57,7 +57,8 @@
 // Every error has a code from a closed set, read with [Code]; errors.Is
 // matches the sentinel of each code ([ErrInfeasible], [ErrUnavailable],
 // [ErrTaskFailed], ...) and the narrower [ErrClosed] and
-// [ErrPlacementGroupRemoved]. User code that returns an error or panics
+// [ErrPlacementGroupRemoved]. Errors of package tpu, returned by its
+// parsers, have code InvalidArgument. User code that returns an error or panics
 // yields a TaskFailed error carrying a *[TaskError] with the task's name,
 // the attempt, and for a panic the stack; a panic never crashes the
 // process. Context errors are returned as they are, never wrapped.
