@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/goray-dev/goray/tpu"
 )
@@ -59,6 +60,21 @@ type ReservedSlice struct {
 	// Hostnames are the names workers reach each other by, in worker-ID
 	// order (TPU_WORKER_HOSTNAMES).
 	Hostnames []string
+}
+
+// The operations of SliceReserver, as every layer names them in errors.
+const (
+	// ListSlicesOp names listing a cluster's slices.
+	ListSlicesOp = "list TPU slices"
+)
+
+// ReserveSlicesOp names the reservation of slices for errors: "reserve TPU
+// slices", followed by the request's name when it has one.
+func ReserveSlicesOp(name string) string {
+	if name == "" {
+		return "reserve TPU slices"
+	}
+	return "reserve TPU slices " + strconv.Quote(name)
 }
 
 // SliceReserver is implemented by backends that manage TPU slices.

@@ -260,7 +260,7 @@ func ExampleRunOnSlice() {
 	// Output:
 	// [4 4 4 4] <nil>
 	// TaskFailed
-	// ray.RunOnSlice example.intSqrt: ray.GetAll: ref 0 of 4: task example.intSqrt failed (attempt 0): no square root of -1
+	// run task example.intSqrt on TPU slices: host 0 of 4 (v6e-16-0-w0): task example.intSqrt failed (attempt 0): no square root of -1
 }
 
 func ExampleCode() {
@@ -290,7 +290,7 @@ func ExampleCode() {
 	// submit task example.square: no live node can ever hold {CPU: 1, TPU: 4}: 2 of 2 live nodes match; the most any of them has is {CPU: 4}
 	// Infeasible true
 	// InvalidArgument true
-	// ray.NewSlicePlacementGroup: tpu: topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16
+	// reserve TPU slices: topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16
 	// OK
 }
 

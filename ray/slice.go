@@ -77,17 +77,20 @@ type SlicePlacementGroup struct {
 //
 // It never returns a partial reservation.
 func NewSlicePlacementGroup(ctx context.Context, c *Cluster, spec SliceSpec) (*SlicePlacementGroup, error) {
-	const op = "ray.NewSlicePlacementGroup"
+	op := backend.ReserveSlicesOp(spec.Name)
 	if err := c.check(op); err != nil {
 		return nil, err
 	}
-	shape, err := tpu.NewSliceShape(tpu.Generation(spec.AcceleratorVersion), spec.Topology, spec.ChipsPerVM)
+	req := &backend.SliceRequest{
+		Generation: spec.AcceleratorVersion, Topology: spec.Topology, ChipsPerHost: spec.ChipsPerVM,
+		NumSlices: spec.NumSlices, BundleResources: backend.Resources(maps.Clone(spec.ResourcesPerBundle)), Name: spec.Name,
+	}
+	rr, err := req.Resolve(op, nil)
 	if err != nil {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "%w", err)
+		return nil, err
 	}
-	if spec.NumSlices < 0 {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "negative NumSlices %d", spec.NumSlices)
-	}
+	shape := rr.Shape
+	req.Generation, req.Topology = shape.Generation.String(), shape.Topology.String()
 	sr, ok := c.b.(backend.SliceReserver)
 	if !ok {
 		return nil, backend.Errorf(backend.Unimplemented, op, "backend %T does not manage TPU slices", c.b)
@@ -97,10 +100,7 @@ func NewSlicePlacementGroup(ctx context.Context, c *Cluster, spec SliceSpec) (*S
 		ctx, cancel = context.WithTimeout(ctx, spec.Timeout)
 		defer cancel()
 	}
-	res, err := sr.ReserveSlices(ctx, &backend.SliceRequest{
-		Generation: shape.Generation.String(), Topology: shape.Topology.String(), ChipsPerHost: spec.ChipsPerVM,
-		NumSlices: spec.NumSlices, BundleResources: backend.Resources(maps.Clone(spec.ResourcesPerBundle)), Name: spec.Name,
-	})
+	res, err := sr.ReserveSlices(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -217,9 +217,17 @@ func RunOnSlice[I, O any](ctx context.Context, s *SlicePlacementGroup, task *Tas
 	for i := range refs {
 		refs[i] = task.Remote(ctx, s.c, in, InBundle(s.pg, i*s.res.BundlesPerHost), Resources{CPU: 0})
 	}
-	out, err := GetAll(ctx, refs)
-	if err != nil {
-		return nil, fmt.Errorf("ray.RunOnSlice %s: %w", task.name, err)
+	hosts := s.Hosts()
+	out := make([]O, len(refs))
+	for i, r := range refs {
+		v, err := r.Get(ctx)
+		if err == context.Canceled || err == context.DeadlineExceeded {
+			return nil, err
+		}
+		if err != nil {
+			return nil, fmt.Errorf("run task %s on TPU slices: host %d of %d (%s): %w", task.name, i, len(refs), hosts[i], err)
+		}
+		out[i] = v
 	}
 	return out, nil
 }
@@ -237,7 +245,7 @@ func Dispatch[I, O any](ctx context.Context, c *Cluster, spec SliceSpec, task *T
 
 // TPUSlices returns the state of every TPU slice of the cluster.
 func TPUSlices(ctx context.Context, c *Cluster) ([]backend.SliceState, error) {
-	const op = "ray.TPUSlices"
+	const op = backend.ListSlicesOp
 	if err := c.check(op); err != nil {
 		return nil, err
 	}

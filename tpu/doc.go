@@ -44,8 +44,11 @@
 // Every error wraps one sentinel, so errors.Is works: ErrUnknownGeneration
 // (concretely a *GenerationError), ErrInvalidTopology (a *TopologyError,
 // whose Valid field lists the valid topologies), ErrInvalidChipsPerHost,
-// ErrInvalidPodType and ErrInvalidArgument. Messages start with "tpu:",
-// name the offending input and say what is valid.
+// ErrInvalidPodType and ErrInvalidArgument. Messages name the offending
+// input and say what is valid; they carry no "tpu:" prefix, because the
+// caller's operation prefixes them once (goray reports `reserve TPU slices:
+// topology "4x5" is not valid for v6e; valid: ...`). goray's error codes
+// classify all of them as InvalidArgument.
 //
 // # Concurrency
 //

@@ -137,18 +137,18 @@ func TestWorkerEnvErrors(t *testing.T) {
 		message   string
 	}{
 		{"too few hostnames", v6e16, "s", []string{"h0", "h1"}, 0, tpu.ErrInvalidArgument,
-			"tpu: invalid argument: v6e 4x4 has 4 hosts but 2 hostnames were given"},
+			"invalid argument: v6e 4x4 has 4 hosts but 2 hostnames were given"},
 		{"no hostnames for a multi-host slice", v6e16, "s", nil, 0, tpu.ErrInvalidArgument,
-			"tpu: invalid argument: v6e 4x4 has 4 hosts but 0 hostnames were given"},
+			"invalid argument: v6e 4x4 has 4 hosts but 0 hostnames were given"},
 		{"too many hostnames", v6e16, "s", append(four, "h4"), 0, tpu.ErrInvalidArgument, ""},
 		{"negative worker ID", v6e16, "s", four, -1, tpu.ErrInvalidArgument,
-			"tpu: invalid argument: worker ID -1 is outside 0..3 for v6e 4x4"},
+			"invalid argument: worker ID -1 is outside 0..3 for v6e 4x4"},
 		{"worker ID past the last host", v6e16, "s", four, 4, tpu.ErrInvalidArgument,
-			"tpu: invalid argument: worker ID 4 is outside 0..3 for v6e 4x4"},
+			"invalid argument: worker ID 4 is outside 0..3 for v6e 4x4"},
 		{"empty slice name", v6e16, "", four, 0, tpu.ErrInvalidArgument,
-			"tpu: invalid argument: empty slice name for v6e 4x4"},
+			"invalid argument: empty slice name for v6e 4x4"},
 		{"empty hostname", v6e16, "s", []string{"h0", "", "h2", "h3"}, 0, tpu.ErrInvalidArgument,
-			`tpu: invalid argument: hostname 1 ("") of v6e 4x4 is empty or contains a comma or space`},
+			`invalid argument: hostname 1 ("") of v6e 4x4 is empty or contains a comma or space`},
 		{"hostname with comma", v6e16, "s", []string{"h0", "h1,h2", "h2", "h3"}, 0, tpu.ErrInvalidArgument, ""},
 		{"zero shape", tpu.SliceShape{}, "s", nil, 0, tpu.ErrUnknownGeneration, ""},
 		{"invalid chips per host", tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("4x4"), ChipsPerHost: 3},
@@ -208,13 +208,13 @@ func TestMultisliceEnvErrors(t *testing.T) {
 		sliceID   int
 		message   string
 	}{
-		{"empty address", "", 0, 2, 0, `tpu: invalid argument: multislice coordinator address "" is empty or contains spaces`},
+		{"empty address", "", 0, 2, 0, `invalid argument: multislice coordinator address "" is empty or contains spaces`},
 		{"address with space", "a b", 0, 2, 0, ""},
-		{"negative port", "c", -1, 2, 0, "tpu: invalid argument: multislice coordinator port -1 is outside 1..65535"},
-		{"port too large", "c", 65536, 2, 0, "tpu: invalid argument: multislice coordinator port 65536 is outside 1..65535"},
-		{"no slices", "c", 0, 0, 0, "tpu: invalid argument: number of slices 0 is below 1"},
-		{"slice ID past the end", "c", 0, 2, 2, "tpu: invalid argument: slice ID 2 is outside 0..1"},
-		{"negative slice ID", "c", 0, 2, -1, "tpu: invalid argument: slice ID -1 is outside 0..1"},
+		{"negative port", "c", -1, 2, 0, "invalid argument: multislice coordinator port -1 is outside 1..65535"},
+		{"port too large", "c", 65536, 2, 0, "invalid argument: multislice coordinator port 65536 is outside 1..65535"},
+		{"no slices", "c", 0, 0, 0, "invalid argument: number of slices 0 is below 1"},
+		{"slice ID past the end", "c", 0, 2, 2, "invalid argument: slice ID 2 is outside 0..1"},
+		{"negative slice ID", "c", 0, 2, -1, "invalid argument: slice ID -1 is outside 0..1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,26 +12,26 @@ import (
 var (
 	// ErrUnknownGeneration reports a TPU generation name this package does
 	// not know. The concrete error is a *GenerationError.
-	ErrUnknownGeneration = errors.New("tpu: unknown generation")
+	ErrUnknownGeneration = errors.New("unknown generation")
 
 	// ErrInvalidTopology reports a topology string that does not parse, or
 	// that the generation does not offer. The concrete error is a
 	// *TopologyError.
-	ErrInvalidTopology = errors.New("tpu: invalid topology")
+	ErrInvalidTopology = errors.New("invalid topology")
 
 	// ErrInvalidChipsPerHost reports a chips-per-host override that is not
 	// one of 1, 2, 4 or 8, or whose per-host chip grid does not tile the
 	// topology.
-	ErrInvalidChipsPerHost = errors.New("tpu: invalid chips per host")
+	ErrInvalidChipsPerHost = errors.New("invalid chips per host")
 
 	// ErrInvalidPodType reports a malformed pod type such as "v6e" or
 	// "v4-15" (v4 has 2 cores per chip, so its core count must be even).
-	ErrInvalidPodType = errors.New("tpu: invalid pod type")
+	ErrInvalidPodType = errors.New("invalid pod type")
 
 	// ErrInvalidArgument reports an out-of-range or empty argument to an
 	// environment or label builder, such as a worker ID outside the slice or
 	// a hostname list of the wrong length.
-	ErrInvalidArgument = errors.New("tpu: invalid argument")
+	ErrInvalidArgument = errors.New("invalid argument")
 )
 
 // GenerationError is the error returned for an unknown TPU generation. It
@@ -50,7 +50,7 @@ func (e *GenerationError) Error() string {
 	for _, g := range generationOrder {
 		names = append(names, string(g))
 	}
-	return fmt.Sprintf("tpu: unknown TPU generation %q; valid: %s "+
+	return fmt.Sprintf("unknown TPU generation %q; valid: %s "+
 		"(also accepted: Ray names such as TPU-V6E and v5litepod, GKE names such as tpu7x, "+
 		"and gke-tpu-accelerator values such as tpu-v6e-slice)",
 		e.Input, strings.Join(names, ", "))
@@ -80,14 +80,14 @@ type TopologyError struct {
 // Error names the input and why it is malformed or which topologies are
 // valid, for example:
 //
-//	tpu: topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16
-//	tpu: invalid topology "4x0": dimension 2 is "0"; want a positive integer no larger than 1024
+//	topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16
+//	invalid topology "4x0": dimension 2 is "0"; want a positive integer no larger than 1024
 func (e *TopologyError) Error() string {
 	if e.Reason == "" {
-		return fmt.Sprintf("tpu: topology %q is not valid for %s; valid: %s",
+		return fmt.Sprintf("topology %q is not valid for %s; valid: %s",
 			e.Input, e.Generation, joinTopologies(e.Valid))
 	}
-	msg := fmt.Sprintf("tpu: invalid topology %q: %s", e.Input, e.Reason)
+	msg := fmt.Sprintf("invalid topology %q: %s", e.Input, e.Reason)
 	if e.Generation != "" {
 		msg += fmt.Sprintf("; valid for %s: %s", e.Generation, joinTopologies(e.Valid))
 	}

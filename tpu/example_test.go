@@ -30,7 +30,7 @@ func ExampleNewSliceShape() {
 	// pod type: v6e-16 head resource: TPU-v6e-16-head
 	// host bounds: 2,2,1
 	// v6e 2x4 (4 chips per host) hosts: 2
-	// tpu: topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16
+	// topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16
 }
 
 func ExampleWorkerEnv() {

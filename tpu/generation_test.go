@@ -46,7 +46,7 @@ func TestParseGenerationErrors(t *testing.T) {
 			is.True(errors.As(err, &gerr))
 			is.Equal(gerr.Input, in)
 			msg := err.Error()
-			is.True(strings.HasPrefix(msg, "tpu: unknown TPU generation "))
+			is.True(strings.HasPrefix(msg, "unknown TPU generation "))
 			is.True(strings.Contains(msg, "valid: v2, v3, v4, v5e, v5p, v6e, v7x"))
 		})
 	}

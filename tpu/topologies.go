@@ -175,7 +175,7 @@ func (g Generation) ValidateTopology(t Topology) error {
 // ParseTopology parses s like the package-level ParseTopology and then
 // checks that g offers it, so v6e "4x5" fails with
 //
-//	tpu: topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16
+//	topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16
 //
 // A string that does not parse at all also lists the valid topologies.
 func (g Generation) ParseTopology(s string) (Topology, error) {

@@ -29,7 +29,7 @@ type reservation struct {
 // on KindPlacementGroup can make a reservation fail (say with
 // context.DeadlineExceeded, as when slices stay busy).
 func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) (*backend.SliceReservation, error) {
-	op := "fake.ReserveSlices"
+	op := backend.ReserveSlicesOp(req.Name)
 	rr, err := req.Resolve(op, nil)
 	if err != nil {
 		return nil, err
@@ -87,7 +87,7 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 func (b *Backend) Slices(ctx context.Context) ([]backend.SliceState, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.precheckLocked("fake.Slices"); err != nil {
+	if err := b.precheckLocked(backend.ListSlicesOp); err != nil {
 		return nil, err
 	}
 	var out []backend.SliceState

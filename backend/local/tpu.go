@@ -184,10 +184,7 @@ func (x *sliceIndex) describeShapes() string {
 // group whose bundles are pinned to their hosts, or waits first come, first
 // served until it can.
 func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) (*backend.SliceReservation, error) {
-	op := "reserve TPU slices"
-	if req.Name != "" {
-		op += " " + req.Name
-	}
+	op := backend.ReserveSlicesOp(req.Name)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -405,7 +402,7 @@ func (b *Backend) Slices(ctx context.Context) ([]backend.SliceState, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, backend.Errorf(backend.FailedPrecondition, "local.Slices", "%w", backend.ErrClosed)
+		return nil, backend.Errorf(backend.FailedPrecondition, backend.ListSlicesOp, "%w", backend.ErrClosed)
 	}
 	tpuIdx := b.resIndex[backend.TPU]
 	out := make([]backend.SliceState, 0, len(b.slices.all))

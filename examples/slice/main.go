@@ -116,11 +116,18 @@ func run(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\n%s", ray.FormatSlices(states))
 
-	// A fourth v6e 4x4 does not exist: the request fails at once.
+	// The errors below are the point of the demo, so they are printed, not
+	// returned. A fourth v6e 4x4 does not exist: the request fails at once.
 	_, err = ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: 4})
-	fmt.Fprintf(w, "\n4 slices: %v\n", err)
+	if ray.Code(err) != ray.Infeasible {
+		return fmt.Errorf("4 of 3 slices: want an Infeasible error, got %v", err)
+	}
+	fmt.Fprintf(w, "\nexpected error, asking for 4 slices: %v\n  %v\n", ray.Code(err), err)
 	// A topology v6e does not have: the error lists the valid ones.
 	_, err = ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x5", AcceleratorVersion: "v6e"})
-	fmt.Fprintf(w, "4x5: %v\n", err)
+	if ray.Code(err) != ray.InvalidArgument {
+		return fmt.Errorf("v6e 4x5: want an InvalidArgument error, got %v", err)
+	}
+	fmt.Fprintf(w, "expected error, asking for v6e 4x5: %v\n  %v\n", ray.Code(err), err)
 	return nil
 }
