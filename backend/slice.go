@@ -84,8 +84,12 @@ type SliceReserver interface {
 	// does not have, and with Infeasible when the cluster has fewer slices
 	// of the shape than asked, naming the shapes it has; otherwise it waits
 	// (first come, first served per shape) until enough slices are free, or
-	// ctx ends (returning ctx.Err() and holding nothing). Release a
-	// reservation with RemovePlacementGroup(Group).
+	// ctx ends, holding nothing. A request that was waiting when ctx ended
+	// fails with an error of code DeadlineExceeded (or Canceled) that wraps
+	// ctx.Err() and says the shape, how many slices were asked for, and how
+	// many of that shape were free, busy and broken ("2 × v6e 4x4 ... 1
+	// free, 1 busy, 0 broken"); a ctx already done returns ctx.Err() as is.
+	// Release a reservation with RemovePlacementGroup(Group).
 	ReserveSlices(ctx context.Context, req *SliceRequest) (*SliceReservation, error)
 	// Slices reports every TPU slice of the cluster.
 	Slices(ctx context.Context) ([]SliceState, error)

@@ -61,7 +61,9 @@
 // parsers, have code InvalidArgument. User code that returns an error or panics
 // yields a TaskFailed error carrying a *[TaskError] with the task's name,
 // the attempt, and for a panic the stack; a panic never crashes the
-// process. Context errors are returned as they are, never wrapped.
+// process. Context errors are returned as they are, never wrapped, with one
+// exception: a TPU slice reservation that waited in vain wraps ctx.Err() in
+// an error that says what it waited for (errors.Is still matches).
 //
 // Submitting calls (Remote, RemoteRef, [Put], actor creation) return refs
 // and handles at once; their submission errors are reported by Get, Err,

@@ -72,8 +72,11 @@ type SlicePlacementGroup struct {
 //     bundle resources;
 //   - Infeasible at once when the cluster has fewer slices of that shape
 //     than asked, naming the shapes it has;
-//   - context.DeadlineExceeded (or Canceled) when the slices stay busy
-//     past ctx's deadline or spec.Timeout; nothing is held afterwards.
+//   - DeadlineExceeded (or Canceled) when the slices stay busy past ctx's
+//     deadline or spec.Timeout: the error wraps ctx.Err(), so errors.Is(err,
+//     context.DeadlineExceeded) holds, and says the shape, how many slices
+//     were asked for, and how many of that shape were free, busy and
+//     broken; nothing is held afterwards.
 //
 // It never returns a partial reservation.
 func NewSlicePlacementGroup(ctx context.Context, c *Cluster, spec SliceSpec) (*SlicePlacementGroup, error) {

@@ -247,11 +247,15 @@ func TestSliceBusyWaitsThenTimesOut(t *testing.T) {
 	held, err := ray.NewSlicePlacementGroup(ctx, c, spec4x4)
 	is.NoErr(err)
 	_, err = ray.NewSlicePlacementGroup(within(t, 30*time.Millisecond), c, spec4x4)
-	is.Equal(err, context.DeadlineExceeded)
+	is.True(errors.Is(err, context.DeadlineExceeded))
+	is.Equal(ray.Code(err), ray.DeadlineExceeded)
+	// The error says what was asked and how the slices of that shape stand.
+	is.True(strings.Contains(err.Error(), "reserve TPU slices: gave up after "))
+	is.True(strings.Contains(err.Error(), "waiting for 1 × v6e 4x4: of the cluster's 1 slices of that shape 0 free, 1 busy, 0 broken: context deadline exceeded"))
 	spec := spec4x4
 	spec.Timeout = 20 * time.Millisecond
 	_, err = ray.NewSlicePlacementGroup(ctx, c, spec)
-	is.Equal(err, context.DeadlineExceeded)
+	is.True(errors.Is(err, context.DeadlineExceeded))
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = ray.NewSlicePlacementGroup(cctx, c, spec4x4)
@@ -303,7 +307,7 @@ func TestSliceFragmentation(t *testing.T) {
 		<-h.started
 	}
 	_, err := ray.NewSlicePlacementGroup(within(t, 50*time.Millisecond), c, spec4x4)
-	is.Equal(err, context.DeadlineExceeded)
+	is.True(errors.Is(err, context.DeadlineExceeded))
 	states, err := ray.TPUSlices(ctx, c)
 	is.NoErr(err)
 	for _, st := range states {
@@ -419,7 +423,7 @@ func TestMultisliceAllOrNothing(t *testing.T) {
 	is.NoErr(err)
 	two := ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: 2}
 	_, err = ray.NewSlicePlacementGroup(within(t, 30*time.Millisecond), c, two)
-	is.Equal(err, context.DeadlineExceeded)
+	is.True(errors.Is(err, context.DeadlineExceeded))
 	sums := ray.SummarizeSlices(must(ray.TPUSlices(ctx, c)))
 	is.Equal(sums[0].Reserved, 2) // the free slice was not taken
 	is.Equal(sums[0].Free, 1)
@@ -442,7 +446,7 @@ func TestMultisliceAllOrNothing(t *testing.T) {
 		}
 		single <- err
 	}()
-	is.Equal(<-single, context.DeadlineExceeded)
+	is.True(errors.Is(<-single, context.DeadlineExceeded))
 	is.NoErr(a.Release(ctx))
 	m := <-multi
 	is.Equal(m.NumSlices(), 2)
@@ -496,7 +500,7 @@ func TestSliceHostDeath(t *testing.T) {
 	is.NoErr(spg.Release(ctx))
 	// Two slices exist but one is broken: a request for two waits.
 	_, err = ray.NewSlicePlacementGroup(within(t, 30*time.Millisecond), c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: 2})
-	is.Equal(err, context.DeadlineExceeded)
+	is.True(errors.Is(err, context.DeadlineExceeded))
 	// A single slice comes from the intact one.
 	other, err := ray.NewSlicePlacementGroup(ctx, c, spec4x4)
 	is.NoErr(err)
@@ -587,7 +591,7 @@ func TestSliceCancelRaces(t *testing.T) {
 					if err := spg.Release(context.Background()); err != nil {
 						t.Error(err)
 					}
-				} else if err != context.DeadlineExceeded {
+				} else if !errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("want a reservation or DeadlineExceeded, have %v", err)
 				}
 			}

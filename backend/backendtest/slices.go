@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -113,7 +114,12 @@ func (s *suite) testSlices(t *testing.T) {
 		is.NoErr(err)
 		// One slice is free, two are asked for: wait, then nothing held.
 		_, err = ray.NewSlicePlacementGroup(timeout(t, ctx, 50*time.Millisecond), c, two)
-		is.Equal(err, context.DeadlineExceeded)
+		is.True(errors.Is(err, context.DeadlineExceeded))
+		is.Equal(ray.Code(err), ray.DeadlineExceeded)
+		// The error says what was asked and how the slices of that shape
+		// stood when the wait ended.
+		is.True(strings.Contains(err.Error(), "2 × v6e 4x4"))
+		is.True(strings.Contains(err.Error(), "1 free, 1 busy, 0 broken"))
 		states, err := ray.TPUSlices(ctx, c)
 		is.NoErr(err)
 		reserved := 0

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/tpu"
@@ -136,6 +137,7 @@ type sliceWait struct {
 	demand  []int64 // per bundle
 	perHost int
 	res     backend.Resources
+	since   time.Time // when it was queued
 	done    chan struct{}
 	result  *backend.SliceReservation
 }
@@ -220,7 +222,7 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		b.mu.Unlock()
 		return nil, backend.Errorf(backend.Infeasible, op, "%d bundles of %s do not fit a %s host, which has %s", perHost, res, shape, b.resources(p.all[0].hosts[0].capac))
 	}
-	w := &sliceWait{req: req, n: n, shape: shape, demand: demand, perHost: perHost, res: res, done: make(chan struct{})}
+	w := &sliceWait{req: req, n: n, shape: shape, demand: demand, perHost: perHost, res: res, since: time.Now(), done: make(chan struct{})}
 	p.waiting = append(p.waiting, w)
 	b.serveSlices(p)
 	b.mu.Unlock()
@@ -234,14 +236,16 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 	defer b.mu.Unlock()
 	if w.result == nil {
 		// Not granted: leave the queue holding nothing.
-		if i := slices.Index(p.waiting, w); i >= 0 {
-			p.waiting = slices.Delete(p.waiting, i, i+1)
+		ahead := slices.Index(p.waiting, w)
+		if ahead >= 0 {
+			p.waiting = slices.Delete(p.waiting, ahead, ahead+1)
 		}
 		if b.closed {
 			return nil, backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
 		}
+		err := gaveUp(op, p, w, ahead, ctx.Err())
 		b.serveSlices(p) // a large request leaving may unblock smaller ones
-		return nil, ctx.Err()
+		return nil, err
 	}
 	if ctx.Err() != nil || b.closed {
 		// Granted as the caller gave up: release, so nothing leaks.
@@ -251,9 +255,43 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		if b.closed {
 			return nil, backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
 		}
-		return nil, ctx.Err()
+		return nil, gaveUp(op, p, w, 0, ctx.Err())
 	}
 	return w.result, nil
+}
+
+// gaveUp is the error of a slice request whose context ended while it
+// waited: it says what was asked, how long it waited, and how the slices
+// of that shape stood (free, busy, broken), and it wraps ctxErr, so
+// errors.Is(err, context.DeadlineExceeded) holds and its code is
+// DeadlineExceeded (or Canceled). ahead is how many requests for the shape
+// were queued before it. b.mu must be held.
+func gaveUp(op string, p *shapePool, w *sliceWait, ahead int, ctxErr error) error {
+	var free, busy, broken int
+	for _, s := range p.all {
+		switch {
+		case s.dead > 0:
+			broken++
+		case s.idle():
+			free++
+		default:
+			busy++
+		}
+	}
+	queue := ""
+	if ahead > 0 {
+		queue = fmt.Sprintf(", %d earlier %s still waiting", ahead, plural(ahead, "request", "requests"))
+	}
+	return backend.Errorf(backend.CodeOf(ctxErr), op,
+		"gave up after %v waiting for %d × %s: of the cluster's %d slices of that shape %d free, %d busy, %d broken%s: %w",
+		time.Since(w.since).Round(time.Millisecond), w.n, w.shape, len(p.all), free, busy, broken, queue, ctxErr)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // serveSlices grants queued requests of a shape in order while slices are
