@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/goray-dev/goray/tpu"
 )
@@ -66,6 +67,8 @@ type ReservedSlice struct {
 const (
 	// ListSlicesOp names listing a cluster's slices.
 	ListSlicesOp = "list TPU slices"
+	// ListPendingSlicesOp names listing the slice requests that wait.
+	ListPendingSlicesOp = "list pending TPU slice requests"
 )
 
 // ReserveSlicesOp names the reservation of slices for errors: "reserve TPU
@@ -93,6 +96,23 @@ type SliceReserver interface {
 	ReserveSlices(ctx context.Context, req *SliceRequest) (*SliceReservation, error)
 	// Slices reports every TPU slice of the cluster.
 	Slices(ctx context.Context) ([]SliceState, error)
+	// PendingSliceRequests reports the ReserveSlices calls that are
+	// waiting, shape by shape, each shape's in the order they will be
+	// served.
+	PendingSliceRequests(ctx context.Context) ([]PendingSliceRequest, error)
+}
+
+// PendingSliceRequest is a ReserveSlices call still waiting for slices.
+type PendingSliceRequest struct {
+	// Name is the request's name ("" when it has none).
+	Name string
+	// Generation, Topology and ChipsPerHost are the resolved shape.
+	Generation, Topology string
+	ChipsPerHost         int
+	// NumSlices is how many slices it asks for.
+	NumSlices int
+	// Since is when it started waiting.
+	Since time.Time
 }
 
 // SliceState describes one TPU slice.

@@ -259,6 +259,21 @@ func TPUSlices(ctx context.Context, c *Cluster) ([]backend.SliceState, error) {
 	return sr.Slices(ctx)
 }
 
+// PendingSliceRequests returns the slice reservations that are waiting for
+// slices, shape by shape, each shape's in the order they will be served.
+// Every backend that reserves slices reports them.
+func PendingSliceRequests(ctx context.Context, c *Cluster) ([]backend.PendingSliceRequest, error) {
+	const op = backend.ListPendingSlicesOp
+	if err := c.check(op); err != nil {
+		return nil, err
+	}
+	sr, ok := c.b.(backend.SliceReserver)
+	if !ok {
+		return nil, backend.Errorf(backend.Unimplemented, op, "backend %T does not manage TPU slices", c.b)
+	}
+	return sr.PendingSliceRequests(ctx)
+}
+
 // SliceSummary counts the slices of one shape, like Ray's
 // get_num_tpu_slices (Intact) and get_num_ready_tpu_slices (Free).
 type SliceSummary struct {

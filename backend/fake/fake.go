@@ -182,9 +182,10 @@ type Backend struct {
 	actorNames map[string]*actor
 	groups     map[backend.PlacementGroupID]*group
 	// TPU slice reservations (slice.go).
-	reservations []*reservation
-	nextSlice    int
-	running      map[*run]struct{}
+	reservations  []*reservation
+	pendingSlices []*backend.PendingSliceRequest
+	nextSlice     int
+	running       map[*run]struct{}
 
 	calls    []*Call
 	scripts  map[string]*script

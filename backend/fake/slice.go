@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
+	"time"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/tpu"
@@ -37,10 +39,22 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 	shape, n, res, perHost := rr.Shape, rr.NumSlices, rr.BundleResources, rr.BundlesPerHost
 	r := &backend.SliceReservation{ChipsPerHost: shape.ChipsPerHost, BundlesPerHost: perHost, BundleResources: res}
 	spec := &backend.PlacementGroupSpec{Name: req.Name, Strategy: backend.StrictSpread}
+	pending := &backend.PendingSliceRequest{
+		Name: req.Name, Generation: shape.Generation.String(), Topology: shape.Topology.String(),
+		ChipsPerHost: shape.ChipsPerHost, NumSlices: n, Since: time.Now(),
+	}
 	b.mu.Lock()
 	first := b.nextSlice
 	b.nextSlice += n
+	// Pending until the placement group call, which reactors may hold up,
+	// returns.
+	b.pendingSlices = append(b.pendingSlices, pending)
 	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.pendingSlices = slices.DeleteFunc(b.pendingSlices, func(p *backend.PendingSliceRequest) bool { return p == pending })
+		b.mu.Unlock()
+	}()
 	coordinator := ""
 	for si := range n {
 		name := fmt.Sprintf("%s-fake-%d", shape.PodType(), first+si)
@@ -80,6 +94,22 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 	b.reservations = append(b.reservations, &reservation{group: id, shape: shape, slices: r.Slices})
 	b.mu.Unlock()
 	return r, nil
+}
+
+// PendingSliceRequests implements backend.SliceReserver: the ReserveSlices
+// calls that have not returned, which happens only while a reactor on
+// KindPlacementGroup holds one up, in the order they were made.
+func (b *Backend) PendingSliceRequests(ctx context.Context) ([]backend.PendingSliceRequest, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.precheckLocked(backend.ListPendingSlicesOp); err != nil {
+		return nil, err
+	}
+	out := make([]backend.PendingSliceRequest, len(b.pendingSlices))
+	for i, p := range b.pendingSlices {
+		out[i] = *p
+	}
+	return out, nil
 }
 
 // Slices implements backend.SliceReserver: the slices of reservations not

@@ -466,6 +466,25 @@ func (b *Backend) Slices(ctx context.Context) ([]backend.SliceState, error) {
 	return out, nil
 }
 
+// PendingSliceRequests implements backend.SliceReserver.
+func (b *Backend) PendingSliceRequests(ctx context.Context) ([]backend.PendingSliceRequest, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, backend.Errorf(backend.FailedPrecondition, backend.ListPendingSlicesOp, "%w", backend.ErrClosed)
+	}
+	var out []backend.PendingSliceRequest
+	for _, p := range b.slices.order {
+		for _, w := range p.waiting {
+			out = append(out, backend.PendingSliceRequest{
+				Name: w.req.Name, Generation: w.shape.Generation.String(), Topology: w.shape.Topology.String(),
+				ChipsPerHost: w.shape.ChipsPerHost, NumSlices: w.n, Since: w.since,
+			})
+		}
+	}
+	return out, nil
+}
+
 // QueuedSliceRequests returns how many slice reservations are waiting.
 func (b *Backend) QueuedSliceRequests() int {
 	b.mu.Lock()
