@@ -16,7 +16,10 @@ import (
 
 // SliceSpec is the Go form of Ray's
 // slice_placement_group(topology, accelerator_version, resources_per_bundle,
-// num_slices, chips_per_vm, name, strategy, timeout).
+// num_slices, chips_per_vm, name, strategy, timeout), without strategy:
+// every bundle of a slice reservation is pinned to its host in worker-ID
+// order, so no placement strategy could change where it runs, and an
+// option accepted only to be ignored would mislead.
 type SliceSpec struct {
 	// Topology is the chip grid of each slice, such as "4x4" or "2x2x2".
 	Topology string
@@ -36,9 +39,6 @@ type SliceSpec struct {
 	ChipsPerVM int
 	// Name names the reservation.
 	Name string
-	// Strategy is accepted for parity with Ray; every bundle is pinned to
-	// its host, so slices are always spread host by host.
-	Strategy Strategy
 	// Timeout bounds the wait for free slices; 0 waits as long as ctx.
 	Timeout time.Duration
 }
