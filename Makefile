@@ -4,6 +4,7 @@
 
 test:
 	go test ./...
+	@echo "skipped: the Kubernetes end-to-end tests build only with -tags e2e; run make e2e"
 
 race:
 	go test -race ./...
