@@ -45,9 +45,9 @@ const (
 // slice of the given shape, as GKE and the TPU webhook label it, plus Ray's
 // TPU labels:
 //
-//   - LabelGKEAccelerator, LabelGKETopology, LabelGKENodePool and
-//     LabelGKEAcceleratorCount (the chips per host), omitted entirely for
-//     generations GKE does not offer (v2, v3);
+//   - LabelGKEAccelerator (SliceShape.GKEAccelerator), LabelGKETopology,
+//     LabelGKENodePool and LabelGKEAcceleratorCount (the chips per host),
+//     omitted entirely for v2, which GKE does not offer;
 //   - LabelSliceName, LabelWorkerID, LabelPodType, LabelTopology and
 //     LabelAcceleratorType.
 //
@@ -66,7 +66,7 @@ func HostLabels(shape SliceShape, sliceName, nodePool string, workerID int) map[
 	if sliceName != "" {
 		labels[LabelSliceName] = sliceName
 	}
-	if accel := shape.Generation.GKEAccelerator(); accel != "" {
+	if accel := shape.GKEAccelerator(); accel != "" {
 		labels[LabelGKEAccelerator] = accel
 		labels[LabelGKETopology] = topology
 		labels[LabelGKEAcceleratorCount] = strconv.Itoa(shape.chipsPerHost())
