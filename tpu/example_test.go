@@ -47,14 +47,21 @@ func ExampleWorkerEnv() {
 		fmt.Printf("%s=%s\n", k, env[k])
 	}
 	// Output:
+	// ALT=false
+	// CHIPS_PER_HOST_BOUNDS=2,2,1
+	// HOST_BOUNDS=1,1,2
 	// TPU_ACCELERATOR_TYPE=tpu7x-16
 	// TPU_CHIPS_PER_HOST_BOUNDS=2,2,1
 	// TPU_HOST_BOUNDS=1,1,2
 	// TPU_NAME=tpu-0
+	// TPU_RUNTIME_METRICS_PORTS=8431,8432,8433,8434,8435,8436,8437,8438
 	// TPU_SKIP_MDS_QUERY=true
 	// TPU_TOPOLOGY=2x2x2
+	// TPU_TOPOLOGY_ALT=false
+	// TPU_TOPOLOGY_WRAP=false,false,false
 	// TPU_WORKER_HOSTNAMES=tpu-0-0.rc-headless,tpu-0-1.rc-headless
 	// TPU_WORKER_ID=1
+	// WRAP=false,false,false
 }
 
 func ExampleMultisliceEnv() {

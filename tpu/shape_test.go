@@ -196,6 +196,11 @@ func TestParsePodType(t *testing.T) {
 	}{
 		{"v6e-16", tpu.V6e, 16},
 		{"v6e-1", tpu.V6e, 1},
+		// Legacy and GKE-only names: tpu-v5-lite-device nodes' "v5lite-N"
+		// (1 core per chip: the device plugin's numCores counts any "lite"
+		// generation as 1) and tpu7 nodes' "tpu7-N" (2 cores per chip).
+		{"v5lite-8", tpu.V5e, 8},
+		{"tpu7-16", tpu.V7x, 8},
 		{"V6E-256", tpu.V6e, 256},
 		{"TPU-V6E-16", tpu.V6e, 16},
 		{" v6e-8 ", tpu.V6e, 8},
