@@ -76,3 +76,32 @@ func HostLabels(shape SliceShape, sliceName, nodePool string, workerID int) map[
 	}
 	return labels
 }
+
+// HostResources returns Ray's resources of the host with the given worker
+// ID in a slice of the given shape, as Ray's TPU accelerator manager
+// reports them (get_current_node_num_accelerators and
+// get_current_node_additional_resources in
+// python/ray/_private/accelerators/tpu.py):
+//
+//	TPU                          the host's chips
+//	accelerator_type:TPU-V6E     1
+//	<sliceName>                  1 on every host of the slice
+//	TPU-<pod type>-head          1 on worker 0 only (SliceShape.HeadResource)
+//
+// so a Ray-style reservation can hold a slice by its name, or claim a
+// whole slice through its single head unit. Ray adds the last two only
+// when the slice name is known; HostResources omits them for an empty
+// sliceName. The caller owns the returned map.
+func HostResources(shape SliceShape, sliceName string, workerID int) map[string]float64 {
+	res := map[string]float64{
+		ResourceTPU: float64(shape.chipsPerHost()),
+		ResourceAcceleratorTypePrefix + shape.AcceleratorType(): 1,
+	}
+	if sliceName != "" {
+		res[sliceName] = 1
+		if workerID == 0 {
+			res[shape.HeadResource()] = 1
+		}
+	}
+	return res
+}
