@@ -121,7 +121,7 @@ func subsliceLabels(slice string, hosts int, subs []tpu.Subslice) []map[string]s
 		for i := range sub.Count() {
 			ws, _ := sub.Workers(i)
 			for _, w := range ws {
-				out[w][sub.GKELabel()] = fmt.Sprintf("%s-%s-%d", slice, sub.Shape.Topology, i)
+				out[w][sub.GKELabel()] = subsliceID(slice, sub.Shape.Topology, i)
 			}
 		}
 	}
