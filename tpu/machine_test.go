@@ -67,6 +67,10 @@ func TestMachineTypes(t *testing.T) {
 	is.True(!ok)
 }
 
+// TestValidChipsPerHost checks the chips per host each topology allows: the
+// chips of the machine types serving it (sources as TestMachineTypes; the
+// single-host shapes from GKE's cluster autoscaler singleHostTopologyMap,
+// the 8t types' 2x4 from google/pathways-job ValidTpuTopologiesMap).
 func TestValidChipsPerHost(t *testing.T) {
 	tests := []struct {
 		g        tpu.Generation

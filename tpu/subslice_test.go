@@ -9,6 +9,12 @@ import (
 	"github.com/goray-dev/goray/tpu"
 )
 
+// TestNewSubslice checks sub-slices against the device plugin's rules
+// (ai-on-gke/tpu-device-plugin pkg/tpu/util/util.go: the sub-slice
+// topology set, the gke-tpu-slice-<t>-id label for v4, v5litepod, v5p and
+// v6e and gke-tpu-partition-<t>-id otherwise) and Ray's label
+// ray.io/tpu-subslice-<t> (python/ray/util/tpu.py). Host numbering is
+// goray's x-fastest order, as WorkerOfChip.
 func TestNewSubslice(t *testing.T) {
 	tests := []struct {
 		parent   tpu.SliceShape
@@ -129,6 +135,8 @@ func TestSubsliceEnv(t *testing.T) {
 	}
 }
 
+// TestSubsliceTopologies lists the device plugin's sub-slice topologies
+// (validSubsliceTopologySet) that fit each parent in whole hosts.
 func TestSubsliceTopologies(t *testing.T) {
 	tests := []struct {
 		parent tpu.SliceShape
