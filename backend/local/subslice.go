@@ -160,7 +160,12 @@ func (b *Backend) grantSubslice(w *subWait, s *tpuSlice, index int) *backend.Sli
 		for j := range w.perHost {
 			// TPU_NAME is the sub-slice's ID: each sub-slice is a slice of
 			// its own to libtpu and to Ray's slice labels.
-			env, _ := backend.SliceBundleEnv(w.sub.Shape, id, rs.Hostnames, sw, j, w.perHost, "", 1, 0)
+			env, err := backend.SliceBundleEnv(w.sub.Shape, id, rs.Hostnames, sw, j, w.perHost, "", 1, 0)
+			if err != nil {
+				// The sub-slice shape was validated; fall back to no env
+				// rather than fail a granted reservation.
+				env = map[string]string{}
+			}
 			hosts = append(hosts, s.hosts[wid])
 			r.Env = append(r.Env, env)
 		}

@@ -330,10 +330,15 @@ func (b *Backend) grantSlices(p *shapePool, w *sliceWait, picked []*tpuSlice) *b
 				maps.Copy(env, ms)
 			}
 			for j := range w.perHost {
+				env := env
 				if w.perHost > 1 {
 					// Each bundle is its own process: a v7x NUMA process
-					// or part of the host (backend.SliceBundleEnv).
-					env, _ = backend.SliceBundleEnv(s.shape, s.name, rs.Hostnames, wid, j, w.perHost, coordinator, len(picked), si)
+					// or part of the host (backend.SliceBundleEnv). The
+					// shape is valid, so this does not fail; if it did, the
+					// bundle would keep the host's env.
+					if e, err := backend.SliceBundleEnv(s.shape, s.name, rs.Hostnames, wid, j, w.perHost, coordinator, len(picked), si); err == nil {
+						env = e
+					}
 				}
 				hosts = append(hosts, h)
 				r.Env = append(r.Env, env)
