@@ -115,6 +115,20 @@ func machineTypesFor(g Generation, t Topology) []MachineType {
 	return append(out, legacy...)
 }
 
+// servesChips reports whether a real VM with chips chips serves a slice of
+// g with topology t, without allocating (NewSliceShape is on hot paths).
+func servesChips(g Generation, t Topology, chips int) bool {
+	if g == V2 {
+		return chips == DefaultChipsPerHost && tiles(t, [3]int{2, 2, 1})
+	}
+	for _, m := range machineTypes {
+		if m.Generation == g && m.Chips == chips && m.Serves(t) {
+			return true
+		}
+	}
+	return false
+}
+
 // ValidChipsPerHost returns the chips per host (VM) that real VMs give a
 // slice of g with topology t, ascending: the Chips of every machine type
 // that serves t. v6e 2x4 is 4 or 8 (two ct6e-standard-4t VMs or one

@@ -3,7 +3,6 @@ package tpu
 import (
 	"fmt"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -103,10 +102,10 @@ func (s SliceShape) Validate() error {
 // machine types that serve the topology.
 func (s SliceShape) checkChipsPerHost() error {
 	cph := s.chipsPerHost()
-	valid := s.Generation.ValidChipsPerHost(s.Topology)
-	if slices.Contains(valid, cph) {
+	if servesChips(s.Generation, s.Topology, cph) {
 		return nil
 	}
+	valid := s.Generation.ValidChipsPerHost(s.Topology)
 	names := make([]string, 0, len(valid))
 	for _, n := range valid {
 		name := strconv.Itoa(n)

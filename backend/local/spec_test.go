@@ -287,7 +287,7 @@ func TestTPUHostNamingAndLabels(t *testing.T) {
 			tpu.LabelGKEAcceleratorCount: "4",
 		})
 		is.Equal(h.Capacity, backend.Resources{
-			"CPU": 8, "memory": 64 << 30, "TPU": 4, "accelerator_type:TPU-V6E": 1, "v6e-16-1": 1,
+			"CPU": 8, "memory": 64 << 30, "TPU": 4, "accelerator_type:TPU-V6E": 1,
 		})
 	})
 	t.Run("name prefix and host sizes", func(t *testing.T) {
@@ -301,7 +301,7 @@ func TestTPUHostNamingAndLabels(t *testing.T) {
 		is.Equal(h.Labels[tpu.LabelWorkerID], "1")
 		is.Equal(h.Labels[tpu.LabelTopology], "2x2x2")
 		is.Equal(h.Capacity, backend.Resources{
-			"CPU": 16, "memory": 128 << 30, "TPU": 4, "accelerator_type:TPU-V5P": 1, "train-0": 1,
+			"CPU": 16, "memory": 128 << 30, "TPU": 4, "accelerator_type:TPU-V5P": 1,
 		})
 	})
 	t.Run("single-host slice", func(t *testing.T) {

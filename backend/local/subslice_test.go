@@ -196,7 +196,7 @@ func TestSliceBundlesPerProcess(t *testing.T) {
 func TestRayStyleReservation(t *testing.T) {
 	is := is.New(t)
 	ctx := context.Background()
-	b := startedTPU(t, local.TPUSliceSpec{Generation: "v6e", Topology: "4x4", Count: 2})
+	b := startedTPU(t, local.TPUSliceSpec{Generation: "v6e", Topology: "4x4", Count: 2, NameResource: true})
 	head := func() (backend.PlacementGroupID, error) {
 		return b.CreatePlacementGroup(ctx, &backend.PlacementGroupSpec{
 			Strategy: backend.Pack,

@@ -222,7 +222,15 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		return nil, backend.Errorf(backend.Infeasible, op, "want %d × %s but the cluster has only %d of that shape (%s)", n, shape, have, b.slices.describeShapes())
 	}
 	demand := b.vector(res)
-	perHostTotal := make([]int64, len(demand))
+	// A stack buffer: the head resources make the vectors a little longer
+	// than the compiler stack-allocates on its own.
+	var buf [16]int64
+	perHostTotal := buf[:0]
+	if len(demand) <= len(buf) {
+		perHostTotal = buf[:len(demand)]
+	} else {
+		perHostTotal = make([]int64, len(demand))
+	}
 	for range perHost {
 		add(perHostTotal, demand)
 	}
@@ -357,13 +365,14 @@ func (b *Backend) grantSlices(p *shapePool, w *sliceWait, picked []*tpuSlice) *b
 
 // pinGroup creates a created placement group with one bundle per host,
 // bundle i pinned to hosts[i] with env envs[i], and takes the bundles'
-// demand from the hosts. b.mu must be held.
+// demand from the hosts. The group keeps hosts as its pinned list. b.mu
+// must be held.
 func (b *Backend) pinGroup(name string, hosts []*node, envs []map[string]string, demand []int64, res backend.Resources) *pgroup {
 	total := len(hosts)
 	spec := &backend.PlacementGroupSpec{Name: name, Strategy: backend.StrictSpread, Bundles: make([]backend.Bundle, 0, total)}
 	pg := &pgroup{id: backend.PlacementGroupID(b.newID()), spec: spec, ready: make(chan struct{})}
 	pg.bundles = make([]*bundle, 0, total)
-	pg.pinned = make([]*node, 0, total)
+	pg.pinned = hosts
 	bundles := make([]bundle, total)
 	free := make([]int64, total*len(demand))
 	for i, h := range hosts {
@@ -371,7 +380,6 @@ func (b *Backend) pinGroup(name string, hosts []*node, envs []map[string]string,
 		*bu = bundle{pg: pg, index: i, demand: demand, env: envs[i]}
 		spec.Bundles = append(spec.Bundles, backend.Bundle{Resources: res, Env: envs[i]})
 		pg.bundles = append(pg.bundles, bu)
-		pg.pinned = append(pg.pinned, h)
 		sub(h.free, bu.demand)
 		bu.node = h
 		bu.free = free[:len(demand):len(demand)]

@@ -13,9 +13,10 @@ import (
 // generation and topology, each its own node pool with one node per host,
 // every host labelled as GKE and the TPU webhook would (see
 // tpu.HostLabels) and holding Ray's TPU resources (tpu.HostResources): its
-// chips as TPU, accelerator_type:<type>, <slice name>: 1 on every host and
-// TPU-<pod type>-head: 1 on worker 0, so Ray-style reservations by slice
-// name or head resource work against the simulator.
+// chips as TPU, accelerator_type:<type>, TPU-<pod type>-head: 1 on worker
+// 0 and, with NameResource, <slice name>: 1 on every host, so Ray-style
+// reservations through the head resource and the slice name work against
+// the simulator.
 type TPUSliceSpec struct {
 	// Generation is the TPU generation, e.g. "v6e".
 	Generation string `json:"generation"`
@@ -36,6 +37,12 @@ type TPUSliceSpec struct {
 	// slice (tpu.SubsliceTopologies). Sub-slices can be reserved whether
 	// or not they are listed here (backend.SliceRequest.Subslice).
 	Subslices []string `json:"subslices,omitempty"`
+	// NameResource adds Ray's <slice name>: 1 resource to every host, as
+	// Ray's TPU accelerator manager does. It is off by default: each slice
+	// then adds a resource kind that every resource vector of the
+	// simulator carries, which slows large clusters; the
+	// ray.io/tpu-slice-name label selects a slice's hosts without it.
+	NameResource bool `json:"nameResource,omitempty"`
 	// HostCPU and HostMemory are each host's CPUs and memory bytes;
 	// defaults 8 and 64 GiB.
 	HostCPU    float64 `json:"hostCPU,omitempty"`
@@ -90,6 +97,9 @@ func expandSlices(specs []TPUSliceSpec) ([]nodeDef, error) {
 			for w := range shape.Hosts() {
 				host := fmt.Sprintf("%s-w%d", slice, w)
 				res := backend.Resources(tpu.HostResources(shape, slice, w))
+				if !s.NameResource {
+					delete(res, slice)
+				}
 				res[backend.CPU], res[backend.Memory] = cpu, mem
 				hl := tpu.HostLabels(shape, slice, slice, w)
 				maps.Copy(hl, labels[w])
