@@ -6,8 +6,10 @@ import (
 	"strings"
 )
 
-// Environment variables libtpu, JAX and Ray read on a TPU host (TPU_FACTS
-// §2.7, §3.2, §3.4).
+// Environment variables libtpu, JAX and Ray read on a TPU host (Ray's
+// python/ray/_private/accelerators/tpu.py, the GKE device plugin's InitEnvs
+// in ai-on-gke/tpu-device-plugin pkg/tpu/util/util.go, the KubeRay TPU
+// webhook's mutatePod in ai-on-gke/kuberay-tpu-webhook main.go).
 const (
 	// EnvWorkerID is the host's worker ID within its slice, 0..hosts-1.
 	EnvWorkerID = "TPU_WORKER_ID"

@@ -30,7 +30,9 @@ const (
 // DEFAULT_TPU_NUM_CHIPS_PER_HOST).
 const DefaultChipsPerHost = 4
 
-// generationInfo holds the per-generation facts of TPU_FACTS §2.1 and §3.1.
+// generationInfo holds the per-generation facts (Ray's
+// python/ray/_private/accelerators/tpu.py, the GKE device plugin's
+// AcceleratorGen and numCores, https://cloud.google.com/tpu/docs).
 type generationInfo struct {
 	// ray is Ray's version name, the prefix of its pod types and of its
 	// accelerator_type resource.

@@ -2,7 +2,8 @@ package tpu
 
 import "strconv"
 
-// GKE node labels and the extended resource of TPU nodes (TPU_FACTS §3.1).
+// GKE node labels and the extended resource of TPU nodes
+// (ai-on-gke/tpu-device-plugin pkg/tpu/util/util.go).
 const (
 	// LabelGKEAccelerator holds the generation's GKE accelerator name,
 	// such as "tpu-v6e-slice" (see Generation.GKEAccelerator).
@@ -19,7 +20,8 @@ const (
 	ResourceGKETPU = "google.com/tpu"
 )
 
-// Ray node labels and resources (TPU_FACTS §2.5, §2.6). goray labels its TPU
+// Ray node labels and resources (src/ray/common/constants.h and
+// python/ray/_private/accelerators/tpu.py). goray labels its TPU
 // hosts with Ray's keys, so label selectors written for Ray work unchanged.
 const (
 	// LabelSliceName holds the slice name (TPU_NAME); every host of a

@@ -35,7 +35,8 @@ func steps(from, to, step int) []int {
 	return out
 }
 
-// expectedTopologies is TPU_FACTS §2.3 (Ray's VALID_TPU_TOPOLOGY), as sets.
+// expectedTopologies is Ray's VALID_TPU_TOPOLOGY
+// (python/ray/_private/accelerators/tpu.py), as sets.
 var expectedTopologies = map[tpu.Generation][]string{
 	tpu.V2:  {"4x4", "4x8", "8x8", "8x16", "16x16"},
 	tpu.V3:  {"4x4", "4x8", "8x8", "8x16", "16x16", "16x32", "32x32"},
@@ -131,7 +132,7 @@ func sortedSet(ss ...[]string) []string {
 }
 
 func TestValidTopologiesTable(t *testing.T) {
-	// Ray's table alone: TPU_FACTS §2.3 counts.
+	// Ray's table alone, row counts.
 	rayCounts := map[tpu.Generation]int{
 		tpu.V2: 5, tpu.V3: 7, tpu.V4: 40, tpu.V5p: 100, tpu.V5e: 9, tpu.V6e: 9, tpu.V7x: 10,
 	}
