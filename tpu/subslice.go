@@ -3,7 +3,6 @@ package tpu
 import (
 	"fmt"
 	"slices"
-	"strings"
 )
 
 // Sub-slice keys. GKE labels each node of a sub-sliceable node pool with the
@@ -78,7 +77,7 @@ func NewSubslice(parent SliceShape, topology string) (Subslice, error) {
 	}
 	if !subsliceFits(parent, t) {
 		return Subslice{}, fmt.Errorf("%w: %s is not a sub-slice of %s; valid: %s",
-			ErrInvalidTopology, t, parent, strings.Join(SubsliceTopologies(parent), ", "))
+			ErrInvalidTopology, t, parent, joinTopologies(SubsliceTopologies(parent)))
 	}
 	sub := SliceShape{Generation: parent.Generation, Topology: t, ChipsPerHost: parent.chipsPerHost()}
 	if err := sub.checkChipsPerHost(); err != nil {
@@ -103,12 +102,13 @@ func subsliceFits(parent SliceShape, t Topology) bool {
 }
 
 // SubsliceTopologies returns the sub-slice topologies of parent that
-// NewSubslice accepts, smallest first, or nil for an invalid parent.
-func SubsliceTopologies(parent SliceShape) []string {
+// NewSubslice accepts, smallest first, or nil for an invalid parent. The
+// caller owns the returned slice.
+func SubsliceTopologies(parent SliceShape) []Topology {
 	if parent.Validate() != nil {
 		return nil
 	}
-	var out []string
+	var out []Topology
 	for _, s := range subsliceTopologies {
 		t := MustParseTopology(s)
 		if !subsliceFits(parent, t) {
@@ -116,7 +116,7 @@ func SubsliceTopologies(parent SliceShape) []string {
 		}
 		sub := SliceShape{Generation: parent.Generation, Topology: t, ChipsPerHost: parent.chipsPerHost()}
 		if sub.checkChipsPerHost() == nil {
-			out = append(out, s)
+			out = append(out, t)
 		}
 	}
 	return out
