@@ -22,18 +22,6 @@ type subHold struct {
 	pg    *pgroup
 }
 
-// subWait is a queued sub-slice reservation.
-type subWait struct {
-	req     *backend.SliceRequest
-	pool    *shapePool
-	sub     tpu.Subslice
-	demand  []int64
-	perHost int
-	res     backend.Resources
-	done    chan struct{}
-	result  *backend.SliceReservation
-}
-
 // subsliceID is the GKE sub-slice label value the simulator gives
 // sub-slice index of a slice (TPUSliceSpec.Subslices uses the same).
 func subsliceID(slice string, t tpu.Topology, index int) string {
@@ -43,8 +31,9 @@ func subsliceID(slice string, t tpu.Topology, index int) string {
 // reserveSubslice reserves one sub-slice, as Ray's
 // subslice_placement_group does: the first sub-slice, in slice then index
 // order, whose hosts are all alive and idle in a slice of the parent shape
-// that no whole-slice reservation holds. It waits, first come, first
-// served, until one is free or ctx ends.
+// that no whole-slice reservation holds. It queues with the whole-slice
+// requests of the parent shape, first come, first served, until one is
+// free or ctx ends.
 func (b *Backend) reserveSubslice(ctx context.Context, op string, req *backend.SliceRequest, rr backend.ResolvedSliceRequest) (*backend.SliceReservation, error) {
 	b.mu.Lock()
 	if err := b.precheck(op); err != nil {
@@ -69,9 +58,9 @@ func (b *Backend) reserveSubslice(ctx context.Context, op string, req *backend.S
 		b.mu.Unlock()
 		return nil, backend.Errorf(backend.Infeasible, op, "%d bundles of %s do not fit a %s host, which has %s", rr.BundlesPerHost, rr.BundleResources, rr.Shape, b.resources(p.all[0].hosts[0].capac))
 	}
-	w := &subWait{req: req, pool: p, sub: rr.Subslice, demand: demand, perHost: rr.BundlesPerHost, res: rr.BundleResources, done: make(chan struct{})}
-	b.slices.subWaiting = append(b.slices.subWaiting, w)
-	b.serveSubslices()
+	w := &sliceWait{req: req, n: 1, sub: rr.Subslice, shape: rr.Shape, demand: demand, perHost: rr.BundlesPerHost, res: rr.BundleResources, done: make(chan struct{})}
+	p.waiting = append(p.waiting, w)
+	b.serveSlices(p)
 	b.mu.Unlock()
 
 	select {
@@ -82,12 +71,14 @@ func (b *Backend) reserveSubslice(ctx context.Context, op string, req *backend.S
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if w.result == nil {
-		if i := slices.Index(b.slices.subWaiting, w); i >= 0 {
-			b.slices.subWaiting = slices.Delete(b.slices.subWaiting, i, i+1)
+		// Not granted: leave the queue holding nothing.
+		if i := slices.Index(p.waiting, w); i >= 0 {
+			p.waiting = slices.Delete(p.waiting, i, i+1)
 		}
 		if b.closed {
 			return nil, backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
 		}
+		b.serveSlices(p) // requests behind it may fit now
 		return nil, ctx.Err()
 	}
 	if ctx.Err() != nil || b.closed {
@@ -101,26 +92,6 @@ func (b *Backend) reserveSubslice(ctx context.Context, op string, req *backend.S
 		return nil, ctx.Err()
 	}
 	return w.result, nil
-}
-
-// serveSubslices grants queued sub-slice requests that can be granted, in
-// order. b.mu must be held.
-func (b *Backend) serveSubslices() {
-	if b.closed {
-		return
-	}
-	kept := b.slices.subWaiting[:0]
-	for _, w := range b.slices.subWaiting {
-		s, index := b.pickSubslice(w.pool, w.sub)
-		if s == nil {
-			kept = append(kept, w)
-			continue
-		}
-		w.result = b.grantSubslice(w, s, index)
-		close(w.done)
-	}
-	clear(b.slices.subWaiting[len(kept):])
-	b.slices.subWaiting = kept
 }
 
 // pickSubslice returns the first free sub-slice of a slice of pool p, or
@@ -146,7 +117,7 @@ func (b *Backend) pickSubslice(p *shapePool, sub tpu.Subslice) (*tpuSlice, int) 
 // grantSubslice pins a placement group to the hosts of sub-slice index of
 // s, each bundle's env rewritten to the sub-slice as the GKE device plugin
 // does. b.mu must be held.
-func (b *Backend) grantSubslice(w *subWait, s *tpuSlice, index int) *backend.SliceReservation {
+func (b *Backend) grantSubslice(w *sliceWait, s *tpuSlice, index int) *backend.SliceReservation {
 	ws, _ := w.sub.Workers(index)
 	id := subsliceID(s.name, w.sub.Shape.Topology, index)
 	rs := backend.ReservedSlice{Name: s.name, Subslice: w.sub.Shape.Topology.String(), SubsliceIndex: index, SubsliceID: id}

@@ -3,6 +3,7 @@ package local_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -18,6 +19,14 @@ import (
 // startedTPU starts a simulator of the given slices and returns it.
 func startedTPU(t *testing.T, slices ...local.TPUSliceSpec) *local.Backend {
 	t.Helper()
+	b, _ := startedTPUCluster(t, slices...)
+	return b
+}
+
+// startedTPUCluster starts a simulator of the given slices and returns it
+// and its cluster.
+func startedTPUCluster(t *testing.T, slices ...local.TPUSliceSpec) (*local.Backend, *ray.Cluster) {
+	t.Helper()
 	b, err := local.New(local.ClusterSpec{TPUSlices: slices}, nil)
 	if err != nil {
 		t.Fatalf("local.New: %v", err)
@@ -27,7 +36,60 @@ func startedTPU(t *testing.T, slices ...local.TPUSliceSpec) *local.Backend {
 		t.Fatalf("NewCluster: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return b
+	return b, c
+}
+
+// holdStarted and holdRelease let a test hold a TPU host with holdHost;
+// the test makes them before it submits holdHost.
+var holdStarted, holdRelease chan struct{}
+
+// holdHost occupies its resources until holdRelease closes.
+var holdHost = ray.NewTask("local_test.holdHost", func(ctx context.Context, _ struct{}) (struct{}, error) {
+	holdStarted <- struct{}{}
+	select {
+	case <-holdRelease:
+	case <-ctx.Done():
+	}
+	return struct{}{}, nil
+})
+
+// TestSubsliceWaitsForBusyHosts: a sub-slice request queues while tasks
+// use every host and is granted when one finishes, with no reservation
+// released in between.
+func TestSubsliceWaitsForBusyHosts(t *testing.T) {
+	is := is.New(t)
+	ctx := context.Background()
+	b, c := startedTPUCluster(t, local.TPUSliceSpec{Generation: "v6e", Topology: "2x4", ChipsPerHost: 4})
+	holdStarted, holdRelease = make(chan struct{}, 2), make(chan struct{})
+	refs := []ray.ObjectRef[struct{}]{
+		holdHost.Remote(ctx, c, struct{}{}, ray.Resources{backend.TPU: 4}),
+		holdHost.Remote(ctx, c, struct{}{}, ray.Resources{backend.TPU: 4}),
+	}
+	<-holdStarted
+	<-holdStarted // both hosts busy
+	got := make(chan *backend.SliceReservation, 1)
+	go func() {
+		r, err := b.ReserveSlices(ctx, &backend.SliceRequest{Generation: "v6e", Topology: "2x4", ChipsPerHost: 4, Subslice: "2x2"})
+		if err != nil {
+			t.Errorf("ReserveSlices: %v", err)
+		}
+		got <- r
+	}()
+	for b.QueuedSliceRequests() == 0 { // until the request is queued behind the tasks
+		select {
+		case r := <-got:
+			t.Fatalf("sub-slice granted while every host was busy: %+v", r)
+		default:
+			runtime.Gosched()
+		}
+	}
+	close(holdRelease)
+	_, err := ray.GetAll(ctx, refs)
+	is.NoErr(err)
+	r := <-got
+	is.True(r != nil)
+	is.Equal(r.Slices[0].Subslice, "2x2")
+	is.Equal(b.QueuedSliceRequests(), 0)
 }
 
 // shortCtx is a context that ends soon, for requests that must wait.

@@ -126,16 +126,16 @@ type sliceIndex struct {
 	order  []*shapePool
 	byNode map[*node]*tpuSlice
 	all    []*tpuSlice
-	// subs are the granted sub-slice reservations; subWaiting the queued
-	// ones, first come, first served (subslice.go).
-	subs       map[*pgroup]*subHold
-	subWaiting []*subWait
+	// subs are the granted sub-slice reservations (subslice.go).
+	subs map[*pgroup]*subHold
 }
 
-// sliceWait is a queued reservation.
+// sliceWait is a queued reservation: of n whole slices, or of one
+// sub-slice when sub is set.
 type sliceWait struct {
 	req     *backend.SliceRequest
 	n       int
+	sub     tpu.Subslice
 	shape   tpu.SliceShape
 	demand  []int64 // per bundle
 	perHost int
@@ -276,10 +276,21 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 
 // serveSlices grants queued requests of a shape in order while slices are
 // free; the first request that cannot be granted holds back the rest, so a
-// multislice request is not starved by single-slice ones. b.mu must be held.
+// multislice request is not starved by single-slice ones, nor a whole
+// slice by sub-slices. b.mu must be held.
 func (b *Backend) serveSlices(p *shapePool) {
 	for len(p.waiting) > 0 && !b.closed {
 		w := p.waiting[0]
+		if w.sub.Count() > 0 {
+			s, index := b.pickSubslice(p, w.sub)
+			if s == nil {
+				return
+			}
+			p.waiting = p.waiting[1:]
+			w.result = b.grantSubslice(w, s, index)
+			close(w.done)
+			continue
+		}
 		picked := b.pickSlices(p, w.n)
 		if picked == nil {
 			return
@@ -401,7 +412,6 @@ func (b *Backend) releaseSlices(pg *pgroup) {
 	if hold := b.slices.subs[pg]; hold != nil {
 		delete(b.slices.subs, pg)
 		b.serveSlices(b.slices.pools[hold.slice.key])
-		b.serveSubslices()
 		return
 	}
 	if len(pg.slices) == 0 {
@@ -420,7 +430,6 @@ func (b *Backend) releaseSlices(pg *pgroup) {
 	for _, p := range pools {
 		b.serveSlices(p)
 	}
-	b.serveSubslices()
 }
 
 // sliceHostFreed serves waiting requests when a TPU host may have become
@@ -430,7 +439,6 @@ func (b *Backend) sliceHostFreed(n *node) {
 		if p := b.slices.pools[s.key]; len(p.waiting) > 0 {
 			b.serveSlices(p)
 		}
-		b.serveSubslices()
 	}
 }
 
