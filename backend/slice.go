@@ -85,8 +85,10 @@ type SliceReserver interface {
 	// does not have, and with Infeasible when the cluster has fewer slices
 	// of the shape than asked, naming the shapes it has; otherwise it waits
 	// (first come, first served per shape) until enough slices are free, or
-	// ctx ends (returning ctx.Err() and holding nothing). Release a
-	// reservation with RemovePlacementGroup(Group).
+	// ctx ends (returning ctx.Err() and holding nothing). With
+	// req.Subslice it reserves one idle sub-slice of a slice of the shape
+	// instead; a backend without sub-slices fails with Unimplemented.
+	// Release a reservation with RemovePlacementGroup(Group).
 	ReserveSlices(ctx context.Context, req *SliceRequest) (*SliceReservation, error)
 	// Slices reports every TPU slice of the cluster.
 	Slices(ctx context.Context) ([]SliceState, error)
