@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -29,6 +30,14 @@ type SliceRequest struct {
 	BundleResources Resources
 	// Name names the reservation's placement group.
 	Name string
+	// Subslice, when set, reserves one ICI-contiguous sub-slice of this
+	// topology, such as "4x4", inside a slice of Topology, as Ray's
+	// subslice_placement_group does (tpu.NewSubslice says which
+	// topologies are sub-slices). NumSlices must then be 0 or 1. The
+	// bundles' env is rewritten to the sub-slice as the GKE device plugin
+	// rewrites a sub-slice pod's: TPU_TOPOLOGY, TPU_ACCELERATOR_TYPE and
+	// the bounds are the sub-slice's.
+	Subslice string
 }
 
 // SliceReservation is a granted SliceRequest.
@@ -61,6 +70,14 @@ type ReservedSlice struct {
 	// Hostnames are the names workers reach each other by, in worker-ID
 	// order (TPU_WORKER_HOSTNAMES).
 	Hostnames []string
+	// Subslice is the sub-slice topology for a sub-slice reservation, ""
+	// otherwise; Hosts and Hostnames are then the sub-slice's hosts.
+	Subslice string
+	// SubsliceIndex is the sub-slice's index in the slice (x-fastest, as
+	// tpu.Subslice.Workers numbers them) and SubsliceID its GKE sub-slice
+	// label value.
+	SubsliceIndex int
+	SubsliceID    string
 }
 
 // The operations of SliceReserver, as every layer names them in errors.
@@ -92,6 +109,8 @@ type SliceReserver interface {
 	// ctx.Err() and says the shape, how many slices were asked for, and how
 	// many of that shape were free, busy and broken ("2 × v6e 4x4 ... 1
 	// free, 1 busy, 0 broken"); a ctx already done returns ctx.Err() as is.
+	// With req.Subslice it reserves one idle sub-slice of a slice of the
+	// shape instead; a backend without sub-slices fails with Unimplemented.
 	// Release a reservation with RemovePlacementGroup(Group).
 	ReserveSlices(ctx context.Context, req *SliceRequest) (*SliceReservation, error)
 	// Slices reports every TPU slice of the cluster.
@@ -131,6 +150,21 @@ type SliceState struct {
 	ReservedBy PlacementGroupID
 	// ReservedName is that group's name.
 	ReservedName string
+	// Subslices are the slice's reserved sub-slices.
+	Subslices []SubsliceState
+}
+
+// SubsliceState describes one reserved sub-slice of a slice.
+type SubsliceState struct {
+	// Topology is the sub-slice topology, Index its index in the slice,
+	// ID its GKE sub-slice label value.
+	Topology string
+	Index    int
+	ID       string
+	// Hosts are its hosts in the sub-slice's worker-ID order.
+	Hosts []string
+	// ReservedBy is the placement group holding it.
+	ReservedBy PlacementGroupID
 }
 
 // SliceHostState describes one host of a slice.
@@ -178,12 +212,15 @@ type ResolvedSliceRequest struct {
 	NumSlices       int
 	BundleResources Resources
 	BundlesPerHost  int
+	// Subslice is the requested sub-slice of Shape, or the zero value.
+	Subslice tpu.Subslice
 }
 
 // Resolve validates the request and fills in its defaults, failing with
 // InvalidArgument (op names the operation) for an unknown generation, a
 // topology the generation lacks (the message lists the valid ones), a
-// negative slice count, or bundle resources that do not divide a host.
+// negative slice count, bundle resources that do not divide a host, or a
+// sub-slice that is not one of the topology's (the message lists them).
 // parseShape, when not nil, replaces tpu.NewSliceShape (a backend may cache
 // shapes).
 func (r *SliceRequest) Resolve(op string, parseShape func(gen, topo string, chips int) (tpu.SliceShape, error)) (ResolvedSliceRequest, error) {
@@ -207,5 +244,68 @@ func (r *SliceRequest) Resolve(op string, parseShape func(gen, topo string, chip
 	if err != nil {
 		return ResolvedSliceRequest{}, Errorf(InvalidArgument, op, "%v", err)
 	}
-	return ResolvedSliceRequest{Shape: shape, NumSlices: n, BundleResources: res, BundlesPerHost: perHost}, nil
+	rr := ResolvedSliceRequest{Shape: shape, NumSlices: n, BundleResources: res, BundlesPerHost: perHost}
+	if r.Subslice != "" {
+		if n != 1 {
+			return ResolvedSliceRequest{}, Errorf(InvalidArgument, op, "a sub-slice request reserves one sub-slice; NumSlices is %d", n)
+		}
+		if rr.Subslice, err = tpu.NewSubslice(shape, r.Subslice); err != nil {
+			return ResolvedSliceRequest{}, Errorf(InvalidArgument, op, "%w", err)
+		}
+	}
+	return rr, nil
+}
+
+// SliceBundleEnv returns the env of bundle j (0..perHost-1) on worker
+// (host) worker of a reserved slice, as GKE would give the process that
+// bundle stands for:
+//
+//   - one bundle per host: tpu.WorkerEnv, the whole host;
+//   - a v7x host split into its processes (perHost ==
+//     shape.ProcessesPerHost()): tpu.ProcessEnv for process j, with its
+//     own TPU_WORKER_ID, TPU_PROCESS_PORT and visible chips;
+//   - otherwise a partial host: tpu.WorkerEnv plus tpu.PartialHostEnv for
+//     chips j·k … j·k+k-1 (k = chips per host / perHost), Ray's
+//     TPU_VISIBLE_CHIPS and bounds; bundles of a fraction of a chip get
+//     the host env alone.
+//
+// numSlices > 1 adds MEGASCALE_* for slice sliceID with the given
+// coordinator host (tpu.MultisliceProcessEnv for v7x processes). The
+// caller owns the returned map.
+func SliceBundleEnv(shape tpu.SliceShape, sliceName string, hostnames []string, worker, j, perHost int, coordinator string, numSlices, sliceID int) (map[string]string, error) {
+	var env map[string]string
+	var err error
+	processes := perHost > 1 && perHost == shape.ProcessesPerHost()
+	if processes {
+		env, err = tpu.ProcessEnv(shape, sliceName, hostnames, worker, j)
+	} else {
+		env, err = tpu.WorkerEnv(shape, sliceName, hostnames, worker)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if k := shape.ChipsPerHost / max(1, perHost); !processes && perHost > 1 && k >= 1 {
+		chips := make([]int, k)
+		for i := range chips {
+			chips[i] = j*k + i
+		}
+		partial, err := tpu.PartialHostEnv(shape, chips)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(env, partial)
+	}
+	if numSlices > 1 {
+		var ms map[string]string
+		if processes {
+			ms, err = tpu.MultisliceProcessEnv(coordinator, numSlices, sliceID, j)
+		} else {
+			ms, err = tpu.MultisliceEnv(coordinator, tpu.DefaultMegascalePort, numSlices, sliceID)
+		}
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(env, ms)
+	}
+	return env, nil
 }

@@ -6,8 +6,10 @@ import (
 	"strings"
 )
 
-// Environment variables libtpu, JAX and Ray read on a TPU host (TPU_FACTS
-// §2.7, §3.2, §3.4).
+// Environment variables libtpu, JAX and Ray read on a TPU host (Ray's
+// python/ray/_private/accelerators/tpu.py, the GKE device plugin's InitEnvs
+// in ai-on-gke/tpu-device-plugin pkg/tpu/util/util.go, the KubeRay TPU
+// webhook's mutatePod in ai-on-gke/kuberay-tpu-webhook main.go).
 const (
 	// EnvWorkerID is the host's worker ID within its slice, 0..hosts-1.
 	EnvWorkerID = "TPU_WORKER_ID"
@@ -51,17 +53,13 @@ const (
 const DefaultMegascalePort = 8081
 
 // WorkerEnv returns the environment of the host with the given worker ID in
-// a slice of the given shape, as the GKE device plugin and the TPU webhook
-// would set it together:
+// a slice of the given shape, one TPU container per host, as the GKE device
+// plugin and the KubeRay TPU webhook set it together: DevicePluginEnv for
+// the whole host, plus
 //
 //	TPU_WORKER_ID              workerID
 //	TPU_WORKER_HOSTNAMES       hostnames joined with ",", in worker-ID order
 //	TPU_NAME                   sliceName
-//	TPU_ACCELERATOR_TYPE       shape.GKEPodType(), such as "v6e-16" or "tpu7x-16"
-//	TPU_TOPOLOGY               the topology, such as "4x4"
-//	TPU_HOST_BOUNDS            shape.HostBounds()
-//	TPU_CHIPS_PER_HOST_BOUNDS  shape.ChipsPerHostBounds()
-//	TPU_SKIP_MDS_QUERY         "true"
 //
 // hostnames[i] is the address of worker i and len(hostnames) must equal
 // shape.Hosts(); a single-host slice may pass no hostnames, giving
@@ -69,12 +67,27 @@ const DefaultMegascalePort = 8081
 // 0..shape.Hosts()-1 and sliceName non-empty. Errors wrap ErrInvalidArgument,
 // or the errors of SliceShape.Validate. The caller owns the returned map.
 //
-// WorkerEnv covers one process per host. The v7x multi-container layout
-// (TPU_PROCESS_ADDRESSES, TPU_PROCESS_PORT) is not set here.
+// WorkerEnv covers one process per host. ProcessEnv gives the v7x layout
+// of several TPU containers per host (TPU_PROCESS_ADDRESSES,
+// TPU_PROCESS_PORT, per-process TPU_WORKER_ID).
 func WorkerEnv(shape SliceShape, sliceName string, hostnames []string, workerID int) (map[string]string, error) {
-	if err := shape.Validate(); err != nil {
+	env, err := DevicePluginEnv(shape, 0)
+	if err != nil {
 		return nil, err
 	}
+	hostnames, err = checkWorker(shape, sliceName, hostnames, workerID)
+	if err != nil {
+		return nil, err
+	}
+	env[EnvWorkerID] = strconv.Itoa(workerID)
+	env[EnvWorkerHostnames] = strings.Join(hostnames, ",")
+	env[EnvName] = sliceName
+	return env, nil
+}
+
+// checkWorker validates the webhook's inputs for one host of a slice and
+// returns the hostnames, defaulted to "localhost" for a single host.
+func checkWorker(shape SliceShape, sliceName string, hostnames []string, workerID int) ([]string, error) {
 	hosts := shape.Hosts()
 	if strings.TrimSpace(sliceName) == "" {
 		return nil, fmt.Errorf("%w: empty slice name for %s", ErrInvalidArgument, shape)
@@ -96,16 +109,7 @@ func WorkerEnv(shape SliceShape, sliceName string, hostnames []string, workerID 
 		return nil, fmt.Errorf("%w: worker ID %d is outside 0..%d for %s",
 			ErrInvalidArgument, workerID, hosts-1, shape)
 	}
-	return map[string]string{
-		EnvWorkerID:           strconv.Itoa(workerID),
-		EnvWorkerHostnames:    strings.Join(hostnames, ","),
-		EnvName:               sliceName,
-		EnvAcceleratorType:    shape.GKEPodType(),
-		EnvTopology:           shape.Topology.String(),
-		EnvHostBounds:         shape.HostBounds(),
-		EnvChipsPerHostBounds: shape.ChipsPerHostBounds(),
-		EnvSkipMDSQuery:       "true",
-	}, nil
+	return hostnames, nil
 }
 
 // MultisliceEnv returns the four MEGASCALE_* variables that join slice

@@ -119,6 +119,15 @@ func TestWorkerEnv(t *testing.T) {
 			is := is.New(t)
 			env, err := tpu.WorkerEnv(tt.shape, tt.sliceName, tt.hostnames, tt.workerID)
 			is.NoErr(err)
+			// The rest of the env is the device plugin's, which
+			// TestDevicePluginEnv pins against the plugin's own tests.
+			dp, err := tpu.DevicePluginEnv(tt.shape, 0)
+			is.NoErr(err)
+			for k, v := range dp {
+				if _, ok := tt.want[k]; !ok {
+					tt.want[k] = v
+				}
+			}
 			is.Equal(env, tt.want)
 		})
 	}

@@ -19,9 +19,8 @@ var (
 	// *TopologyError.
 	ErrInvalidTopology = errors.New("invalid topology")
 
-	// ErrInvalidChipsPerHost reports a chips-per-host override that is not
-	// one of 1, 2, 4 or 8, or whose per-host chip grid does not tile the
-	// topology.
+	// ErrInvalidChipsPerHost reports a chips-per-host override that no
+	// real VM serving the topology has (see Generation.ValidChipsPerHost).
 	ErrInvalidChipsPerHost = errors.New("invalid chips per host")
 
 	// ErrInvalidPodType reports a malformed pod type such as "v6e" or

@@ -23,6 +23,18 @@ func TestParseGeneration(t *testing.T) {
 		{"v5p", tpu.V5p}, {"TPU-V5P", tpu.V5p}, {"tpu-v5p-slice", tpu.V5p},
 		{"v6e", tpu.V6e}, {"V6E", tpu.V6e}, {"TPU-V6E", tpu.V6e}, {"\tTPU-V6E\n", tpu.V6e}, {"tpu-v6e-slice", tpu.V6e},
 		{"v7x", tpu.V7x}, {"V7X", tpu.V7x}, {"TPU-V7X", tpu.V7x}, {"tpu7x", tpu.V7x}, {"TPU7X", tpu.V7x},
+		// GKE's "tpu7" accelerator label (tpu7-standard-* machine types in
+		// GKE's cluster autoscaler, k8s.io/gke-autoscaling cluster-autoscaler
+		// pkg/cloudprovider/gke/machinetypes; the device plugin's
+		// ^tpu\d+[a-z]?$ accepts it).
+		{"tpu7", tpu.V7x}, {"TPU7", tpu.V7x},
+		// v3's GKE labels (ai-on-gke/tpu-device-plugin pkg/tpu/util/util.go
+		// AcceleratorGen: "tpu-v3-device or tpu-v3-slice; return: v3").
+		{"tpu-v3-slice", tpu.V3}, {"tpu-v3-device", tpu.V3},
+		// The legacy v5e device generation: AcceleratorGen turns
+		// tpu-v5-lite-device into "v5lite", so older nodes report
+		// TPU_ACCELERATOR_TYPE=v5lite-<chips>.
+		{"v5lite", tpu.V5e}, {"TPU-V5LITE", tpu.V5e},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -35,7 +47,7 @@ func TestParseGeneration(t *testing.T) {
 }
 
 func TestParseGenerationErrors(t *testing.T) {
-	for _, in := range []string{"", " ", "v1", "v8", "v6", "tpu", "gpu", "v5lite", "v6e-16", "tpu-v6e-podslice", "tpu8x"} {
+	for _, in := range []string{"", " ", "v1", "v8", "v6", "tpu", "gpu", "v5lit", "v6e-16", "tpu-v6e-podslice", "tpu8x"} {
 		t.Run(in, func(t *testing.T) {
 			is := is.New(t)
 			g, err := tpu.ParseGeneration(in)
@@ -79,19 +91,27 @@ func TestGenerations(t *testing.T) {
 
 func TestGenerationFacts(t *testing.T) {
 	tests := []struct {
-		g                          tpu.Generation
-		str, ray, accel, gke       string
-		coresPerChip, topologyDims int
+		g                                          tpu.Generation
+		str, ray, accel, gke, gkePod               string
+		coresPerChip, devicesPerChip, topologyDims int
 	}{
-		{tpu.V2, "v2", "v2", "TPU-V2", "", 2, 2},
-		{tpu.V3, "v3", "v3", "TPU-V3", "", 2, 2},
-		{tpu.V4, "v4", "v4", "TPU-V4", "tpu-v4-podslice", 2, 3},
-		{tpu.V5e, "v5e", "v5litepod", "TPU-V5LITEPOD", "tpu-v5-lite-podslice", 1, 2},
-		{tpu.V5p, "v5p", "v5p", "TPU-V5P", "tpu-v5p-slice", 2, 3},
-		{tpu.V6e, "v6e", "v6e", "TPU-V6E", "tpu-v6e-slice", 1, 2},
-		{tpu.V7x, "v7x", "v7x", "TPU-V7X", "tpu7x", 2, 3},
-		{tpu.Generation("v9"), "v9", "", "", "", 0, 0},
-		{tpu.Generation(""), "", "", "", "", 0, 0},
+		// str is what goray prints; ray is what to send to Ray
+		// (VALID_TPU_TYPES in python/ray/_private/accelerators/tpu.py has
+		// "v5litepod", not "v5e"); gkePod prefixes GKE's
+		// TPU_ACCELERATOR_TYPE (the device plugin's convertAcceleratorType
+		// uses the accelerator label, "tpu7x"). Devices per chip: v7x's two
+		// chiplets are two JAX devices
+		// (https://cloud.google.com/tpu/docs/tpu7x; Ray's
+		// RAY_TPU_RESOURCE_PER_CHIP, ray-project/ray#64058).
+		{tpu.V2, "v2", "v2", "TPU-V2", "", "v2", 2, 2, 2},
+		{tpu.V3, "v3", "v3", "TPU-V3", "tpu-v3-slice", "v3", 2, 2, 2},
+		{tpu.V4, "v4", "v4", "TPU-V4", "tpu-v4-podslice", "v4", 2, 1, 3},
+		{tpu.V5e, "v5e", "v5litepod", "TPU-V5LITEPOD", "tpu-v5-lite-podslice", "v5litepod", 1, 1, 2},
+		{tpu.V5p, "v5p", "v5p", "TPU-V5P", "tpu-v5p-slice", "v5p", 2, 1, 3},
+		{tpu.V6e, "v6e", "v6e", "TPU-V6E", "tpu-v6e-slice", "v6e", 1, 1, 2},
+		{tpu.V7x, "v7x", "v7x", "TPU-V7X", "tpu7x", "tpu7x", 2, 2, 3},
+		{tpu.Generation("v9"), "v9", "", "", "", "", 0, 0, 0},
+		{tpu.Generation(""), "", "", "", "", "", 0, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.str, func(t *testing.T) {
@@ -100,7 +120,9 @@ func TestGenerationFacts(t *testing.T) {
 			is.Equal(tt.g.RayVersion(), tt.ray)
 			is.Equal(tt.g.AcceleratorType(), tt.accel)
 			is.Equal(tt.g.GKEAccelerator(), tt.gke)
+			is.Equal(tt.g.GKEPodTypePrefix(), tt.gkePod)
 			is.Equal(tt.g.CoresPerChip(), tt.coresPerChip)
+			is.Equal(tt.g.DevicesPerChip(), tt.devicesPerChip)
 			is.Equal(tt.g.TopologyDims(), tt.topologyDims)
 			is.Equal(tt.g.Valid(), tt.ray != "")
 		})
@@ -128,6 +150,7 @@ func TestDefaultChipsPerHost(t *testing.T) {
 		{tpu.V4, "2x2x2", 4},
 		{tpu.V5p, "2x2x1", 4},
 		{tpu.V7x, "2x2x1", 4},
+		{tpu.V7x, "1x1x1", 1}, // tpu7x-standard-1t; Ray's get_chips_per_host would say 4
 		{tpu.V2, "4x4", 4},
 		{tpu.V3, "32x32", 4},
 		{tpu.Generation("v9"), "4x4", 0},

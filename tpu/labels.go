@@ -2,7 +2,8 @@ package tpu
 
 import "strconv"
 
-// GKE node labels and the extended resource of TPU nodes (TPU_FACTS §3.1).
+// GKE node labels and the extended resource of TPU nodes
+// (ai-on-gke/tpu-device-plugin pkg/tpu/util/util.go).
 const (
 	// LabelGKEAccelerator holds the generation's GKE accelerator name,
 	// such as "tpu-v6e-slice" (see Generation.GKEAccelerator).
@@ -19,7 +20,8 @@ const (
 	ResourceGKETPU = "google.com/tpu"
 )
 
-// Ray node labels and resources (TPU_FACTS §2.5, §2.6). goray labels its TPU
+// Ray node labels and resources (src/ray/common/constants.h and
+// python/ray/_private/accelerators/tpu.py). goray labels its TPU
 // hosts with Ray's keys, so label selectors written for Ray work unchanged.
 const (
 	// LabelSliceName holds the slice name (TPU_NAME); every host of a
@@ -45,9 +47,9 @@ const (
 // slice of the given shape, as GKE and the TPU webhook label it, plus Ray's
 // TPU labels:
 //
-//   - LabelGKEAccelerator, LabelGKETopology, LabelGKENodePool and
-//     LabelGKEAcceleratorCount (the chips per host), omitted entirely for
-//     generations GKE does not offer (v2, v3);
+//   - LabelGKEAccelerator (SliceShape.GKEAccelerator), LabelGKETopology,
+//     LabelGKENodePool and LabelGKEAcceleratorCount (the chips per host),
+//     omitted entirely for v2, which GKE does not offer;
 //   - LabelSliceName, LabelWorkerID, LabelPodType, LabelTopology and
 //     LabelAcceleratorType.
 //
@@ -66,7 +68,7 @@ func HostLabels(shape SliceShape, sliceName, nodePool string, workerID int) map[
 	if sliceName != "" {
 		labels[LabelSliceName] = sliceName
 	}
-	if accel := shape.Generation.GKEAccelerator(); accel != "" {
+	if accel := shape.GKEAccelerator(); accel != "" {
 		labels[LabelGKEAccelerator] = accel
 		labels[LabelGKETopology] = topology
 		labels[LabelGKEAcceleratorCount] = strconv.Itoa(shape.chipsPerHost())
@@ -75,4 +77,33 @@ func HostLabels(shape SliceShape, sliceName, nodePool string, workerID int) map[
 		}
 	}
 	return labels
+}
+
+// HostResources returns Ray's resources of the host with the given worker
+// ID in a slice of the given shape, as Ray's TPU accelerator manager
+// reports them (get_current_node_num_accelerators and
+// get_current_node_additional_resources in
+// python/ray/_private/accelerators/tpu.py):
+//
+//	TPU                          the host's chips
+//	accelerator_type:TPU-V6E     1
+//	<sliceName>                  1 on every host of the slice
+//	TPU-<pod type>-head          1 on worker 0 only (SliceShape.HeadResource)
+//
+// so a Ray-style reservation can hold a slice by its name, or claim a
+// whole slice through its single head unit. Ray adds the last two only
+// when the slice name is known; HostResources omits them for an empty
+// sliceName. The caller owns the returned map.
+func HostResources(shape SliceShape, sliceName string, workerID int) map[string]float64 {
+	res := map[string]float64{
+		ResourceTPU: float64(shape.chipsPerHost()),
+		ResourceAcceleratorTypePrefix + shape.AcceleratorType(): 1,
+	}
+	if sliceName != "" {
+		res[sliceName] = 1
+		if workerID == 0 {
+			res[shape.HeadResource()] = 1
+		}
+	}
+	return res
 }

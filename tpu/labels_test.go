@@ -128,3 +128,33 @@ func TestHostLabels(t *testing.T) {
 		})
 	}
 }
+
+// TestHostResources follows Ray's get_current_node_additional_resources
+// (python/ray/_private/accelerators/tpu.py): {TPU_NAME: 1} on every host
+// and {"TPU-<pod type>-head": 1} on worker 0.
+func TestHostResources(t *testing.T) {
+	v6e16 := mustShape(t, tpu.V6e, "4x4", 0)
+	v7x8 := mustShape(t, tpu.V7x, "2x2x1", 0)
+	tests := []struct {
+		name      string
+		shape     tpu.SliceShape
+		sliceName string
+		workerID  int
+		want      map[string]float64
+	}{
+		{"worker 0 holds the head", v6e16, "pool-a", 0, map[string]float64{
+			"TPU": 4, "accelerator_type:TPU-V6E": 1, "pool-a": 1, "TPU-v6e-16-head": 1}},
+		{"other workers only the name", v6e16, "pool-a", 3, map[string]float64{
+			"TPU": 4, "accelerator_type:TPU-V6E": 1, "pool-a": 1}},
+		{"single host v7x", v7x8, "iw", 0, map[string]float64{
+			"TPU": 4, "accelerator_type:TPU-V7X": 1, "iw": 1, "TPU-v7x-8-head": 1}},
+		{"no name, no slice resources", v6e16, "", 0, map[string]float64{
+			"TPU": 4, "accelerator_type:TPU-V6E": 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			is := is.New(t)
+			is.Equal(tpu.HostResources(tt.shape, tt.sliceName, tt.workerID), tt.want)
+		})
+	}
+}

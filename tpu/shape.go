@@ -21,15 +21,12 @@ type SliceShape struct {
 	Generation Generation
 	// Topology is the chip grid; Generation must offer it.
 	Topology Topology
-	// ChipsPerHost is the number of chips on each host (VM): 1, 2, 4 or 8,
-	// and the per-host chip grid (see ChipsPerHostBounds) must tile
-	// Topology. 0 means Generation.DefaultChipsPerHost(Topology).
+	// ChipsPerHost is the number of chips on each host (VM): one of
+	// Generation.ValidChipsPerHost(Topology), the chips of a real machine
+	// type serving the topology. 0 means
+	// Generation.DefaultChipsPerHost(Topology).
 	ChipsPerHost int
 }
-
-// validChipsPerHost lists the chips-per-host values a slice may use (Ray's
-// TPU_VALID_CHIP_OPTIONS).
-var validChipsPerHost = []int{1, 2, 4, 8}
 
 // hostGrid returns the chip grid of one host holding chipsPerHost chips, in
 // libtpu's TPU_CHIPS_PER_HOST_BOUNDS order (GKE device plugin values).
@@ -92,9 +89,8 @@ func NewSliceShape(g Generation, topology string, chipsPerHost int) (SliceShape,
 }
 
 // Validate reports whether s describes a real slice: a known generation, a
-// topology it offers, and chips per host (after defaulting 0) of 1, 2, 4 or
-// 8 whose per-host chip grid tiles the topology. Errors are those
-// of NewSliceShape.
+// topology it offers, and chips per host (after defaulting 0) that a real
+// VM serving the topology holds. Errors are those of NewSliceShape.
 func (s SliceShape) Validate() error {
 	if err := s.Generation.ValidateTopology(s.Topology); err != nil {
 		return err
@@ -103,25 +99,31 @@ func (s SliceShape) Validate() error {
 }
 
 // checkChipsPerHost validates the resolved chips per host against the
-// topology.
+// machine types that serve the topology.
 func (s SliceShape) checkChipsPerHost() error {
 	cph := s.chipsPerHost()
-	grid, ok := hostGrid(cph)
-	if !ok {
-		return fmt.Errorf("%w %d for %s %s; valid: 1, 2, 4, 8",
-			ErrInvalidChipsPerHost, cph, s.Generation, s.Topology)
-	}
-	if tiles(s.Topology, grid) {
+	if servesChips(s.Generation, s.Topology, cph) {
 		return nil
 	}
-	var valid []string
-	for _, n := range validChipsPerHost {
-		if g, _ := hostGrid(n); tiles(s.Topology, g) {
-			valid = append(valid, strconv.Itoa(n))
+	valid := s.Generation.ValidChipsPerHost(s.Topology)
+	names := make([]string, 0, len(valid))
+	for _, n := range valid {
+		name := strconv.Itoa(n)
+		if m := (SliceShape{Generation: s.Generation, Topology: s.Topology, ChipsPerHost: n}).MachineType(); m.Name != "" {
+			name += " (" + m.Name + ")"
 		}
+		names = append(names, name)
 	}
-	return fmt.Errorf("%w %d for %s %s: a host's %dx%dx%d chip grid does not tile the topology; valid for this slice: %s",
-		ErrInvalidChipsPerHost, cph, s.Generation, s.Topology, grid[0], grid[1], grid[2], strings.Join(valid, ", "))
+	if cph <= 0 {
+		return fmt.Errorf("%w %d for %s %s: want a positive chip count; valid: %s",
+			ErrInvalidChipsPerHost, cph, s.Generation, s.Topology, strings.Join(names, ", "))
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("%w %d for %s %s: no %s VM serves this topology",
+			ErrInvalidChipsPerHost, cph, s.Generation, s.Topology, s.Generation)
+	}
+	return fmt.Errorf("%w %d for %s %s: no %d-chip %s VM serves it; valid: %s",
+		ErrInvalidChipsPerHost, cph, s.Generation, s.Topology, cph, s.Generation, strings.Join(names, ", "))
 }
 
 // chipsPerHost resolves ChipsPerHost 0 to the generation default.

@@ -26,14 +26,11 @@ func TestNewSliceShape(t *testing.T) {
 	}{
 		{tpu.V6e, "1x1", 0, 1, 1, 1, "v6e-1", "v6e-1", "1,1,1", "1,1,1", "v6e 1x1"},
 		{tpu.V6e, "2x2", 0, 4, 4, 1, "v6e-4", "v6e-4", "1,1,1", "2,2,1", "v6e 2x2"},
-		{tpu.V6e, "2x2", 1, 4, 1, 4, "v6e-4", "v6e-4", "2,2,1", "1,1,1", "v6e 2x2 (1 chip per host)"},
-		{tpu.V6e, "2x2", 2, 4, 2, 2, "v6e-4", "v6e-4", "2,1,1", "1,2,1", "v6e 2x2 (2 chips per host)"},
 		{tpu.V6e, "2x4", 0, 8, 8, 1, "v6e-8", "v6e-8", "1,1,1", "2,4,1", "v6e 2x4"},
 		{tpu.V6e, "2x4", 8, 8, 8, 1, "v6e-8", "v6e-8", "1,1,1", "2,4,1", "v6e 2x4"},
 		{tpu.V6e, "2x4", 4, 8, 4, 2, "v6e-8", "v6e-8", "1,2,1", "2,2,1", "v6e 2x4 (4 chips per host)"},
 		{tpu.V6e, "2x8", 0, 16, 4, 4, "v6e-16", "v6e-16", "1,4,1", "2,2,1", "v6e 2x8"},
 		{tpu.V6e, "4x4", 0, 16, 4, 4, "v6e-16", "v6e-16", "2,2,1", "2,2,1", "v6e 4x4"},
-		{tpu.V6e, "4x4", 8, 16, 8, 2, "v6e-16", "v6e-16", "2,1,1", "2,4,1", "v6e 4x4 (8 chips per host)"},
 		{tpu.V6e, "8x8", 0, 64, 4, 16, "v6e-64", "v6e-64", "4,4,1", "2,2,1", "v6e 8x8"},
 		{tpu.V6e, "16x16", 0, 256, 4, 64, "v6e-256", "v6e-256", "8,8,1", "2,2,1", "v6e 16x16"},
 		{tpu.V5e, "2x4", 0, 8, 8, 1, "v5litepod-8", "v5litepod-8", "1,1,1", "2,4,1", "v5e 2x4"},
@@ -44,6 +41,7 @@ func TestNewSliceShape(t *testing.T) {
 		{tpu.V4, "4x4x8", 0, 128, 4, 32, "v4-256", "v4-256", "2,2,8", "2,2,1", "v4 4x4x8"},
 		{tpu.V5p, "2x2x2", 0, 8, 4, 2, "v5p-16", "v5p-16", "1,1,2", "2,2,1", "v5p 2x2x2"},
 		{tpu.V5p, "16x16x24", 0, 6144, 4, 1536, "v5p-12288", "v5p-12288", "8,8,24", "2,2,1", "v5p 16x16x24"},
+		{tpu.V7x, "1x1x1", 0, 1, 1, 1, "v7x-2", "tpu7x-2", "1,1,1", "1,1,1", "v7x 1x1x1"},
 		{tpu.V7x, "2x2x1", 0, 4, 4, 1, "v7x-8", "tpu7x-8", "1,1,1", "2,2,1", "v7x 2x2x1"},
 		{tpu.V7x, "2x2x2", 0, 8, 4, 2, "v7x-16", "tpu7x-16", "1,1,2", "2,2,1", "v7x 2x2x2"},
 		{tpu.V7x, "4x4x4", 0, 64, 4, 16, "v7x-128", "tpu7x-128", "2,2,4", "2,2,1", "v7x 4x4x4"},
@@ -89,16 +87,28 @@ func TestNewSliceShapeErrors(t *testing.T) {
 			`topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16`},
 		{"wrong dimensionality", tpu.V4, "4x4", 0, tpu.ErrInvalidTopology, ""},
 		{"malformed topology", tpu.V6e, "4x", 0, tpu.ErrInvalidTopology, ""},
+		// Chips per host must be a real VM's (Generation.ValidChipsPerHost);
+		// TestValidChipsPerHost cites the machine-type sources.
 		{"chips per host not an option", tpu.V6e, "4x4", 3, tpu.ErrInvalidChipsPerHost,
-			"invalid chips per host 3 for v6e 4x4; valid: 1, 2, 4, 8"},
+			"invalid chips per host 3 for v6e 4x4: no 3-chip v6e VM serves it; valid: 4 (ct6e-standard-4t)"},
 		{"negative chips per host", tpu.V6e, "4x4", -4, tpu.ErrInvalidChipsPerHost,
-			"invalid chips per host -4 for v6e 4x4; valid: 1, 2, 4, 8"},
+			"invalid chips per host -4 for v6e 4x4: want a positive chip count; valid: 4 (ct6e-standard-4t)"},
+		{"1 chip per host on v6e 2x2", tpu.V6e, "2x2", 1, tpu.ErrInvalidChipsPerHost,
+			"invalid chips per host 1 for v6e 2x2: no 1-chip v6e VM serves it; valid: 4 (ct6e-standard-4t)"},
+		{"2 chips per host: no VM has 2", tpu.V6e, "2x2", 2, tpu.ErrInvalidChipsPerHost,
+			"invalid chips per host 2 for v6e 2x2: no 2-chip v6e VM serves it; valid: 4 (ct6e-standard-4t)"},
+		{"8t serves only 2x4", tpu.V6e, "4x4", 8, tpu.ErrInvalidChipsPerHost,
+			"invalid chips per host 8 for v6e 4x4: no 8-chip v6e VM serves it; valid: 4 (ct6e-standard-4t)"},
 		{"chips per host above the slice", tpu.V6e, "1x1", 4, tpu.ErrInvalidChipsPerHost,
-			"invalid chips per host 4 for v6e 1x1: a host's 2x2x1 chip grid does not tile the topology; valid for this slice: 1"},
-		{"host grid does not tile", tpu.V4, "2x2x2", 8, tpu.ErrInvalidChipsPerHost,
-			"invalid chips per host 8 for v4 2x2x2: a host's 2x4x1 chip grid does not tile the topology; valid for this slice: 1, 2, 4"},
+			"invalid chips per host 4 for v6e 1x1: no 4-chip v6e VM serves it; valid: 1 (ct6e-standard-1t)"},
+		{"v4 has only 4-chip VMs", tpu.V4, "2x2x2", 8, tpu.ErrInvalidChipsPerHost,
+			"invalid chips per host 8 for v4 2x2x2: no 8-chip v4 VM serves it; valid: 4 (ct4p-hightpu-4t)"},
 		{"8 on a 2x2", tpu.V6e, "2x2", 8, tpu.ErrInvalidChipsPerHost,
-			"invalid chips per host 8 for v6e 2x2: a host's 2x4x1 chip grid does not tile the topology; valid for this slice: 1, 2, 4"},
+			"invalid chips per host 8 for v6e 2x2: no 8-chip v6e VM serves it; valid: 4 (ct6e-standard-4t)"},
+		{"v7x 1x1x1 is tpu7x-standard-1t only", tpu.V7x, "1x1x1", 4, tpu.ErrInvalidChipsPerHost,
+			"invalid chips per host 4 for v7x 1x1x1: no 4-chip v7x VM serves it; valid: 1 (tpu7x-standard-1t)"},
+		{"v7x 2x2x2 has no 1-chip VMs", tpu.V7x, "2x2x2", 1, tpu.ErrInvalidChipsPerHost,
+			"invalid chips per host 1 for v7x 2x2x2: no 1-chip v7x VM serves it; valid: 4 (tpu7x-standard-4t)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -186,6 +196,11 @@ func TestParsePodType(t *testing.T) {
 	}{
 		{"v6e-16", tpu.V6e, 16},
 		{"v6e-1", tpu.V6e, 1},
+		// Legacy and GKE-only names: tpu-v5-lite-device nodes' "v5lite-N"
+		// (1 core per chip: the device plugin's numCores counts any "lite"
+		// generation as 1) and tpu7 nodes' "tpu7-N" (2 cores per chip).
+		{"v5lite-8", tpu.V5e, 8},
+		{"tpu7-16", tpu.V7x, 8},
 		{"V6E-256", tpu.V6e, 256},
 		{"TPU-V6E-16", tpu.V6e, 16},
 		{" v6e-8 ", tpu.V6e, 8},
@@ -248,7 +263,7 @@ func TestParsePodTypeErrors(t *testing.T) {
 		{in: "tpu7x-3"},
 		{in: "v6e-99999999999999999999999"},
 		{in: "v9-16", unknownGeneration: true},
-		{in: "v5lite-16", unknownGeneration: true},
+		{in: "v8x-16", unknownGeneration: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

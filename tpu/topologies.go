@@ -1,6 +1,9 @@
 package tpu
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // topologyTable lists the slice topologies each generation offers, smallest
 // slice first (ties broken by dimensions). It mirrors Ray's
@@ -14,10 +17,10 @@ import "slices"
 //   - v5e and v6e: 1x1 up to 16x16 (9 entries).
 //   - v7x: ten shapes from 2x2x1 to 8x16x16.
 //
-// GKE's own lists differ (v4 also offers 4x16x16 and 8x16x16, v5p has a
-// longer irregular list, v6e lacks 2x8); this table follows Ray, because
-// Ray's schedulers match on these names. Update it here when Ray changes;
-// the tests pin every row.
+// GKE's own lists differ (v4 also offers 4x16x16 and 8x16x16, v5p and v7x
+// have longer irregular lists, v6e lacks 2x8); they live in
+// gkeTopologyTable. Update this table when Ray changes; the tests pin every
+// row.
 var topologyTable = map[Generation][]string{
 	V2: {"4x4", "4x8", "8x8", "8x16", "16x16"},
 	V3: {"4x4", "4x8", "8x8", "8x16", "16x16", "16x32", "32x32"},
@@ -133,11 +136,11 @@ var topologyTable = map[Generation][]string{
 	},
 }
 
-// validTopologies is topologyTable parsed once at start-up. It is read-only
-// after package initialisation.
-var validTopologies = func() map[Generation][]Topology {
-	m := make(map[Generation][]Topology, len(topologyTable))
-	for g, rows := range topologyTable {
+// parseTable parses a topology table. It runs once, at package
+// initialisation.
+func parseTable(table map[Generation][]string) map[Generation][]Topology {
+	m := make(map[Generation][]Topology, len(table))
+	for g, rows := range table {
 		ts := make([]Topology, len(rows))
 		for i, row := range rows {
 			ts[i] = MustParseTopology(row)
@@ -145,18 +148,58 @@ var validTopologies = func() map[Generation][]Topology {
 		m[g] = ts
 	}
 	return m
-}()
+}
+
+// compareTopologies orders topologies smallest slice first, ties by
+// dimensions.
+func compareTopologies(a, b Topology) int {
+	return cmp.Or(cmp.Compare(a.Chips(), b.Chips()), slices.Compare(a.d[:], b.d[:]))
+}
+
+// rayTopologies, gkeTopologies and validTopologies (their union, sorted)
+// are read-only after package initialisation.
+var (
+	rayTopologies   = parseTable(topologyTable)
+	gkeTopologies   = parseTable(gkeTopologyTable)
+	validTopologies = func() map[Generation][]Topology {
+		m := make(map[Generation][]Topology, len(rayTopologies))
+		for _, g := range generationOrder {
+			u := slices.Concat(rayTopologies[g], gkeTopologies[g])
+			slices.SortFunc(u, compareTopologies)
+			m[g] = slices.Compact(u)
+		}
+		return m
+	}()
+)
 
 // ValidTopologies returns the topologies g offers, smallest slice first
-// (ties ordered by dimensions), or nil for an unknown generation. The caller
-// owns the returned slice.
+// (ties ordered by dimensions), or nil for an unknown generation: every
+// shape Ray's table accepts and every shape GKE provisions (see RayTopology
+// and GKETopology). The caller owns the returned slice.
 func (g Generation) ValidTopologies() []Topology {
 	return slices.Clone(validTopologies[g])
 }
 
-// SupportsTopology reports whether g offers a slice with topology t.
+// SupportsTopology reports whether g offers a slice with topology t, in
+// Ray's table or GKE's.
 func (g Generation) SupportsTopology(t Topology) bool {
 	return !t.IsZero() && slices.Contains(validTopologies[g], t)
+}
+
+// RayTopology reports whether t is in Ray's table of g's topologies
+// (VALID_TPU_TOPOLOGY in python/ray/_private/accelerators/tpu.py), so
+// Ray's slice_placement_group accepts it. Shapes GKE provisions beyond
+// Ray's table, such as v7x 1x1x1 or v5p 4x4x28, fail Ray's check.
+func (g Generation) RayTopology(t Topology) bool {
+	return !t.IsZero() && slices.Contains(rayTopologies[g], t)
+}
+
+// GKETopology reports whether GKE provisions a slice of g with topology t
+// on one of g's machine types. Shapes only Ray's table has, such as v6e
+// 2x8 or v4 8x4x4, report false: a GKE node pool with that topology label
+// does not exist.
+func (g Generation) GKETopology(t Topology) bool {
+	return !t.IsZero() && slices.Contains(gkeTopologies[g], t)
 }
 
 // ValidateTopology returns nil if g offers a slice with topology t. Otherwise

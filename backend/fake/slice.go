@@ -3,7 +3,6 @@ package fake
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -36,6 +35,9 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 	if err != nil {
 		return nil, err
 	}
+	if rr.Subslice.Count() > 0 {
+		return nil, backend.Errorf(backend.Unimplemented, op, "the fake backend does not model sub-slices (asked for %s)", rr.Subslice)
+	}
 	shape, n, res, perHost := rr.Shape, rr.NumSlices, rr.BundleResources, rr.BundlesPerHost
 	r := &backend.SliceReservation{ChipsPerHost: shape.ChipsPerHost, BundlesPerHost: perHost, BundleResources: res}
 	spec := &backend.PlacementGroupSpec{Name: req.Name, Strategy: backend.StrictSpread}
@@ -67,18 +69,11 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 			coordinator = rs.Hostnames[0]
 		}
 		for w := range shape.Hosts() {
-			env, err := tpu.WorkerEnv(shape, name, rs.Hostnames, w)
-			if err != nil {
-				return nil, backend.Errorf(backend.Internal, op, "%v", err)
-			}
-			if n > 1 {
-				ms, err := tpu.MultisliceEnv(coordinator, tpu.DefaultMegascalePort, n, si)
+			for j := range perHost {
+				env, err := backend.SliceBundleEnv(shape, name, rs.Hostnames, w, j, perHost, coordinator, n, si)
 				if err != nil {
 					return nil, backend.Errorf(backend.Internal, op, "%v", err)
 				}
-				maps.Copy(env, ms)
-			}
-			for range perHost {
 				spec.Bundles = append(spec.Bundles, backend.Bundle{Resources: res.Clone(), Env: env})
 				r.Env = append(r.Env, env)
 			}

@@ -43,7 +43,7 @@ func ExampleNew() {
 	// Output:
 	// cpu-0 {CPU: 8, memory: 32GiB}
 	// cpu-1 {CPU: 8, memory: 32GiB}
-	// v6e-8-0-w0 {CPU: 8, TPU: 4, accelerator_type:TPU-V6E: 1, memory: 64GiB}
+	// v6e-8-0-w0 {CPU: 8, TPU: 4, TPU-v6e-8-head: 1, accelerator_type:TPU-V6E: 1, memory: 64GiB}
 	// v6e-8-0-w1 {CPU: 8, TPU: 4, accelerator_type:TPU-V6E: 1, memory: 64GiB}
 }
 

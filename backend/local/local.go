@@ -26,6 +26,15 @@
 // it never holds part of a request. Its cost does not grow with the
 // cluster: free slices sit in a heap per shape.
 //
+// Hosts also carry Ray's per-host resources (tpu.HostResources:
+// TPU-<pod type>-head: 1 on worker 0, and <slice name>: 1 with
+// TPUSliceSpec.NameResource), so Ray-style reservations through those
+// resources work. A request with Subslice
+// reserves one sub-slice of a slice instead (Ray's
+// subslice_placement_group), its env rewritten to the sub-slice. Bundles
+// smaller than a host get per-process env: a v7x host's two processes
+// (tpu.ProcessEnv) or Ray's partial-host TPU_VISIBLE_CHIPS.
+//
 // # Faults
 //
 // [Backend.KillNode] kills a node: its running tasks fail with Unavailable

@@ -127,12 +127,16 @@ type sliceIndex struct {
 	order  []*shapePool
 	byNode map[*node]*tpuSlice
 	all    []*tpuSlice
+	// subs are the granted sub-slice reservations (subslice.go).
+	subs map[*pgroup]*subHold
 }
 
-// sliceWait is a queued reservation.
+// sliceWait is a queued reservation: of n whole slices, or of one
+// sub-slice when sub is set.
 type sliceWait struct {
 	req     *backend.SliceRequest
 	n       int
+	sub     tpu.Subslice
 	shape   tpu.SliceShape
 	demand  []int64 // per bundle
 	perHost int
@@ -147,7 +151,7 @@ func shapeKey(s tpu.SliceShape) string {
 }
 
 func buildSliceIndex(b *Backend, defs []sliceDef) *sliceIndex {
-	idx := &sliceIndex{pools: map[string]*shapePool{}, byNode: map[*node]*tpuSlice{}}
+	idx := &sliceIndex{pools: map[string]*shapePool{}, byNode: map[*node]*tpuSlice{}, subs: map[*pgroup]*subHold{}}
 	for i, d := range defs {
 		key := shapeKey(d.shape)
 		p := idx.pools[key]
@@ -194,6 +198,9 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 	if err != nil {
 		return nil, err
 	}
+	if rr.Subslice.Count() > 0 {
+		return b.reserveSubslice(ctx, op, req, rr)
+	}
 	shape, n, res, perHost := rr.Shape, rr.NumSlices, rr.BundleResources, rr.BundlesPerHost
 	b.mu.Lock()
 	if err := b.precheck(op); err != nil {
@@ -214,7 +221,15 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		return nil, backend.Errorf(backend.Infeasible, op, "want %d × %s but the cluster has only %d of that shape (%s)", n, shape, have, b.slices.describeShapes())
 	}
 	demand := b.vector(res)
-	perHostTotal := make([]int64, len(demand))
+	// A stack buffer: the head resources make the vectors a little longer
+	// than the compiler stack-allocates on its own.
+	var buf [16]int64
+	perHostTotal := buf[:0]
+	if len(demand) <= len(buf) {
+		perHostTotal = buf[:len(demand)]
+	} else {
+		perHostTotal = make([]int64, len(demand))
+	}
 	for range perHost {
 		add(perHostTotal, demand)
 	}
@@ -296,10 +311,21 @@ func plural(n int, one, many string) string {
 
 // serveSlices grants queued requests of a shape in order while slices are
 // free; the first request that cannot be granted holds back the rest, so a
-// multislice request is not starved by single-slice ones. b.mu must be held.
+// multislice request is not starved by single-slice ones, nor a whole
+// slice by sub-slices. b.mu must be held.
 func (b *Backend) serveSlices(p *shapePool) {
 	for len(p.waiting) > 0 && !b.closed {
 		w := p.waiting[0]
+		if w.sub.Count() > 0 {
+			s, index := b.pickSubslice(p, w.sub)
+			if s == nil {
+				return
+			}
+			p.waiting = p.waiting[1:]
+			w.result = b.grantSubslice(w, s, index)
+			close(w.done)
+			continue
+		}
 		picked := b.pickSlices(p, w.n)
 		if picked == nil {
 			return
@@ -338,17 +364,11 @@ func (b *Backend) pickSlices(p *shapePool, n int) []*tpuSlice {
 // slices and builds the reservation. b.mu must be held.
 func (b *Backend) grantSlices(p *shapePool, w *sliceWait, picked []*tpuSlice) *backend.SliceReservation {
 	r := &backend.SliceReservation{ChipsPerHost: w.shape.ChipsPerHost, BundlesPerHost: w.perHost, BundleResources: w.res}
-	spec := &backend.PlacementGroupSpec{Name: w.req.Name, Strategy: backend.StrictSpread}
-	pg := &pgroup{id: backend.PlacementGroupID(b.newID()), spec: spec, ready: make(chan struct{})}
 	coordinator := ""
 	total := len(picked) * len(picked[0].hosts) * w.perHost
-	spec.Bundles = make([]backend.Bundle, 0, total)
-	pg.bundles = make([]*bundle, 0, total)
-	pg.pinned = make([]*node, 0, total)
+	hosts := make([]*node, 0, total)
 	r.Env = make([]map[string]string, 0, total)
 	r.Slices = make([]backend.ReservedSlice, 0, len(picked))
-	bundles := make([]bundle, total)
-	free := make([]int64, total*len(w.demand))
 	for si, s := range picked {
 		// Host names never change in the simulator, so the slices share
 		// one read-only list.
@@ -363,37 +383,72 @@ func (b *Backend) grantSlices(p *shapePool, w *sliceWait, picked []*tpuSlice) *b
 				env = maps.Clone(env)
 				maps.Copy(env, ms)
 			}
-			for range w.perHost {
-				bu := &bundles[len(pg.bundles)]
-				*bu = bundle{pg: pg, index: len(pg.bundles), demand: w.demand, env: env}
-				spec.Bundles = append(spec.Bundles, backend.Bundle{Resources: w.res, Env: env})
-				pg.bundles = append(pg.bundles, bu)
-				pg.pinned = append(pg.pinned, h)
-				sub(h.free, bu.demand)
-				bu.node = h
-				bu.free = free[:len(w.demand):len(w.demand)]
-				free = free[len(w.demand):]
-				copy(bu.free, bu.demand)
-				h.bundles[bu] = struct{}{}
+			for j := range w.perHost {
+				env := env
+				if w.perHost > 1 {
+					// Each bundle is its own process: a v7x NUMA process
+					// or part of the host (backend.SliceBundleEnv). The
+					// shape is valid, so this does not fail; if it did, the
+					// bundle would keep the host's env.
+					if e, err := backend.SliceBundleEnv(s.shape, s.name, rs.Hostnames, wid, j, w.perHost, coordinator, len(picked), si); err == nil {
+						env = e
+					}
+				}
+				hosts = append(hosts, h)
 				r.Env = append(r.Env, env)
 			}
 		}
-		s.reservedBy = pg
 		r.Slices = append(r.Slices, rs)
 	}
+	pg := b.pinGroup(w.req.Name, hosts, r.Env, w.demand, w.res)
+	for _, s := range picked {
+		s.reservedBy = pg
+	}
 	pg.slices = picked
+	r.Group = pg.id
+	return r
+}
+
+// pinGroup creates a created placement group with one bundle per host,
+// bundle i pinned to hosts[i] with env envs[i], and takes the bundles'
+// demand from the hosts. The group keeps hosts as its pinned list. b.mu
+// must be held.
+func (b *Backend) pinGroup(name string, hosts []*node, envs []map[string]string, demand []int64, res backend.Resources) *pgroup {
+	total := len(hosts)
+	spec := &backend.PlacementGroupSpec{Name: name, Strategy: backend.StrictSpread, Bundles: make([]backend.Bundle, 0, total)}
+	pg := &pgroup{id: backend.PlacementGroupID(b.newID()), spec: spec, ready: make(chan struct{})}
+	pg.bundles = make([]*bundle, 0, total)
+	pg.pinned = hosts
+	bundles := make([]bundle, total)
+	free := make([]int64, total*len(demand))
+	for i, h := range hosts {
+		bu := &bundles[i]
+		*bu = bundle{pg: pg, index: i, demand: demand, env: envs[i]}
+		spec.Bundles = append(spec.Bundles, backend.Bundle{Resources: res, Env: envs[i]})
+		pg.bundles = append(pg.bundles, bu)
+		sub(h.free, bu.demand)
+		bu.node = h
+		bu.free = free[:len(demand):len(demand)]
+		free = free[len(demand):]
+		copy(bu.free, bu.demand)
+		h.bundles[bu] = struct{}{}
+	}
 	pg.state = pgCreated
 	pg.signal()
 	b.pgs[pg.id] = pg
 	b.seq++
 	pg.seq = b.seq
-	r.Group = pg.id
-	return r
+	return pg
 }
 
 // releaseSlices returns the slices of a removed reservation to their free
 // heaps and serves waiting requests. b.mu must be held.
 func (b *Backend) releaseSlices(pg *pgroup) {
+	if hold := b.slices.subs[pg]; hold != nil {
+		delete(b.slices.subs, pg)
+		b.serveSlices(b.slices.pools[hold.slice.key])
+		return
+	}
 	if len(pg.slices) == 0 {
 		return
 	}
@@ -452,6 +507,7 @@ func (b *Backend) Slices(ctx context.Context) ([]backend.SliceState, error) {
 		if s.reservedBy != nil {
 			st.ReservedBy, st.ReservedName = s.reservedBy.id, s.reservedBy.spec.Name
 		}
+		st.Subslices = b.subsliceStates(s)
 		for _, h := range s.hosts {
 			chips := int(backend.Dequantize(h.capac[tpuIdx]))
 			used := chips - int(backend.Dequantize(h.free[tpuIdx]))

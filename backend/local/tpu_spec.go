@@ -2,6 +2,7 @@ package local
 
 import (
 	"fmt"
+	"maps"
 	"strconv"
 
 	"github.com/goray-dev/goray/backend"
@@ -11,7 +12,11 @@ import (
 // TPUSliceSpec adds simulated GKE TPU node pools: Count slices of one
 // generation and topology, each its own node pool with one node per host,
 // every host labelled as GKE and the TPU webhook would (see
-// tpu.HostLabels) and holding its chips as the TPU resource.
+// tpu.HostLabels) and holding Ray's TPU resources (tpu.HostResources): its
+// chips as TPU, accelerator_type:<type>, TPU-<pod type>-head: 1 on worker
+// 0 and, with NameResource, <slice name>: 1 on every host, so Ray-style
+// reservations through the head resource and the slice name work against
+// the simulator.
 type TPUSliceSpec struct {
 	// Generation is the TPU generation, e.g. "v6e".
 	Generation string `json:"generation"`
@@ -25,6 +30,19 @@ type TPUSliceSpec struct {
 	// NamePrefix prefixes slice names; the default is the pod type, e.g.
 	// "v6e-16". Slices are named <prefix>-<i>, hosts <slice>-w<worker>.
 	NamePrefix string `json:"namePrefix,omitempty"`
+	// Subslices are sub-slice topologies GKE labels the node pool for, such
+	// as ["4x4"] on a v6e 16x16: every host gets the label
+	// tpu.SubsliceLabel(topology) = "<slice>-<topology>-<index>", the ID
+	// of the sub-slice it belongs to. Each must be a sub-slice of the
+	// slice (tpu.SubsliceTopologies). Sub-slices can be reserved whether
+	// or not they are listed here (backend.SliceRequest.Subslice).
+	Subslices []string `json:"subslices,omitempty"`
+	// NameResource adds Ray's <slice name>: 1 resource to every host, as
+	// Ray's TPU accelerator manager does. It is off by default: each slice
+	// then adds a resource kind that every resource vector of the
+	// simulator carries, which slows large clusters; the
+	// ray.io/tpu-slice-name label selects a slice's hosts without it.
+	NameResource bool `json:"nameResource,omitempty"`
 	// HostCPU and HostMemory are each host's CPUs and memory bytes;
 	// defaults 8 and 64 GiB.
 	HostCPU    float64 `json:"hostCPU,omitempty"`
@@ -54,6 +72,14 @@ func expandSlices(specs []TPUSliceSpec) ([]nodeDef, error) {
 		if s.Count < 0 {
 			return nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice spec %d: negative count %d", i, s.Count)
 		}
+		subs := make([]tpu.Subslice, 0, len(s.Subslices))
+		for _, topo := range s.Subslices {
+			sub, err := tpu.NewSubslice(shape, topo)
+			if err != nil {
+				return nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice spec %d: %w", i, err)
+			}
+			subs = append(subs, sub)
+		}
 		prefix := s.NamePrefix
 		if prefix == "" {
 			prefix = shape.PodType()
@@ -67,15 +93,20 @@ func expandSlices(specs []TPUSliceSpec) ([]nodeDef, error) {
 		}
 		for k := range max(1, s.Count) {
 			slice := fmt.Sprintf("%s-%d", prefix, k)
+			labels := subsliceLabels(slice, shape.Hosts(), subs)
 			for w := range shape.Hosts() {
 				host := fmt.Sprintf("%s-w%d", slice, w)
+				res := backend.Resources(tpu.HostResources(shape, slice, w))
+				if !s.NameResource {
+					delete(res, slice)
+				}
+				res[backend.CPU], res[backend.Memory] = cpu, mem
+				hl := tpu.HostLabels(shape, slice, slice, w)
+				maps.Copy(hl, labels[w])
 				defs = append(defs, nodeDef{
-					name: host,
-					resources: backend.Resources{
-						backend.CPU: cpu, backend.Memory: mem, backend.TPU: float64(shape.ChipsPerHost),
-						tpu.ResourceAcceleratorTypePrefix + shape.AcceleratorType(): 1,
-					},
-					labels: tpu.HostLabels(shape, slice, slice, w),
+					name:      host,
+					resources: res,
+					labels:    hl,
 					env: map[string]string{
 						tpu.EnvAcceleratorType: acceleratorEnv(shape),
 						tpu.EnvTopology:        shape.Topology.String(),
@@ -86,6 +117,25 @@ func expandSlices(specs []TPUSliceSpec) ([]nodeDef, error) {
 		}
 	}
 	return defs, nil
+}
+
+// subsliceLabels returns each worker's GKE sub-slice labels: for every
+// sub-slice topology, the ID "<slice>-<topology>-<index>" of the sub-slice
+// holding the worker.
+func subsliceLabels(slice string, hosts int, subs []tpu.Subslice) []map[string]string {
+	out := make([]map[string]string, hosts)
+	for w := range out {
+		out[w] = map[string]string{}
+	}
+	for _, sub := range subs {
+		for i := range sub.Count() {
+			ws, _ := sub.Workers(i)
+			for _, w := range ws {
+				out[w][sub.GKELabel()] = subsliceID(slice, sub.Shape.Topology, i)
+			}
+		}
+	}
+	return out
 }
 
 // discoverSlices finds the TPU slices of a cluster from its nodes' labels,

@@ -18,8 +18,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var want string
 
 // TestOutput runs the example on the simulator and checks what it prints:
-// worker IDs, hostnames and chips of a v6e 4x4, and the MEGASCALE_* env of
-// a two-slice reservation.
+// worker IDs, hostnames and chips of a v6e 4x4, the MEGASCALE_* env of a
+// two-slice reservation, the per-process env of a v7x 2x2x2's two processes
+// per host, and a 4x4 sub-slice of a v6e 8x8 with its rewritten env.
 func TestOutput(t *testing.T) {
 	ctx := context.Background()
 	b, err := local.New(clusterSpec(), nil)
@@ -44,7 +45,7 @@ func TestOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, st := range states {
-		if st.ReservedBy != 0 {
+		if st.ReservedBy != 0 || len(st.Subslices) != 0 {
 			t.Errorf("slice %s still reserved", st.Name)
 		}
 	}
