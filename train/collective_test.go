@@ -15,7 +15,7 @@ import (
 type collCfg struct {
 	Len     int
 	FailAt  int // rank that fails (returns an error) before its second AllReduce; -1: none
-	Expect  bool
+	Op      string
 	Results string
 }
 

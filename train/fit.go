@@ -183,6 +183,10 @@ func (t *Trainer) openStore(ctx context.Context) (*store, func(), error) {
 	return &store{b: b, prefix: t.run.Name + "/", keep: t.run.KeepCheckpoints}, closeFn, nil
 }
 
+// abortGrace is how long workers told of a failure get to return from their
+// loops before their tasks are cancelled.
+const abortGrace = time.Second
+
 // attempt runs one attempt. It returns a Failure when a worker failed
 // (the run may restart) and an error when it cannot go on.
 func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *Checkpoint, sink *reportSink) (*Failure, error) {
@@ -243,8 +247,12 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	case <-ctx.Done():
 		rz.setFailure(-1, "the run was cancelled", nil, false)
 	}
-	// Every path: abort the workers (done above on failure), give the
-	// slices back, which cancels the tasks, and wait for the workers.
+	// Every path: the workers were told of a failure (above); give them a
+	// moment to return from their loops on their own, so that they see
+	// the failure rather than a cancellation, then give the slices back,
+	// which cancels the tasks, and wait for the workers.
+	rz.stopAccepting()
+	rz.wait(min(abortGrace, t.run.StopGrace))
 	spg.Release(context.WithoutCancel(ctx)) //nolint:errcheck // releasing twice is a no-op; a failure here leaves nothing we could do
 	wg.Wait()
 	rz.close(t.run.StopGrace)
@@ -259,7 +267,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	if f.rank >= 0 && f.rank < len(hosts) {
 		fl.Host, fl.Slice = hosts[f.rank], sliceNames[f.rank/p.hostsPerSlice]
 	}
-	if code := ray.Code(f.err); f.err != nil && (code == ray.InvalidArgument || code == ray.FailedPrecondition || code == ray.NotFound) {
+	if code := ray.Code(f.err); f.err != nil && !errors.Is(f.err, ray.ErrPlacementGroupRemoved) && (code == ray.InvalidArgument || code == ray.FailedPrecondition || code == ray.NotFound) {
 		return nil, fmt.Errorf("train: run %s: rank %d cannot run: %w", t.run.Name, f.rank, f.err)
 	}
 	return fl, nil

@@ -2,12 +2,15 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/goray-dev/goray/ray"
 )
 
 // rendezvous is the driver's end of one attempt: it admits the attempt's
@@ -232,14 +235,17 @@ func (r *rendezvous) peerLost(rank, peer int, cause string) {
 func (r *rendezvous) setFailure(rank int, cause string, err error, weak bool) {
 	r.mu.Lock()
 	if f := r.fail; f != nil {
-		if f.weak && !weak && f.rank == rank {
+		switch {
+		case f.rank != rank:
+		case f.weak && !weak:
 			f.cause, f.err, f.weak = cause, err, false
+		case f.err == nil && err != nil && !errors.Is(err, ray.ErrPlacementGroupRemoved):
+			f.err = err // the task's error of the failure the worker reported
 		}
 		r.mu.Unlock()
 		return
 	}
 	r.fail = &failure{rank: rank, cause: cause, err: err, weak: weak}
-	close(r.failed)
 	conns := make([]*ctrlConn, 0, len(r.conns))
 	for _, c := range r.conns {
 		conns = append(conns, c)
@@ -248,6 +254,7 @@ func (r *rendezvous) setFailure(rank int, cause string, err error, weak bool) {
 	for _, c := range conns {
 		c.send(&ctrlMsg{Type: msgAbort, Rank: rank, Err: cause}) //nolint:errcheck // a broken connection is a dead worker
 	}
+	close(r.failed)
 }
 
 func (r *rendezvous) failure() *failure {
@@ -260,32 +267,50 @@ func (r *rendezvous) failure() *failure {
 	return &f
 }
 
-// close stops admitting workers and waits up to grace for the connected
-// ones to hang up, then cuts them off.
-func (r *rendezvous) close(grace time.Duration) {
+// stopAccepting closes the listener: workers that have not joined yet
+// cannot any more.
+func (r *rendezvous) stopAccepting() {
 	r.mu.Lock()
 	r.closed = true
 	for _, t := range r.timers {
 		t.Stop()
 	}
+	r.mu.Unlock()
+	r.ln.Close()
+}
+
+// wait waits up to d for every worker connection to end; it reports
+// whether they all did.
+func (r *rendezvous) wait(d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// close stops admitting workers and waits up to grace for the connected
+// ones to hang up, then cuts them off.
+func (r *rendezvous) close(grace time.Duration) {
+	r.stopAccepting()
+	if r.wait(grace) {
+		return
+	}
+	r.mu.Lock()
 	conns := make([]*ctrlConn, 0, len(r.all))
 	for c := range r.all {
 		conns = append(conns, c)
 	}
 	r.mu.Unlock()
-	r.ln.Close()
-	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		for _, c := range conns {
-			c.close()
-		}
-		<-done
+	for _, c := range conns {
+		c.close()
 	}
+	r.wg.Wait()
 }
 
 // lineSink writes external programs' output lines with a rank prefix.

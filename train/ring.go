@@ -158,6 +158,9 @@ func (r *ring) run(ctx context.Context, op opKind, f func(seq uint32) error) err
 	if err == nil {
 		return nil
 	}
+	if aerr := r.sess.abortedErr(); aerr != nil {
+		return aerr // the driver's word on who failed comes first
+	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
