@@ -101,7 +101,7 @@ func TestHostLoss(t *testing.T) {
 			f := res.Failures[0]
 			is.Equal(f.Slice, killed)
 			is.Equal(ray.Code(f.Err), ray.Unavailable) // the host died
-			is.True(f.ResumeFrom >= 4)                  // every rank had reported iteration 4 before rank 0 reported 5
+			is.True(f.ResumeFrom >= 4)                 // every rank had reported iteration 4 before rank 0 reported 5
 			is.Equal(res.Checkpoint.Iteration, iters)
 			is.Equal(len(res.Checkpoints), 2) // KeepCheckpoints
 			data, err := res.Checkpoint.Load(ctx, 0)
@@ -213,7 +213,7 @@ func TestWorkerFailureAbortsCollectives(t *testing.T) {
 				var wf *train.WorkerFailedError
 				is.True(errors.As(v.(error), &wf)) // a WorkerFailedError
 				t.Log(v)
-				is.Equal(wf.Rank, tc.failAt)       // naming the failed rank
+				is.Equal(wf.Rank, tc.failAt) // naming the failed rank
 				is.True(errors.Is(v.(error), train.ErrWorkerFailed))
 			}
 		})
