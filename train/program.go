@@ -90,7 +90,7 @@ func runProgram(ctx context.Context, w *Worker, coordinator string) error {
 	lw.flush()
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return fmt.Errorf("train: rank %d: program %s stopped: %w", w.in.Rank, p.Path, context.Cause(ctx))
 		}
 		return fmt.Errorf("train: rank %d: program %s: %w", w.in.Rank, p.Path, err)
 	}

@@ -213,7 +213,14 @@ func (w *Worker) run(ctx context.Context, fn loopFunc) (err error) {
 	}
 	w.ring = newRing(in.Rank, in.WorldSize, w.sess, ln, in.Verdict)
 	defer w.ring.close()
-	w.sess.start(w.ring.fail)
+	// An abort from the driver fails pending collectives and cancels the
+	// loop's context (which stops an external program).
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w.sess.start(func(err error) {
+		w.ring.fail(err)
+		cancel(err)
+	})
 	addr := ln.Addr().String()
 	if in.Program != nil {
 		ln.Close() // the port becomes the program's coordinator port
