@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/samber/lo"
@@ -42,7 +43,9 @@ type Checkpoint struct {
 func (c *Checkpoint) hasRank(r int) bool { return slices.Contains(c.Ranks, r) }
 
 // Load reads the data rank saved in the checkpoint, from the run's storage
-// (in the driver).
+// (in the driver). After Fit returned it reopens RunConfig.Storage, which
+// works for file://, gs:// and s3:// but not for the default mem:// (pass
+// RunConfig.Bucket to keep an in-memory bucket).
 func (c *Checkpoint) Load(ctx context.Context, rank int) ([]byte, error) {
 	if c.store == nil {
 		return nil, errors.New("train: Checkpoint.Load: the checkpoint has no storage (use Worker.LoadCheckpoint inside a loop)")
@@ -67,6 +70,10 @@ type store struct {
 	b      *blob.Bucket
 	prefix string
 	keep   int
+	// url is set when Fit opened (and will close) the bucket: reads after
+	// Fit open it again. A mem:// bucket is gone by then.
+	url    string
+	closed atomic.Bool
 }
 
 const markerName = "COMPLETE"
@@ -83,7 +90,15 @@ func (s *store) writeRank(ctx context.Context, it, rank int, data []byte) error 
 }
 
 func (s *store) read(ctx context.Context, it, rank int) ([]byte, error) {
-	b, err := s.b.ReadAll(ctx, s.rankKey(it, rank))
+	bucket := s.b
+	if s.closed.Load() {
+		var err error
+		if bucket, err = blob.OpenBucket(ctx, s.url); err != nil {
+			return nil, fmt.Errorf("train: read checkpoint %d of rank %d: reopen %q: %w", it, rank, s.url, err)
+		}
+		defer bucket.Close()
+	}
+	b, err := bucket.ReadAll(ctx, s.rankKey(it, rank))
 	if err != nil {
 		return nil, fmt.Errorf("train: read checkpoint %d of rank %d: %w", it, rank, err)
 	}

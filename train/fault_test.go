@@ -24,6 +24,10 @@ type countCfg struct{ Iters, Len int }
 // restarted from a checkpoint.
 var counting = train.NewLoop("train_test.counting", func(ctx context.Context, w *train.Worker, cfg countCfg) error {
 	state := make([]float64, cfg.Len)
+	resumed := 0.0
+	if ck := w.Checkpoint(); ck != nil {
+		resumed = float64(ck.Iteration)
+	}
 	if data, err := w.LoadCheckpoint(ctx); err != nil {
 		return err
 	} else if data != nil {
@@ -46,7 +50,7 @@ var counting = train.NewLoop("train_test.counting", func(ctx context.Context, w 
 		if w.Rank() == 0 {
 			ck, _ = json.Marshal(state)
 		}
-		if err := w.Report(ctx, train.Metrics{"value": state[0], "attempt": float64(w.Attempt())}, ck); err != nil {
+		if err := w.Report(ctx, train.Metrics{"value": state[0], "attempt": float64(w.Attempt()), "resumed_from": resumed}, ck); err != nil {
 			return err
 		}
 	}

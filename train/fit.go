@@ -178,9 +178,16 @@ func (t *Trainer) openStore(ctx context.Context) (*store, func(), error) {
 		if b, err = blob.OpenBucket(ctx, t.run.Storage); err != nil {
 			return nil, nil, fmt.Errorf("train: open checkpoint storage %q: %w", t.run.Storage, err)
 		}
-		closeFn = func() { b.Close() }
 	}
-	return &store{b: b, prefix: t.run.Name + "/", keep: t.run.KeepCheckpoints}, closeFn, nil
+	st := &store{b: b, prefix: t.run.Name + "/", keep: t.run.KeepCheckpoints}
+	if t.run.Bucket == nil {
+		st.url = t.run.Storage
+		closeFn = func() {
+			st.closed.Store(true)
+			b.Close()
+		}
+	}
+	return st, closeFn, nil
 }
 
 // abortGrace is how long workers told of a failure get to return from their
