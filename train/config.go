@@ -83,6 +83,13 @@ type RunConfig struct {
 	ProgressOutput io.Writer
 	// TotalIterations, if known, sizes the progress bar.
 	TotalIterations int
+	// ProgressInterval is the least time between two log lines of
+	// ProgressLog (the first report of each attempt, the last report and
+	// failures are always logged); 0 means 1s, negative logs every report.
+	ProgressInterval time.Duration
+	// ProgressLogger, if set, receives the ProgressLog lines instead of a
+	// text handler on ProgressOutput.
+	ProgressLogger *slog.Logger
 	// Logger receives debug logs of the trainer; nil discards them.
 	Logger *slog.Logger
 	// Output receives the output of external programs, each line

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
@@ -46,12 +47,19 @@ func newProgress(cfg RunConfig) progressSink {
 			progressbar.OptionSetItsString("it"),
 			progressbar.OptionShowIts(),
 			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(0),
+			progressbar.OptionThrottle(50*time.Millisecond),
 			progressbar.OptionSetWidth(20),
 		)}
 	case ProgressLog:
-		log := slog.New(slog.NewTextHandler(w, nil))
-		return &logProgress{log: log, name: cfg.Name}
+		log := cfg.ProgressLogger
+		if log == nil {
+			log = slog.New(slog.NewTextHandler(w, nil))
+		}
+		every := cfg.ProgressInterval
+		if every == 0 {
+			every = time.Second
+		}
+		return &logProgress{log: log, name: cfg.Name, every: every}
 	}
 	return noProgress{}
 }
@@ -100,12 +108,32 @@ func (p *barProgress) finish() {
 	fmt.Fprintln(p.w)
 }
 
+// logProgress logs the first report of each attempt, then at most one
+// report per interval, the last report, and every failure.
 type logProgress struct {
-	log  *slog.Logger
-	name string
+	log   *slog.Logger
+	name  string
+	every time.Duration
+
+	mu      sync.Mutex
+	last    time.Time
+	attempt int
+	pending *Report // the latest report not logged yet
 }
 
 func (p *logProgress) report(r Report) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if r.Attempt == p.attempt && !p.last.IsZero() && now.Sub(p.last) < p.every {
+		p.pending = &r
+		return
+	}
+	p.attempt, p.last, p.pending = r.Attempt, now, nil
+	p.emit(r)
+}
+
+func (p *logProgress) emit(r Report) {
 	attrs := []any{"run", p.name, "attempt", r.Attempt, "iteration", r.Iteration}
 	for _, k := range slices.Sorted(maps.Keys(r.Metrics)) {
 		attrs = append(attrs, k, r.Metrics[k])
@@ -114,10 +142,24 @@ func (p *logProgress) report(r Report) {
 }
 
 func (p *logProgress) failure(f Failure) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pending != nil {
+		p.emit(*p.pending)
+		p.pending = nil
+	}
+	p.last = time.Time{}
 	p.log.Warn("train: attempt failed", "run", p.name, "attempt", f.Attempt, "rank", f.Rank, "host", f.Host, "cause", f.Cause, "resume_from", f.ResumeFrom)
 }
 
-func (p *logProgress) finish() {}
+func (p *logProgress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pending != nil {
+		p.emit(*p.pending)
+		p.pending = nil
+	}
+}
 
 // reportSink passes rank 0's reports to the progress display and the
 // user's callback, one at a time, and remembers the last one.
