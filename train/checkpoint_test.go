@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/matryer/is"
+	"github.com/samber/lo"
 
 	"github.com/goray-dev/goray/train"
 )
@@ -57,11 +58,7 @@ func TestCheckpointStorage(t *testing.T) {
 }
 
 func iterations(cks []*train.Checkpoint) []int {
-	out := make([]int, len(cks))
-	for i, ck := range cks {
-		out[i] = ck.Iteration
-	}
-	return out
+	return lo.Map(cks, func(ck *train.Checkpoint, _ int) int { return ck.Iteration })
 }
 
 // dirs lists the non-empty directories in dir.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/matryer/is"
 
@@ -220,6 +221,52 @@ func TestWorkerFailureAbortsCollectives(t *testing.T) {
 				is.Equal(wf.Rank, tc.failAt) // naming the failed rank
 				is.True(errors.Is(v.(error), train.ErrWorkerFailed))
 			}
+		})
+	}
+}
+
+// TestNoFreshSlice: the only slice loses a host and no other exists; the
+// wait for a fresh one ends at ReserveTimeout with the failure history.
+func TestNoFreshSlice(t *testing.T) {
+	is := is.New(t)
+	ctx := context.Background()
+	b, c := newCluster(t, "4x4", 1, false)
+	tr, err := train.New(c, counting, countCfg{Iters: 20, Len: 2},
+		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", ReserveTimeout: 100 * time.Millisecond},
+		train.RunConfig{Progress: train.ProgressOff, MaxFailures: 3, OnReport: func(r train.Report) {
+			if r.Iteration == 3 {
+				b.KillNode(ctx, hostOf(t, c, r.Slices[0], 2)) //nolint:errcheck // checked by the failure below
+			}
+		}})
+	is.NoErr(err)
+	res, err := tr.Fit(ctx)
+	is.True(errors.Is(err, context.DeadlineExceeded)) // no fresh slice came
+	is.Equal(len(res.Failures), 1)
+	is.Equal(ray.Code(res.Failures[0].Err), ray.Unavailable)
+	is.Equal(res.Checkpoint.Iteration, 3) // what was saved is kept
+	assertReleased(t, c)
+}
+
+// TestCancel: cancelling Fit's context stops every worker and releases
+// the slices.
+func TestCancel(t *testing.T) {
+	for _, procs := range []bool{false, true} {
+		t.Run(map[bool]string{false: "in process", true: "worker processes"}[procs], func(t *testing.T) {
+			is := is.New(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			_, c := newCluster(t, "4x4", 2, procs)
+			tr, err := train.New(c, counting, countCfg{Iters: 1 << 30, Len: 2},
+				train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", NumSlices: 2},
+				train.RunConfig{Progress: train.ProgressOff, MaxFailures: -1, OnReport: func(r train.Report) {
+					if r.Iteration == 10 {
+						cancel()
+					}
+				}})
+			is.NoErr(err)
+			_, err = tr.Fit(ctx)
+			is.Equal(err, context.Canceled)
+			assertReleased(t, c)
 		})
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/samber/lo"
 )
 
 // Program is an external program that a run starts on every host (mode
@@ -64,11 +66,7 @@ func programEnv(w *Worker, coordinator string) []string {
 		"GORAY_TRAIN_ATTEMPT":     strconv.Itoa(in.Attempt),
 	})
 	maps.Copy(env, in.Program.Env)
-	out := make([]string, 0, len(env))
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		out = append(out, k+"="+env[k])
-	}
-	return out
+	return lo.Map(slices.Sorted(maps.Keys(env)), func(k string, _ int) string { return k + "=" + env[k] })
 }
 
 // runProgram runs the worker's program and waits for it; cancelling ctx

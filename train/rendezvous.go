@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/samber/lo"
+
 	"github.com/goray-dev/goray/ray"
 )
 
@@ -246,10 +248,7 @@ func (r *rendezvous) setFailure(rank int, cause string, err error, weak bool) {
 		return
 	}
 	r.fail = &failure{rank: rank, cause: cause, err: err, weak: weak}
-	conns := make([]*ctrlConn, 0, len(r.conns))
-	for _, c := range r.conns {
-		conns = append(conns, c)
-	}
+	conns := lo.Values(r.conns)
 	r.mu.Unlock()
 	for _, c := range conns {
 		c.send(&ctrlMsg{Type: msgAbort, Rank: rank, Err: cause}) //nolint:errcheck // a broken connection is a dead worker
@@ -302,10 +301,7 @@ func (r *rendezvous) close(grace time.Duration) {
 		return
 	}
 	r.mu.Lock()
-	conns := make([]*ctrlConn, 0, len(r.all))
-	for c := range r.all {
-		conns = append(conns, c)
-	}
+	conns := lo.Keys(r.all)
 	r.mu.Unlock()
 	for _, c := range conns {
 		c.close()
