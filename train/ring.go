@@ -88,9 +88,19 @@ func (r *ring) adopt(slot *net.Conn, c net.Conn) error {
 		c.Close()
 		return r.failErr
 	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		// Large socket buffers let a ring step move a whole chunk with
+		// few wake-ups; the kernel caps them at its own limits.
+		tc.SetReadBuffer(socketBuffer)  //nolint:errcheck // a hint
+		tc.SetWriteBuffer(socketBuffer) //nolint:errcheck // a hint
+	}
 	*slot = c
 	return nil
 }
+
+// socketBuffer is the send and receive buffer asked for on ring
+// connections.
+const socketBuffer = 4 << 20
 
 // fail poisons the ring with err (the first error wins) and closes its
 // connections, so that every blocked read and write returns.
