@@ -106,6 +106,10 @@ type RunConfig struct {
 	// waits for the driver to name the failed rank before naming the
 	// peer; 0 means 10s.
 	FailureVerdict time.Duration
+	// StartTimeout bounds the wait for every worker of an attempt to start
+	// and join; a worker that does not (its host died before its task
+	// ran) fails the attempt. 0 means 5 minutes.
+	StartTimeout time.Duration
 	// StopGrace bounds the wait for workers to stop after the run ends or
 	// fails; 0 means 10s.
 	StopGrace time.Duration
@@ -193,6 +197,9 @@ func (r RunConfig) withDefaults() (RunConfig, error) {
 	}
 	if r.FailureVerdict <= 0 {
 		r.FailureVerdict = 10 * time.Second
+	}
+	if r.StartTimeout <= 0 {
+		r.StartTimeout = 5 * time.Minute
 	}
 	if r.StopGrace <= 0 {
 		r.StopGrace = 10 * time.Second

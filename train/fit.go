@@ -248,6 +248,8 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 			}
 		})
 	}
+	started := time.AfterFunc(t.run.StartTimeout, func() { rz.missing(t.run.StartTimeout) })
+	defer started.Stop()
 	select {
 	case <-allOK:
 	case <-rz.failed:

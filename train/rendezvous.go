@@ -256,6 +256,23 @@ func (r *rendezvous) setFailure(rank int, cause string, err error, weak bool) {
 	close(r.failed)
 }
 
+// missing fails the attempt if some rank has not joined yet, naming the
+// first such rank.
+func (r *rendezvous) missing(after time.Duration) {
+	r.mu.Lock()
+	rank := -1
+	for i := range r.world {
+		if r.conns[i] == nil {
+			rank = i
+			break
+		}
+	}
+	r.mu.Unlock()
+	if rank >= 0 {
+		r.setFailure(rank, fmt.Sprintf("it did not start within %v (StartTimeout)", after), nil, false)
+	}
+}
+
 func (r *rendezvous) failure() *failure {
 	r.mu.Lock()
 	defer r.mu.Unlock()
