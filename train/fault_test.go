@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -225,27 +226,76 @@ func TestWorkerFailureAbortsCollectives(t *testing.T) {
 	}
 }
 
-// TestNoFreshSlice: the only slice loses a host and no other exists; the
-// wait for a fresh one ends at ReserveTimeout with the failure history.
-func TestNoFreshSlice(t *testing.T) {
-	is := is.New(t)
-	ctx := context.Background()
-	b, c := newCluster(t, "4x4", 1, false)
-	tr, err := train.New(c, counting, countCfg{Iters: 20, Len: 2},
-		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", ReserveTimeout: 100 * time.Millisecond},
-		train.RunConfig{Progress: train.ProgressOff, MaxFailures: 3, OnReport: func(r train.Report) {
-			if r.Iteration == 3 {
-				b.KillNode(ctx, hostOf(t, c, r.Slices[0], 2)) //nolint:errcheck // checked by the failure below
+// TestWaitForFreshSlice: the only slice loses a host. The restart waits
+// for a fresh slice up to ReserveTimeout: it succeeds when the host comes
+// back meanwhile, and fails with the failure history when none comes.
+func TestWaitForFreshSlice(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		restart bool
+	}{
+		{"the host comes back", true},
+		{"no slice comes", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			is := is.New(t)
+			ctx := context.Background()
+			b, c := newCluster(t, "4x4", 1, false)
+			var host string
+			timeout := 100 * time.Millisecond
+			if tc.restart {
+				timeout = time.Minute
 			}
-		}})
-	is.NoErr(err)
-	res, err := tr.Fit(ctx)
-	is.True(errors.Is(err, context.DeadlineExceeded)) // no fresh slice came
-	is.Equal(len(res.Failures), 1)
-	is.Equal(ray.Code(res.Failures[0].Err), ray.Unavailable)
-	is.True(res.Checkpoint.Iteration >= 2) // what was saved is kept (every rank had reported 2 when rank 0 reported 3)
-	assertReleased(t, c)
+			// The failure's log line comes after the slice was released
+			// and just before the new reservation: bring the host back
+			// concurrently with it (before or while it waits).
+			var restarted sync.WaitGroup
+			defer restarted.Wait()
+			onFailure := hook{msg: "train: attempt failed", fn: func() {
+				if tc.restart {
+					restarted.Go(func() { b.RestartNode(ctx, host) }) //nolint:errcheck // the run's success checks it
+				}
+			}}
+			tr, err := train.New(c, counting, countCfg{Iters: 20, Len: 2},
+				train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", ReserveTimeout: timeout},
+				train.RunConfig{Progress: train.ProgressLog, ProgressLogger: slog.New(onFailure), MaxFailures: 3, OnReport: func(r train.Report) {
+					if r.Attempt == 0 && r.Iteration == 3 {
+						host = hostOf(t, c, r.Slices[0], 2)
+						b.KillNode(ctx, host) //nolint:errcheck // checked by the failure below
+					}
+				}})
+			is.NoErr(err)
+			res, err := tr.Fit(ctx)
+			is.Equal(len(res.Failures), 1)
+			is.Equal(ray.Code(res.Failures[0].Err), ray.Unavailable)
+			if tc.restart {
+				is.NoErr(err)
+				is.Equal(res.Metrics["value"], 200.0)
+				is.Equal(res.Attempts, 2)
+			} else {
+				is.True(errors.Is(err, context.DeadlineExceeded)) // no fresh slice came
+				is.True(res.Checkpoint.Iteration >= 2)            // what was saved is kept (every rank had reported 2 when rank 0 reported 3)
+			}
+			assertReleased(t, c)
+		})
+	}
 }
+
+// hook is a slog handler that calls fn on the message msg.
+type hook struct {
+	msg string
+	fn  func()
+}
+
+func (h hook) Enabled(context.Context, slog.Level) bool { return true }
+func (h hook) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.fn()
+	}
+	return nil
+}
+func (h hook) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h hook) WithGroup(string) slog.Handler      { return h }
 
 // TestCancel: cancelling Fit's context stops every worker and releases
 // the slices.
