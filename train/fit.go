@@ -138,7 +138,10 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 			break
 		}
 		if err != nil { // not a worker failure: the run cannot go on
-			t.finishResult(ctx, st, res)
+			t.finishResult(ctx, st, res) //nolint:errcheck // err says more
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
 			return res, err
 		}
 		if resume, err = st.latest(ctx); err != nil {
@@ -149,9 +152,13 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 		}
 		res.Failures = append(res.Failures, *f)
 		if t.run.MaxFailures >= 0 && len(res.Failures) > t.run.MaxFailures {
-			t.finishResult(ctx, st, res)
-			return res, fmt.Errorf("train: run %s: attempt %d failed (%d failures, MaxFailures %d): rank %d on %s: %s",
-				t.run.Name, attempt, len(res.Failures), t.run.MaxFailures, f.Rank, f.Host, f.Cause)
+			t.finishResult(ctx, st, res) //nolint:errcheck // the failure says more
+			cause := f.Err
+			if cause == nil {
+				cause = errors.New(f.Cause)
+			}
+			return res, fmt.Errorf("train: run %s: attempt %d failed (%d failures, MaxFailures %d): rank %d on %s: %w",
+				t.run.Name, attempt, len(res.Failures), t.run.MaxFailures, f.Rank, f.Host, cause)
 		}
 		prog.failure(*f)
 		t.run.Logger.Info("train: restarting", "run", t.run.Name, "attempt", attempt+1, "resume_from", f.ResumeFrom)

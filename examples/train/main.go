@@ -150,12 +150,10 @@ type Outcome struct {
 
 func run(ctx context.Context, b *local.Backend, c *ray.Cluster, out io.Writer, progress train.Progress) error {
 	// One slice, and a host of it dies at step 55.
-	var killed string
 	var killErr error
 	one, err := fit(ctx, c, 1, progress, func(r train.Report) {
 		if r.Attempt == 0 && r.Iteration == 55 {
-			killed = r.Slices[0]
-			killErr = b.KillNode(ctx, killed+"-w1")
+			killErr = killHost(ctx, b, c, r.Slices[0], 1)
 		}
 	})
 	if err != nil {
@@ -175,6 +173,20 @@ func run(ctx context.Context, b *local.Backend, c *ray.Cluster, out io.Writer, p
 	report(out, two)
 	fmt.Fprintf(out, "\nknown answer: w=%.4f b=%.4f\n", TrueW, TrueB)
 	return nil
+}
+
+// killHost simulates the loss of host worker of a slice.
+func killHost(ctx context.Context, b *local.Backend, c *ray.Cluster, slice string, worker int) error {
+	states, err := ray.TPUSlices(ctx, c)
+	if err != nil {
+		return err
+	}
+	for _, st := range states {
+		if st.Name == slice {
+			return b.KillNode(ctx, st.Hosts[worker].Node)
+		}
+	}
+	return fmt.Errorf("no slice %s", slice)
 }
 
 // fit trains on n slices and returns the weights of the last checkpoint.
