@@ -32,6 +32,7 @@ type rendezvous struct {
 
 	mu     sync.Mutex
 	conns  map[int]*ctrlConn
+	joins  map[int]uint64     // each rank's join request ID
 	all    map[*ctrlConn]bool // every accepted connection, joined or not
 	addrs  []string
 	joined int
@@ -68,7 +69,7 @@ func newRendezvous(addr, token string, attempt, world int, st *store, sliceNames
 		return nil, fmt.Errorf("train: listen for workers on %s: %w", addr, err)
 	}
 	r := &rendezvous{ln: ln, token: token, attempt: attempt, world: world, store: st, slices: sliceNames, verdict: verdict,
-		sink: sink, lines: lines, conns: map[int]*ctrlConn{}, all: map[*ctrlConn]bool{}, addrs: make([]string, world), left: make([]bool, world),
+		sink: sink, lines: lines, conns: map[int]*ctrlConn{}, joins: map[int]uint64{}, all: map[*ctrlConn]bool{}, addrs: make([]string, world), left: make([]bool, world),
 		iters: map[int]*iterState{}, failed: make(chan struct{})}
 	r.wg.Go(r.accept)
 	return r, nil
@@ -104,7 +105,7 @@ func (r *rendezvous) serve(cc *ctrlConn) {
 	}
 	rank, err := r.join(cc, m)
 	if err != nil {
-		cc.send(&ctrlMsg{Type: msgError, Err: err.Error()}) //nolint:errcheck // the worker fails either way
+		cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error()}) //nolint:errcheck // the worker fails either way
 		return
 	}
 	left := false
@@ -119,16 +120,16 @@ func (r *rendezvous) serve(cc *ctrlConn) {
 		switch m.Type {
 		case msgReport:
 			if err := r.report(rank, m); err != nil {
-				cc.send(&ctrlMsg{Type: msgError, Err: err.Error()}) //nolint:errcheck // see the reader
+				cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error()}) //nolint:errcheck // see the reader
 			} else {
-				cc.send(&ctrlMsg{Type: msgAck}) //nolint:errcheck // see the reader
+				cc.send(&ctrlMsg{Type: msgAck, ID: m.ID}) //nolint:errcheck // see the reader
 			}
 		case msgLoad:
 			data, err := r.store.read(context.Background(), m.Iteration, m.Rank)
 			if err != nil {
-				cc.send(&ctrlMsg{Type: msgError, Err: err.Error()}) //nolint:errcheck // see the reader
+				cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error()}) //nolint:errcheck // see the reader
 			} else {
-				cc.send(&ctrlMsg{Type: msgData, Data: data}) //nolint:errcheck // see the reader
+				cc.send(&ctrlMsg{Type: msgData, ID: m.ID, Data: data}) //nolint:errcheck // see the reader
 			}
 		case msgOutput:
 			r.lines.write(rank, m.Line)
@@ -161,14 +162,15 @@ func (r *rendezvous) join(cc *ctrlConn, m *ctrlMsg) (int, error) {
 		return 0, fmt.Errorf("train: attempt %d has ended", r.attempt)
 	}
 	r.conns[m.Rank] = cc
+	r.joins[m.Rank] = m.ID
 	r.addrs[m.Rank] = m.Addr
 	r.joined++
 	if r.fail != nil {
 		cc.send(&ctrlMsg{Type: msgAbort, Rank: r.fail.rank, Err: r.fail.cause}) //nolint:errcheck // it fails either way
 	}
 	if r.joined == r.world {
-		for _, c := range r.conns {
-			c.send(&ctrlMsg{Type: msgPeers, Addrs: r.addrs}) //nolint:errcheck // a broken connection shows up on its reader
+		for rank, c := range r.conns {
+			c.send(&ctrlMsg{Type: msgPeers, ID: r.joins[rank], Addrs: r.addrs}) //nolint:errcheck // a broken connection shows up on its reader
 		}
 	}
 	return m.Rank, nil

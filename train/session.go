@@ -16,6 +16,7 @@ type session struct {
 	cc      *ctrlConn
 	replies chan *ctrlMsg
 	reqMu   sync.Mutex // one request in flight
+	lastID  uint64
 
 	closing atomic.Bool
 	done    chan struct{} // the reader has returned
@@ -93,26 +94,34 @@ func (s *session) abortedErr() error {
 	return s.abortErr
 }
 
-// request sends m and waits for the driver's reply.
+// request sends m and waits for the driver's reply (a late reply to an
+// earlier, abandoned request is dropped).
 func (s *session) request(ctx context.Context, m *ctrlMsg) (*ctrlMsg, error) {
 	s.reqMu.Lock()
 	defer s.reqMu.Unlock()
 	if err := s.abortedErr(); err != nil {
 		return nil, err
 	}
+	s.lastID++
+	m.ID = s.lastID
 	if err := s.cc.send(m); err != nil {
 		return nil, fmt.Errorf("train: send %s to the driver: %w", m.Type, err)
 	}
-	select {
-	case r := <-s.replies:
-		if r.Type == msgError {
-			return nil, errors.New(r.Err)
+	for {
+		select {
+		case r := <-s.replies:
+			if r.ID != m.ID {
+				continue
+			}
+			if r.Type == msgError {
+				return nil, errors.New(r.Err)
+			}
+			return r, nil
+		case <-s.aborted:
+			return nil, s.abortedErr()
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		return r, nil
-	case <-s.aborted:
-		return nil, s.abortedErr()
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 }
 

@@ -31,6 +31,7 @@ const (
 // ctrlMsg is one control message; Type says which fields are set.
 type ctrlMsg struct {
 	Type      string   `json:"type"`
+	ID        uint64   `json:"id,omitempty"` // a request's ID, echoed by its reply
 	Token     string   `json:"token,omitempty"`
 	Attempt   int      `json:"attempt,omitempty"`
 	Rank      int      `json:"rank,omitempty"`
