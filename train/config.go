@@ -14,7 +14,8 @@ import (
 
 // ScalingConfig says what the run runs on: whole TPU slices of one
 // generation and topology. The number of workers is derived: one per host
-// of every slice.
+// of every slice. The zero value is incomplete: AcceleratorVersion and
+// Topology are required.
 type ScalingConfig struct {
 	// AcceleratorVersion is the TPU generation: "v6e", "TPU-V6E", "v5p",
 	// "tpu7x", ...
@@ -55,7 +56,8 @@ const (
 )
 
 // RunConfig names a run and says where its checkpoints go, how failures are
-// handled and how progress is shown.
+// handled and how progress is shown. The zero value is a run named "train"
+// with in-memory checkpoints, no restarts and automatic progress.
 type RunConfig struct {
 	// Name names the run and its checkpoint directory; letters, digits,
 	// '.', '_' and '-'. Empty means "train".

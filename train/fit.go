@@ -18,8 +18,9 @@ import (
 
 // Trainer runs a training loop (or an external program) on every host of
 // whole TPU slices, restarting it from its latest checkpoint on fresh
-// slices after a failure. Create it with [New] or [NewProgram]; a
-// *Trainer is safe for concurrent use, and each Fit is a separate run.
+// slices after a failure. Create it with [New] or [NewProgram]; its zero
+// value is not usable. A *Trainer is safe for concurrent use, and each Fit
+// is a separate run.
 type Trainer struct {
 	c       *ray.Cluster
 	scaling ScalingConfig
