@@ -1,0 +1,233 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/samber/lo"
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+
+	// file:// and mem:// storage work out of the box; import a driver
+	// such as gocloud.dev/blob/gcsblob for gs://.
+	_ "gocloud.dev/blob/fileblob"
+	_ "gocloud.dev/blob/memblob"
+)
+
+// Checkpoint is a complete checkpoint of a run: the data each rank saved
+// with its N-th [Worker.Report], committed once every rank had reported
+// iteration N. It is safe for concurrent use.
+type Checkpoint struct {
+	// Iteration is the report number the checkpoint was taken at.
+	Iteration int `json:"iteration"`
+	// Metrics are rank 0's metrics of that report.
+	Metrics Metrics `json:"metrics,omitempty"`
+	// Ranks lists the ranks that saved data, ascending.
+	Ranks []int `json:"ranks"`
+	// Attempt is the attempt that wrote it.
+	Attempt int `json:"attempt"`
+	// Time is when it was committed.
+	Time time.Time `json:"time"`
+
+	store *store
+}
+
+func (c *Checkpoint) hasRank(r int) bool { return slices.Contains(c.Ranks, r) }
+
+// Load reads the data rank saved in the checkpoint, from the run's storage
+// (in the driver). After Fit returned it reopens RunConfig.Storage, which
+// works for file://, gs:// and s3:// but not for the default mem:// (pass
+// RunConfig.Bucket to keep an in-memory bucket).
+func (c *Checkpoint) Load(ctx context.Context, rank int) ([]byte, error) {
+	if c.store == nil {
+		return nil, errors.New("train: Checkpoint.Load: the checkpoint has no storage (use Worker.LoadCheckpoint inside a loop)")
+	}
+	if !c.hasRank(rank) {
+		return nil, fmt.Errorf("train: checkpoint %d has no data of rank %d; ranks with data: %v", c.Iteration, rank, c.Ranks)
+	}
+	return c.store.read(ctx, c.Iteration, rank)
+}
+
+// store keeps a run's checkpoints in a blob bucket under "<run>/":
+//
+//	<run>/checkpoint_000000012/rank_00000   data of rank 0
+//	<run>/checkpoint_000000012/COMPLETE     JSON Checkpoint, written last
+//
+// A checkpoint counts only once its COMPLETE marker exists, and the marker
+// is written after every rank's data, so a crash mid-write leaves nothing
+// that resume would pick up. Each object is written atomically by the
+// bucket (a temporary file renamed, for file://). Pruning deletes the
+// marker first, for the same reason.
+type store struct {
+	b      *blob.Bucket
+	prefix string
+	keep   int
+	// url is set when Fit opened (and will close) the bucket: reads after
+	// Fit open it again. A mem:// bucket is gone by then.
+	url    string
+	closed atomic.Bool
+}
+
+const markerName = "COMPLETE"
+
+func (s *store) dir(it int) string { return fmt.Sprintf("%scheckpoint_%09d/", s.prefix, it) }
+
+func (s *store) rankKey(it, rank int) string { return fmt.Sprintf("%srank_%05d", s.dir(it), rank) }
+
+func (s *store) writeRank(ctx context.Context, it, rank int, data []byte) error {
+	if err := s.b.WriteAll(ctx, s.rankKey(it, rank), data, nil); err != nil {
+		return fmt.Errorf("train: write checkpoint %d of rank %d: %w", it, rank, err)
+	}
+	return nil
+}
+
+func (s *store) read(ctx context.Context, it, rank int) ([]byte, error) {
+	bucket := s.b
+	if s.closed.Load() {
+		var err error
+		if bucket, err = blob.OpenBucket(ctx, s.url); err != nil {
+			return nil, fmt.Errorf("train: read checkpoint %d of rank %d: reopen %q: %w", it, rank, s.url, err)
+		}
+		defer bucket.Close()
+	}
+	b, err := bucket.ReadAll(ctx, s.rankKey(it, rank))
+	if err != nil {
+		return nil, fmt.Errorf("train: read checkpoint %d of rank %d: %w", it, rank, err)
+	}
+	return b, nil
+}
+
+// commit writes the marker that makes checkpoint ck complete, then prunes.
+func (s *store) commit(ctx context.Context, ck *Checkpoint) error {
+	b, err := json.Marshal(ck)
+	if err != nil {
+		return err
+	}
+	if err := s.b.WriteAll(ctx, s.dir(ck.Iteration)+markerName, b, &blob.WriterOptions{ContentType: "application/json"}); err != nil {
+		return fmt.Errorf("train: commit checkpoint %d: %w", ck.Iteration, err)
+	}
+	return s.prune(ctx)
+}
+
+// scan lists the run's checkpoint directories: all of them, and the
+// complete ones, ascending by iteration.
+func (s *store) scan(ctx context.Context) (all, complete []int, err error) {
+	it := s.b.List(&blob.ListOptions{Prefix: s.prefix})
+	seen := map[int]bool{}
+	for {
+		obj, err := it.Next(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("train: list checkpoints under %q: %w", s.prefix, err)
+		}
+		rest := strings.TrimPrefix(obj.Key, s.prefix)
+		dir, file, ok := strings.Cut(rest, "/")
+		n, perr := strconv.Atoi(strings.TrimPrefix(dir, "checkpoint_"))
+		if !ok || perr != nil || !strings.HasPrefix(dir, "checkpoint_") {
+			continue
+		}
+		if !seen[n] {
+			seen[n] = true
+			all = append(all, n)
+		}
+		if file == markerName {
+			complete = append(complete, n)
+		}
+	}
+	slices.Sort(all)
+	slices.Sort(complete)
+	return all, complete, nil
+}
+
+// checkpoints returns the complete checkpoints, oldest first.
+func (s *store) checkpoints(ctx context.Context) ([]*Checkpoint, error) {
+	_, complete, err := s.scan(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Checkpoint, 0, len(complete))
+	for _, it := range complete {
+		ck, err := s.marker(ctx, it)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ck)
+	}
+	return out, nil
+}
+
+// latest returns the newest complete checkpoint, or nil.
+func (s *store) latest(ctx context.Context) (*Checkpoint, error) {
+	_, complete, err := s.scan(ctx)
+	if err != nil || len(complete) == 0 {
+		return nil, err
+	}
+	return s.marker(ctx, complete[len(complete)-1])
+}
+
+func (s *store) marker(ctx context.Context, it int) (*Checkpoint, error) {
+	b, err := s.b.ReadAll(ctx, s.dir(it)+markerName)
+	if err != nil {
+		return nil, fmt.Errorf("train: read checkpoint %d: %w", it, err)
+	}
+	ck := &Checkpoint{store: s}
+	if err := json.Unmarshal(b, ck); err != nil {
+		return nil, fmt.Errorf("train: checkpoint %d: corrupt marker: %w", it, err)
+	}
+	return ck, nil
+}
+
+// prune keeps the newest s.keep complete checkpoints and deletes every
+// directory older than the oldest kept one (older complete checkpoints
+// and debris of crashed writes), marker first.
+func (s *store) prune(ctx context.Context) error {
+	if s.keep <= 0 {
+		return nil
+	}
+	all, complete, err := s.scan(ctx)
+	if err != nil || len(complete) <= s.keep {
+		return err
+	}
+	oldestKept := complete[len(complete)-s.keep]
+	for _, it := range lo.Filter(all, func(n, _ int) bool { return n < oldestKept }) {
+		if err := s.deleteDir(ctx, it); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *store) deleteDir(ctx context.Context, it int) error {
+	dir := s.dir(it)
+	if err := s.b.Delete(ctx, dir+markerName); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		return fmt.Errorf("train: delete checkpoint %d: %w", it, err)
+	}
+	var keys []string
+	iter := s.b.List(&blob.ListOptions{Prefix: dir})
+	for {
+		obj, err := iter.Next(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("train: delete checkpoint %d: %w", it, err)
+		}
+		keys = append(keys, obj.Key)
+	}
+	for _, k := range keys {
+		if err := s.b.Delete(ctx, k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return fmt.Errorf("train: delete checkpoint %d: %w", it, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,213 @@
+package train
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/tpu"
+	"gocloud.dev/blob"
+)
+
+// ScalingConfig says what the run runs on: whole TPU slices of one
+// generation and topology. The number of workers is derived: one per host
+// of every slice. The zero value is incomplete: AcceleratorVersion and
+// Topology are required.
+type ScalingConfig struct {
+	// AcceleratorVersion is the TPU generation: "v6e", "TPU-V6E", "v5p",
+	// "tpu7x", ...
+	AcceleratorVersion string
+	// Topology is the chip grid of each slice, such as "4x4".
+	Topology string
+	// NumSlices is the number of slices (multislice over DCN when more than
+	// 1); 0 means 1.
+	NumSlices int
+	// ChipsPerHost overrides the chips per host for ambiguous shapes such
+	// as v6e 2x4 (Ray's chips_per_vm); 0 means the generation's default.
+	ChipsPerHost int
+	// NumWorkers, if not 0, is checked against the derived worker count
+	// (hosts per slice times NumSlices); it is never used to compute it.
+	NumWorkers int
+	// ResourcesPerWorker are each worker's resources. A worker holds a
+	// whole host: TPU defaults to the host's chips and may only be set to
+	// that; CPU defaults to 1.
+	ResourcesPerWorker ray.Resources
+	// ReserveTimeout bounds each wait for free slices, at the start and
+	// after every failure; 0 means 5 minutes.
+	ReserveTimeout time.Duration
+}
+
+// Progress says how a run shows its progress.
+type Progress int
+
+const (
+	// ProgressAuto draws a live progress line on ProgressOutput when it is
+	// a terminal and logs one slog line per report otherwise.
+	ProgressAuto Progress = iota
+	// ProgressOff shows nothing.
+	ProgressOff
+	// ProgressBar always draws the live line.
+	ProgressBar
+	// ProgressLog always logs slog lines.
+	ProgressLog
+)
+
+// RunConfig names a run and says where its checkpoints go, how failures are
+// handled and how progress is shown. The zero value is a run named "train"
+// with in-memory checkpoints, no restarts and automatic progress.
+type RunConfig struct {
+	// Name names the run and its checkpoint directory; letters, digits,
+	// '.', '_' and '-'. Empty means "train".
+	Name string
+	// Storage is the URL of the checkpoint bucket (gocloud.dev/blob):
+	// "file:///path", "mem://" (built in), "gs://bucket" or "s3://bucket"
+	// after importing the driver. Empty means "mem://", which lives as long
+	// as the Fit call. Checkpoints are written by the driver, so only the
+	// driver needs access. A run whose storage already holds complete
+	// checkpoints under its name resumes from the latest.
+	Storage string
+	// Bucket, if set, is used instead of Storage (and not closed).
+	Bucket *blob.Bucket
+	// KeepCheckpoints is how many complete checkpoints are kept; 0 means
+	// 3, negative keeps all.
+	KeepCheckpoints int
+	// MaxFailures is how many failed attempts are restarted from the latest
+	// checkpoint on fresh slices; negative restarts forever. The default
+	// 0 fails the run on its first failure.
+	MaxFailures int
+	// Progress says how progress is shown; ProgressOutput receives it (nil
+	// means os.Stderr) and Logger receives the log lines (nil means a text
+	// handler on ProgressOutput).
+	Progress       Progress
+	ProgressOutput io.Writer
+	// TotalIterations, if known, sizes the progress bar.
+	TotalIterations int
+	// ProgressInterval is the least time between two log lines of
+	// ProgressLog (the first report of each attempt, the last report and
+	// failures are always logged); 0 means 1s, negative logs every report.
+	ProgressInterval time.Duration
+	// ProgressLogger, if set, receives the ProgressLog lines instead of a
+	// text handler on ProgressOutput.
+	ProgressLogger *slog.Logger
+	// Logger receives debug logs of the trainer; nil discards them.
+	Logger *slog.Logger
+	// Output receives the output of external programs, each line
+	// prefixed with "[rank N] "; nil means os.Stdout.
+	Output io.Writer
+	// OnReport, if set, is called in the driver with each of rank 0's
+	// reports, one at a time; rank 0's Report waits for it.
+	OnReport func(Report)
+	// Rendezvous is the address the driver listens on for its workers;
+	// empty means "127.0.0.1:0". On a real cluster use an address the
+	// workers can reach.
+	Rendezvous string
+	// FailureVerdict bounds how long a worker whose peer connection broke
+	// waits for the driver to name the failed rank before naming the
+	// peer; 0 means 10s.
+	FailureVerdict time.Duration
+	// StartTimeout bounds the wait for every worker of an attempt to start
+	// and join; a worker that does not (its host died before its task
+	// ran) fails the attempt. 0 means 5 minutes.
+	StartTimeout time.Duration
+	// StopGrace bounds the wait for workers to stop after the run ends or
+	// fails; 0 means 10s.
+	StopGrace time.Duration
+}
+
+// Report is one of rank 0's reports, as passed to RunConfig.OnReport.
+type Report struct {
+	Attempt   int
+	Iteration int
+	Metrics   Metrics
+	// Slices are the names of the attempt's reserved slices, for tests
+	// that inject failures.
+	Slices []string
+	// Checkpoint is true when rank 0 saved data with the report.
+	Checkpoint bool
+}
+
+var runName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// plan is a validated configuration.
+type plan struct {
+	shape          tpu.SliceShape
+	numSlices      int
+	hostsPerSlice  int
+	workers        int
+	resources      ray.Resources
+	reserveTimeout time.Duration
+}
+
+func (s ScalingConfig) plan() (*plan, error) {
+	if s.AcceleratorVersion == "" || s.Topology == "" {
+		return nil, fmt.Errorf("train: ScalingConfig needs AcceleratorVersion (such as \"v6e\") and Topology (such as \"4x4\")")
+	}
+	shape, err := tpu.NewSliceShape(tpu.Generation(s.AcceleratorVersion), s.Topology, s.ChipsPerHost)
+	if err != nil {
+		return nil, fmt.Errorf("train: ScalingConfig: %w", err)
+	}
+	if s.NumSlices < 0 {
+		return nil, fmt.Errorf("train: ScalingConfig: NumSlices %d is negative; use 1 or more (0 means 1)", s.NumSlices)
+	}
+	p := &plan{shape: shape, numSlices: max(s.NumSlices, 1), hostsPerSlice: shape.Hosts(), reserveTimeout: s.ReserveTimeout}
+	p.workers = p.hostsPerSlice * p.numSlices
+	chips := float64(shape.ChipsPerHost)
+	if shape.ChipsPerHost == 0 {
+		chips = float64(shape.Generation.DefaultChipsPerHost(shape.Topology))
+	}
+	if s.NumWorkers != 0 && s.NumWorkers != p.workers {
+		return nil, fmt.Errorf("train: ScalingConfig: NumWorkers is %d, but %d × %s (%d hosts of %v chips each) means %d workers, one per host; leave NumWorkers 0 to derive it",
+			s.NumWorkers, p.numSlices, shape, p.hostsPerSlice, chips, p.workers)
+	}
+	p.resources = ray.Resources{ray.CPU: 1, ray.TPU: chips}
+	for k, v := range s.ResourcesPerWorker {
+		if k == ray.TPU && v != chips {
+			return nil, fmt.Errorf("train: ScalingConfig: ResourcesPerWorker asks for %v TPU chips, but a worker holds a whole %s host, which has %v; leave TPU unset", v, shape, chips)
+		}
+		if v < 0 {
+			return nil, fmt.Errorf("train: ScalingConfig: ResourcesPerWorker[%q] is negative (%v)", k, v)
+		}
+		p.resources[k] = v
+	}
+	if p.reserveTimeout <= 0 {
+		p.reserveTimeout = 5 * time.Minute
+	}
+	return p, nil
+}
+
+func (r RunConfig) withDefaults() (RunConfig, error) {
+	if r.Name == "" {
+		r.Name = "train"
+	}
+	if !runName.MatchString(r.Name) {
+		return r, fmt.Errorf("train: RunConfig.Name %q: use letters, digits, '.', '_' and '-'", r.Name)
+	}
+	if r.Storage == "" {
+		r.Storage = "mem://"
+	}
+	if r.KeepCheckpoints == 0 {
+		r.KeepCheckpoints = 3
+	}
+	if r.Progress < ProgressAuto || r.Progress > ProgressLog {
+		return r, fmt.Errorf("train: RunConfig.Progress %d: use ProgressAuto, ProgressOff, ProgressBar or ProgressLog", r.Progress)
+	}
+	if r.Rendezvous == "" {
+		r.Rendezvous = "127.0.0.1:0"
+	}
+	if r.FailureVerdict <= 0 {
+		r.FailureVerdict = 10 * time.Second
+	}
+	if r.StartTimeout <= 0 {
+		r.StartTimeout = 5 * time.Minute
+	}
+	if r.StopGrace <= 0 {
+		r.StopGrace = 10 * time.Second
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	return r, nil
+}

@@ -1,0 +1,291 @@
+package train
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"gocloud.dev/blob"
+
+	"github.com/goray-dev/goray/ray"
+)
+
+// Trainer runs a training loop (or an external program) on every host of
+// whole TPU slices, restarting it from its latest checkpoint on fresh
+// slices after a failure. Create it with [New] or [NewProgram]; its zero
+// value is not usable. A *Trainer is safe for concurrent use, and each Fit
+// is a separate run.
+type Trainer struct {
+	c       *ray.Cluster
+	scaling ScalingConfig
+	plan    *plan
+	run     RunConfig
+	loop    string
+	config  json.RawMessage
+	program *Program
+}
+
+// New returns a trainer that runs loop with cfg on every worker. It fails
+// with an error naming the problem for a bad configuration, such as a
+// topology the generation lacks or a NumWorkers the topology contradicts.
+func New[C any](c *ray.Cluster, loop *Loop[C], cfg C, scaling ScalingConfig, run RunConfig) (*Trainer, error) {
+	if loop == nil {
+		return nil, errors.New("train.New: nil loop")
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("train.New: encode the %T configuration: %w", cfg, err)
+	}
+	return newTrainer(c, scaling, run, func(t *Trainer) { t.loop, t.config = loop.name, raw })
+}
+
+// NewProgram returns a trainer that runs prog on every host (mode 3b).
+func NewProgram(c *ray.Cluster, prog Program, scaling ScalingConfig, run RunConfig) (*Trainer, error) {
+	if prog.Path == "" {
+		return nil, errors.New("train.NewProgram: Program.Path is empty: name the program to run, such as \"python3\"")
+	}
+	return newTrainer(c, scaling, run, func(t *Trainer) { t.program = &prog })
+}
+
+func newTrainer(c *ray.Cluster, scaling ScalingConfig, run RunConfig, set func(*Trainer)) (*Trainer, error) {
+	if c == nil {
+		return nil, errors.New("train: nil cluster")
+	}
+	p, err := scaling.plan()
+	if err != nil {
+		return nil, err
+	}
+	run, err = run.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	t := &Trainer{c: c, scaling: scaling, plan: p, run: run}
+	set(t)
+	return t, nil
+}
+
+// NumWorkers returns the derived number of workers: one per host of every
+// slice.
+func (t *Trainer) NumWorkers() int { return t.plan.workers }
+
+// Failure is one failed attempt.
+type Failure struct {
+	// Attempt is the attempt that failed.
+	Attempt int
+	// Rank is the worker that failed first; Host and Slice are where it
+	// ran.
+	Rank        int
+	Host, Slice string
+	// Cause says why, and Err is the task's error when the failure came
+	// from one (read its code with ray.Code: Unavailable for a lost host).
+	Cause string
+	Err   error
+	// ResumeFrom is the iteration of the checkpoint the next attempt
+	// resumes from (0: from scratch).
+	ResumeFrom int
+	Time       time.Time
+}
+
+// Result is what a run produced.
+type Result struct {
+	// Metrics are rank 0's last reported metrics, at Iteration.
+	Metrics   Metrics
+	Iteration int
+	// Checkpoint is the latest complete checkpoint (nil if none), and
+	// Checkpoints are all kept ones, oldest first.
+	Checkpoint  *Checkpoint
+	Checkpoints []*Checkpoint
+	// Failures is the failure history, oldest first; Attempts counts
+	// every attempt, including the last.
+	Failures []Failure
+	Attempts int
+}
+
+// Fit runs the training: it reserves the slices (waiting up to
+// ReserveTimeout), starts one worker per host with that host's env, and
+// waits for every worker's loop to return. When a worker fails (its loop
+// returns an error, its host dies, its slice is preempted), every other
+// worker's collectives fail at once, the slices are released, fresh ones
+// are reserved and every worker restarts from the latest complete
+// checkpoint, up to MaxFailures times. Fit releases everything it reserved
+// on every path, and returns the result so far with any error.
+func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
+	st, closeStore, err := t.openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closeStore()
+	prog := newProgress(t.run)
+	defer prog.finish()
+	sink := &reportSink{progress: prog, onReport: t.run.OnReport}
+	res := &Result{}
+	resume, err := st.latest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		res.Attempts = attempt + 1
+		f, err := t.attempt(ctx, attempt, st, resume, sink)
+		if last := sink.lastReport(); last != nil {
+			res.Metrics, res.Iteration = last.Metrics, last.Iteration
+		}
+		if f == nil && err == nil {
+			break
+		}
+		if err != nil { // not a worker failure: the run cannot go on
+			t.finishResult(ctx, st, res) //nolint:errcheck // err says more
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			return res, err
+		}
+		if resume, err = st.latest(ctx); err != nil {
+			return res, err
+		}
+		if resume != nil {
+			f.ResumeFrom = resume.Iteration
+		}
+		res.Failures = append(res.Failures, *f)
+		if t.run.MaxFailures >= 0 && len(res.Failures) > t.run.MaxFailures {
+			t.finishResult(ctx, st, res) //nolint:errcheck // the failure says more
+			cause := f.Err
+			if cause == nil {
+				cause = errors.New(f.Cause)
+			}
+			return res, fmt.Errorf("train: run %s: attempt %d failed (%d failures, MaxFailures %d): rank %d on %s: %w",
+				t.run.Name, attempt, len(res.Failures), t.run.MaxFailures, f.Rank, f.Host, cause)
+		}
+		prog.failure(*f)
+		t.run.Logger.Info("train: restarting", "run", t.run.Name, "attempt", attempt+1, "resume_from", f.ResumeFrom)
+	}
+	return res, t.finishResult(ctx, st, res)
+}
+
+func (t *Trainer) finishResult(ctx context.Context, st *store, res *Result) error {
+	cks, err := st.checkpoints(context.WithoutCancel(ctx))
+	if err != nil {
+		return err
+	}
+	res.Checkpoints = cks
+	if len(cks) > 0 {
+		res.Checkpoint = cks[len(cks)-1]
+	}
+	return nil
+}
+
+func (t *Trainer) openStore(ctx context.Context) (*store, func(), error) {
+	b, closeFn := t.run.Bucket, func() {}
+	if b == nil {
+		var err error
+		if b, err = blob.OpenBucket(ctx, t.run.Storage); err != nil {
+			return nil, nil, fmt.Errorf("train: open checkpoint storage %q: %w", t.run.Storage, err)
+		}
+	}
+	st := &store{b: b, prefix: t.run.Name + "/", keep: t.run.KeepCheckpoints}
+	if t.run.Bucket == nil {
+		st.url = t.run.Storage
+		closeFn = func() {
+			st.closed.Store(true)
+			b.Close()
+		}
+	}
+	return st, closeFn, nil
+}
+
+// abortGrace is how long workers told of a failure get to return from their
+// loops before their tasks are cancelled.
+const abortGrace = time.Second
+
+// attempt runs one attempt. It returns a Failure when a worker failed
+// (the run may restart) and an error when it cannot go on.
+func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *Checkpoint, sink *reportSink) (*Failure, error) {
+	p := t.plan
+	spg, err := ray.NewSlicePlacementGroup(ctx, t.c, ray.SliceSpec{
+		Topology: p.shape.Topology.String(), AcceleratorVersion: p.shape.Generation.String(), ChipsPerVM: t.scaling.ChipsPerHost,
+		NumSlices: p.numSlices, ResourcesPerBundle: p.resources, Name: fmt.Sprintf("%s-attempt-%d", t.run.Name, attempt),
+		Timeout: p.reserveTimeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("train: run %s attempt %d: reserve %d × %s: %w", t.run.Name, attempt, p.numSlices, p.shape, err)
+	}
+	defer spg.Release(context.WithoutCancel(ctx))
+	if spg.NumHosts() != p.workers || spg.BundlesPerHost() != 1 {
+		return nil, fmt.Errorf("train: run %s: the reservation has %d hosts and %d bundles per host; want %d hosts of one bundle", t.run.Name, spg.NumHosts(), spg.BundlesPerHost(), p.workers)
+	}
+	token := make([]byte, 16)
+	rand.Read(token) //nolint:errcheck // crypto/rand.Read never fails
+	out := t.run.Output
+	if out == nil {
+		out = os.Stdout
+	}
+	rz, err := newRendezvous(t.run.Rendezvous, hex.EncodeToString(token), attempt, p.workers, st, spg.SliceNames(), t.run.FailureVerdict, sink, &lineSink{w: out})
+	if err != nil {
+		return nil, err
+	}
+	hosts, sliceNames := spg.Hosts(), spg.SliceNames()
+	t.run.Logger.Debug("train: attempt starts", "run", t.run.Name, "attempt", attempt, "slices", sliceNames, "resume", resume != nil)
+
+	var wg sync.WaitGroup
+	var okMu sync.Mutex
+	ok := 0
+	allOK := make(chan struct{})
+	for i := range p.workers {
+		in := workerInput{
+			Run: t.run.Name, Loop: t.loop, Config: t.config, Program: t.program,
+			Rendezvous: rz.addr(), Token: rz.token, Attempt: attempt,
+			Rank: i, WorldSize: p.workers, SliceIndex: i / p.hostsPerSlice, NumSlices: p.numSlices,
+			Env: spg.WorkerEnv(i), Resume: resume, Verdict: t.run.FailureVerdict,
+		}
+		ref := workerTask.Remote(ctx, t.c, in, ray.InBundle(spg.PlacementGroup(), i), ray.Retries(0), p.resources,
+			ray.Name(fmt.Sprintf("%s/attempt-%d/rank-%d", t.run.Name, attempt, i)))
+		wg.Go(func() {
+			if _, err := ref.Get(ctx); err != nil {
+				rz.setFailure(i, err.Error(), err, false)
+				return
+			}
+			okMu.Lock()
+			defer okMu.Unlock()
+			if ok++; ok == p.workers {
+				close(allOK)
+			}
+		})
+	}
+	started := time.AfterFunc(t.run.StartTimeout, func() { rz.missing(t.run.StartTimeout) })
+	defer started.Stop()
+	select {
+	case <-allOK:
+	case <-rz.failed:
+	case <-ctx.Done():
+		rz.setFailure(-1, "the run was cancelled", nil, false)
+	}
+	// Every path: the workers were told of a failure (above); give them a
+	// moment to return from their loops on their own, so that they see
+	// the failure rather than a cancellation, then give the slices back,
+	// which cancels the tasks, and wait for the workers.
+	rz.stopAccepting()
+	rz.wait(min(abortGrace, t.run.StopGrace))
+	spg.Release(context.WithoutCancel(ctx)) //nolint:errcheck // releasing twice is a no-op; a failure here leaves nothing we could do
+	wg.Wait()
+	rz.close(t.run.StopGrace)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	f := rz.failure()
+	if f == nil {
+		return nil, nil
+	}
+	fl := &Failure{Attempt: attempt, Rank: f.rank, Cause: f.cause, Err: f.err, Time: time.Now()}
+	if f.rank >= 0 && f.rank < len(hosts) {
+		fl.Host, fl.Slice = hosts[f.rank], sliceNames[f.rank/p.hostsPerSlice]
+	}
+	if code := ray.Code(f.err); f.err != nil && !errors.Is(f.err, ray.ErrPlacementGroupRemoved) && (code == ray.InvalidArgument || code == ray.FailedPrecondition || code == ray.NotFound) {
+		return nil, fmt.Errorf("train: run %s: rank %d cannot run: %w", t.run.Name, f.rank, f.err)
+	}
+	return fl, nil
+}

@@ -1,0 +1,131 @@
+package train
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/samber/lo"
+)
+
+// Program is an external program that a run starts on every host (mode
+// 3b), for example python3 running JAX. Each process gets the host's
+// env (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, MEGASCALE_*, ... of the live
+// reservation) plus:
+//
+//	JAX_COORDINATOR_ADDRESS  host:port of rank 0, for jax.distributed.initialize
+//	JAX_NUM_PROCESSES        the world size
+//	JAX_PROCESS_ID           the rank
+//	GORAY_TRAIN_RANK, GORAY_TRAIN_WORLD_SIZE, GORAY_TRAIN_SLICE_INDEX,
+//	GORAY_TRAIN_RUN, GORAY_TRAIN_ATTEMPT
+//
+// on top of the worker process's own environment and Env. Its stdout and
+// stderr reach the driver line by line, prefixed with "[rank N] ". The
+// run fails as soon as one process exits non-zero; the others are then
+// stopped (SIGTERM to the process group, SIGKILL after StopTimeout).
+type Program struct {
+	// Path is the program, looked up in PATH when it has no slash.
+	Path string `json:"path"`
+	// Args are its arguments.
+	Args []string `json:"args,omitempty"`
+	// Dir is its working directory; empty means the worker's.
+	Dir string `json:"dir,omitempty"`
+	// Env is added to every process's environment.
+	Env map[string]string `json:"env,omitempty"`
+	// StopTimeout is how long a stopped process may take to exit after
+	// SIGTERM before it is killed; 0 means 5s.
+	StopTimeout time.Duration `json:"stop_timeout,omitempty"`
+}
+
+// programEnv is the environment of rank's process.
+func programEnv(w *Worker, coordinator string) []string {
+	in := w.in
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			env[k] = v
+		}
+	}
+	maps.Copy(env, w.env)
+	maps.Copy(env, map[string]string{
+		"JAX_COORDINATOR_ADDRESS": coordinator,
+		"JAX_NUM_PROCESSES":       strconv.Itoa(in.WorldSize),
+		"JAX_PROCESS_ID":          strconv.Itoa(in.Rank),
+		"GORAY_TRAIN_RANK":        strconv.Itoa(in.Rank),
+		"GORAY_TRAIN_WORLD_SIZE":  strconv.Itoa(in.WorldSize),
+		"GORAY_TRAIN_SLICE_INDEX": strconv.Itoa(in.SliceIndex),
+		"GORAY_TRAIN_RUN":         in.Run,
+		"GORAY_TRAIN_ATTEMPT":     strconv.Itoa(in.Attempt),
+	})
+	maps.Copy(env, in.Program.Env)
+	return lo.Map(slices.Sorted(maps.Keys(env)), func(k string, _ int) string { return k + "=" + env[k] })
+}
+
+// runProgram runs the worker's program and waits for it; cancelling ctx
+// stops it.
+func runProgram(ctx context.Context, w *Worker, coordinator string) error {
+	p := w.in.Program
+	cmd := exec.CommandContext(ctx, p.Path, p.Args...)
+	cmd.Dir = p.Dir
+	cmd.Env = programEnv(w, coordinator)
+	stop := p.StopTimeout
+	if stop <= 0 {
+		stop = 5 * time.Second
+	}
+	cmd.WaitDelay = stop
+	stopGroup(cmd, stop)
+	lw := &lineWriter{send: func(line string) { w.sess.notify(&ctrlMsg{Type: msgOutput, Line: line}) }}
+	cmd.Stdout, cmd.Stderr = lw, lw
+	err := cmd.Run()
+	lw.flush()
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("train: rank %d: program %s stopped: %w", w.in.Rank, p.Path, context.Cause(ctx))
+		}
+		return fmt.Errorf("train: rank %d: program %s: %w", w.in.Rank, p.Path, err)
+	}
+	return nil
+}
+
+// lineWriter splits a program's output into lines.
+type lineWriter struct {
+	mu   sync.Mutex
+	buf  []byte
+	send func(string)
+}
+
+func (l *lineWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, b...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.send(string(bytes.TrimSuffix(l.buf[:i], []byte("\r"))))
+		l.buf = l.buf[i+1:]
+	}
+	if len(l.buf) > 64<<10 { // a very long line: pass it on in pieces
+		l.send(string(l.buf))
+		l.buf = l.buf[:0]
+	}
+	return len(b), nil
+}
+
+func (l *lineWriter) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 {
+		l.send(string(l.buf))
+		l.buf = nil
+	}
+}

@@ -1,0 +1,19 @@
+//go:build unix
+
+package train
+
+import (
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// stopGroup runs cmd in its own process group and stops the whole group
+// (the program and anything it started) with SIGTERM when its context
+// ends; exec kills it after the wait delay.
+func stopGroup(cmd *exec.Cmd, _ time.Duration) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	}
+}

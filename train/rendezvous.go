@@ -1,0 +1,341 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/samber/lo"
+
+	"github.com/goray-dev/goray/ray"
+)
+
+// rendezvous is the driver's end of one attempt: it admits the attempt's
+// workers, tells them each other's addresses, stores their reports and
+// checkpoints, relays program output, and on the first failure tells every
+// worker which rank failed.
+type rendezvous struct {
+	ln      net.Listener
+	token   string
+	attempt int
+	world   int
+	store   *store
+	slices  []string
+	verdict time.Duration // grace for a peer's own failure report
+	sink    *reportSink
+	lines   *lineSink
+
+	mu     sync.Mutex
+	conns  map[int]*ctrlConn
+	joins  map[int]uint64     // each rank's join request ID
+	all    map[*ctrlConn]bool // every accepted connection, joined or not
+	addrs  []string
+	joined int
+	left   []bool // the rank's loop returned successfully
+	iters  map[int]*iterState
+	fail   *failure
+	failed chan struct{}
+	timers []*time.Timer
+	closed bool
+
+	commitMu sync.Mutex
+	wg       sync.WaitGroup
+}
+
+// failure is the first failure of an attempt. A weak one (a worker that
+// saw its context cancelled) is replaced by a strong cause for the same
+// rank, such as its task's error naming the dead host.
+type failure struct {
+	rank  int
+	cause string
+	err   error
+	weak  bool
+}
+
+type iterState struct {
+	reported int
+	ranks    []int
+	metrics  Metrics
+}
+
+func newRendezvous(addr, token string, attempt, world int, st *store, sliceNames []string, verdict time.Duration, sink *reportSink, lines *lineSink) (*rendezvous, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("train: listen for workers on %s: %w", addr, err)
+	}
+	r := &rendezvous{ln: ln, token: token, attempt: attempt, world: world, store: st, slices: sliceNames, verdict: verdict,
+		sink: sink, lines: lines, conns: map[int]*ctrlConn{}, joins: map[int]uint64{}, all: map[*ctrlConn]bool{}, addrs: make([]string, world), left: make([]bool, world),
+		iters: map[int]*iterState{}, failed: make(chan struct{})}
+	r.wg.Go(r.accept)
+	return r, nil
+}
+
+func (r *rendezvous) addr() string { return r.ln.Addr().String() }
+
+func (r *rendezvous) accept() {
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		cc := newCtrlConn(c)
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			c.Close()
+			continue
+		}
+		r.all[cc] = true
+		r.mu.Unlock()
+		r.wg.Go(func() { r.serve(cc) })
+	}
+}
+
+// serve handles one worker's control connection.
+func (r *rendezvous) serve(cc *ctrlConn) {
+	defer cc.close()
+	m, err := cc.recv()
+	if err != nil {
+		return
+	}
+	rank, err := r.join(cc, m)
+	if err != nil {
+		cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error()}) //nolint:errcheck // the worker fails either way
+		return
+	}
+	left := false
+	for {
+		m, err := cc.recv()
+		if err != nil {
+			if !left {
+				r.setFailure(rank, fmt.Sprintf("its connection to the driver broke without a goodbye (%v): its process or host died", err), nil, false)
+			}
+			return
+		}
+		switch m.Type {
+		case msgReport:
+			if err := r.report(rank, m); err != nil {
+				cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error()}) //nolint:errcheck // see the reader
+			} else {
+				cc.send(&ctrlMsg{Type: msgAck, ID: m.ID}) //nolint:errcheck // see the reader
+			}
+		case msgLoad:
+			data, err := r.store.read(context.Background(), m.Iteration, m.Rank)
+			if err != nil {
+				cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error()}) //nolint:errcheck // see the reader
+			} else {
+				cc.send(&ctrlMsg{Type: msgData, ID: m.ID, Data: data}) //nolint:errcheck // see the reader
+			}
+		case msgOutput:
+			r.lines.write(rank, m.Line)
+		case msgPeerLost:
+			r.peerLost(rank, m.Peer, m.Err)
+		case msgLeave:
+			left = true
+			if m.Err == "" {
+				r.mu.Lock()
+				r.left[rank] = true
+				r.mu.Unlock()
+			} else {
+				r.setFailure(rank, m.Err, nil, m.Canceled)
+			}
+		}
+	}
+}
+
+func (r *rendezvous) join(cc *ctrlConn, m *ctrlMsg) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case m.Type != msgJoin || m.Token != r.token || m.Attempt != r.attempt:
+		return 0, fmt.Errorf("train: not a worker of attempt %d of this run", r.attempt)
+	case m.Rank < 0 || m.Rank >= r.world:
+		return 0, fmt.Errorf("train: rank %d is not in 0..%d", m.Rank, r.world-1)
+	case r.conns[m.Rank] != nil:
+		return 0, fmt.Errorf("train: rank %d joined twice", m.Rank)
+	case r.closed:
+		return 0, fmt.Errorf("train: attempt %d has ended", r.attempt)
+	}
+	r.conns[m.Rank] = cc
+	r.joins[m.Rank] = m.ID
+	r.addrs[m.Rank] = m.Addr
+	r.joined++
+	if r.fail != nil {
+		cc.send(&ctrlMsg{Type: msgAbort, Rank: r.fail.rank, Err: r.fail.cause}) //nolint:errcheck // it fails either way
+	}
+	if r.joined == r.world {
+		for rank, c := range r.conns {
+			c.send(&ctrlMsg{Type: msgPeers, ID: r.joins[rank], Addrs: r.addrs}) //nolint:errcheck // a broken connection shows up on its reader
+		}
+	}
+	return m.Rank, nil
+}
+
+// report stores one rank's report and commits the iteration's checkpoint
+// once every rank has reported it.
+func (r *rendezvous) report(rank int, m *ctrlMsg) error {
+	ctx := context.Background()
+	if m.HasData {
+		if err := r.store.writeRank(ctx, m.Iteration, rank, m.Data); err != nil {
+			return err
+		}
+	}
+	if rank == 0 {
+		r.sink.report(Report{Attempt: r.attempt, Iteration: m.Iteration, Metrics: m.Metrics, Slices: r.slices, Checkpoint: m.HasData})
+	}
+	r.mu.Lock()
+	st := r.iters[m.Iteration]
+	if st == nil {
+		st = &iterState{}
+		r.iters[m.Iteration] = st
+	}
+	st.reported++
+	if m.HasData {
+		st.ranks = append(st.ranks, rank)
+	}
+	if rank == 0 {
+		st.metrics = m.Metrics
+	}
+	complete := st.reported == r.world && len(st.ranks) > 0 && r.fail == nil
+	if st.reported == r.world {
+		delete(r.iters, m.Iteration)
+	}
+	r.mu.Unlock()
+	if !complete {
+		return nil
+	}
+	slices.Sort(st.ranks)
+	r.commitMu.Lock()
+	defer r.commitMu.Unlock()
+	return r.store.commit(ctx, &Checkpoint{Iteration: m.Iteration, Metrics: st.metrics, Ranks: st.ranks, Attempt: r.attempt, Time: time.Now()})
+}
+
+// peerLost: rank's connection to peer broke. If no failure is known yet,
+// the peer's own report (or its task's error) is usually in flight; wait
+// a little for it before naming the peer.
+func (r *rendezvous) peerLost(rank, peer int, cause string) {
+	r.mu.Lock()
+	if r.fail != nil || r.closed {
+		r.mu.Unlock()
+		return
+	}
+	if peer >= 0 && peer < r.world && r.left[peer] {
+		r.mu.Unlock()
+		r.setFailure(peer, fmt.Sprintf("its loop returned while rank %d was still in a collective with it", rank), nil, false)
+		return
+	}
+	r.timers = append(r.timers, time.AfterFunc(min(r.verdict/2, 2*time.Second), func() {
+		r.setFailure(peer, fmt.Sprintf("rank %d lost its connection to it: %s", rank, cause), nil, false)
+	}))
+	r.mu.Unlock()
+}
+
+// setFailure records rank's failure; the first one aborts every worker.
+func (r *rendezvous) setFailure(rank int, cause string, err error, weak bool) {
+	r.mu.Lock()
+	if f := r.fail; f != nil {
+		switch {
+		case f.rank != rank:
+		case f.weak && !weak:
+			f.cause, f.err, f.weak = cause, err, false
+		case f.err == nil && err != nil && !errors.Is(err, ray.ErrPlacementGroupRemoved):
+			f.err = err // the task's error of the failure the worker reported
+		}
+		r.mu.Unlock()
+		return
+	}
+	r.fail = &failure{rank: rank, cause: cause, err: err, weak: weak}
+	conns := lo.Values(r.conns)
+	r.mu.Unlock()
+	for _, c := range conns {
+		c.send(&ctrlMsg{Type: msgAbort, Rank: rank, Err: cause}) //nolint:errcheck // a broken connection is a dead worker
+	}
+	close(r.failed)
+}
+
+// missing fails the attempt if some rank has not joined yet, naming the
+// first such rank.
+func (r *rendezvous) missing(after time.Duration) {
+	r.mu.Lock()
+	rank := -1
+	for i := range r.world {
+		if r.conns[i] == nil {
+			rank = i
+			break
+		}
+	}
+	r.mu.Unlock()
+	if rank >= 0 {
+		r.setFailure(rank, fmt.Sprintf("it did not start within %v (StartTimeout)", after), nil, false)
+	}
+}
+
+func (r *rendezvous) failure() *failure {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail == nil {
+		return nil
+	}
+	f := *r.fail
+	return &f
+}
+
+// stopAccepting closes the listener: workers that have not joined yet
+// cannot any more.
+func (r *rendezvous) stopAccepting() {
+	r.mu.Lock()
+	r.closed = true
+	for _, t := range r.timers {
+		t.Stop()
+	}
+	r.mu.Unlock()
+	r.ln.Close()
+}
+
+// wait waits up to d for every worker connection to end; it reports
+// whether they all did.
+func (r *rendezvous) wait(d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// close stops admitting workers and waits up to grace for the connected
+// ones to hang up, then cuts them off.
+func (r *rendezvous) close(grace time.Duration) {
+	r.stopAccepting()
+	if r.wait(grace) {
+		return
+	}
+	r.mu.Lock()
+	conns := lo.Keys(r.all)
+	r.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+	r.wg.Wait()
+}
+
+// lineSink writes external programs' output lines with a rank prefix.
+type lineSink struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *lineSink) write(rank int, line string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintf(s.w, "[rank %d] %s\n", rank, line)
+}

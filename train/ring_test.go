@@ -1,0 +1,61 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/matryer/is"
+	"gocloud.dev/blob/memblob"
+)
+
+// TestPartitionedRank: rank 1's ring connections break while it stays
+// connected to the driver and says nothing (a network partition). Its
+// neighbours' collectives ask the driver, which names rank 1 after its
+// grace, and every rank's collective fails with that verdict: no hang.
+func TestPartitionedRank(t *testing.T) {
+	is := is.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bucket := memblob.OpenBucket(nil)
+	defer bucket.Close()
+	const world = 4
+	rz, err := newRendezvous("127.0.0.1:0", "token", 0, world, &store{b: bucket, prefix: "t/"}, nil, 200*time.Millisecond,
+		&reportSink{progress: noProgress{}}, &lineSink{w: io.Discard})
+	is.NoErr(err)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for rank := range world {
+		wg.Go(func() {
+			in := &workerInput{Run: "t", Rendezvous: rz.addr(), Token: "token", Rank: rank, WorldSize: world, NumSlices: 1, Verdict: 10 * time.Second}
+			sess, err := dialSession(ctx, in.Rendezvous)
+			if err != nil {
+				errs[rank] = err
+				return
+			}
+			w := &Worker{in: in, sess: sess}
+			errs[rank] = w.run(ctx, func(ctx context.Context, w *Worker, _ json.RawMessage) error {
+				if w.Rank() == 1 {
+					w.ring.next.Close()
+					w.ring.prev.Close()
+					<-ctx.Done() // silent until the driver's abort cancels it
+					return context.Cause(ctx)
+				}
+				return AllReduce(ctx, w, make([]float32, 1000), Sum)
+			})
+			sess.leave(errs[rank], false)
+		})
+	}
+	wg.Wait()
+	rz.close(time.Second)
+	for rank, err := range errs {
+		var wf *WorkerFailedError
+		is.True(errors.As(err, &wf)) // every rank's error is the verdict
+		is.Equal(wf.Rank, 1)         // naming the partitioned rank
+		t.Logf("rank %d: %v", rank, err)
+	}
+}

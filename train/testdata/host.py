@@ -1,0 +1,53 @@
+"""A stand-in for a JAX training script: checks the TPU env of its host,
+meets the other hosts at JAX_COORDINATOR_ADDRESS (as
+jax.distributed.initialize would), and can fail or hang on request."""
+import os, socket, sys, time
+
+env = os.environ
+rank = int(env["JAX_PROCESS_ID"])
+world = int(env["JAX_NUM_PROCESSES"])
+slice_index = int(env["GORAY_TRAIN_SLICE_INDEX"])
+hosts = env["TPU_WORKER_HOSTNAMES"].split(",")
+mode = sys.argv[1]
+
+problems = []
+if int(env["GORAY_TRAIN_RANK"]) != rank:
+    problems.append("GORAY_TRAIN_RANK")
+if int(env["TPU_WORKER_ID"]) != rank % len(hosts):
+    problems.append("TPU_WORKER_ID=%s" % env["TPU_WORKER_ID"])
+if env.get("TPU_TOPOLOGY") != "4x4" or env.get("TPU_ACCELERATOR_TYPE") != "v6e-16":
+    problems.append("topology %s %s" % (env.get("TPU_TOPOLOGY"), env.get("TPU_ACCELERATOR_TYPE")))
+if world > len(hosts):
+    if env.get("MEGASCALE_SLICE_ID") != str(slice_index) or env.get("MEGASCALE_NUM_SLICES") != str(world // len(hosts)):
+        problems.append("MEGASCALE %s/%s" % (env.get("MEGASCALE_SLICE_ID"), env.get("MEGASCALE_NUM_SLICES")))
+if env.get("EXTRA") != "yes":
+    problems.append("EXTRA")
+print("rank %d worker %s of %s: %s" % (rank, env["TPU_WORKER_ID"], env["TPU_NAME"], "env ok" if not problems else "BAD " + " ".join(problems)), flush=True)
+
+host, port = env["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)
+if mode == "meet":
+    if rank == 0:
+        srv = socket.create_server((host, int(port)))
+        got = []
+        for _ in range(world - 1):
+            c, _ = srv.accept()
+            got.append(int(c.recv(16).decode()))
+            c.close()
+        print("coordinator met ranks %s" % sorted(got), flush=True)
+    else:
+        for _ in range(200):
+            try:
+                c = socket.create_connection((host, int(port)))
+                c.sendall(str(rank).encode())
+                c.close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        print("met the coordinator", file=sys.stderr, flush=True)
+elif mode == "fail":
+    if rank == 1:
+        print("rank 1 gives up", flush=True)
+        sys.exit(3)
+    with open(os.path.join(sys.argv[2], "pid-%d" % rank), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(300)
