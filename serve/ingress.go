@@ -138,7 +138,7 @@ func (d *deployment) attempt(ctx context.Context, do func(*replica) error) (int,
 		case ctx.Err() != nil:
 			return ctxCode(ctx), fmt.Sprintf("deployment %q: %v", d.spec.Name, ctx.Err())
 		case lostReplica(err):
-			d.lost(rep, fmt.Sprintf("request failed: %v", err))
+			d.lost(rep, fmt.Sprintf("request failed: %v", err), false)
 			if d.spec.Idempotent && n < d.spec.MaxRetries {
 				tried = append(tried, rep)
 				d.s.metrics.retries.WithLabelValues(d.spec.Name).Inc()

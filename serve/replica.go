@@ -51,6 +51,9 @@ type replica struct {
 	drained  chan struct{} // closed when draining and idle
 	reason   string        // why it is stopping
 	stopped  bool          // stop has begun
+	// holdSlice keeps a failed replica's slice until its replacement has
+	// reserved one, so that the replacement lands on a fresh slice.
+	holdSlice bool
 }
 
 // hostWatch runs on every host of a ready replica for as long as the
@@ -153,6 +156,8 @@ func (d *deployment) runReplica(r *replica) {
 	}
 	d.mu.Lock()
 	r.spg, r.slices, r.hosts = spg, spg.SliceNames(), spg.Hosts()
+	close(d.reserved)
+	d.reserved = make(chan struct{})
 	d.changedLocked()
 	d.mu.Unlock()
 	inst, err := d.spec.Replica.start(r.ctx, d.s.c, spg, d.spec.MaxConcurrentRequests)
@@ -179,7 +184,7 @@ func (d *deployment) runReplica(r *replica) {
 		d.wg.Go(func() {
 			_, err := ref.Get(r.ctx)
 			if r.ctx.Err() == nil {
-				d.lost(r, fmt.Sprintf("host %s lost: %v", host, err))
+				d.lost(r, fmt.Sprintf("host %s lost: %v", host, err), false)
 			}
 		})
 	}
@@ -218,14 +223,18 @@ func (d *deployment) scheduleRetryLocked() {
 }
 
 // lost takes r out of routing at once (its host died, its actor died or
-// its health checks failed), stops it and starts a replacement.
-func (d *deployment) lost(r *replica, reason string) {
+// its health checks failed), stops it and starts a replacement. With hold,
+// r's slice is kept until the replacement has reserved another (or
+// holdTimeout passes), so that a slice that failed its checks is not
+// picked again at once; a slice with a dead host is never picked again, so
+// it needs no hold.
+func (d *deployment) lost(r *replica, reason string, hold bool) {
 	d.mu.Lock()
 	if r.state == stateStopping {
 		d.mu.Unlock()
 		return
 	}
-	r.state, r.reason = stateStopping, reason
+	r.state, r.reason, r.holdSlice = stateStopping, reason, hold
 	d.closeDrainedLocked(r)
 	d.failures++
 	d.reconcileLocked()
@@ -258,13 +267,23 @@ func (d *deployment) stop(r *replica, reason string) {
 	if reason != "" && r.reason == "" {
 		r.reason = reason
 	}
-	inst, spg := r.inst, r.spg
+	inst, spg, hold, reserved := r.inst, r.spg, r.holdSlice && !d.closing, d.reserved
 	d.closeDrainedLocked(r)
 	d.mu.Unlock()
 	r.cancel()
 	ctx := context.WithoutCancel(d.ctx)
 	if inst != nil {
 		inst.close(ctx)
+	}
+	if hold && spg != nil {
+		t := time.NewTimer(d.holdTimeout())
+		select {
+		case <-reserved:
+		case <-t.C:
+		case <-d.forced:
+		case <-d.ctx.Done():
+		}
+		t.Stop()
 	}
 	if spg != nil {
 		if err := spg.Release(ctx); err != nil && !errors.Is(err, ray.ErrClosed) {
@@ -314,9 +333,15 @@ func (d *deployment) checkHealth(ctx context.Context) {
 			d.mu.Unlock()
 			d.s.log.Info("serve: health check failed", "replica", r.id, "err", err)
 			if failed {
-				d.lost(r, fmt.Sprintf("%d health checks failed in a row, last: %v", d.spec.Health.FailureThreshold, err))
+				d.lost(r, fmt.Sprintf("%d health checks failed in a row, last: %v", d.spec.Health.FailureThreshold, err), true)
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// holdTimeout bounds how long a failed replica keeps its slice for its
+// replacement to find another.
+func (d *deployment) holdTimeout() time.Duration {
+	return max(time.Second, d.spec.Health.Period*time.Duration(d.spec.Health.FailureThreshold))
 }

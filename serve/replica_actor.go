@@ -103,32 +103,20 @@ func Streaming[A, I, O any](s *Stream[A, I, O]) Endpoint[A] {
 }
 
 // runStreamCall drives the start/next protocol of stream.go from the router.
-func runStreamCall[A, I, O any](ctx context.Context, s *Stream[A, I, O], h *ray.ActorHandle[A], in I, emit func([]byte) error) (err error) {
+func runStreamCall[A, I, O any](ctx context.Context, s *Stream[A, I, O], h *ray.ActorHandle[A], in I, emit func([]byte) error) error {
 	id := newStreamID()
-	ctx, cancel := context.WithCancelCause(ctx)
 	startRef := s.start.Remote(ctx, h, streamStart[I]{ID: id, In: in})
-	startDone := make(chan struct{})
-	go func() {
-		defer close(startDone)
-		if _, err := startRef.Get(ctx); err != nil && ctx.Err() == nil {
-			cancel(err) // the stream failed before or without its Done reply
-		}
-	}()
 	finished := false
 	defer func() {
-		cancel(nil)
-		<-startDone
 		if !finished {
 			// Best effort: stop the stream's function on the replica.
 			s.cancel.Remote(context.WithoutCancel(ctx), h, id).Release()
 		}
+		startRef.Release()
 	}()
 	for {
 		b, err := s.next.Remote(ctx, h, id).Get(ctx)
 		if err != nil {
-			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
-				return cause
-			}
 			return err
 		}
 		for _, c := range b.Chunks {
@@ -147,7 +135,22 @@ func runStreamCall[A, I, O any](ctx context.Context, s *Stream[A, I, O], h *ray.
 			}
 			return nil
 		}
+		if len(b.Chunks) == 0 {
+			// A poll came back empty: the stream may have failed to start.
+			if ready, _, _ := ray.Wait(expired(ctx), []ray.ObjectRef[struct{}]{startRef}, 1); len(ready) == 1 {
+				if _, err := startRef.Get(ctx); err != nil {
+					return err
+				}
+			}
+		}
 	}
+}
+
+// expired returns a context that has already ended, for non-blocking waits.
+func expired(ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	return ctx
 }
 
 // Check adds an application health check: m is called on the host-0 actor

@@ -49,6 +49,7 @@ func (d *deployment) acquire(ctx context.Context, exclude []*replica) (*replica,
 	}
 	w := &waiter{ch: make(chan *replica, 1), exclude: exclude}
 	d.waiters = append(d.waiters, w)
+	d.changedLocked()
 	d.mu.Unlock()
 	select {
 	case r := <-w.ch:
@@ -82,6 +83,7 @@ func (d *deployment) release(r *replica) {
 		d.closeDrainedLocked(r)
 	}
 	d.dispatchLocked()
+	d.changedLocked()
 }
 
 // closeDrainedLocked ends a drain wait on r. d.mu must be held.
@@ -95,6 +97,7 @@ func (d *deployment) closeDrainedLocked(r *replica) {
 // takeLocked counts a request routed to r. d.mu must be held.
 func (d *deployment) takeLocked(r *replica) {
 	r.ongoing++
+	d.changedLocked()
 	if !r.firstReq {
 		r.firstReq = true
 		d.s.metrics.scaleUp.WithLabelValues(d.spec.Name).Observe(time.Since(r.created).Seconds())

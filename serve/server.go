@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,11 +35,12 @@ type Options struct {
 //
 // A Server is safe for concurrent use; its zero value is not usable.
 type Server struct {
-	c       *ray.Cluster
-	log     *slog.Logger
-	client  *http.Client
-	metrics *metrics
-	handler http.Handler
+	c         *ray.Cluster
+	log       *slog.Logger
+	client    *http.Client
+	ownClient bool
+	metrics   *metrics
+	handler   http.Handler
 
 	mu          sync.RWMutex
 	deployments map[string]*deployment
@@ -48,6 +50,7 @@ type Server struct {
 
 	changeMu sync.Mutex
 	changed  chan struct{} // closed and replaced on every state change
+	watchers atomic.Int32  // WaitStatus calls waiting on changed
 }
 
 // New returns a server whose replicas run on c. The caller keeps
@@ -61,6 +64,7 @@ func New(c *ray.Cluster, opts *Options) *Server {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.client == nil {
+		s.ownClient = true
 		s.client = &http.Client{Transport: &http.Transport{
 			Proxy: nil, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second,
 			DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
@@ -83,6 +87,7 @@ type deployment struct {
 	cancel    context.CancelFunc
 	forced    chan struct{} // closed when a shutdown stops waiting for drains
 	stopLoops context.CancelFunc
+	reserved  chan struct{} // closed and replaced when a replica reserves its slice
 	window    *window
 	wg        sync.WaitGroup // replica starts, stops, drains and watchers
 	loops     sync.WaitGroup // autoscaler and health checker
@@ -115,7 +120,7 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	dep := &deployment{
 		s: s, spec: spec, ctx: dctx, cancel: cancel, forced: make(chan struct{}),
-		window: newWindow(10 * time.Second), target: spec.MinReplicas,
+		window: newWindow(10 * time.Second), target: spec.MinReplicas, reserved: make(chan struct{}),
 	}
 	if a := spec.Autoscaling; a != nil {
 		dep.scaler = scaler{cfg: *a, min: spec.MinReplicas, max: spec.MaxReplicas}
@@ -183,10 +188,11 @@ func (s *Server) Status() Status {
 	for _, d := range s.deployments {
 		deps = append(deps, d)
 	}
+	closing := s.closing
 	s.mu.RUnlock()
 	slices.SortFunc(deps, func(a, b *deployment) int { return cmp.Compare(a.spec.Name, b.spec.Name) })
 	now := time.Now()
-	st := Status{Deployments: make([]DeploymentStatus, len(deps))}
+	st := Status{ShuttingDown: closing, Deployments: make([]DeploymentStatus, len(deps))}
 	for i, d := range deps {
 		d.mu.Lock()
 		st.Deployments[i] = d.statusLocked(now)
@@ -200,6 +206,8 @@ func (s *Server) Status() Status {
 // gates use it to wait for a scale-up, a replacement or a drain without
 // sleeping.
 func (s *Server) WaitStatus(ctx context.Context, cond func(Status) bool) error {
+	s.watchers.Add(1)
+	defer s.watchers.Add(-1)
 	for {
 		s.changeMu.Lock()
 		ch := s.changed
@@ -216,8 +224,13 @@ func (s *Server) WaitStatus(ctx context.Context, cond func(Status) bool) error {
 }
 
 // changedLocked wakes WaitStatus. d.mu may be held.
-func (d *deployment) changedLocked() {
-	s := d.s
+func (d *deployment) changedLocked() { d.s.notify() }
+
+// notify wakes WaitStatus.
+func (s *Server) notify() {
+	if s.watchers.Load() == 0 {
+		return
+	}
 	s.changeMu.Lock()
 	close(s.changed)
 	s.changed = make(chan struct{})
@@ -258,6 +271,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		deps = append(deps, d)
 	}
 	s.mu.Unlock()
+	s.notify()
 
 	var errs []error
 	if srv != nil {
@@ -280,6 +294,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	<-done
 	if srv != nil {
 		_ = srv.Close()
+	}
+	if s.ownClient {
+		s.client.CloseIdleConnections()
 	}
 	return errors.Join(errs...)
 }

@@ -9,7 +9,9 @@ import (
 // Status is a point-in-time view of a server's deployments, served as
 // JSON at GET /-/status.
 type Status struct {
-	Deployments []DeploymentStatus `json:"deployments"`
+	// ShuttingDown is set once Shutdown has begun.
+	ShuttingDown bool               `json:"shuttingDown"`
+	Deployments  []DeploymentStatus `json:"deployments"`
 }
 
 // Deployment returns the status of the deployment named name, if any.
