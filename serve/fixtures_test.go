@@ -119,6 +119,14 @@ type gate struct {
 
 var gates = &gateSet{m: map[string]*gate{}}
 
+var gateSeq atomic.Int64
+
+// newGate returns a fresh gate name, so that tests run with -count > 1
+// never see a gate an earlier run opened.
+func newGate(name string) string {
+	return fmt.Sprintf("%s#%d", name, gateSeq.Add(1))
+}
+
 func (g *gateSet) get(name string) *gate {
 	g.mu.Lock()
 	defer g.mu.Unlock()

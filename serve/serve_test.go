@@ -169,6 +169,7 @@ func TestOverloadAnswers503WithRetryAfter(t *testing.T) {
 	c, _ := newCluster(t, 1)
 	srv := serve.New(c, nil)
 	base, client := startServer(t, srv)
+	g := newGate("busy")
 	d := deployment("busy")
 	d.MaxConcurrentRequests, d.MaxQueuedRequests = 1, 1
 	is.NoErr(srv.Deploy(context.Background(), d))
@@ -176,17 +177,17 @@ func TestOverloadAnswers503WithRetryAfter(t *testing.T) {
 	codes := make(chan int, 2)
 	for range 2 {
 		go func() {
-			code, _, _ := post(t, client, base+"/busy", EchoIn{Text: "x", Gate: "busy"})
+			code, _, _ := post(t, client, base+"/busy", EchoIn{Text: "x", Gate: g})
 			codes <- code
 		}()
 	}
-	gates.arrivals(t, "busy", 1)
+	gates.arrivals(t, g, 1)
 	waitStatus(t, srv, "one request queued", func(st serve.Status) bool { return dep(st, "busy").Queued == 1 })
 	code, retry, body := post(t, client, base+"/busy", EchoIn{Text: "y"})
 	is.Equal(code, http.StatusServiceUnavailable)
 	is.Equal(retry, "1")
 	is.True(strings.Contains(string(body), "every replica is at its limit and the queue is full"))
-	gates.release("busy")
+	gates.release(g)
 	is.Equal(<-codes, 200)
 	is.Equal(<-codes, 200) // the queued request ran once the slot freed
 }
@@ -196,13 +197,14 @@ func TestRequestTimeout(t *testing.T) {
 	c, _ := newCluster(t, 1)
 	srv := serve.New(c, nil)
 	base, client := startServer(t, srv)
+	g := newGate("slow")
 	d := deployment("slow")
 	d.RequestTimeout = 50 * time.Millisecond
 	is.NoErr(srv.Deploy(context.Background(), d))
-	code, _, body := post(t, client, base+"/slow", EchoIn{Gate: "slow-timeout"})
+	code, _, body := post(t, client, base+"/slow", EchoIn{Gate: g})
 	is.Equal(code, http.StatusGatewayTimeout)
 	is.True(strings.Contains(string(body), "deadline exceeded"))
-	gates.release("slow-timeout")
+	gates.release(g)
 }
 
 func TestShutdownDrainsRequestsInFlight(t *testing.T) {
@@ -210,6 +212,7 @@ func TestShutdownDrainsRequestsInFlight(t *testing.T) {
 	c, _ := newCluster(t, 2)
 	srv := serve.New(c, nil)
 	base, client := startServer(t, srv)
+	g := newGate("drain")
 	d := deployment("drain")
 	d.MinReplicas = 2
 	is.NoErr(srv.Deploy(context.Background(), d))
@@ -223,12 +226,12 @@ func TestShutdownDrainsRequestsInFlight(t *testing.T) {
 	results := make(chan result, n+1)
 	for range n {
 		go func() {
-			code, _, body := post(t, client, base+"/drain", EchoIn{Text: "x", Gate: "drain"})
+			code, _, body := post(t, client, base+"/drain", EchoIn{Text: "x", Gate: g})
 			results <- result{code, string(body)}
 		}()
 	}
 	go func() {
-		resp, err := client.Post(base+"/drain/stream", "application/json", strings.NewReader(`{"Text":"a b c","Gate":"drain"}`))
+		resp, err := client.Post(base+"/drain/stream", "application/json", strings.NewReader(`{"Text":"a b c","Gate":"`+g+`"}`))
 		if err != nil {
 			results <- result{0, err.Error()}
 			return
@@ -241,7 +244,7 @@ func TestShutdownDrainsRequestsInFlight(t *testing.T) {
 		}
 		results <- result{resp.StatusCode, ""}
 	}()
-	gates.arrivals(t, "drain", n+1)
+	gates.arrivals(t, g, n+1)
 
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(context.Background()) }()
@@ -251,7 +254,7 @@ func TestShutdownDrainsRequestsInFlight(t *testing.T) {
 		t.Fatalf("Shutdown returned with requests in flight: %v", err)
 	default:
 	}
-	gates.release("drain")
+	gates.release(g)
 	for range n + 1 {
 		r := <-results
 		is.Equal(r.code, http.StatusOK) // every request in flight finished
