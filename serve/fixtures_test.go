@@ -45,6 +45,9 @@ type EchoIn struct {
 	Gate string
 	// Fail makes the call return an error.
 	Fail bool
+	// Work is how long the call computes (on an accelerator, not the
+	// host's CPU), for benchmarks.
+	Work time.Duration `json:",omitempty"`
 }
 
 type EchoOut struct {
@@ -72,6 +75,9 @@ var (
 		}
 		if in.Fail {
 			return EchoOut{}, errors.New("the model refused")
+		}
+		if in.Work > 0 {
+			time.Sleep(in.Work) // accelerator time: the host CPU is free
 		}
 		rc, _ := ray.Runtime(ctx)
 		return EchoOut{Text: e.prefix + in.Text, Host: rc.NodeName(), WorkerID: rc.Env("TPU_WORKER_ID"), Hostnames: rc.Env("TPU_WORKER_HOSTNAMES")}, nil
