@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -311,9 +312,12 @@ func reservedSlices(t testing.TB, c *ray.Cluster) int {
 // runTestServer is the external HTTP server of the Process tests: this
 // test binary, started by a replica with SERVE_TEST_SERVER set.
 func runTestServer(mode string) {
-	if mode == "worker" {
+	if os.Getenv("TPU_WORKER_ID") != "0" {
 		// A worker host's process: it runs until the replica stops it.
-		select {}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		<-ctx.Done()
+		return
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })

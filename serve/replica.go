@@ -47,7 +47,7 @@ type replica struct {
 	slices   []string
 	hosts    []string
 	readyAt  time.Time
-	firstReq bool          // a request was routed to it
+	firstReq bool          // a request was routed to it, or it is not timed
 	drained  chan struct{} // closed when draining and idle
 	reason   string        // why it is stopping
 	stopped  bool          // stop has begun
@@ -95,7 +95,9 @@ func (d *deployment) reconcileLocked() {
 func (d *deployment) startReplicaLocked() {
 	d.seq++
 	ctx, cancel := context.WithCancel(d.ctx)
-	r := &replica{id: fmt.Sprintf("%s-%d", d.spec.Name, d.seq), created: time.Now(), ctx: ctx, cancel: cancel}
+	// The time to first request is measured for scale-ups and
+	// replacements, not for the replicas a deployment starts with.
+	r := &replica{id: fmt.Sprintf("%s-%d", d.spec.Name, d.seq), created: time.Now(), ctx: ctx, cancel: cancel, firstReq: !d.deployed}
 	d.replicas = append(d.replicas, r)
 	d.wg.Go(func() { d.runReplica(r) })
 }

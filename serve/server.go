@@ -105,6 +105,7 @@ type deployment struct {
 	retryAt     time.Time
 	retryTimer  *time.Timer
 	lastScaleUp time.Duration
+	deployed    bool // the initial replicas were asked for
 }
 
 // Deploy validates d, starts its MinReplicas replicas and waits until they
@@ -141,6 +142,7 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 
 	dep.mu.Lock()
 	dep.reconcileLocked()
+	dep.deployed = true
 	dep.mu.Unlock()
 	lctx, stopLoops := context.WithCancel(dctx)
 	dep.stopLoops = stopLoops

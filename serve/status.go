@@ -24,7 +24,8 @@ func (s Status) Deployment(name string) (DeploymentStatus, bool) {
 	return DeploymentStatus{}, false
 }
 
-// DeploymentStatus describes one deployment.
+// DeploymentStatus describes one deployment. Durations are in
+// nanoseconds in JSON.
 type DeploymentStatus struct {
 	Name string `json:"name"`
 	// Accelerator and Topology are each replica's slice.
@@ -49,8 +50,9 @@ type DeploymentStatus struct {
 	// ReplicaFailures counts replicas lost to dead hosts, dead actors or
 	// failed health checks since the deployment started.
 	ReplicaFailures int `json:"replicaFailures"`
-	// LastScaleUp is the time from the last scale decision (or replacement)
-	// to its replica taking its first request.
+	// LastScaleUp is the time from the last scale-up decision (or
+	// replacement) to its replica taking its first request; the replicas
+	// a deployment starts with are not timed.
 	LastScaleUp time.Duration `json:"lastScaleUp"`
 	// LastError is the last replica start failure, cleared when a replica
 	// becomes ready.
