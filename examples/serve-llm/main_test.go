@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -23,7 +24,10 @@ import (
 	"github.com/goray-dev/goray/serve"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	ray.Main() // the worker processes of TestWorkerProcesses run this binary
+	goleak.VerifyTestMain(m)
+}
 
 // fixture is the LLM deployment on a simulated cluster, served on loopback.
 type fixture struct {
@@ -34,9 +38,9 @@ type fixture struct {
 	client *http.Client
 }
 
-func newFixture(t *testing.T, slices, replicas int, cfg Config) *fixture {
+func newFixture(t *testing.T, slices, replicas int, cfg Config, opts ...*local.Options) *fixture {
 	t.Helper()
-	b, err := local.New(ClusterSpec(slices), nil)
+	b, err := local.New(ClusterSpec(slices), append(opts, nil)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,4 +263,42 @@ func counter(t *testing.T, srv *serve.Server, name string) float64 {
 		}
 	}
 	return total
+}
+
+// TestWorkerProcesses runs the model's actors in worker processes, so
+// that requests, stream chunks and the slice env cross a real process
+// boundary, then kills the process of a serving host with SIGKILL.
+func TestWorkerProcesses(t *testing.T) {
+	f := newFixture(t, 2, 1, Config{}, &local.Options{Processes: &local.ProcessOptions{}})
+	if err := f.complete(Request{Prompt: "hello", MaxTokens: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.stream(Request{Prompt: "hello", MaxTokens: 300}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := f.srv.Status().Deployment("llm")
+	host := st.Replicas[0].Hosts[0]
+	pid, ok := f.b.WorkerPIDs()[host]
+	if !ok {
+		t.Fatalf("no worker process for %s: %v", host, f.b.WorkerPIDs())
+	}
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = f.srv.WaitStatus(ctx, func(st serve.Status) bool {
+		d, _ := st.Deployment("llm")
+		return d.Ready == 1 && d.ReplicaFailures >= 1 && !slices.Contains(d.Replicas[0].Hosts, host)
+	})
+	if err != nil {
+		t.Fatalf("replica on %s not replaced: %v; status %+v", host, err, f.srv.Status())
+	}
+	if err := f.stream(Request{Prompt: "after", MaxTokens: 5}); err != nil {
+		t.Error(err)
+	}
 }
