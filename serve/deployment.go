@@ -62,7 +62,8 @@ type Deployment struct {
 }
 
 // Autoscaling scales a deployment by whole slices on the requests ongoing
-// per replica (in flight plus queued, averaged over ready replicas).
+// per replica (in flight plus queued, averaged over ready replicas). Its
+// zero value means the defaults of each field.
 type Autoscaling struct {
 	// TargetOngoingRequests is the ongoing requests per replica to aim for;
 	// 0 means half of MaxConcurrentRequests.
@@ -75,7 +76,8 @@ type Autoscaling struct {
 	Interval time.Duration
 }
 
-// HealthCheck configures the periodic health checks of replicas.
+// HealthCheck configures the periodic health checks of replicas. Its zero
+// value means the defaults of each field.
 type HealthCheck struct {
 	// Period between checks; 0 means 5s.
 	Period time.Duration

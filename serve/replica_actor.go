@@ -12,7 +12,8 @@ import (
 
 // Replica is what each replica of a deployment runs: an actor class built
 // with [Actor], or an external HTTP server process built with [Process].
-// The interface is closed.
+// The interface is closed; a Replica is immutable and may serve several
+// deployments.
 type Replica interface {
 	validate() error
 	// start runs the replica on its reserved slice and returns once it can
@@ -50,7 +51,8 @@ type streamFailed struct{ msg string }
 func (e streamFailed) Error() string { return e.msg }
 
 // Endpoint is a request handler of actor type A, for [Actor]: [Unary],
-// [Streaming] or [Check].
+// [Streaming] or [Check]. The zero Endpoint adds nothing. Endpoints are
+// immutable and safe to share.
 type Endpoint[A any] struct {
 	apply func(*actorEndpoints[A])
 }

@@ -25,7 +25,8 @@ import (
 //
 // Every process gets the environment of the serving program, then its
 // host's TPU env from the slice reservation (TPU_WORKER_ID,
-// TPU_WORKER_HOSTNAMES, TPU_NAME, ...), then Env, then PORT.
+// TPU_WORKER_HOSTNAMES, TPU_NAME, ...), then Env, then PORT. Command is
+// required; the other fields' zero values mean their defaults.
 type ProcessSpec struct {
 	// Command is the server program and its arguments, run on host 0.
 	// "{port}" in an argument is replaced by the port the server must

@@ -7,7 +7,7 @@ import (
 )
 
 // Status is a point-in-time view of a server's deployments, served as
-// JSON at GET /-/status.
+// JSON at GET /-/status. It is a copy: holding it holds nothing.
 type Status struct {
 	// ShuttingDown is set once Shutdown has begun.
 	ShuttingDown bool               `json:"shuttingDown"`
