@@ -83,7 +83,10 @@ var (
 		rc, _ := ray.Runtime(ctx)
 		return EchoOut{Text: e.prefix + in.Text, Host: rc.NodeName(), WorkerID: rc.Env("TPU_WORKER_ID"), Hostnames: rc.Env("TPU_WORKER_HOSTNAMES")}, nil
 	})
-	echoStream = serve.NewStream(echoClass, "words", func(ctx context.Context, e *echo, in EchoIn, send func(string) error) error {
+	echoStream = serve.NewStream(echoClass, "words", func(ctx context.Context, e *echo, in EchoIn, send func(string) error) (err error) {
+		if in.Gate != "" {
+			defer func() { gates.get(in.Gate).ended <- err }()
+		}
 		for i, w := range strings.Fields(in.Text) {
 			if i == 1 {
 				if err := gates.wait(ctx, in.Gate); err != nil {
@@ -122,6 +125,7 @@ type gate struct {
 	open    chan struct{}
 	arrived atomic.Int32
 	arrival chan struct{} // one send per arrival
+	ended   chan error    // a gated stream's function returned this
 }
 
 var gates = &gateSet{m: map[string]*gate{}}
@@ -139,7 +143,7 @@ func (g *gateSet) get(name string) *gate {
 	defer g.mu.Unlock()
 	x := g.m[name]
 	if x == nil {
-		x = &gate{open: make(chan struct{}), arrival: make(chan struct{}, 1024)}
+		x = &gate{open: make(chan struct{}), arrival: make(chan struct{}, 1024), ended: make(chan error, 1024)}
 		g.m[name] = x
 	}
 	return x

@@ -1,8 +1,10 @@
 package serve_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -304,4 +306,30 @@ func TestHealthCheckReplacesReplica(t *testing.T) {
 	code, _, _ := post(t, client, base+"/sick", EchoIn{Text: "x"})
 	is.Equal(code, 200)
 	_ = ray.ErrClosed
+}
+
+func TestClientGoneCancelsStream(t *testing.T) {
+	is := is.New(t)
+	c, _ := newCluster(t, 1)
+	srv := serve.New(c, nil)
+	base, client := startServer(t, srv)
+	is.NoErr(srv.Deploy(context.Background(), deployment("gone")))
+	g := newGate("gone")
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/gone/stream", strings.NewReader(`{"Text":"a b c","Gate":"`+g+`"}`))
+	resp, err := client.Do(req)
+	is.NoErr(err)
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	is.NoErr(err)
+	is.Equal(line, "data: \"gone:a\"\n") // the first chunk arrived
+	gates.arrivals(t, g, 1)              // the function waits before the second
+	cancel()                             // the client goes away
+	resp.Body.Close()
+	select {
+	case err := <-gates.get(g).ended:
+		is.True(errors.Is(err, context.Canceled)) // the stream's function was cancelled on the replica
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream's function still runs after its client left")
+	}
+	waitStatus(t, srv, "the slot freed", func(st serve.Status) bool { return dep(st, "gone").Replicas[0].Ongoing == 0 })
 }
