@@ -49,6 +49,7 @@ func (d *deployment) acquire(ctx context.Context, exclude []*replica) (*replica,
 	}
 	w := &waiter{ch: make(chan *replica, 1), exclude: exclude}
 	d.waiters = append(d.waiters, w)
+	d.dispatchLocked() // a free replica that queued retries exclude
 	d.changedLocked()
 	d.mu.Unlock()
 	select {
@@ -105,17 +106,22 @@ func (d *deployment) takeLocked(r *replica) {
 	}
 }
 
-// dispatchLocked hands free slots to queued requests in order. d.mu must
-// be held.
+// dispatchLocked hands free slots to queued requests in order. A retried
+// request that excludes the only free replica lets the ones behind it
+// pass. d.mu must be held.
 func (d *deployment) dispatchLocked() {
-	for len(d.waiters) > 0 {
-		w := d.waiters[0]
+	for i := 0; i < len(d.waiters); {
+		w := d.waiters[i]
 		r := d.pickLocked(w.exclude)
 		if r == nil {
-			return
+			if len(w.exclude) == 0 {
+				return // no free slot at all
+			}
+			i++
+			continue
 		}
 		d.takeLocked(r)
-		d.waiters = d.waiters[1:]
+		d.waiters = slices.Delete(d.waiters, i, i+1)
 		w.ch <- r
 	}
 }
