@@ -160,3 +160,20 @@ func TestWindowSummary(t *testing.T) {
 	is.Equal(p50, 51*time.Millisecond)
 	is.Equal(p99, 100*time.Millisecond)
 }
+
+func TestQueuePassesRetryThatExcludesTheFreeReplica(t *testing.T) {
+	is := is.New(t)
+	d := testDeployment(1, 4, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	retried := make(chan error, 1)
+	go func() {
+		_, err := d.acquire(ctx, []*replica{d.replicas[0]}) // its replica failed it before
+		retried <- err
+	}()
+	is.NoErr(d.s.WaitStatus(context.Background(), func(st Status) bool { return st.Deployments[0].Queued == 1 }))
+	r, err := d.acquire(context.Background(), nil)
+	is.NoErr(err)
+	is.Equal(r, d.replicas[0]) // served at once, not queued behind the retry
+	cancel()
+	is.True(errors.Is(<-retried, context.Canceled))
+}
