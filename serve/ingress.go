@@ -72,7 +72,11 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 	start := time.Now()
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
-		d.fail(w, start, http.StatusBadRequest, fmt.Sprintf("read request body: %v", err))
+		code := http.StatusBadRequest
+		if _, big := errors.AsType[*http.MaxBytesError](err); big {
+			code = http.StatusRequestEntityTooLarge
+		}
+		d.fail(w, start, code, fmt.Sprintf("read request body (at most %d bytes): %v", maxBody, err))
 		return
 	}
 	timeout := d.spec.RequestTimeout

@@ -51,6 +51,7 @@ type replica struct {
 	drained  chan struct{} // closed when draining and idle
 	reason   string        // why it is stopping
 	stopped  bool          // stop has begun
+	released bool          // its slice was given back
 	// holdSlice keeps a failed replica's slice until its replacement has
 	// reserved one, so that the replacement lands on a fresh slice.
 	holdSlice bool
@@ -293,6 +294,7 @@ func (d *deployment) stop(r *replica, reason string) {
 		}
 	}
 	d.mu.Lock()
+	r.released = true
 	for i, x := range d.replicas {
 		if x == r {
 			d.replicas = append(d.replicas[:i], d.replicas[i+1:]...)

@@ -89,7 +89,7 @@ func (d *deployment) statusLocked(now time.Time) DeploymentStatus {
 		if r.state == stateReady {
 			st.Ready++
 		}
-		if r.spg != nil && !r.stopped {
+		if r.spg != nil && !r.released {
 			st.SlicesHeld += len(r.slices)
 		}
 		st.Replicas = append(st.Replicas, ReplicaStatus{
