@@ -277,3 +277,34 @@ func TestProcessReplica(t *testing.T) {
 	})
 	check()
 }
+
+func TestStreamRetriedMidwaySkipsSentChunks(t *testing.T) {
+	is := is.New(t)
+	c, b := newCluster(t, 3)
+	srv := serve.New(c, nil)
+	base, client := startServer(t, srv)
+	d := deployment("midway")
+	d.MinReplicas, d.Idempotent = 2, true
+	is.NoErr(srv.Deploy(context.Background(), d))
+	g := newGate("midway")
+	resp, err := client.Post(base+"/midway/stream", "application/json", strings.NewReader(`{"Text":"a b c","Gate":"`+g+`"}`))
+	is.NoErr(err)
+	defer resp.Body.Close()
+	gates.arrivals(t, g, 1) // "a" is sent; the function waits before "b"
+	var victim serve.ReplicaStatus
+	waitStatus(t, srv, "the stream on a replica", func(st serve.Status) bool {
+		var ok bool
+		victim, ok = replicaWith(dep(st, "midway"), func(r serve.ReplicaStatus) bool { return r.Ongoing == 1 })
+		return ok
+	})
+	is.NoErr(b.KillNode(context.Background(), victim.Hosts[0]))
+	gates.arrivals(t, g, 1) // replayed on the other replica, up to the same point
+	gates.release(g)
+	evs, err := readSSE(resp.Body)
+	is.NoErr(err)
+	var got []string
+	for _, ev := range evs {
+		got = append(got, ev.Event+ev.Data)
+	}
+	is.Equal(got, []string{`"midway:a"`, `"midway:b"`, `"midway:c"`, "done{}"}) // every chunk once, in order
+}
