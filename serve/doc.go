@@ -87,7 +87,8 @@
 // # Shutdown
 //
 // [Server.Shutdown] refuses new requests with 503, waits for the requests in
-// flight, then drains and stops every replica and releases its slice.
+// flight, then drains and stops every replica and releases its slice. It is
+// idempotent.
 //
 // # Errors
 //
@@ -95,8 +96,9 @@
 // the reservation's error (InvalidArgument listing valid topologies,
 // Infeasible naming the shapes the cluster has) when no replica can start.
 // Clients get JSON errors: 400 for a body that does not decode into the
-// endpoint's input, 404 for an unknown deployment, 500 with the user code's
-// error, 503 when overloaded, lost or shutting down, 504 on timeout.
+// endpoint's input, 404 for an unknown deployment, 413 for a body over
+// 32 MiB, 500 with the user code's error, 503 (with Retry-After) when
+// overloaded, lost or shutting down, 504 on timeout.
 //
 // # Concurrency
 //

@@ -262,7 +262,8 @@ func TestShutdownDrainsRequestsInFlight(t *testing.T) {
 		is.Equal(r.code, http.StatusOK) // every request in flight finished
 	}
 	is.NoErr(<-shut)
-	is.Equal(reservedSlices(t, c), 0) // every slice released
+	is.Equal(reservedSlices(t, c), 0)            // every slice released
+	is.NoErr(srv.Shutdown(context.Background())) // a second Shutdown is a no-op
 	is.Equal(len(dep(srv.Status(), "drain").Replicas), 0)
 }
 

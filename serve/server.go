@@ -86,6 +86,7 @@ type deployment struct {
 	ctx       context.Context // ends when the deployment is removed
 	cancel    context.CancelFunc
 	forced    chan struct{} // closed when a shutdown stops waiting for drains
+	force     sync.Once
 	stopLoops context.CancelFunc
 	reserved  chan struct{} // closed and replaced when a replica reserves its slice
 	window    *window
@@ -324,7 +325,7 @@ func (d *deployment) shutdown(ctx context.Context) {
 	d.mu.Unlock()
 	d.stopLoops()
 	d.loops.Wait()
-	stop := context.AfterFunc(ctx, func() { close(d.forced) })
+	stop := context.AfterFunc(ctx, func() { d.force.Do(func() { close(d.forced) }) })
 	defer stop()
 	d.wg.Wait()
 	d.cancel()
