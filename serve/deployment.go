@@ -1,0 +1,178 @@
+package serve
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/goray-dev/goray/ray"
+)
+
+// Deployment describes one HTTP-served model: what a replica runs, the TPU
+// slice each replica owns, and how many replicas may run.
+//
+// Each replica reserves one whole slice of Accelerator and Topology with
+// ray.NewSlicePlacementGroup and runs one worker per host of it; host 0
+// serves requests. The zero value is not valid: Name, Replica, Accelerator
+// and Topology are required.
+type Deployment struct {
+	// Name names the deployment and its route: /<Name>. Letters, digits,
+	// '-', '_' and '.', starting with a letter or digit.
+	Name string
+	// Replica is what each replica runs: an actor class ([Actor]) or an
+	// external HTTP server process ([Process]).
+	Replica Replica
+
+	// Accelerator and Topology are the TPU slice of each replica, as in
+	// ray.SliceSpec ("v6e", "4x4"); ChipsPerVM resolves ambiguous shapes
+	// such as v6e 2x4.
+	Accelerator string
+	Topology    string
+	ChipsPerVM  int
+
+	// MinReplicas and MaxReplicas bound the number of replicas (slices).
+	// MinReplicas 0 means 1; MaxReplicas 0 means MinReplicas.
+	MinReplicas, MaxReplicas int
+	// MaxConcurrentRequests is how many requests one replica handles at
+	// once; 0 means 8.
+	MaxConcurrentRequests int
+	// MaxQueuedRequests is how many requests wait in the router when every
+	// replica is at its limit; more are refused with 503 and Retry-After.
+	// 0 means 4 per replica of MaxReplicas; negative means no queue.
+	MaxQueuedRequests int
+	// Idempotent marks requests safe to repeat: a request whose replica
+	// dies is retried on another replica. Streams are repeated and the
+	// chunks the client already has are skipped, so an idempotent stream
+	// must send the same chunks each time.
+	Idempotent bool
+	// MaxRetries bounds the retries of one idempotent request; 0 means 3.
+	MaxRetries int
+	// RequestTimeout bounds one request, queueing included; 0 means 60s.
+	// A stream's timeout is 10 times it.
+	RequestTimeout time.Duration
+
+	// Autoscaling scales between MinReplicas and MaxReplicas; nil keeps
+	// MinReplicas.
+	Autoscaling *Autoscaling
+	// Health configures health checks; nil means the defaults.
+	Health *HealthCheck
+	// DrainTimeout bounds how long a replica being removed waits for its
+	// requests; 0 means RequestTimeout.
+	DrainTimeout time.Duration
+}
+
+// Autoscaling scales a deployment by whole slices on the requests ongoing
+// per replica (in flight plus queued, averaged over ready replicas). Its
+// zero value means the defaults of each field.
+type Autoscaling struct {
+	// TargetOngoingRequests is the ongoing requests per replica to aim for;
+	// 0 means half of MaxConcurrentRequests.
+	TargetOngoingRequests float64
+	// UpscaleDelay is how long the load must call for more replicas before
+	// they are added; DownscaleDelay the same for fewer. 0 means 0s and
+	// 60s.
+	UpscaleDelay, DownscaleDelay time.Duration
+	// Interval is how often the load is sampled; 0 means 1s.
+	Interval time.Duration
+}
+
+// HealthCheck configures the periodic health checks of replicas. Its zero
+// value means the defaults of each field.
+type HealthCheck struct {
+	// Period between checks; 0 means 5s.
+	Period time.Duration
+	// Timeout of one check; 0 means Period.
+	Timeout time.Duration
+	// FailureThreshold is how many checks in a row must fail before the
+	// replica is replaced; 0 means 3.
+	FailureThreshold int
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// normalize validates d and fills in its defaults.
+func (d Deployment) normalize() (Deployment, error) {
+	bad := func(format string, args ...any) (Deployment, error) {
+		return d, fmt.Errorf("serve: deployment %q: %s", d.Name, fmt.Sprintf(format, args...))
+	}
+	if !nameRE.MatchString(d.Name) {
+		return bad("invalid name: use letters, digits, '-', '_' and '.', starting with a letter or digit")
+	}
+	if d.Replica == nil {
+		return bad("no Replica: use serve.Actor or serve.Process")
+	}
+	if d.Accelerator == "" || d.Topology == "" {
+		return bad("Accelerator and Topology are required, such as \"v6e\" and \"2x4\"")
+	}
+	if d.MinReplicas < 0 || d.MaxReplicas < 0 || d.MaxConcurrentRequests < 0 || d.MaxRetries < 0 || d.RequestTimeout < 0 || d.DrainTimeout < 0 {
+		return bad("negative MinReplicas, MaxReplicas, MaxConcurrentRequests, MaxRetries, RequestTimeout or DrainTimeout")
+	}
+	if d.MinReplicas == 0 {
+		d.MinReplicas = 1
+	}
+	if d.MaxReplicas == 0 {
+		d.MaxReplicas = d.MinReplicas
+	}
+	if d.MaxReplicas < d.MinReplicas {
+		return bad("MaxReplicas %d is below MinReplicas %d", d.MaxReplicas, d.MinReplicas)
+	}
+	if d.MaxConcurrentRequests == 0 {
+		d.MaxConcurrentRequests = 8
+	}
+	if d.MaxQueuedRequests == 0 {
+		d.MaxQueuedRequests = 4 * d.MaxReplicas
+	} else if d.MaxQueuedRequests < 0 {
+		d.MaxQueuedRequests = 0
+	}
+	if d.MaxRetries == 0 {
+		d.MaxRetries = 3
+	}
+	if d.RequestTimeout == 0 {
+		d.RequestTimeout = time.Minute
+	}
+	if d.DrainTimeout == 0 {
+		d.DrainTimeout = d.RequestTimeout
+	}
+	if a := d.Autoscaling; a != nil {
+		c := *a
+		if c.TargetOngoingRequests < 0 || c.UpscaleDelay < 0 || c.DownscaleDelay < 0 || c.Interval < 0 {
+			return bad("negative autoscaling TargetOngoingRequests, delay or Interval")
+		}
+		if c.TargetOngoingRequests == 0 {
+			c.TargetOngoingRequests = max(1, float64(d.MaxConcurrentRequests)/2)
+		}
+		if c.DownscaleDelay == 0 {
+			c.DownscaleDelay = time.Minute
+		}
+		if c.Interval == 0 {
+			c.Interval = time.Second
+		}
+		d.Autoscaling = &c
+	}
+	h := HealthCheck{}
+	if d.Health != nil {
+		h = *d.Health
+	}
+	if h.Period < 0 || h.Timeout < 0 || h.FailureThreshold < 0 {
+		return bad("negative health check Period, Timeout or FailureThreshold")
+	}
+	if h.Period == 0 {
+		h.Period = 5 * time.Second
+	}
+	if h.Timeout == 0 {
+		h.Timeout = h.Period
+	}
+	if h.FailureThreshold == 0 {
+		h.FailureThreshold = 3
+	}
+	d.Health = &h
+	if err := d.Replica.validate(); err != nil {
+		return bad("%v", err)
+	}
+	return d, nil
+}
+
+// sliceSpec is the reservation of one replica.
+func (d *Deployment) sliceSpec(replica string) ray.SliceSpec {
+	return ray.SliceSpec{Topology: d.Topology, AcceleratorVersion: d.Accelerator, ChipsPerVM: d.ChipsPerVM, Name: replica}
+}

@@ -1,0 +1,348 @@
+package serve_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/backend/local"
+	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/serve"
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("SERVE_TEST_SERVER"); mode != "" {
+		runTestServer(mode)
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// echo is the test model: it answers with its prefix, the input and where
+// it runs.
+type echo struct {
+	prefix string
+}
+
+type EchoIn struct {
+	Text string
+	// Gate, if set, makes the call wait until the test opens that gate.
+	Gate string
+	// Fail makes the call return an error.
+	Fail bool
+	// Work is how long the call computes (on an accelerator, not the
+	// host's CPU), for benchmarks.
+	Work time.Duration `json:",omitempty"`
+}
+
+type EchoOut struct {
+	Text, Host, WorkerID, Hostnames string
+}
+
+// constructed records the TPU_WORKER_ID of every echo actor built, by host.
+var constructed sync.Map // host -> worker ID
+
+// unhealthy makes the echo health check fail for actors on these hosts.
+var unhealthy sync.Map // host -> true
+
+var (
+	echoClass = ray.NewActorClass("servetest.echo", func(ctx context.Context, prefix string) (*echo, error) {
+		if prefix == "broken" {
+			return nil, errors.New("model weights not found")
+		}
+		rc, _ := ray.Runtime(ctx)
+		constructed.Store(rc.NodeName(), rc.Env("TPU_WORKER_ID"))
+		return &echo{prefix: prefix}, nil
+	})
+	echoCall = ray.NewMethod(echoClass, "call", func(ctx context.Context, e *echo, in EchoIn) (EchoOut, error) {
+		if err := gates.wait(ctx, in.Gate); err != nil {
+			return EchoOut{}, err
+		}
+		if in.Fail {
+			return EchoOut{}, errors.New("the model refused")
+		}
+		if in.Work > 0 {
+			time.Sleep(in.Work) // accelerator time: the host CPU is free
+		}
+		rc, _ := ray.Runtime(ctx)
+		return EchoOut{Text: e.prefix + in.Text, Host: rc.NodeName(), WorkerID: rc.Env("TPU_WORKER_ID"), Hostnames: rc.Env("TPU_WORKER_HOSTNAMES")}, nil
+	})
+	echoStream = serve.NewStream(echoClass, "words", func(ctx context.Context, e *echo, in EchoIn, send func(string) error) (err error) {
+		if in.Gate != "" {
+			defer func() { gates.get(in.Gate).ended <- err }()
+		}
+		for i, w := range strings.Fields(in.Text) {
+			if i == 1 {
+				if err := gates.wait(ctx, in.Gate); err != nil {
+					return err
+				}
+			}
+			if err := send(e.prefix + w); err != nil {
+				return err
+			}
+		}
+		if in.Fail {
+			return errors.New("the model stopped")
+		}
+		return nil
+	})
+	echoCheck = ray.NewMethod(echoClass, "check", func(ctx context.Context, e *echo, _ struct{}) (struct{}, error) {
+		rc, _ := ray.Runtime(ctx)
+		if _, bad := unhealthy.Load(rc.NodeName()); bad {
+			return struct{}{}, errors.New("accelerator wedged")
+		}
+		return struct{}{}, nil
+	})
+)
+
+func echoReplica(prefix string) serve.Replica {
+	return serve.Actor(echoClass, prefix, serve.Unary(echoCall), serve.Streaming(echoStream), serve.Check(echoCheck))
+}
+
+// gateSet holds calls until a test opens their gate, and counts arrivals.
+type gateSet struct {
+	mu sync.Mutex
+	m  map[string]*gate
+}
+
+type gate struct {
+	open    chan struct{}
+	arrived atomic.Int32
+	arrival chan struct{} // one send per arrival
+	ended   chan error    // a gated stream's function returned this
+}
+
+var gates = &gateSet{m: map[string]*gate{}}
+
+var gateSeq atomic.Int64
+
+// newGate returns a fresh gate name, so that tests run with -count > 1
+// never see a gate an earlier run opened.
+func newGate(name string) string {
+	return fmt.Sprintf("%s#%d", name, gateSeq.Add(1))
+}
+
+func (g *gateSet) get(name string) *gate {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	x := g.m[name]
+	if x == nil {
+		x = &gate{open: make(chan struct{}), arrival: make(chan struct{}, 1024), ended: make(chan error, 1024)}
+		g.m[name] = x
+	}
+	return x
+}
+
+func (g *gateSet) wait(ctx context.Context, name string) error {
+	if name == "" {
+		return nil
+	}
+	x := g.get(name)
+	x.arrived.Add(1)
+	x.arrival <- struct{}{}
+	select {
+	case <-x.open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// arrivals waits until n calls reached gate name.
+func (g *gateSet) arrivals(t *testing.T, name string, n int) {
+	t.Helper()
+	x := g.get(name)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range n {
+		select {
+		case <-x.arrival:
+		case <-ctx.Done():
+			t.Fatalf("gate %s: %d arrivals, want %d", name, x.arrived.Load(), n)
+		}
+	}
+}
+
+func (g *gateSet) release(name string) { close(g.get(name).open) }
+
+// newCluster simulates n v6e 2x4 slices of two 4-chip hosts each.
+func newCluster(t testing.TB, n int) (*ray.Cluster, *local.Backend) {
+	t.Helper()
+	b, err := local.New(local.ClusterSpec{
+		Nodes:     []local.NodeSpec{{Name: "cpu", Count: 1, Resources: backend.Resources{backend.CPU: 8}}},
+		TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x4", Count: n, ChipsPerHost: 4}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ray.NewCluster(context.Background(), b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, b
+}
+
+// deployment is an echo deployment on v6e 2x4 replicas, with fast health
+// checks.
+func deployment(name string) serve.Deployment {
+	return serve.Deployment{
+		Name: name, Replica: echoReplica(name + ":"),
+		Accelerator: "v6e", Topology: "2x4", ChipsPerVM: 4,
+		MaxConcurrentRequests: 4,
+		Health:                &serve.HealthCheck{Period: 20 * time.Millisecond, FailureThreshold: 2},
+	}
+}
+
+// startServer serves srv on a loopback port and shuts it down at cleanup.
+func startServer(t testing.TB, srv *serve.Server) (base string, client *http.Client) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v", err)
+		}
+		client.CloseIdleConnections()
+	})
+	return "http://" + l.Addr().String(), client
+}
+
+// post sends a JSON body and returns the status code, the Retry-After
+// header and the body.
+func post(t testing.TB, client *http.Client, url string, in any) (int, string, []byte) {
+	t.Helper()
+	body, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Errorf("POST %s: %v", url, err)
+		return 0, "", nil
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Errorf("POST %s: read body: %v", url, err)
+	}
+	return resp.StatusCode, resp.Header.Get("Retry-After"), out
+}
+
+// sseEvent is one server-sent event.
+type sseEvent struct{ Event, Data string }
+
+// readSSE parses a server-sent event stream.
+func readSSE(r io.Reader) ([]sseEvent, error) {
+	var evs []sseEvent
+	var cur sseEvent
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			evs = append(evs, cur)
+			cur = sseEvent{}
+		case strings.HasPrefix(line, "event: "):
+			cur.Event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			cur.Data = strings.TrimPrefix(line, "data: ")
+		default:
+			return evs, fmt.Errorf("unexpected SSE line %q", line)
+		}
+	}
+	return evs, sc.Err()
+}
+
+// waitStatus waits for cond, failing the test after 30s.
+func waitStatus(t testing.TB, srv *serve.Server, what string, cond func(serve.Status) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.WaitStatus(ctx, cond); err != nil {
+		st, _ := json.MarshalIndent(srv.Status(), "", "  ")
+		t.Fatalf("waiting for %s: %v; status:\n%s", what, err, st)
+	}
+}
+
+// dep returns the status of deployment name.
+func dep(st serve.Status, name string) serve.DeploymentStatus {
+	d, _ := st.Deployment(name)
+	return d
+}
+
+// reservedSlices counts the cluster's reserved slices.
+func reservedSlices(t testing.TB, c *ray.Cluster) int {
+	t.Helper()
+	states, err := ray.TPUSlices(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range states {
+		if s.ReservedBy != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// runTestServer is the external HTTP server of the Process tests: this
+// test binary, started by a replica with SERVE_TEST_SERVER set.
+func runTestServer(mode string) {
+	if os.Getenv("TPU_WORKER_ID") != "0" {
+		// A worker host's process: it runs until the replica stops it.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		<-ctx.Done()
+		return
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]string{
+			"body": string(b), "worker": os.Getenv("TPU_WORKER_ID"), "hostnames": os.Getenv("TPU_WORKER_HOSTNAMES"),
+			"query": r.URL.RawQuery,
+		})
+	})
+	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 3 {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			w.(http.Flusher).Flush()
+		}
+	})
+	srv := &http.Server{Addr: "127.0.0.1:" + os.Getenv("PORT"), Handler: mux}
+	if err := srv.ListenAndServe(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,298 @@
+package serve
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/goray-dev/goray/ray"
+)
+
+// maxBody bounds a request body the router buffers (for retries).
+const maxBody = 32 << 20
+
+// retryAfter is the Retry-After, in seconds, of a 503.
+const retryAfter = "1"
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /-/healthz", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /-/status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(s.Status())
+	})
+	mux.Handle("GET /-/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/{name}", func(w http.ResponseWriter, r *http.Request) { s.serveDeployment(w, r, r.PathValue("name"), "") })
+	mux.HandleFunc("/{name}/{rest...}", func(w http.ResponseWriter, r *http.Request) {
+		s.serveDeployment(w, r, r.PathValue("name"), "/"+r.PathValue("rest"))
+	})
+	return mux
+}
+
+// jsonError writes {"error": msg} with code.
+func jsonError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	if code == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, rest string) {
+	s.mu.RLock()
+	if s.closing {
+		s.mu.RUnlock()
+		jsonError(w, http.StatusServiceUnavailable, "server is shutting down")
+		return
+	}
+	d := s.deployments[name]
+	if d == nil {
+		s.mu.RUnlock()
+		jsonError(w, http.StatusNotFound, fmt.Sprintf("no deployment %q; see GET /-/status", name))
+		return
+	}
+	s.requests.Add(1)
+	s.mu.RUnlock()
+	defer s.requests.Done()
+
+	start := time.Now()
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		code := http.StatusBadRequest
+		if _, big := errors.AsType[*http.MaxBytesError](err); big {
+			code = http.StatusRequestEntityTooLarge
+		}
+		d.fail(w, start, code, fmt.Sprintf("read request body (at most %d bytes): %v", maxBody, err))
+		return
+	}
+	timeout := d.spec.RequestTimeout
+	_, isProcess := d.spec.Replica.(*processReplica)
+	switch {
+	case isProcess:
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		d.proxy(ctx, w, r, rest, body, start)
+	case rest == "" && r.Method == http.MethodPost:
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		d.unary(ctx, w, body, start)
+	case rest == "/stream" && r.Method == http.MethodPost:
+		ctx, cancel := context.WithTimeout(r.Context(), 10*timeout)
+		defer cancel()
+		d.stream(ctx, w, body, start)
+	case rest == "" || rest == "/stream":
+		w.Header().Set("Allow", http.MethodPost)
+		d.fail(w, start, http.StatusMethodNotAllowed, "use POST")
+	default:
+		d.fail(w, start, http.StatusNotFound, fmt.Sprintf("deployment %q serves POST /%s and POST /%s/stream", name, name, name))
+	}
+}
+
+func (d *deployment) fail(w http.ResponseWriter, start time.Time, code int, msg string) {
+	jsonError(w, code, msg)
+	d.observe(code, start)
+}
+
+// lostReplica reports an error that means the replica (not the request)
+// failed: its actor or host died, its slice went away, or its server
+// stopped answering.
+func lostReplica(err error) bool {
+	switch ray.Code(err) {
+	case ray.ActorDied, ray.Unavailable:
+		return true
+	}
+	return errors.Is(err, ray.ErrPlacementGroupRemoved) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// attempt runs do on replicas until it succeeds, fails for a reason other
+// than a lost replica, or retries run out (non-idempotent requests are not
+// retried). It returns the HTTP code and message of a failure, or 0.
+func (d *deployment) attempt(ctx context.Context, do func(*replica) error) (int, string) {
+	var tried []*replica
+	for n := 0; ; n++ {
+		rep, err := d.acquire(ctx, tried)
+		switch {
+		case errors.Is(err, errOverloaded), errors.Is(err, errShuttingDown):
+			return http.StatusServiceUnavailable, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, err)
+		case err != nil:
+			return ctxCode(ctx), fmt.Sprintf("deployment %q: no replica became free: %v", d.spec.Name, err)
+		}
+		err = do(rep)
+		d.release(rep)
+		var bad badRequest
+		switch {
+		case err == nil:
+			return 0, ""
+		case errors.As(err, &bad):
+			return http.StatusBadRequest, err.Error()
+		case ctx.Err() != nil:
+			return ctxCode(ctx), fmt.Sprintf("deployment %q: %v", d.spec.Name, ctx.Err())
+		case lostReplica(err):
+			d.lost(rep, fmt.Sprintf("request failed: %v", err), false)
+			if d.spec.Idempotent && n < d.spec.MaxRetries {
+				tried = append(tried, rep)
+				d.s.metrics.retries.WithLabelValues(d.spec.Name).Inc()
+				continue
+			}
+			return http.StatusServiceUnavailable, fmt.Sprintf("deployment %q: replica %s was lost: %v", d.spec.Name, rep.id, err)
+		default:
+			return http.StatusInternalServerError, err.Error()
+		}
+	}
+}
+
+// ctxCode is 504 for a request that timed out, 499 for one the client
+// abandoned.
+func ctxCode(ctx context.Context) int {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return http.StatusGatewayTimeout
+	}
+	return 499
+}
+
+func (d *deployment) unary(ctx context.Context, w http.ResponseWriter, body []byte, start time.Time) {
+	var out []byte
+	code, msg := d.attempt(ctx, func(r *replica) error {
+		ai, ok := r.inst.(actorInstance)
+		if !ok || !ai.hasUnary() {
+			return badRequest{fmt.Errorf("deployment %q has no unary endpoint; POST /%s/stream", d.spec.Name, d.spec.Name)}
+		}
+		var err error
+		out, err = ai.unary(ctx, body)
+		return err
+	})
+	if code != 0 {
+		d.fail(w, start, code, msg)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(out, '\n'))
+	d.observe(http.StatusOK, start)
+}
+
+// stream answers with server-sent events: one "data: <chunk JSON>" event
+// per chunk, then "event: done", or "event: error" with {"error": msg} when
+// the stream fails after it began. A retry on another replica skips the
+// chunks the client already has.
+func (d *deployment) stream(ctx context.Context, w http.ResponseWriter, body []byte, start time.Time) {
+	rc := http.NewResponseController(w)
+	sent := 0
+	code, msg := d.attempt(ctx, func(r *replica) error {
+		ai, ok := r.inst.(actorInstance)
+		if !ok || !ai.hasStream() {
+			return badRequest{fmt.Errorf("deployment %q has no streaming endpoint; POST /%s", d.spec.Name, d.spec.Name)}
+		}
+		seen := 0
+		return ai.stream(ctx, body, func(chunk []byte) error {
+			seen++
+			if seen <= sent {
+				return nil // the client has it from an earlier attempt
+			}
+			if sent == 0 {
+				h := w.Header()
+				h.Set("Content-Type", "text/event-stream")
+				h.Set("Cache-Control", "no-cache")
+				w.WriteHeader(http.StatusOK)
+			}
+			sent++
+			if _, err := fmt.Fprintf(w, "data: %s\n\n", chunk); err != nil {
+				return err
+			}
+			return rc.Flush()
+		})
+	})
+	if sent == 0 {
+		if code != 0 {
+			d.fail(w, start, code, msg)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+	}
+	if code != 0 {
+		data, _ := json.Marshal(map[string]string{"error": msg})
+		_, _ = fmt.Fprintf(w, "event: error\ndata: %s\n\n", data)
+	} else {
+		_, _ = io.WriteString(w, "event: done\ndata: {}\n\n")
+	}
+	_ = rc.Flush()
+	d.observe(cmp.Or(code, http.StatusOK), start)
+}
+
+// hopHeaders are not forwarded by a proxy (RFC 9110 7.6.1).
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// proxy forwards the request to a Process replica's server. A request
+// whose replica is lost before the response begins is retried when the
+// deployment is idempotent; a response is streamed, flushed at every read,
+// so server-sent events pass through as they come.
+func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.Request, path string, body []byte, start time.Time) {
+	status := 0
+	code, msg := d.attempt(ctx, func(r *replica) error {
+		pi := r.inst.(*processInstance)
+		req, err := http.NewRequestWithContext(ctx, in.Method, pi.base+cmp.Or(path, "/"), bytes.NewReader(body))
+		if err != nil {
+			return badRequest{err}
+		}
+		req.URL.RawQuery = in.URL.RawQuery
+		req.Header = in.Header.Clone()
+		for _, h := range hopHeaders {
+			req.Header.Del(h)
+		}
+		resp, err := d.s.client.Do(req)
+		if err != nil {
+			return err
+		}
+		// The response has begun: from here on the request is not retried,
+		// and the replica's slot is held until the body is copied.
+		defer resp.Body.Close()
+		status = resp.StatusCode
+		copyResponse(w, resp)
+		return nil
+	})
+	if code != 0 {
+		d.fail(w, start, code, msg)
+		return
+	}
+	d.observe(status, start)
+}
+
+func copyResponse(w http.ResponseWriter, resp *http.Response) {
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	for _, h := range hopHeaders {
+		w.Header().Del(h)
+	}
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			_ = rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,253 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/goray-dev/goray/ray"
+)
+
+// Replica is what each replica of a deployment runs: an actor class built
+// with [Actor], or an external HTTP server process built with [Process].
+// The interface is closed; a Replica is immutable and may serve several
+// deployments.
+type Replica interface {
+	validate() error
+	// start runs the replica on its reserved slice and returns once it can
+	// take requests.
+	start(ctx context.Context, c *ray.Cluster, spg *ray.SlicePlacementGroup, maxConcurrent int) (instance, error)
+}
+
+// instance is one running replica.
+type instance interface {
+	// check returns an error when the replica is unhealthy.
+	check(ctx context.Context) error
+	// close stops the replica's workers; the caller releases the slice.
+	close(ctx context.Context)
+}
+
+// actorInstance handles typed requests.
+type actorInstance interface {
+	instance
+	unary(ctx context.Context, body []byte) ([]byte, error)
+	stream(ctx context.Context, body []byte, emit func([]byte) error) error
+	hasUnary() bool
+	hasStream() bool
+}
+
+// badRequest is an error in the client's request: it is answered with 400
+// and never retried.
+type badRequest struct{ err error }
+
+func (e badRequest) Error() string { return e.err.Error() }
+func (e badRequest) Unwrap() error { return e.err }
+
+// streamFailed is the error a stream's function returned.
+type streamFailed struct{ msg string }
+
+func (e streamFailed) Error() string { return e.msg }
+
+// Endpoint is a request handler of actor type A, for [Actor]: [Unary],
+// [Streaming] or [Check]. The zero Endpoint adds nothing. Endpoints are
+// immutable and safe to share.
+type Endpoint[A any] struct {
+	apply func(*actorEndpoints[A])
+}
+
+type actorEndpoints[A any] struct {
+	unary  func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error)
+	stream func(ctx context.Context, h *ray.ActorHandle[A], body []byte, emit func([]byte) error) error
+	check  func(ctx context.Context, h *ray.ActorHandle[A]) error
+}
+
+func decodeBody[I any](body []byte) (I, error) {
+	var in I
+	if err := json.Unmarshal(body, &in); err != nil {
+		return in, badRequest{fmt.Errorf("request body is not a JSON %v: %w", reflect.TypeFor[I](), err)}
+	}
+	return in, nil
+}
+
+// Unary serves POST /<deployment>: the JSON body is decoded into I, m is
+// called on the replica's host-0 actor, and its output is the JSON reply.
+func Unary[A, I, O any](m *ray.Method[A, I, O]) Endpoint[A] {
+	return Endpoint[A]{func(e *actorEndpoints[A]) {
+		e.unary = func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error) {
+			in, err := decodeBody[I](body)
+			if err != nil {
+				return nil, err
+			}
+			out, err := m.Remote(ctx, h, in).Get(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return json.Marshal(out)
+		}
+	}}
+}
+
+// Streaming serves POST /<deployment>/stream: the JSON body is decoded into
+// I and each chunk s sends becomes one server-sent event whose data is the
+// chunk's JSON.
+func Streaming[A, I, O any](s *Stream[A, I, O]) Endpoint[A] {
+	return Endpoint[A]{func(e *actorEndpoints[A]) {
+		e.stream = func(ctx context.Context, h *ray.ActorHandle[A], body []byte, emit func([]byte) error) error {
+			in, err := decodeBody[I](body)
+			if err != nil {
+				return err
+			}
+			return runStreamCall(ctx, s, h, in, emit)
+		}
+	}}
+}
+
+// runStreamCall drives the start/next protocol of stream.go from the router.
+func runStreamCall[A, I, O any](ctx context.Context, s *Stream[A, I, O], h *ray.ActorHandle[A], in I, emit func([]byte) error) error {
+	id := newStreamID()
+	startRef := s.start.Remote(ctx, h, streamStart[I]{ID: id, In: in})
+	finished := false
+	defer func() {
+		if !finished {
+			// Best effort: stop the stream's function on the replica.
+			s.cancel.Remote(context.WithoutCancel(ctx), h, id).Release()
+		}
+		startRef.Release()
+	}()
+	for {
+		b, err := s.next.Remote(ctx, h, id).Get(ctx)
+		if err != nil {
+			return err
+		}
+		for _, c := range b.Chunks {
+			data, err := json.Marshal(c)
+			if err != nil {
+				return err
+			}
+			if err := emit(data); err != nil {
+				return err
+			}
+		}
+		if b.Done {
+			finished = true
+			if b.Err != "" {
+				return streamFailed{b.Err}
+			}
+			return nil
+		}
+		if len(b.Chunks) == 0 {
+			// A poll came back empty: the stream may have failed to start.
+			if ready, _, _ := ray.Wait(expired(ctx), []ray.ObjectRef[struct{}]{startRef}, 1); len(ready) == 1 {
+				if _, err := startRef.Get(ctx); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// expired returns a context that has already ended, for non-blocking waits.
+func expired(ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	return ctx
+}
+
+// Check adds an application health check: m is called on the host-0 actor
+// at every health check, and an error fails the check. Without it, a check
+// only asks whether every host's actor is alive.
+func Check[A any](m *ray.Method[A, struct{}, struct{}]) Endpoint[A] {
+	return Endpoint[A]{func(e *actorEndpoints[A]) {
+		e.check = func(ctx context.Context, h *ray.ActorHandle[A]) error {
+			_, err := m.Remote(ctx, h, struct{}{}).Get(ctx)
+			return err
+		}
+	}}
+}
+
+// Actor returns a Replica that runs class on every host of the replica's
+// slice, each constructed from init and pinned to its host's bundle (so it
+// reads its TPU_WORKER_ID and the rest of the slice's env with
+// ray.Runtime). The host-0 actor serves the endpoints; the others are its
+// workers. The host-0 actor runs up to 2*MaxConcurrentRequests+2 calls at
+// once (a stream holds two), so its methods must be safe for concurrent use.
+func Actor[A, CI any](class *ray.ActorClass[A, CI], init CI, endpoints ...Endpoint[A]) Replica {
+	r := &actorReplica[A, CI]{class: class, init: init}
+	for _, e := range endpoints {
+		if e.apply != nil {
+			e.apply(&r.eps)
+		}
+	}
+	return r
+}
+
+type actorReplica[A, CI any] struct {
+	class *ray.ActorClass[A, CI]
+	init  CI
+	eps   actorEndpoints[A]
+}
+
+func (r *actorReplica[A, CI]) validate() error {
+	if r.class == nil {
+		return errors.New("serve.Actor: nil actor class")
+	}
+	if r.eps.unary == nil && r.eps.stream == nil {
+		return fmt.Errorf("serve.Actor %s: no endpoint: pass serve.Unary and/or serve.Streaming", r.class.Name())
+	}
+	return nil
+}
+
+func (r *actorReplica[A, CI]) start(ctx context.Context, c *ray.Cluster, spg *ray.SlicePlacementGroup, maxConcurrent int) (instance, error) {
+	pg, per := spg.PlacementGroup(), spg.BundlesPerHost()
+	inst := &actorReplicaInstance[A]{eps: &r.eps, hosts: make([]*ray.ActorHandle[A], spg.NumHosts())}
+	for i := range inst.hosts {
+		conc := ray.MaxConcurrency(2)
+		if i == 0 {
+			conc = ray.MaxConcurrency(2*maxConcurrent + 2)
+		}
+		inst.hosts[i] = r.class.Remote(ctx, c, r.init, ray.InBundle(pg, i*per), conc)
+	}
+	for i, h := range inst.hosts {
+		if err := h.Ready(ctx); err != nil {
+			inst.close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("actor %s on host %d: %w", r.class.Name(), i, err)
+		}
+	}
+	return inst, nil
+}
+
+type actorReplicaInstance[A any] struct {
+	eps   *actorEndpoints[A]
+	hosts []*ray.ActorHandle[A]
+}
+
+func (a *actorReplicaInstance[A]) hasUnary() bool  { return a.eps.unary != nil }
+func (a *actorReplicaInstance[A]) hasStream() bool { return a.eps.stream != nil }
+
+func (a *actorReplicaInstance[A]) unary(ctx context.Context, body []byte) ([]byte, error) {
+	return a.eps.unary(ctx, a.hosts[0], body)
+}
+
+func (a *actorReplicaInstance[A]) stream(ctx context.Context, body []byte, emit func([]byte) error) error {
+	return a.eps.stream(ctx, a.hosts[0], body, emit)
+}
+
+func (a *actorReplicaInstance[A]) check(ctx context.Context) error {
+	for i, h := range a.hosts {
+		if err := h.Ready(ctx); err != nil {
+			return fmt.Errorf("actor on host %d: %w", i, err)
+		}
+	}
+	if a.eps.check != nil {
+		return a.eps.check(ctx, a.hosts[0])
+	}
+	return nil
+}
+
+func (a *actorReplicaInstance[A]) close(ctx context.Context) {
+	for _, h := range a.hosts {
+		_ = h.Kill(ctx)
+	}
+}

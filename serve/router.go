@@ -1,0 +1,176 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Routing: each request goes to the less loaded of two ready replicas
+// drawn at random among those below MaxConcurrentRequests (power of two
+// choices on ongoing requests). When none has room, the request waits in a
+// FIFO queue of at most MaxQueuedRequests; a replica that frees a slot (or
+// becomes ready) hands it straight to the queue's head.
+
+var (
+	// errOverloaded: every replica is at its limit and the queue is full.
+	errOverloaded = errors.New("every replica is at its limit and the queue is full")
+	// errShuttingDown: the deployment is being removed.
+	errShuttingDown = errors.New("deployment is shutting down")
+)
+
+// waiter is a queued request.
+type waiter struct {
+	ch      chan *replica // receives the replica, or nil when the queue is closed
+	exclude []*replica
+}
+
+// acquire returns a ready replica with a free slot, taken for the caller,
+// waiting in the queue if need be. exclude lists replicas that already
+// failed this request.
+func (d *deployment) acquire(ctx context.Context, exclude []*replica) (*replica, error) {
+	d.mu.Lock()
+	if d.closing {
+		d.mu.Unlock()
+		return nil, errShuttingDown
+	}
+	if len(d.waiters) == 0 {
+		if r := d.pickLocked(exclude); r != nil {
+			d.takeLocked(r)
+			d.mu.Unlock()
+			return r, nil
+		}
+	}
+	if len(d.waiters) >= d.spec.MaxQueuedRequests {
+		d.mu.Unlock()
+		return nil, errOverloaded
+	}
+	w := &waiter{ch: make(chan *replica, 1), exclude: exclude}
+	d.waiters = append(d.waiters, w)
+	d.dispatchLocked() // a free replica that queued retries exclude
+	d.changedLocked()
+	d.mu.Unlock()
+	select {
+	case r := <-w.ch:
+		if r == nil {
+			return nil, errShuttingDown
+		}
+		return r, nil
+	case <-ctx.Done():
+	}
+	d.mu.Lock()
+	if i := slices.Index(d.waiters, w); i >= 0 {
+		d.waiters = slices.Delete(d.waiters, i, i+1)
+		d.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	d.mu.Unlock()
+	// The replica was handed over as ctx ended: give the slot back.
+	if r := <-w.ch; r != nil {
+		d.release(r)
+	}
+	return nil, ctx.Err()
+}
+
+// release gives back a slot taken by acquire.
+func (d *deployment) release(r *replica) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r.ongoing--
+	r.served++
+	if r.ongoing == 0 {
+		d.closeDrainedLocked(r)
+	}
+	d.dispatchLocked()
+	d.changedLocked()
+}
+
+// closeDrainedLocked ends a drain wait on r. d.mu must be held.
+func (d *deployment) closeDrainedLocked(r *replica) {
+	if r.drained != nil {
+		close(r.drained)
+		r.drained = nil
+	}
+}
+
+// takeLocked counts a request routed to r. d.mu must be held.
+func (d *deployment) takeLocked(r *replica) {
+	r.ongoing++
+	d.changedLocked()
+	if !r.firstReq {
+		r.firstReq = true
+		d.s.metrics.scaleUp.WithLabelValues(d.spec.Name).Observe(time.Since(r.created).Seconds())
+		d.lastScaleUp = time.Since(r.created)
+	}
+}
+
+// dispatchLocked hands free slots to queued requests in order. A retried
+// request that excludes the only free replica lets the ones behind it
+// pass. d.mu must be held.
+func (d *deployment) dispatchLocked() {
+	for i := 0; i < len(d.waiters); {
+		w := d.waiters[i]
+		r := d.pickLocked(w.exclude)
+		if r == nil {
+			if len(w.exclude) == 0 {
+				return // no free slot at all
+			}
+			i++
+			continue
+		}
+		d.takeLocked(r)
+		d.waiters = slices.Delete(d.waiters, i, i+1)
+		w.ch <- r
+	}
+}
+
+// closeQueueLocked fails every queued request. d.mu must be held.
+func (d *deployment) closeQueueLocked() {
+	for _, w := range d.waiters {
+		w.ch <- nil
+	}
+	d.waiters = nil
+}
+
+// pickLocked chooses a ready replica below its limit by power of two
+// choices, or nil. d.mu must be held.
+func (d *deployment) pickLocked(exclude []*replica) *replica {
+	ok := func(r *replica) bool {
+		return r.state == stateReady && r.ongoing < d.spec.MaxConcurrentRequests && !slices.Contains(exclude, r)
+	}
+	n := 0
+	for _, r := range d.replicas {
+		if ok(r) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	nth := func(k int) *replica {
+		for _, r := range d.replicas {
+			if ok(r) {
+				if k == 0 {
+					return r
+				}
+				k--
+			}
+		}
+		return nil
+	}
+	a := nth(rand.IntN(n))
+	if n == 1 {
+		return a
+	}
+	i := rand.IntN(n - 1)
+	b := nth(i)
+	if b == a {
+		b = nth(n - 1)
+	}
+	if b.ongoing < a.ongoing {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,332 @@
+package serve
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/goray-dev/goray/ray"
+)
+
+// Options configures a Server. A nil *Options means the defaults.
+type Options struct {
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
+	// Client is the HTTP client that proxies to Process replicas; nil
+	// means a client with keep-alive connections and no timeout of its
+	// own (each request's timeout applies).
+	Client *http.Client
+}
+
+// Server is an HTTP ingress in front of deployments whose replicas each
+// own a TPU slice. Create it with New, add deployments with Deploy, serve
+// it with Serve (or mount Handler on a server of your own), and stop it
+// with Shutdown.
+//
+// A Server is safe for concurrent use; its zero value is not usable.
+type Server struct {
+	c         *ray.Cluster
+	log       *slog.Logger
+	client    *http.Client
+	ownClient bool
+	metrics   *metrics
+	handler   http.Handler
+
+	mu          sync.RWMutex
+	deployments map[string]*deployment
+	closing     bool
+	httpSrv     *http.Server
+	requests    sync.WaitGroup // requests in flight
+
+	changeMu sync.Mutex
+	changed  chan struct{} // closed and replaced on every state change
+	watchers atomic.Int32  // WaitStatus calls waiting on changed
+}
+
+// New returns a server whose replicas run on c. The caller keeps
+// ownership of c and closes it after Shutdown.
+func New(c *ray.Cluster, opts *Options) *Server {
+	if opts == nil {
+		opts = &Options{}
+	}
+	s := &Server{c: c, log: opts.Logger, client: opts.Client, deployments: map[string]*deployment{}, changed: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.client == nil {
+		s.ownClient = true
+		s.client = &http.Client{Transport: &http.Transport{
+			Proxy: nil, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second,
+			DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		}}
+	}
+	s.metrics = newMetrics(s)
+	s.handler = s.routes()
+	return s
+}
+
+// Registry returns the server's Prometheus registry (served at
+// GET /-/metrics), for adding collectors or gathering in tests.
+func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
+
+// deployment is the running state of one Deployment.
+type deployment struct {
+	s         *Server
+	spec      Deployment
+	ctx       context.Context // ends when the deployment is removed
+	cancel    context.CancelFunc
+	forced    chan struct{} // closed when a shutdown stops waiting for drains
+	force     sync.Once
+	stopLoops context.CancelFunc
+	reserved  chan struct{} // closed and replaced when a replica reserves its slice
+	window    *window
+	wg        sync.WaitGroup // replica starts, stops, drains and watchers
+	loops     sync.WaitGroup // autoscaler and health checker
+
+	mu          sync.Mutex
+	replicas    []*replica
+	waiters     []*waiter
+	closing     bool
+	target      int
+	seq         int
+	scaler      scaler
+	failures    int
+	lastErr     error
+	backoff     time.Duration
+	retryAt     time.Time
+	retryTimer  *time.Timer
+	lastScaleUp time.Duration
+	deployed    bool // the initial replicas were asked for
+}
+
+// Deploy validates d, starts its MinReplicas replicas and waits until they
+// are ready. When ctx ends first, Deploy returns ctx.Err() and the
+// deployment keeps starting in the background. A deployment whose replicas
+// cannot start at all (a shape the cluster does not have, an actor
+// constructor that fails) is removed, and Deploy returns the reason.
+func (s *Server) Deploy(ctx context.Context, d Deployment) error {
+	spec, err := d.normalize()
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	dep := &deployment{
+		s: s, spec: spec, ctx: dctx, cancel: cancel, forced: make(chan struct{}),
+		window: newWindow(10 * time.Second), target: spec.MinReplicas, reserved: make(chan struct{}),
+	}
+	if a := spec.Autoscaling; a != nil {
+		dep.scaler = scaler{cfg: *a, min: spec.MinReplicas, max: spec.MaxReplicas}
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		cancel()
+		return fmt.Errorf("serve: deploy %q: %w", d.Name, ray.ErrClosed)
+	}
+	if _, dup := s.deployments[spec.Name]; dup {
+		s.mu.Unlock()
+		cancel()
+		return fmt.Errorf("serve: deploy %q: a deployment of that name exists", spec.Name)
+	}
+	s.deployments[spec.Name] = dep
+	s.mu.Unlock()
+
+	dep.mu.Lock()
+	dep.reconcileLocked()
+	dep.deployed = true
+	dep.mu.Unlock()
+	lctx, stopLoops := context.WithCancel(dctx)
+	dep.stopLoops = stopLoops
+	dep.loops.Go(func() { dep.healthLoop(lctx) })
+	if spec.Autoscaling != nil {
+		dep.loops.Go(func() { dep.autoscale(lctx) })
+	}
+	err = s.WaitStatus(ctx, func(st Status) bool {
+		ds, _ := st.Deployment(spec.Name)
+		return ds.Ready >= spec.MinReplicas || permanent(dep.startErr())
+	})
+	if err == nil {
+		err = dep.startErr()
+		if !permanent(err) {
+			return nil
+		}
+		s.mu.Lock()
+		delete(s.deployments, spec.Name)
+		s.mu.Unlock()
+		dep.shutdown(context.WithoutCancel(ctx))
+		return fmt.Errorf("serve: deploy %q: %w", spec.Name, err)
+	}
+	return err
+}
+
+func (d *deployment) startErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lastErr
+}
+
+// permanent reports a start failure that retrying cannot fix.
+func permanent(err error) bool {
+	switch ray.Code(err) {
+	case ray.InvalidArgument, ray.Infeasible, ray.NotFound, ray.ActorDied, ray.TaskFailed:
+		return true
+	}
+	return false
+}
+
+// Status returns the state of every deployment, sorted by name.
+func (s *Server) Status() Status {
+	s.mu.RLock()
+	deps := make([]*deployment, 0, len(s.deployments))
+	for _, d := range s.deployments {
+		deps = append(deps, d)
+	}
+	closing := s.closing
+	s.mu.RUnlock()
+	slices.SortFunc(deps, func(a, b *deployment) int { return cmp.Compare(a.spec.Name, b.spec.Name) })
+	now := time.Now()
+	st := Status{ShuttingDown: closing, Deployments: make([]DeploymentStatus, len(deps))}
+	for i, d := range deps {
+		d.mu.Lock()
+		st.Deployments[i] = d.statusLocked(now)
+		d.mu.Unlock()
+	}
+	return st
+}
+
+// WaitStatus blocks until cond holds for the server's status, re-checking
+// at every change of a replica's state, or ctx ends. Tests and readiness
+// gates use it to wait for a scale-up, a replacement or a drain without
+// sleeping.
+func (s *Server) WaitStatus(ctx context.Context, cond func(Status) bool) error {
+	s.watchers.Add(1)
+	defer s.watchers.Add(-1)
+	for {
+		s.changeMu.Lock()
+		ch := s.changed
+		s.changeMu.Unlock()
+		if cond(s.Status()) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// changedLocked wakes WaitStatus. d.mu may be held.
+func (d *deployment) changedLocked() { d.s.notify() }
+
+// notify wakes WaitStatus.
+func (s *Server) notify() {
+	if s.watchers.Load() == 0 {
+		return
+	}
+	s.changeMu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.changeMu.Unlock()
+}
+
+// Serve accepts HTTP connections on l until Shutdown. It returns
+// http.ErrServerClosed after Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	if s.httpSrv == nil {
+		s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	}
+	srv := s.httpSrv
+	s.mu.Unlock()
+	return srv.Serve(l)
+}
+
+// Handler returns the ingress: POST /<deployment> (JSON), POST
+// /<deployment>/stream (server-sent events), /<deployment>/<path> for
+// Process deployments, GET /-/status, GET /-/metrics and GET /-/healthz.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Shutdown stops taking requests (new ones get 503), waits for the requests
+// in flight to finish, then drains and stops every replica and releases
+// its slice. When ctx ends first, it stops the rest at once, still
+// releasing every slice, and returns ctx.Err().
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	srv := s.httpSrv
+	deps := make([]*deployment, 0, len(s.deployments))
+	for _, d := range s.deployments {
+		deps = append(deps, d)
+	}
+	s.mu.Unlock()
+	s.notify()
+
+	var errs []error
+	if srv != nil {
+		if err := srv.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { s.requests.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, ctx.Err())
+	}
+	var wg sync.WaitGroup
+	for _, d := range deps {
+		wg.Go(func() { d.shutdown(ctx) })
+	}
+	wg.Wait()
+	<-done
+	if srv != nil {
+		_ = srv.Close()
+	}
+	if s.ownClient {
+		s.client.CloseIdleConnections()
+	}
+	return errors.Join(errs...)
+}
+
+// shutdown drains and stops every replica of d.
+func (d *deployment) shutdown(ctx context.Context) {
+	d.mu.Lock()
+	d.closing = true
+	d.closeQueueLocked()
+	if d.retryTimer != nil {
+		d.retryTimer.Stop()
+		d.retryTimer = nil
+	}
+	for _, r := range d.replicas {
+		switch r.state {
+		case stateStarting:
+			r.state, r.reason = stateStopping, "shutdown"
+			r.cancel()
+		case stateReady:
+			d.drainLocked(r, "shutdown")
+		}
+	}
+	d.mu.Unlock()
+	d.stopLoops()
+	d.loops.Wait()
+	stop := context.AfterFunc(ctx, func() { d.force.Do(func() { close(d.forced) }) })
+	defer stop()
+	d.wg.Wait()
+	d.cancel()
+}
