@@ -137,4 +137,3 @@ func TestBadOptions(t *testing.T) {
 		})
 	}
 }
-

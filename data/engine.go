@@ -131,8 +131,8 @@ type run struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	g      *errgroup.Group
-	cfg *config
-	bad *badRows
+	cfg    *config
+	bad    *badRows
 
 	start    time.Time
 	sunk     atomic.Int64 // rows the sink took

@@ -35,7 +35,9 @@ type RowError struct {
 	Err error
 }
 
-func (e *RowError) Error() string { return fmt.Sprintf("data: %s: bad row at %s: %v", e.Op, e.Pos, e.Err) }
+func (e *RowError) Error() string {
+	return fmt.Sprintf("data: %s: bad row at %s: %v", e.Op, e.Pos, e.Err)
+}
 
 func (e *RowError) Unwrap() error { return e.Err }
 

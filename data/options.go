@@ -21,13 +21,13 @@ type config struct {
 	name        string
 	compute     compute // nil is in the driver
 	// per run
-	unordered  bool
-	maxBad     int // bad rows skipped before the run fails; 0 fails on the first
-	progress   progressMode
-	stats      *Stats
-	logger     *slog.Logger
-	blockRows  int
-	errs       []error
+	unordered bool
+	maxBad    int // bad rows skipped before the run fails; 0 fails on the first
+	progress  progressMode
+	stats     *Stats
+	logger    *slog.Logger
+	blockRows int
+	errs      []error
 }
 
 type progressMode int
