@@ -150,7 +150,7 @@ func newRun(ctx context.Context, cfg *config) *run {
 // op registers an operator, with the run's defaults overridden by opts.
 func (r *run) op(name string, opts []Option) (*opState, *config) {
 	cfg := *r.cfg
-	cfg.name, cfg.compute, cfg.batchSize, cfg.errs = "", nil, 0, nil
+	cfg.name, cfg.compute, cfg.batchSize, cfg.errs, cfg.concSet = "", nil, 0, nil, false
 	cfg.with(opts)
 	if cfg.name != "" {
 		name = cfg.name

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/goray-dev/goray/ray"
 )
 
 // kernel applies an operator to one block's rows.
@@ -166,7 +168,10 @@ func process[I, O any](ctx context.Context, r *run, o *opState, k kernel[I, O], 
 		return block[O]{}, cerr
 	}
 	if err != nil {
-		// The whole batch failed: every row of it is bad.
+		if !userError(err) {
+			return block[O]{}, fmt.Errorf("data: %s: %w", o.name, err)
+		}
+		// The user's function failed the whole batch: every row of it is bad.
 		res = result[O]{perRow: make([]int32, len(b.rows)), failed: make([]failure, len(b.rows))}
 		for i := range b.rows {
 			res.failed[i] = failure{index: i, err: err}
@@ -247,5 +252,17 @@ func emit[O any](ctx context.Context, o *opState, ordered bool, done <-chan bloc
 				return err
 			}
 		}
+	}
+}
+
+// userError says whether a batch's error came from the user's function
+// (its rows are bad rows) rather than from the cluster (an actor that
+// died, a cluster that closed), which fails the run.
+func userError(err error) bool {
+	switch ray.Code(err) {
+	case ray.Unknown, ray.TaskFailed:
+		return true
+	default:
+		return false
 	}
 }

@@ -17,6 +17,7 @@ type config struct {
 	maxRows     int64 // rows in flight per operator
 	maxBytes    int64 // estimated bytes in flight per operator; 0 is no cap
 	concurrency int
+	concSet     bool // Concurrency was given
 	batchSize   int
 	name        string
 	compute     compute // nil is in the driver
@@ -107,7 +108,7 @@ func Concurrency(n int) Option {
 			invalid(c, "Concurrency(%d): must be at least 1", n)
 			return
 		}
-		c.concurrency = n
+		c.concurrency, c.concSet = n, true
 	})
 }
 
