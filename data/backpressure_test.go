@@ -1,0 +1,102 @@
+package data_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/data"
+)
+
+// TestInFlightCap runs a pipeline into a slow sink that, before taking
+// each block's first row, waits until the producers have made all but one
+// block of the last operator's cap (when the cap is full, at most the
+// block the operator is about to hand its workers is not made yet), or
+// finished. The rows the last operator has made but the sink has not taken
+// never exceed the cap, the operator's admitted rows reach the cap (so
+// backpressure, not luck, held the producers back), and no operator's peak
+// in flight is above its cap.
+func TestInFlightCap(t *testing.T) {
+	const (
+		total = 20_000
+		block = 10
+	)
+	tests := []struct {
+		name string
+		cap  int
+		opts []data.Option
+	}{
+		{"ordered", 100, nil},
+		{"unordered", 100, []data.Option{data.Unordered()}},
+		{"one block", block, nil},
+		{"concurrency 1", 50, []data.Option{data.Concurrency(1)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			is := is.New(t)
+			var made atomic.Int64
+			ds := data.Map(data.Range(total, data.BlockRows(block)), square, data.MaxRowsInFlight(tt.cap*3))
+			ds = data.Map(ds, func(_ context.Context, x int) (int, error) {
+				made.Add(1)
+				return x, nil
+			}, data.MaxRowsInFlight(tt.cap))
+			var st data.Stats
+			var taken, peak int64
+			for _, err := range data.Rows(context.Background(), ds, append(tt.opts, data.CollectStats(&st))...) {
+				is.NoErr(err)
+				if taken%block == 0 { // the first row of a block: be slow
+					for made.Load()-taken < int64(tt.cap-block) && made.Load() < total {
+						runtime.Gosched()
+					}
+				}
+				ahead := made.Load() - taken
+				is.True(ahead <= int64(tt.cap)) // never more than the cap in flight
+				peak = max(peak, ahead)
+				taken++
+			}
+			is.Equal(taken, int64(total))
+			is.True(peak >= int64(tt.cap-block))
+			for _, o := range st.Operators {
+				is.True(o.PeakRowsInFlight <= o.MaxRowsInFlight)
+				is.Equal(o.RowsInFlight, int64(0)) // everything released
+			}
+			is.Equal(st.Operators[2].PeakRowsInFlight, int64(tt.cap))
+		})
+	}
+}
+
+// TestInFlightBytes caps the estimated bytes in flight of rows of 1 KiB.
+func TestInFlightBytes(t *testing.T) {
+	is := is.New(t)
+	const capBytes = 64 << 10
+	big := func(_ context.Context, i int) (string, error) { return strings.Repeat("x", 1024), nil }
+	var st data.Stats
+	n, err := data.Count(context.Background(), data.Map(data.Range(5000, data.BlockRows(8)), big, data.MaxBytesInFlight(capBytes)), data.CollectStats(&st))
+	is.NoErr(err)
+	is.Equal(n, int64(5000))
+	m := st.Operators[1]
+	is.Equal(m.MaxBytesInFlight, int64(capBytes))
+	is.True(m.PeakBytesInFlight > 0)
+	is.True(m.PeakBytesInFlight <= capBytes)
+}
+
+// TestStats checks the counters of a finished run.
+func TestStats(t *testing.T) {
+	is := is.New(t)
+	var st data.Stats
+	_, err := data.Count(context.Background(), data.Filter(data.Range(1000), even, data.Name("evens")), data.CollectStats(&st), data.Progress(false))
+	is.NoErr(err)
+	is.Equal(st.Rows, int64(500))
+	is.Equal(len(st.Operators), 2)
+	is.Equal(st.Operators[0].Name, "range")
+	is.Equal(st.Operators[0].RowsOut, int64(1000))
+	is.Equal(st.Operators[1].Name, "evens")
+	is.Equal(st.Operators[1].RowsIn, int64(1000))
+	is.Equal(st.Operators[1].RowsOut, int64(500))
+	is.True(st.Operators[1].RowsPerSecond > 0)
+	is.True(strings.Contains(st.String(), "evens"))
+}
