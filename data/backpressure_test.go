@@ -13,9 +13,9 @@ import (
 )
 
 // TestInFlightCap runs a pipeline into a slow sink that, before taking
-// each block's first row, waits until the producers have made all but one
-// block of the last operator's cap (when the cap is full, at most the
-// block the operator is about to hand its workers is not made yet), or
+// each block's first row, waits until the producers have made all of the
+// last operator's cap but the blocks admitted and not yet processed (at
+// most one waiting in the intake and one per worker in the queue), or
 // finished. The rows the last operator has made but the sink has not taken
 // never exceed the cap, the operator's admitted rows reach the cap (so
 // backpressure, not luck, held the producers back), and no operator's peak
@@ -26,14 +26,14 @@ func TestInFlightCap(t *testing.T) {
 		block = 10
 	)
 	tests := []struct {
-		name string
-		cap  int
-		opts []data.Option
+		name      string
+		cap, conc int
+		opts      []data.Option
 	}{
-		{"ordered", 100, nil},
-		{"unordered", 100, []data.Option{data.Unordered()}},
-		{"one block", block, nil},
-		{"concurrency 1", 50, []data.Option{data.Concurrency(1)}},
+		{"ordered", 100, 2, nil},
+		{"unordered", 100, 2, []data.Option{data.Unordered()}},
+		{"one block", block, 2, nil},
+		{"concurrency 1", 50, 1, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,10 +46,11 @@ func TestInFlightCap(t *testing.T) {
 			}, data.MaxRowsInFlight(tt.cap))
 			var st data.Stats
 			var taken, peak int64
-			for _, err := range data.Rows(context.Background(), ds, append(tt.opts, data.CollectStats(&st))...) {
+			unprocessed := min(tt.cap, (tt.conc+1)*block)
+			for _, err := range data.Rows(context.Background(), ds, append(tt.opts, data.Concurrency(tt.conc), data.CollectStats(&st))...) {
 				is.NoErr(err)
 				if taken%block == 0 { // the first row of a block: be slow
-					for made.Load()-taken < int64(tt.cap-block) && made.Load() < total {
+					for made.Load()-taken < int64(tt.cap-unprocessed) && made.Load() < total {
 						runtime.Gosched()
 					}
 				}
@@ -59,7 +60,7 @@ func TestInFlightCap(t *testing.T) {
 				taken++
 			}
 			is.Equal(taken, int64(total))
-			is.True(peak >= int64(tt.cap-block))
+			is.True(peak >= int64(tt.cap-unprocessed))
 			for _, o := range st.Operators {
 				is.True(o.PeakRowsInFlight <= o.MaxRowsInFlight)
 				is.Equal(o.RowsInFlight, int64(0)) // everything released

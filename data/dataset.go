@@ -91,12 +91,38 @@ func (w *blockWriter[T]) put(row T, p Pos) error {
 		if err != nil {
 			return err
 		}
-		w.cur = block[T]{rows: make([]T, 0, w.size), pos: make([]Pos, 0, w.size), w: weight{rows: n}}
+		w.cur = block[T]{rows: make([]T, 0, w.size), w: weight{rows: n}}
 	}
 	w.cur.rows = append(w.cur.rows, row)
-	w.cur.pos = append(w.cur.pos, p)
+	w.cur.pos.add(p)
 	if len(w.cur.rows) == w.size {
 		return w.flush()
+	}
+	return nil
+}
+
+// putRun adds rows from consecutive positions starting at p (rows p.Row,
+// p.Row+1, ... of one source), a block at a time.
+func (w *blockWriter[T]) putRun(rows []T, p Pos) error {
+	for len(rows) > 0 {
+		if len(w.cur.rows) == 0 {
+			n, err := w.o.acquireRows(w.ctx, w.size, 0)
+			if err != nil {
+				return err
+			}
+			w.cur = block[T]{rows: make([]T, 0, w.size), w: weight{rows: n}}
+		}
+		k := min(len(rows), w.size-len(w.cur.rows))
+		w.cur.rows = append(w.cur.rows, rows[:k]...)
+		w.cur.pos.runs = append(w.cur.pos.runs, posRun{start: w.cur.pos.n, n: k, p: p})
+		w.cur.pos.n += k
+		rows = rows[k:]
+		p.Row += int64(k)
+		if len(w.cur.rows) == w.size {
+			if err := w.flush(); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -134,12 +160,7 @@ func (w *blockWriter[T]) flush() error {
 func FromItems[T any](items []T, opts ...Option) *Dataset[T] {
 	return sourceOf("items", opts, 1, func(context.Context, *run) ([]partition[T], error) {
 		return []partition[T]{{name: "items", read: func(ctx context.Context, w *blockWriter[T]) error {
-			for i, v := range items {
-				if err := w.put(v, Pos{Source: "items", Row: int64(i)}); err != nil {
-					return err
-				}
-			}
-			return nil
+			return w.putRun(items, Pos{Source: "items"})
 		}}}, nil
 	})
 }
@@ -151,8 +172,13 @@ func Range(n int, opts ...Option) *Dataset[int] {
 			return nil, fmt.Errorf("data.Range(%d): n must be 0 or more", n)
 		}
 		return []partition[int]{{name: "range", read: func(ctx context.Context, w *blockWriter[int]) error {
-			for i := range n {
-				if err := w.put(i, Pos{Source: "range", Row: int64(i)}); err != nil {
+			buf := make([]int, w.size)
+			for lo := 0; lo < n; lo += len(buf) {
+				k := min(len(buf), n-lo)
+				for i := range k {
+					buf[i] = lo + i
+				}
+				if err := w.putRun(buf[:k], Pos{Source: "range", Row: int64(lo)}); err != nil {
 					return err
 				}
 			}

@@ -15,7 +15,7 @@ import (
 type block[T any] struct {
 	seq  int64
 	rows []T
-	pos  []Pos
+	pos  positions
 	w    weight
 }
 

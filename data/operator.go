@@ -60,9 +60,11 @@ func operator[I, O any](d *Dataset[I], name string, bind binder[I, O], opts []Op
 // input order unless the run is unordered.
 func startOperator[I, O any](r *run, o *opState, cfg *config, in stream[I], k kernel[I, O]) stream[O] {
 	ctx := r.ctx
-	work := make(chan block[I])
+	// Buffered channels let a stage hand on several blocks per wake-up;
+	// blocks in them still hold their weight, so the caps are unchanged.
+	work := make(chan block[I], cfg.concurrency)
 	done := make(chan block[O], cfg.concurrency)
-	out := make(chan block[O])
+	out := make(chan block[O], 2)
 
 	r.g.Go(func() error {
 		defer close(work)
@@ -134,7 +136,7 @@ func intake[I any](ctx context.Context, o *opState, batchSize int, in stream[I],
 			continue
 		}
 		buf.rows = append(buf.rows, b.rows...)
-		buf.pos = append(buf.pos, b.pos...)
+		buf.pos.appendAll(&b.pos)
 		buf.w = buf.w.plus(w)
 		for len(buf.rows) >= batchSize {
 			var head block[I]
@@ -154,7 +156,7 @@ func intake[I any](ctx context.Context, o *opState, batchSize int, in stream[I],
 func cut[T any](b block[T], n int) (head, tail block[T]) {
 	total := len(b.rows)
 	head.rows, tail.rows = b.rows[:n:n], b.rows[n:]
-	head.pos, tail.pos = b.pos[:n:n], b.pos[n:]
+	head.pos, tail.pos = b.pos.split(n)
 	head.w.rows = min(b.w.rows, int64(n))
 	head.w.bytes = b.w.bytes * int64(n) / int64(total)
 	tail.w = weight{b.w.rows - head.w.rows, b.w.bytes - head.w.bytes}
@@ -179,33 +181,29 @@ func process[I, O any](ctx context.Context, r *run, o *opState, k kernel[I, O], 
 	}
 	for _, f := range res.failed {
 		o.bad.Add(1)
-		if err := r.bad.add(&RowError{Op: o.name, Pos: b.pos[f.index], Err: f.err}); err != nil {
+		if err := r.bad.add(&RowError{Op: o.name, Pos: b.pos.at(f.index), Err: f.err}); err != nil {
 			return block[O]{}, err
 		}
 	}
 	o.rowsOut.Add(int64(len(res.out)))
-	return block[O]{seq: b.seq, rows: res.out, pos: outPos(b.pos, res), w: b.w}, nil
+	return block[O]{seq: b.seq, rows: res.out, pos: outPos(&b.pos, res), w: b.w}, nil
 }
 
 // outPos says where each output row came from.
-func outPos[O any](in []Pos, res result[O]) []Pos {
+func outPos[O any](in *positions, res result[O]) positions {
 	switch {
 	case res.perRow != nil:
-		out := make([]Pos, 0, len(res.out))
+		sel := make([]int32, 0, len(res.out))
 		for i, n := range res.perRow {
 			for range n {
-				out = append(out, in[i])
+				sel = append(sel, int32(i))
 			}
 		}
-		return out
-	case len(res.out) == len(in):
-		return in
+		return in.pick(sel)
+	case len(res.out) == in.len():
+		return *in
 	default:
-		out := make([]Pos, len(res.out))
-		for i := range out {
-			out[i] = in[0]
-		}
-		return out
+		return in.pick(make([]int32, len(res.out))) // all from the batch's first row
 	}
 }
 

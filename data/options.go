@@ -3,6 +3,7 @@ package data
 import (
 	"fmt"
 	"log/slog"
+	"runtime"
 )
 
 // Option configures a run (passed to a sink such as [Rows] or [Count]), an
@@ -40,7 +41,7 @@ const (
 )
 
 func defaultConfig() config {
-	return config{maxRows: 4096, concurrency: 4, blockRows: 256}
+	return config{maxRows: 16384, concurrency: runtime.GOMAXPROCS(0), blockRows: 1024}
 }
 
 func (c *config) with(opts []Option) *config {
@@ -72,7 +73,7 @@ func invalid(c *config, format string, args ...any) {
 // taken by the next operator or the sink. When the cap is reached the
 // operator stops taking input, so a slow consumer slows every producer
 // upstream (backpressure). n must be at least 1 and at least the operator's
-// batch size; the default is 4096. A single block larger than the cap is
+// batch size; the default is 16384. A single block larger than the cap is
 // admitted alone.
 func MaxRowsInFlight(n int) Option {
 	return optionFunc(func(c *config) {
@@ -101,7 +102,8 @@ func MaxBytesInFlight(n int64) Option {
 // Concurrency sets how many blocks an operator processes at once: goroutines
 // for functions run in the driver, tasks in flight for [OnTasks], and calls
 // in flight for an actor pool (default: the pool's maximum size). The
-// default is 4; n must be at least 1.
+// default is GOMAXPROCS, right for CPU-bound functions; raise it for
+// functions that wait (I/O, remote calls). n must be at least 1.
 func Concurrency(n int) Option {
 	return optionFunc(func(c *config) {
 		if n < 1 {
@@ -128,7 +130,7 @@ func BatchSize(n int) Option {
 // Name names an operator in errors, progress and [Stats].
 func Name(s string) Option { return optionFunc(func(c *config) { c.name = s }) }
 
-// BlockRows sets how many rows a source puts in each block (default 256).
+// BlockRows sets how many rows a source puts in each block (default 1024).
 // Blocks are the unit that operators process in parallel and that the
 // in-flight caps count.
 func BlockRows(n int) Option {

@@ -12,7 +12,7 @@ var errStop = errors.New("data: stop")
 // drain runs d and calls each with every output block, on the calling
 // goroutine, until the run ends, fails or each returns an error. It
 // returns the run's first error; a context error is returned as it is.
-func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(rows []T, pos []Pos) error) error {
+func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(rows []T) error) error {
 	cfg := defaultConfig()
 	cfg.with(opts)
 	if err := cfg.err(); err != nil {
@@ -33,7 +33,7 @@ func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(r
 		if !ok || err != nil {
 			break // the run ended or failed; wait says which
 		}
-		sinkErr = each(b.rows, b.pos)
+		sinkErr = each(b.rows)
 		r.sunk.Add(int64(len(b.rows)))
 		s.op.release(b.w)
 		if sinkErr != nil {
@@ -68,7 +68,7 @@ func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(r
 //	}
 func Rows[T any](ctx context.Context, d *Dataset[T], opts ...Option) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
-		err := drain(ctx, d, opts, func(rows []T, _ []Pos) error {
+		err := drain(ctx, d, opts, func(rows []T) error {
 			for _, row := range rows {
 				if !yield(row, nil) {
 					return errStop
@@ -93,7 +93,7 @@ func Take[T any](ctx context.Context, d *Dataset[T], n int, opts ...Option) ([]T
 	if n == 0 {
 		return out, nil
 	}
-	err := drain(ctx, d, opts, func(rows []T, _ []Pos) error {
+	err := drain(ctx, d, opts, func(rows []T) error {
 		k := min(len(rows), n-len(out))
 		out = append(out, rows[:k]...)
 		if len(out) == n {
@@ -110,7 +110,7 @@ func Take[T any](ctx context.Context, d *Dataset[T], n int, opts ...Option) ([]T
 // Count runs d and returns its number of rows.
 func Count[T any](ctx context.Context, d *Dataset[T], opts ...Option) (int64, error) {
 	var n int64
-	err := drain(ctx, d, opts, func(rows []T, _ []Pos) error {
+	err := drain(ctx, d, opts, func(rows []T) error {
 		n += int64(len(rows))
 		return nil
 	})

@@ -34,7 +34,7 @@ func writeFile[T any](ctx context.Context, d *Dataset[T], to Files, opts []Optio
 	if err != nil {
 		return err
 	}
-	if err := drain(ctx, d, opts, func(rows []T, _ []Pos) error { return enc.write(rows) }); err != nil {
+	if err := drain(ctx, d, opts, func(rows []T) error { return enc.write(rows) }); err != nil {
 		return err
 	}
 	if err := enc.close(); err != nil {
