@@ -101,3 +101,12 @@ func TestStats(t *testing.T) {
 	is.True(st.Operators[1].RowsPerSecond > 0)
 	is.True(strings.Contains(st.String(), "evens"))
 }
+
+// TestProgress runs with the live progress line forced on (stderr is not a
+// terminal under go test); its goroutine stops with the run (goleak).
+func TestProgress(t *testing.T) {
+	is := is.New(t)
+	n, err := data.Count(context.Background(), data.Map(data.Range(100_000), square), data.Progress(true))
+	is.NoErr(err)
+	is.Equal(n, int64(100_000))
+}
