@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/samber/lo"
+
 	"github.com/goray-dev/goray/ray"
 )
 
@@ -324,10 +326,7 @@ func (p *actorPool[A, CI]) close(context.Context) {
 	p.cancel()
 	p.grows.Wait()
 	p.mu.Lock()
-	ms := make([]*member[A], 0, len(p.members))
-	for m := range p.members {
-		ms = append(ms, m)
-	}
+	ms := lo.Keys(p.members)
 	p.counters.Stopped += len(ms)
 	p.members = map[*member[A]]bool{}
 	p.size = 0

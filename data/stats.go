@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/samber/lo"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
@@ -116,11 +117,9 @@ func (s Stats) String() string {
 
 // progressLine is the live line: rows/s and rows in flight per operator.
 func (s Stats) progressLine() string {
-	parts := make([]string, len(s.Operators))
-	for i, o := range s.Operators {
-		parts[i] = fmt.Sprintf("%s %.0f/s [%d]", o.Name, o.RowsPerSecond, o.RowsInFlight)
-	}
-	return strings.Join(parts, " → ")
+	return strings.Join(lo.Map(s.Operators, func(o OpStats, _ int) string {
+		return fmt.Sprintf("%s %.0f/s [%d]", o.Name, o.RowsPerSecond, o.RowsInFlight)
+	}), " → ")
 }
 
 // startProgress shows a live progress line on stderr while the run goes,
