@@ -110,3 +110,51 @@ func TestProgress(t *testing.T) {
 	is.NoErr(err)
 	is.Equal(n, int64(100_000))
 }
+
+// TestCapSmallerThanBlocks admits blocks larger than an operator's cap in
+// pieces, and cuts a source's blocks to its cap, so no peak passes a cap
+// and no row is lost or reordered.
+func TestCapSmallerThanBlocks(t *testing.T) {
+	tests := []struct {
+		name string
+		ds   *data.Dataset[int]
+	}{
+		{"operator", data.Map(data.Range(1000, data.BlockRows(100)), square, data.MaxRowsInFlight(30))},
+		{"batches", data.MapBatches(data.Range(1000, data.BlockRows(100)), func(_ context.Context, xs []int) ([]int, error) {
+			out := make([]int, len(xs))
+			for i, x := range xs {
+				out[i] = x * x
+			}
+			return out, nil
+		}, data.BatchSize(7), data.MaxRowsInFlight(20))},
+		{"source", data.Map(data.Range(1000, data.BlockRows(100), data.MaxRowsInFlight(16)), square)},
+	}
+	t.Run("made but not taken", func(t *testing.T) {
+		is := is.New(t)
+		var made atomic.Int64
+		ds := data.Map(data.Range(1000, data.BlockRows(100)), func(_ context.Context, x int) (int, error) {
+			made.Add(1)
+			return x, nil
+		}, data.MaxRowsInFlight(30))
+		var taken int64
+		for _, err := range data.Rows(context.Background(), ds) {
+			is.NoErr(err)
+			is.True(made.Load()-taken <= 30)
+			taken++
+		}
+		is.Equal(taken, int64(1000))
+	})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			is := is.New(t)
+			var st data.Stats
+			got, err := data.Take(context.Background(), tt.ds, 2000, data.CollectStats(&st))
+			is.NoErr(err)
+			is.Equal(got, want(1000, func(i int) []int { return []int{i * i} }))
+			for _, o := range st.Operators {
+				is.True(o.PeakRowsInFlight <= o.MaxRowsInFlight)
+				is.Equal(o.RowsIn, int64(1000))
+			}
+		})
+	}
+}

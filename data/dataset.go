@@ -59,7 +59,7 @@ func sourceOf[T any](name string, opts []Option, parallel int, list func(ctx con
 					if i >= len(parts) {
 						return nil
 					}
-					w := &blockWriter[T]{ctx: r.ctx, r: r, o: o, size: cfg.blockRows, out: out}
+					w := &blockWriter[T]{ctx: r.ctx, r: r, o: o, size: int(min(int64(cfg.blockRows), cfg.maxRows)), out: out}
 					if err := parts[i].read(r.ctx, w); err != nil {
 						return err
 					}

@@ -55,8 +55,9 @@ func newOpState(name string, cfg *config) *opState {
 }
 
 // acquireRows admits n rows, or as many as the cap allows beside what the
-// caller already holds (so a block larger than the cap is admitted alone
-// and a half-built batch never waits for itself).
+// caller already holds (a half-built batch never waits for itself).
+// Callers pass at most the room left (intake cuts larger blocks, sources
+// make blocks no larger than the cap), so the count is exact.
 func (o *opState) acquireRows(ctx context.Context, n int, held int64) (int64, error) {
 	k := min(int64(n), o.maxRows-held)
 	if k <= 0 {

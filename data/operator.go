@@ -122,29 +122,40 @@ func intake[I any](ctx context.Context, o *opState, batchSize int, in stream[I],
 		if !ok {
 			break
 		}
-		w, err := admit(ctx, o, b.rows, buf.w)
-		in.op.release(b.w)
-		if err != nil {
-			return err
-		}
-		o.rowsIn.Add(int64(len(b.rows)))
-		if batchSize == 0 {
-			b.w = w
-			if err := next(b); err != nil {
+		// A block larger than the room the cap leaves is admitted in
+		// pieces; the upstream operator keeps its weight until the last.
+		up := b.w
+		for len(b.rows) > 0 {
+			piece := b
+			if room := int(o.maxRows - buf.w.rows); len(b.rows) > room {
+				piece, b = cut(b, room)
+			} else {
+				b = block[I]{}
+			}
+			w, err := admit(ctx, o, piece.rows, buf.w)
+			if err != nil {
 				return err
 			}
-			continue
-		}
-		buf.rows = append(buf.rows, b.rows...)
-		buf.pos.appendAll(&b.pos)
-		buf.w = buf.w.plus(w)
-		for len(buf.rows) >= batchSize {
-			var head block[I]
-			head, buf = cut(buf, batchSize)
-			if err := next(head); err != nil {
-				return err
+			o.rowsIn.Add(int64(len(piece.rows)))
+			if batchSize == 0 {
+				piece.w = w
+				if err := next(piece); err != nil {
+					return err
+				}
+				continue
+			}
+			buf.rows = append(buf.rows, piece.rows...)
+			buf.pos.appendAll(&piece.pos)
+			buf.w = buf.w.plus(w)
+			for len(buf.rows) >= batchSize {
+				var head block[I]
+				head, buf = cut(buf, batchSize)
+				if err := next(head); err != nil {
+					return err
+				}
 			}
 		}
+		in.op.release(up)
 	}
 	if len(buf.rows) > 0 {
 		return next(buf)

@@ -73,8 +73,9 @@ func invalid(c *config, format string, args ...any) {
 // taken by the next operator or the sink. When the cap is reached the
 // operator stops taking input, so a slow consumer slows every producer
 // upstream (backpressure). n must be at least 1 and at least the operator's
-// batch size; the default is 16384. A single block larger than the cap is
-// admitted alone.
+// batch size; the default is 16384. An operator admits a block larger than
+// the room it has in pieces, and a source whose [BlockRows] exceeds its
+// cap makes blocks of the cap's size.
 func MaxRowsInFlight(n int) Option {
 	return optionFunc(func(c *config) {
 		if n < 1 {
