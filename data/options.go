@@ -89,7 +89,9 @@ func MaxRowsInFlight(n int) Option {
 // MaxBytesInFlight caps the estimated bytes of the rows an operator holds,
 // like [MaxRowsInFlight]. Sizes are estimated by walking each row's value
 // (strings, slices, maps and structs; pointers are followed once), which
-// costs time per row, so it is off (0) by default. n must be at least 0.
+// costs time per row, so it is off (0) by default. A block whose estimate
+// alone exceeds the cap is admitted when nothing else is held. n must be
+// at least 0.
 func MaxBytesInFlight(n int64) Option {
 	return optionFunc(func(c *config) {
 		if n < 0 {

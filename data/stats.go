@@ -103,8 +103,12 @@ func (s Stats) String() string {
 	if len(s.BadRows) > 0 {
 		fmt.Fprintf(&b, ", %d bad rows skipped", len(s.BadRows))
 	}
+	width := 0
 	for _, o := range s.Operators {
-		fmt.Fprintf(&b, "\n  %-12s in %d out %d bad %d, %.0f rows/s, peak in flight %d/%d", o.Name, o.RowsIn, o.RowsOut, o.BadRows, o.RowsPerSecond, o.PeakRowsInFlight, o.MaxRowsInFlight)
+		width = max(width, len(o.Name))
+	}
+	for _, o := range s.Operators {
+		fmt.Fprintf(&b, "\n  %-*s in %d out %d bad %d, %.0f rows/s, peak in flight %d/%d", width, o.Name, o.RowsIn, o.RowsOut, o.BadRows, o.RowsPerSecond, o.PeakRowsInFlight, o.MaxRowsInFlight)
 		if p := o.Pool; p != nil {
 			fmt.Fprintf(&b, ", pool %d..%d peak %d", p.Min, p.Max, p.Peak)
 			if p.SlicesReserved > 0 {
