@@ -49,8 +49,10 @@ func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(r
 	if errors.Is(err, errStop) {
 		err = nil
 	}
-	if err == nil {
-		err = ctx.Err() // a run cut short by ctx must not look complete
+	if cerr := ctx.Err(); cerr != nil {
+		// A run cut short by ctx must not look complete, and its error
+		// is the context's, as it is.
+		err = cerr
 	}
 	r.report(err)
 	return err
