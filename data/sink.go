@@ -23,6 +23,9 @@ func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(r
 	if err != nil {
 		r.cancel()
 		r.wait()
+		if cerr := ctx.Err(); cerr != nil {
+			err = cerr
+		}
 		r.report(err)
 		return err
 	}
