@@ -20,10 +20,24 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// TestPipeline generates 1000 reviews, runs the job on the simulator and
-// checks the Parquet output row by row against the stand-in model, and that
-// every slice is free afterwards.
+// TestPipeline generates 1000 reviews, runs the job on the simulator (user
+// code on goroutines, and in worker processes, where every row crosses the
+// codec and a process boundary) and checks the Parquet output row by row
+// against the stand-in model, and that every slice is free afterwards.
 func TestPipeline(t *testing.T) {
+	tests := []struct {
+		name string
+		opts *local.Options
+	}{
+		{"goroutines", nil},
+		{"worker processes", &local.Options{Processes: &local.ProcessOptions{Count: 2}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { testPipeline(t, tt.opts) })
+	}
+}
+
+func testPipeline(t *testing.T, opts *local.Options) {
 	is := is.New(t)
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -34,7 +48,7 @@ func TestPipeline(t *testing.T) {
 	is.NoErr(Generate(f, n))
 	is.NoErr(f.Close())
 
-	b, err := local.New(ClusterSpec(), nil)
+	b, err := local.New(ClusterSpec(), opts)
 	is.NoErr(err)
 	c, err := ray.NewCluster(ctx, b, nil)
 	is.NoErr(err)
