@@ -137,3 +137,13 @@ func TestBadOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestPanickingLoopBody stops the run when the loop body panics: the panic
+// goes on to the caller and no goroutine is left (goleak).
+func TestPanickingLoopBody(t *testing.T) {
+	is := is.New(t)
+	defer func() { is.Equal(recover(), "boom") }()
+	for range data.Rows(context.Background(), data.Map(data.Range(1_000_000), square)) {
+		panic("boom")
+	}
+}

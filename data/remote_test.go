@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/matryer/is"
 
@@ -57,6 +60,31 @@ var (
 	})
 )
 
+// meeting makes the first two calls of meetMethod wait for each other, so
+// a pool must grow to two actors to get past them.
+var meeting = struct {
+	sync.Mutex
+	n    int
+	both chan struct{}
+}{both: make(chan struct{})}
+
+var meetMethod = data.NewMapMethod(scalerClass, "meet", func(ctx context.Context, s *scaler, x int) (int, error) {
+	if x < 2 {
+		meeting.Lock()
+		if meeting.n++; meeting.n == 2 {
+			close(meeting.both)
+		}
+		both := meeting.both
+		meeting.Unlock()
+		select {
+		case <-both:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return x * s.factor, nil
+})
+
 // newCluster is a simulated cluster of CPU nodes and two v6e 2x2 slices
 // (one host of 4 chips each).
 func newCluster(t *testing.T) *ray.Cluster {
@@ -74,6 +102,22 @@ func newCluster(t *testing.T) *ray.Cluster {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// free counts the free slices.
+func free(t *testing.T, c *ray.Cluster) int {
+	t.Helper()
+	states, err := ray.TPUSlices(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, st := range states {
+		if st.ReservedBy == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // checkReleased fails unless every slice is free and no actor is alive.
@@ -180,6 +224,32 @@ func TestPool(t *testing.T) {
 		p := st.Operators[1].Pool
 		is.True(p.Peak <= 2) // only two v6e 2x2 slices exist; the third actor was never started
 		is.Equal(p.SlicesReserved, p.Started)
+		checkReleased(t, c)
+	})
+	t.Run("shrink releases the slice", func(t *testing.T) {
+		is := is.New(t)
+		meeting.Lock()
+		meeting.n, meeting.both = 0, make(chan struct{})
+		meeting.Unlock()
+		ds := data.ApplyPool(data.Range(200, data.BlockRows(1)), data.Pool[*scaler, int]{Cluster: c, Class: scalerClass, Arg: 1, Min: 1, Max: 2, Slice: v6e}, meetMethod, data.Concurrency(2))
+		deadline := time.Now().Add(30 * time.Second) // a guard against hanging, not a wait
+		var got []int
+		for v, err := range data.Rows(ctx, ds, data.MaxRowsInFlight(8)) {
+			is.NoErr(err)
+			if len(got) == 2 {
+				// The first two rows needed both slices. With the sink
+				// stalled here, the pool idles and shrinks back to one
+				// actor, releasing the other's slice while the run goes on.
+				for free(t, c) == 0 {
+					if time.Now().After(deadline) {
+						t.Fatal("the pool never shrank")
+					}
+					runtime.Gosched()
+				}
+			}
+			got = append(got, v)
+		}
+		is.Equal(got, want(200, func(i int) []int { return []int{i} }))
 		checkReleased(t, c)
 	})
 	t.Run("no slice of the shape", func(t *testing.T) {

@@ -30,6 +30,14 @@ func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(r
 		return err
 	}
 	stopProgress := startProgress(r)
+	finished := false
+	defer func() {
+		if !finished { // each panicked or its goroutine exited (t.Fatal)
+			r.cancel()
+			r.wait()
+			stopProgress()
+		}
+	}()
 	var sinkErr error
 	for {
 		b, ok, err := recv(r.ctx, s.ch)
@@ -44,6 +52,7 @@ func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(r
 			break
 		}
 	}
+	finished = true
 	err = r.wait()
 	stopProgress()
 	if sinkErr != nil {
