@@ -35,7 +35,8 @@ type OpStats struct {
 	RowsPerSecond float64
 	// RowsInFlight is the rows held now (at the end of a run, 0 unless it
 	// failed); PeakRowsInFlight the most held at once, never above
-	// MaxRowsInFlight.
+	// MaxRowsInFlight. A source counts a whole block's rows from the
+	// moment it starts reading the block.
 	RowsInFlight, PeakRowsInFlight, MaxRowsInFlight int64
 	// The same for estimated bytes, when [MaxBytesInFlight] is set.
 	BytesInFlight, PeakBytesInFlight, MaxBytesInFlight int64
