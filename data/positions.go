@@ -74,19 +74,41 @@ func (ps *positions) pick(sel []int32) positions {
 
 // appendAll appends every position of o (for batches built across blocks).
 func (ps *positions) appendAll(o *positions) {
+	if ps.idx != nil { // only plain runs can grow
+		var m positions
+		for i := range ps.n {
+			m.add(ps.at(i))
+		}
+		*ps = m
+	}
 	for i := range o.n {
 		ps.add(o.at(i))
 	}
 }
 
-// split cuts ps after n rows.
+// split cuts ps after n rows, sharing what it can.
 func (ps *positions) split(n int) (head, tail positions) {
-	for i := range ps.n {
-		if i < n {
-			head.add(ps.at(i))
-		} else {
-			tail.add(ps.at(i))
+	if ps.idx != nil {
+		return positions{runs: ps.runs, idx: ps.idx[:n:n], n: n}, positions{runs: ps.runs, idx: ps.idx[n:], n: ps.n - n}
+	}
+	for _, r := range ps.runs {
+		switch {
+		case r.start+r.n <= n:
+			head.runs = append(head.runs, r)
+		case r.start >= n:
+			r.start -= n
+			tail.runs = append(tail.runs, r)
+		default: // the run straddles the cut
+			k := n - r.start
+			head.runs = append(head.runs, posRun{start: r.start, n: k, p: r.p})
+			p := r.p
+			p.Row += int64(k)
+			if p.Line > 0 {
+				p.Line += int64(k)
+			}
+			tail.runs = append(tail.runs, posRun{start: 0, n: r.n - k, p: p})
 		}
 	}
+	head.n, tail.n = n, ps.n-n
 	return head, tail
 }
