@@ -147,3 +147,14 @@ func TestPanickingLoopBody(t *testing.T) {
 		panic("boom")
 	}
 }
+
+// TestOperatorUnordered lets one operator emit out of order; the next
+// operator, ordered, keeps the order it receives, and every row arrives.
+func TestOperatorUnordered(t *testing.T) {
+	is := is.New(t)
+	ds := data.Map(data.Map(data.Range(5000, data.BlockRows(10)), square, data.Unordered(), data.Concurrency(4)), square)
+	got, err := data.Take(context.Background(), ds, 10_000)
+	is.NoErr(err)
+	slices.Sort(got)
+	is.Equal(got, want(5000, func(i int) []int { return []int{i * i * i * i} }))
+}

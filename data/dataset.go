@@ -39,7 +39,7 @@ func sourceOf[T any](name string, opts []Option, parallel int, list func(ctx con
 			return stream[T]{}, err
 		}
 		out := make(chan block[T])
-		if !r.cfg.unordered {
+		if !cfg.unordered {
 			parallel = 1
 		}
 		parallel = max(1, min(parallel, len(parts)))

@@ -98,7 +98,7 @@ func startOperator[I, O any](r *run, o *opState, cfg *config, in stream[I], k ke
 	r.g.Go(func() error {
 		defer close(out)
 		defer o.finish()
-		return emit(ctx, o, !r.cfg.unordered, done, out)
+		return emit(ctx, o, !cfg.unordered, done, out)
 	})
 	return stream[O]{ch: out, op: o}
 }

@@ -8,9 +8,12 @@ import (
 
 // Option configures a run (passed to a sink such as [Rows] or [Count]), an
 // operator (passed to [Map], [MapBatches], ...), or both. Options that make
-// sense in both places, such as [MaxRowsInFlight], set the run's default
-// when given to a sink and override it for one operator when given to an
-// operator.
+// sense in both places ([MaxRowsInFlight], [MaxBytesInFlight],
+// [Concurrency], [Unordered]) set the run's default when given to a sink
+// and override it for one operator when given to an operator. Options of
+// one operator ([BatchSize], [Name], [OnTasks]) and of sources
+// ([BlockRows]) do nothing elsewhere; options of the run ([SkipBadRows],
+// [Progress], [CollectStats], [Logger]) do nothing on an operator.
 type Option interface{ apply(*config) }
 
 type config struct {
@@ -146,9 +149,10 @@ func BlockRows(n int) Option {
 	})
 }
 
-// Unordered lets each operator hand on blocks as they finish instead of in
-// input order. It raises throughput when blocks take uneven time, and lets
-// file sources read several files at once.
+// Unordered lets operators hand on blocks as they finish instead of in
+// input order. It raises throughput when blocks take uneven time. Given to
+// a sink, it applies to every operator and lets file sources read several
+// files at once; given to one operator, to that operator.
 func Unordered() Option { return optionFunc(func(c *config) { c.unordered = true }) }
 
 // SkipBadRows makes a run skip rows that fail (a line that does not parse,
