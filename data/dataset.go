@@ -1,0 +1,188 @@
+package data
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+)
+
+// Dataset is a lazy, typed plan of rows of type T: a source and the
+// operators applied to it. Nothing runs until a sink ([Rows], [Take],
+// [Count], [WriteJSONL], ...) runs it; each sink call is a new run.
+//
+// Build datasets with the source functions ([FromItems], [Range],
+// [ReadJSONL], ...) and the operator functions ([Map], [Filter],
+// [MapBatches], ...); the zero value is not usable. A *Dataset is immutable
+// and safe for concurrent use: several runs of one dataset may go at once.
+type Dataset[T any] struct {
+	start func(r *run) (stream[T], error)
+}
+
+// partition is a piece of a source that one goroutine reads in order,
+// calling w.put for each row and w.bad for each row it cannot decode.
+type partition[T any] struct {
+	name string
+	read func(ctx context.Context, w *blockWriter[T]) error
+}
+
+// sourceOf makes a dataset whose rows come from the partitions that list
+// returns when the run starts. Partitions are read one after the other,
+// or, in an unordered run, up to parallel at once.
+func sourceOf[T any](name string, opts []Option, parallel int, list func(ctx context.Context, r *run) ([]partition[T], error)) *Dataset[T] {
+	return &Dataset[T]{start: func(r *run) (stream[T], error) {
+		o, cfg := r.op(name, opts)
+		if err := cfg.err(); err != nil {
+			return stream[T]{}, fmt.Errorf("source %s: %w", o.name, err)
+		}
+		parts, err := list(r.ctx, r)
+		if err != nil {
+			return stream[T]{}, err
+		}
+		out := make(chan block[T])
+		if !cfg.unordered {
+			parallel = 1
+		}
+		parallel = max(1, min(parallel, len(parts)))
+		var next atomic.Int64
+		var left atomic.Int64
+		left.Store(int64(parallel))
+		for range parallel {
+			r.g.Go(func() error {
+				defer func() {
+					if left.Add(-1) == 0 {
+						o.finish()
+						close(out)
+					}
+				}()
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= len(parts) {
+						return nil
+					}
+					w := &blockWriter[T]{ctx: r.ctx, r: r, o: o, size: int(min(int64(cfg.blockRows), cfg.maxRows)), out: out}
+					if err := parts[i].read(r.ctx, w); err != nil {
+						return err
+					}
+					if err := w.flush(); err != nil {
+						return err
+					}
+				}
+			})
+		}
+		return stream[T]{ch: out, op: o}, nil
+	}}
+}
+
+// blockWriter gathers a partition's rows into blocks, admitting each block
+// under the source's caps before it fills it, so a source never reads
+// ahead of what its consumer has room for.
+type blockWriter[T any] struct {
+	ctx  context.Context
+	r    *run
+	o    *opState
+	size int
+	out  chan<- block[T]
+	cur  block[T]
+}
+
+func (w *blockWriter[T]) put(row T, p Pos) error {
+	if len(w.cur.rows) == 0 {
+		n, err := w.o.acquireRows(w.ctx, w.size, 0)
+		if err != nil {
+			return err
+		}
+		w.cur = block[T]{rows: make([]T, 0, w.size), w: weight{rows: n}}
+	}
+	w.cur.rows = append(w.cur.rows, row)
+	w.cur.pos.add(p)
+	if len(w.cur.rows) == w.size {
+		return w.flush()
+	}
+	return nil
+}
+
+// putRun adds rows from consecutive positions starting at p (rows p.Row,
+// p.Row+1, ... of one source), a block at a time.
+func (w *blockWriter[T]) putRun(rows []T, p Pos) error {
+	for len(rows) > 0 {
+		if len(w.cur.rows) == 0 {
+			n, err := w.o.acquireRows(w.ctx, w.size, 0)
+			if err != nil {
+				return err
+			}
+			w.cur = block[T]{rows: make([]T, 0, w.size), w: weight{rows: n}}
+		}
+		k := min(len(rows), w.size-len(w.cur.rows))
+		w.cur.rows = append(w.cur.rows, rows[:k]...)
+		w.cur.pos.runs = append(w.cur.pos.runs, posRun{start: w.cur.pos.n, n: k, p: p})
+		w.cur.pos.n += k
+		rows = rows[k:]
+		p.Row += int64(k)
+		if len(w.cur.rows) == w.size {
+			if err := w.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// bad reports a row the source could not decode.
+func (w *blockWriter[T]) bad(p Pos, err error) error {
+	w.o.bad.Add(1)
+	return w.r.bad.add(&RowError{Op: w.o.name, Pos: p, Err: err})
+}
+
+func (w *blockWriter[T]) flush() error {
+	b := w.cur
+	w.cur = block[T]{}
+	if len(b.rows) == 0 {
+		w.o.release(b.w)
+		return nil
+	}
+	// Give back what a short block did not use.
+	if extra := b.w.rows - int64(len(b.rows)); extra > 0 {
+		w.o.release(weight{rows: extra})
+		b.w.rows -= extra
+	}
+	bytes, err := acquireBytes(w.ctx, w.o, b.rows, 0)
+	if err != nil {
+		return err
+	}
+	b.w.bytes = bytes
+	w.o.rowsIn.Add(int64(len(b.rows)))
+	w.o.rowsOut.Add(int64(len(b.rows)))
+	return send(w.ctx, w.out, b)
+}
+
+// FromItems is a dataset of the given rows, in order. The slice is read
+// while runs go, so do not change it until they end.
+func FromItems[T any](items []T, opts ...Option) *Dataset[T] {
+	return sourceOf("items", opts, 1, func(context.Context, *run) ([]partition[T], error) {
+		return []partition[T]{{name: "items", read: func(ctx context.Context, w *blockWriter[T]) error {
+			return w.putRun(items, Pos{Source: "items"})
+		}}}, nil
+	})
+}
+
+// Range is the dataset of the integers 0, 1, ..., n-1.
+func Range(n int, opts ...Option) *Dataset[int] {
+	return sourceOf("range", opts, 1, func(context.Context, *run) ([]partition[int], error) {
+		if n < 0 {
+			return nil, fmt.Errorf("data.Range(%d): n must be 0 or more", n)
+		}
+		return []partition[int]{{name: "range", read: func(ctx context.Context, w *blockWriter[int]) error {
+			buf := make([]int, w.size)
+			for lo := 0; lo < n; lo += len(buf) {
+				k := min(len(buf), n-lo)
+				for i := range k {
+					buf[i] = lo + i
+				}
+				if err := w.putRun(buf[:k], Pos{Source: "range", Row: int64(lo)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}}, nil
+	})
+}

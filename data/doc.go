@@ -1,0 +1,91 @@
+// Package data is goray's streaming datasets: typed rows read lazily from
+// memory or files, transformed by operators that run in the driver, as ray
+// tasks, or on actor pools whose actors may each hold a whole TPU slice,
+// and written to files or read through a Go iterator, with bounded memory
+// and backpressure.
+//
+//	reviews := data.ReadJSONL[Review](data.LocalFiles("reviews/*.jsonl"))
+//	tokens := data.Map(reviews, tokenize)
+//	preds := data.ApplyPool(tokens, data.Pool[*Model, Config]{
+//		Cluster: c, Class: ModelClass, Min: 1, Max: 4,
+//		Slice: &ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "2x2"},
+//	}, Infer, data.BatchSize(32))
+//	err := data.WriteParquet(ctx, preds, data.LocalFiles("scores.parquet"))
+//
+// A [Dataset] is a plan; nothing runs until a sink runs it: [Rows] (a
+// range-over-func iterator), [Take], [Count], [WriteJSONL], [WriteCSV],
+// [WriteParquet]. Each sink call is one run, configured by [Option]
+// values.
+//
+// # Sources
+//
+// [FromItems] and [Range] read memory. [ReadJSONL], [ReadCSV] and
+// [ReadParquet] read files named by [Files]: a file, a folder or a glob,
+// on the local disk ([LocalFiles]), in any gocloud.dev/blob bucket
+// ([InBucket]: gs://, s3://, file://, mem://) or from a stream
+// ([FromStream]). Formats are parsed by encoding/json, encoding/csv and
+// github.com/parquet-go/parquet-go. Sources cut rows into blocks
+// ([BlockRows]) that the operators process in parallel.
+//
+// # Operators and where they run
+//
+// Generic free functions (Go methods cannot have type parameters) add
+// operators: [Map], [Filter], [FlatMap] and [MapBatches] ([BatchSize])
+// take plain Go functions and run them in the driver's goroutines
+// ([Concurrency] at once).
+//
+// Worker processes cannot receive Go closures: code that runs on the
+// cluster must be registered by name at package initialization, like a
+// ray.Task. So the remote forms take registered values: [NewMapFunc],
+// [NewFilterFunc], [NewFlatMapFunc] and [NewBatchFunc] register a function
+// as a ray task that [Apply] runs with [OnTasks] (or, without it, in the
+// driver); [NewMapMethod], [NewFilterMethod], [NewFlatMapMethod] and
+// [NewBatchMethod] register a method of a ray.ActorClass that [ApplyPool]
+// runs on a [Pool] of actors. The trade-off: plain functions cost nothing
+// to declare and can capture anything, but stay in the driver; registered
+// ones run anywhere, and every row crosses the cluster's codec. Each task
+// or actor call handles a whole block or batch, never one row.
+//
+// A [Pool] starts its Min actors when the run starts, grows to Max while
+// batches wait, shrinks back when actors idle, and stops every actor when
+// the run ends. With Pool.Slice, each actor holds a whole TPU slice
+// reserved atomically by ray.NewSlicePlacementGroup (a model replica per
+// v6e 2x2, say); the slice is released when its actor leaves the pool or
+// the run ends, on every path, including cancellation.
+//
+// # Streaming, memory and order
+//
+// Operators run as a pipeline: every operator works on its blocks while
+// the others work on theirs. Each operator admits at most
+// [MaxRowsInFlight] rows (and, optionally, [MaxBytesInFlight] estimated
+// bytes) that it has not yet handed on; when full it stops taking input,
+// so a slow consumer slows every producer up to the source, and memory is
+// bounded by the caps, not by the data's size. Output is in input order
+// unless [Unordered].
+//
+// # Errors
+//
+// A row that a source cannot decode or an operator's function fails on is
+// a bad row: by default the run fails with a *[RowError] naming the
+// operator, the row's source, position (and line) and the cause. With
+// [SkipBadRows] they are skipped and listed in [Stats].BadRows, until
+// more than the cap fail the run ([ErrTooManyBadRows]). A source that
+// breaks while reading fails the run with a *[SourceError]; so does a
+// cluster failure (an actor that dies, a closed cluster). Context errors
+// are returned as they are. Files written by a sink appear atomically and
+// only when the run succeeds.
+//
+// # Progress and stats
+//
+// A live line on stderr shows rows per second and rows in flight per
+// operator, through github.com/schollz/progressbar, when stderr is a
+// terminal ([Progress] forces it on or off). [CollectStats] stores a
+// [Stats] value when the run ends.
+//
+// # Concurrency
+//
+// Datasets, Funcs and Methods are immutable and safe for concurrent use;
+// several runs of one dataset may go at once, each with its own pools.
+// Functions given to operators are called from several goroutines at once
+// (up to [Concurrency]) and must be safe for that.
+package data

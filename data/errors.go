@@ -1,0 +1,88 @@
+package data
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Pos is where a row came from: its source (a file's key, or "items" or
+// "range" for in-memory sources) and its index there, counting from 0.
+// Line is the 1-based line of a text file (JSON Lines, CSV), 0 otherwise.
+// Rows made by an operator keep the position of the input row they came
+// from (for a batch whose output does not match its input row for row,
+// the batch's first row).
+type Pos struct {
+	Source string
+	Row    int64
+	Line   int64
+}
+
+func (p Pos) String() string {
+	if p.Line > 0 {
+		return fmt.Sprintf("%s:%d (row %d)", p.Source, p.Line, p.Row)
+	}
+	return fmt.Sprintf("%s row %d", p.Source, p.Row)
+}
+
+// RowError is a bad row: one that a source could not decode or an operator
+// failed on. By default the first one fails the run, and the run's error
+// wraps it; with [SkipBadRows] each is reported in [Stats].BadRows.
+type RowError struct {
+	// Op is the operator (or source) that failed on the row.
+	Op  string
+	Pos Pos
+	Err error
+}
+
+func (e *RowError) Error() string {
+	return fmt.Sprintf("data: %s: bad row at %s: %v", e.Op, e.Pos, e.Err)
+}
+
+func (e *RowError) Unwrap() error { return e.Err }
+
+// ErrTooManyBadRows is matched (errors.Is) by the error of a run that met
+// more bad rows than [SkipBadRows] allowed.
+var ErrTooManyBadRows = errors.New("data: too many bad rows")
+
+// SourceError is a source that failed while reading (an I/O error, a file
+// that is not of its format), as opposed to one bad row in it. It always
+// fails the run. Pos is the position of the first row not read.
+type SourceError struct {
+	Pos Pos
+	Err error
+}
+
+func (e *SourceError) Error() string {
+	return fmt.Sprintf("data: reading %s failed at row %d: %v", e.Pos.Source, e.Pos.Row, e.Err)
+}
+
+func (e *SourceError) Unwrap() error { return e.Err }
+
+// badRows counts and keeps the bad rows of a run.
+type badRows struct {
+	max  int
+	mu   sync.Mutex
+	rows []RowError
+}
+
+// add records a bad row, and returns the error that fails the run when the
+// cap is exceeded.
+func (b *badRows) add(e *RowError) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.rows) >= b.max {
+		if b.max == 0 {
+			return e
+		}
+		return fmt.Errorf("%w: more than %d (SkipBadRows); this one: %w", ErrTooManyBadRows, b.max, e)
+	}
+	b.rows = append(b.rows, *e)
+	return nil
+}
+
+func (b *badRows) list() []RowError {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]RowError(nil), b.rows...)
+}

@@ -1,0 +1,179 @@
+package data
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"io"
+
+	"github.com/parquet-go/parquet-go"
+)
+
+// readParallel is how many files an unordered run reads at once.
+const readParallel = 4
+
+// fileSource makes a dataset that reads each of files with read, one file
+// after the other, or up to readParallel at once in an unordered run.
+func fileSource[T any](name string, files Files, opts []Option, read func(ctx context.Context, f file, w *blockWriter[T]) error) *Dataset[T] {
+	return sourceOf(name, opts, readParallel, func(ctx context.Context, r *run) ([]partition[T], error) {
+		fs, closeFiles, err := files.list(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.onEnd(func(context.Context) { closeFiles() })
+		parts := make([]partition[T], len(fs))
+		for i, f := range fs {
+			parts[i] = partition[T]{name: f.name, read: func(ctx context.Context, w *blockWriter[T]) error { return read(ctx, f, w) }}
+		}
+		return parts, nil
+	})
+}
+
+// sourceFailed wraps a read error, leaving context errors as they are.
+func sourceFailed(ctx context.Context, p Pos, err error) error {
+	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+		return cerr
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return &SourceError{Pos: p, Err: err}
+}
+
+// ReadJSONL reads JSON Lines files: each non-blank line is one JSON value
+// decoded into a T with encoding/json. A line that does not decode is a bad
+// row (see [SkipBadRows]); a file that cannot be read fails the run with a
+// [SourceError].
+func ReadJSONL[T any](files Files, opts ...Option) *Dataset[T] {
+	return fileSource("read_jsonl", files, opts, func(ctx context.Context, f file, w *blockWriter[T]) error {
+		rc, err := f.open(ctx)
+		if err != nil {
+			return sourceFailed(ctx, Pos{Source: f.name}, err)
+		}
+		defer rc.Close()
+		br := bufio.NewReaderSize(rc, 64<<10)
+		var row, line int64
+		for {
+			b, err := br.ReadBytes('\n')
+			if len(b) > 0 {
+				line++
+				if b = bytes.TrimSpace(b); len(b) > 0 {
+					p := Pos{Source: f.name, Row: row, Line: line}
+					row++
+					var v T
+					if uerr := json.Unmarshal(b, &v); uerr != nil {
+						if err := w.bad(p, uerr); err != nil {
+							return err
+						}
+					} else if err := w.put(v, p); err != nil {
+						return err
+					}
+				}
+			}
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return sourceFailed(ctx, Pos{Source: f.name, Row: row, Line: line + 1}, err)
+			}
+		}
+	})
+}
+
+// ReadCSV reads CSV files with encoding/csv into rows of type T: []string
+// (every record, no header), map[string]string (header → value), or a
+// struct whose fields (string, bool, ints, uints, floats) match columns by
+// `csv:"name"` tag or field name. A record that does not parse or convert
+// is a bad row.
+func ReadCSV[T any](files Files, opts ...Option) *Dataset[T] {
+	codec, cerr := newCSVCodec[T]()
+	return fileSource("read_csv", files, opts, func(ctx context.Context, f file, w *blockWriter[T]) error {
+		if cerr != nil {
+			return cerr
+		}
+		rc, err := f.open(ctx)
+		if err != nil {
+			return sourceFailed(ctx, Pos{Source: f.name}, err)
+		}
+		defer rc.Close()
+		cr := csv.NewReader(bufio.NewReaderSize(rc, 64<<10))
+		cr.FieldsPerRecord = -1
+		var header []string
+		if codec.hasHeader() {
+			header, err = cr.Read()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return sourceFailed(ctx, Pos{Source: f.name, Line: 1}, err)
+			}
+		}
+		decode := codec.decoder(header)
+		var row int64
+		for {
+			rec, err := cr.Read()
+			if err == io.EOF {
+				return nil
+			}
+			var pe *csv.ParseError
+			switch {
+			case errors.As(err, &pe):
+				p := Pos{Source: f.name, Row: row, Line: int64(pe.StartLine)}
+				row++
+				if err := w.bad(p, err); err != nil {
+					return err
+				}
+				continue
+			case err != nil:
+				return sourceFailed(ctx, Pos{Source: f.name, Row: row}, err)
+			}
+			line, _ := cr.FieldPos(0)
+			p := Pos{Source: f.name, Row: row, Line: int64(line)}
+			row++
+			v, derr := decode(rec)
+			if derr != nil {
+				if err := w.bad(p, derr); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := w.put(v, p); err != nil {
+				return err
+			}
+		}
+	})
+}
+
+// ReadParquet reads Parquet files with parquet-go into rows of type T, a
+// struct whose fields map to columns by `parquet:"name"` tag or name.
+func ReadParquet[T any](files Files, opts ...Option) *Dataset[T] {
+	return fileSource("read_parquet", files, opts, func(ctx context.Context, f file, w *blockWriter[T]) error {
+		ra, done, err := f.readerAt(ctx)
+		if err != nil {
+			return sourceFailed(ctx, Pos{Source: f.name}, err)
+		}
+		defer done()
+		pr := parquet.NewGenericReader[T](ra)
+		defer pr.Close()
+		var row int64
+		for {
+			buf := make([]T, 256) // fresh each time: rows may share the buffer's memory
+			n, err := pr.Read(buf)
+			for i := range n {
+				if err := w.put(buf[i], Pos{Source: f.name, Row: row}); err != nil {
+					return err
+				}
+				row++
+			}
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return sourceFailed(ctx, Pos{Source: f.name, Row: row}, err)
+			}
+		}
+	})
+}

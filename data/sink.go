@@ -1,0 +1,135 @@
+package data
+
+import (
+	"context"
+	"errors"
+	"iter"
+)
+
+// errStop ends a run early without error (Take, a loop that breaks).
+var errStop = errors.New("data: stop")
+
+// drain runs d and calls each with every output block, on the calling
+// goroutine, until the run ends, fails or each returns an error. It
+// returns the run's first error; a context error is returned as it is.
+func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(rows []T) error) error {
+	cfg := defaultConfig()
+	cfg.with(opts)
+	if err := cfg.err(); err != nil {
+		return err
+	}
+	r := newRun(ctx, &cfg)
+	s, err := d.start(r)
+	if err != nil {
+		r.cancel()
+		r.wait()
+		if cerr := ctx.Err(); cerr != nil {
+			err = cerr
+		}
+		r.report(err)
+		return err
+	}
+	stopProgress := startProgress(r)
+	finished := false
+	defer func() {
+		if !finished { // each panicked or its goroutine exited (t.Fatal)
+			r.cancel()
+			r.wait()
+			stopProgress()
+		}
+	}()
+	var sinkErr error
+	for {
+		b, ok, err := recv(r.ctx, s.ch)
+		if !ok || err != nil {
+			break // the run ended or failed; wait says which
+		}
+		sinkErr = each(b.rows)
+		r.sunk.Add(int64(len(b.rows)))
+		s.op.release(b.w)
+		if sinkErr != nil {
+			r.cancel()
+			break
+		}
+	}
+	finished = true
+	err = r.wait()
+	stopProgress()
+	if sinkErr != nil {
+		err = sinkErr
+	}
+	if errors.Is(err, errStop) {
+		err = nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		// A run cut short by ctx must not look complete, and its error
+		// is the context's, as it is.
+		err = cerr
+	}
+	r.report(err)
+	return err
+}
+
+// Rows runs d and returns its rows as an iterator, in order unless
+// [Unordered]. Iteration ends after the last row, or after yielding one
+// final (zero, err) pair when the run fails. Breaking out of the loop
+// cancels the run and waits for every operator to stop and release what
+// it holds.
+//
+//	for row, err := range data.Rows(ctx, ds) {
+//		if err != nil { return err }
+//		...
+//	}
+func Rows[T any](ctx context.Context, d *Dataset[T], opts ...Option) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		err := drain(ctx, d, opts, func(rows []T) error {
+			for _, row := range rows {
+				if !yield(row, nil) {
+					return errStop
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			var zero T
+			yield(zero, err)
+		}
+	}
+}
+
+// Take runs d until it has n rows (n must be at least 0) and returns them;
+// the run stops as soon as it has them. It returns fewer when d has fewer.
+func Take[T any](ctx context.Context, d *Dataset[T], n int, opts ...Option) ([]T, error) {
+	if n < 0 {
+		return nil, errors.New("data.Take: n must be 0 or more")
+	}
+	out := make([]T, 0, min(n, 1<<16))
+	if n == 0 {
+		return out, nil
+	}
+	err := drain(ctx, d, opts, func(rows []T) error {
+		k := min(len(rows), n-len(out))
+		out = append(out, rows[:k]...)
+		if len(out) == n {
+			return errStop
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Count runs d and returns its number of rows.
+func Count[T any](ctx context.Context, d *Dataset[T], opts ...Option) (int64, error) {
+	var n int64
+	err := drain(ctx, d, opts, func(rows []T) error {
+		n += int64(len(rows))
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}

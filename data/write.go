@@ -1,0 +1,135 @@
+package data
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/parquet-go/parquet-go"
+)
+
+// encoder writes rows in one format.
+type encoder[T any] interface {
+	write(rows []T) error
+	close() error
+}
+
+// writeFile runs d and writes its rows to the one file that to names,
+// atomically: the file appears, complete, only when the run succeeds; on
+// failure or cancellation nothing is left under its name.
+func writeFile[T any](ctx context.Context, d *Dataset[T], to Files, opts []Option, newEnc func(w io.Writer) (encoder[T], error)) (err error) {
+	w, commit, abort, err := to.create(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			abort()
+		}
+	}()
+	enc, err := newEnc(w)
+	if err != nil {
+		return err
+	}
+	if err := drain(ctx, d, opts, func(rows []T) error { return enc.write(rows) }); err != nil {
+		return err
+	}
+	if err := enc.close(); err != nil {
+		return fmt.Errorf("data: write %s: %w", to, err)
+	}
+	return commit()
+}
+
+// WriteJSONL runs d and writes its rows to one JSON Lines file, one
+// encoding/json value per line, atomically (see [Files]).
+func WriteJSONL[T any](ctx context.Context, d *Dataset[T], to Files, opts ...Option) error {
+	return writeFile(ctx, d, to, opts, func(w io.Writer) (encoder[T], error) {
+		bw := bufio.NewWriterSize(w, 64<<10)
+		return &jsonlEncoder[T]{bw: bw, enc: json.NewEncoder(bw)}, nil
+	})
+}
+
+type jsonlEncoder[T any] struct {
+	bw  *bufio.Writer
+	enc *json.Encoder
+}
+
+func (e *jsonlEncoder[T]) write(rows []T) error {
+	for i := range rows {
+		if err := e.enc.Encode(&rows[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *jsonlEncoder[T]) close() error { return e.bw.Flush() }
+
+// WriteCSV runs d and writes its rows to one CSV file with encoding/csv,
+// atomically. Rows are []string (written as they are), map[string]string
+// (a header of the first row's sorted keys) or a struct (a header of its
+// column names, as for [ReadCSV]).
+func WriteCSV[T any](ctx context.Context, d *Dataset[T], to Files, opts ...Option) error {
+	return writeFile(ctx, d, to, opts, func(w io.Writer) (encoder[T], error) {
+		codec, err := newCSVCodec[T]()
+		if err != nil {
+			return nil, err
+		}
+		return &csvEncoder[T]{codec: codec, cw: csv.NewWriter(w)}, nil
+	})
+}
+
+type csvEncoder[T any] struct {
+	codec   *csvCodec[T]
+	cw      *csv.Writer
+	header  []string
+	started bool
+}
+
+func (e *csvEncoder[T]) write(rows []T) error {
+	for _, row := range rows {
+		if !e.started {
+			e.started = true
+			if e.header = e.codec.header(row); e.header != nil {
+				if err := e.cw.Write(e.header); err != nil {
+					return err
+				}
+			}
+		}
+		if err := e.cw.Write(e.codec.encode(e.header, row)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *csvEncoder[T]) close() error {
+	if !e.started && e.codec.kind == csvStruct {
+		if err := e.cw.Write(e.codec.header(*new(T))); err != nil {
+			return err
+		}
+	}
+	e.cw.Flush()
+	return e.cw.Error()
+}
+
+// WriteParquet runs d and writes its rows to one Parquet file with
+// parquet-go, atomically. T is a struct; its schema comes from its fields
+// and `parquet` tags.
+func WriteParquet[T any](ctx context.Context, d *Dataset[T], to Files, opts ...Option) error {
+	return writeFile(ctx, d, to, opts, func(w io.Writer) (encoder[T], error) {
+		return &parquetEncoder[T]{pw: parquet.NewGenericWriter[T](w)}, nil
+	})
+}
+
+type parquetEncoder[T any] struct{ pw *parquet.GenericWriter[T] }
+
+func (e *parquetEncoder[T]) write(rows []T) error {
+	_, err := e.pw.Write(rows)
+	return err
+}
+
+func (e *parquetEncoder[T]) close() error { return e.pw.Close() }
