@@ -156,6 +156,11 @@ func (d *Dashboard) buildView(ctx context.Context) *View {
 		v.Problems = append(v.Problems, fmt.Sprintf("TPU slices: %v", err))
 	} else {
 		v.Shapes, v.Reservations = shapes(states)
+		for i, r := range v.Reservations { // a sub-slice's state does not name its group
+			if j := slices.IndexFunc(v.Work.PlacementGroups, func(g PlacementGroup) bool { return g.ID == r.Group }); r.Name == "" && j >= 0 {
+				v.Reservations[i].Name = v.Work.PlacementGroups[j].Name
+			}
+		}
 	}
 	if pending, err := ray.PendingSliceRequests(ctx, d.c); err != nil {
 		v.Problems = append(v.Problems, fmt.Sprintf("pending slice requests: %v", err))

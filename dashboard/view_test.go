@@ -128,6 +128,7 @@ func TestViewSlices(t *testing.T) {
 		is.Equal(v.Reservations[0].Slices, []string{reserved})
 		is.Equal(v.Reservations[1].Group, uint64(sub.Group))
 		is.Equal(v.Reservations[1].Subslice, "4x4")
+		is.Equal(v.Reservations[1].Name, "small") // from its placement group
 	})
 	t.Run("nodes report dead hosts and used resources", func(t *testing.T) {
 		is := is.New(t)

@@ -5,7 +5,7 @@
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const groupColour = (g) => `hsl(${(g * 137.508) % 360}, 55%, 42%)`;
-const fmtRes = (r) => Object.keys(r || {}).sort().map((k) => `${k}: ${fmtNum(k, r[k])}`).join(", ");
+const fmtRes = (r, skipZero) => Object.keys(r || {}).sort().filter((k) => !skipZero || r[k] !== 0).map((k) => `${k}: ${fmtNum(k, r[k])}`).join(", ");
 const fmtNum = (k, v) => (k === "memory" && v >= 1 << 30) ? (v / (1 << 30)).toFixed(0) + "GiB" : (+v.toFixed(2)).toString();
 const ms = (ns) => (ns / 1e6).toFixed(1) + " ms";
 
@@ -40,7 +40,7 @@ function renderShapes(shapes, groups) {
   if (shapes.length === 0) { $("shapes").innerHTML = `<p class="muted">The cluster has no TPU slices.</p>`; return; }
   $("shapes").innerHTML = shapes.map((s) =>
     `<div class="shape"><h3>${esc(s.Generation)} ${esc(s.Topology)} <span>(${s.ChipsPerHost} chips per host) — ` +
-    `${s.Total} slices: ${s.Free} free, ${s.Reserved} reserved, ${s.Total - s.Intact} broken</span></h3>` +
+    `${s.Total} slice${s.Total === 1 ? "" : "s"}: ${s.Free} free, ${s.Reserved} reserved, ${s.Total - s.Intact} broken</span></h3>` +
     `<div class="slices">${(s.slices || []).map((sl) => renderSlice(sl, groups)).join("")}</div></div>`).join("");
 }
 
@@ -81,8 +81,21 @@ function renderSlice(sl, groups) {
 function renderNodes(nodes) {
   $("nodes").innerHTML = `<tr><th>Node</th><th>State</th><th>Used</th><th>Free</th><th>Tasks</th><th>Labels</th></tr>` +
     nodes.map((n) => `<tr class="${n.alive ? "" : "dead-row"}" data-node="${esc(n.name)}"><td>${esc(n.name)}</td><td>${n.alive ? "alive" : "dead"}</td>` +
-      `<td>${esc(fmtRes(n.used))}</td><td>${esc(fmtRes(n.free))}</td><td>${n.running}</td>` +
-      `<td class="labels">${Object.keys(n.labels || {}).sort().map((k) => esc(k + "=" + n.labels[k])).join("<br>")}</td></tr>`).join("");
+      `<td>${esc(fmtRes(n.used, true)) || "—"}</td><td>${esc(fmtRes(n.free))}</td><td>${n.running}</td>` +
+      `<td class="labels">${labels(n.name, n.labels || {})}</td></tr>`).join("");
+}
+
+// labels folds a node's labels away behind their count; the node's open
+// state survives redraws through the open set.
+const openLabels = new Set();
+document.addEventListener("toggle", (e) => {
+  const node = e.target.dataset && e.target.dataset.labels;
+  if (node !== undefined) e.target.open ? openLabels.add(node) : openLabels.delete(node);
+}, true);
+function labels(node, ls) {
+  const keys = Object.keys(ls).sort();
+  if (keys.length === 0) return "";
+  return `<details data-labels="${esc(node)}"${openLabels.has(node) ? " open" : ""}><summary>${keys.length} label${keys.length === 1 ? "" : "s"}</summary>${keys.map((k) => esc(k + "=" + ls[k])).join("<br>")}</details>`;
 }
 
 function renderWork(w) {
