@@ -124,7 +124,7 @@ func TestBrowser(t *testing.T) {
 	is.NoErr(err)
 	run := dashboard.NewTrainRun("pretrain")
 	for i := range 40 {
-		run.OnReport(train.Report{Attempt: 1, Iteration: i + 1, Metrics: train.Metrics{"loss": 3 / float64(i+2)}, Checkpoint: i%10 == 9})
+		run.OnReport(train.Report{Attempt: 0, Iteration: i + 1, Metrics: train.Metrics{"loss": 3 / float64(i+2)}, Checkpoint: i%10 == 9})
 	}
 	d.TrackRun(run)
 	ln, err := dashboard.Listen("127.0.0.1:0")

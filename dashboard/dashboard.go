@@ -34,6 +34,8 @@ type StatusSource interface {
 	Status() serve.Status
 }
 
+var _ StatusSource = (*serve.Server)(nil)
+
 // Dashboard is a read-only web view of a cluster. It is an http.Handler:
 //
 //	GET /             the page

@@ -22,6 +22,7 @@ type TrainRun struct {
 	mu          sync.Mutex
 	name        string
 	started     time.Time
+	reported    bool // a report has arrived
 	attempt     int
 	iteration   int
 	slices      []string
@@ -60,10 +61,12 @@ type RunFailure struct {
 	Time    time.Time `json:"time"`
 }
 
-// RunStatus is a TrainRun as the dashboard shows it.
+// RunStatus is a TrainRun as the dashboard shows it. Attempts count from
+// 0, as package train numbers them.
 type RunStatus struct {
-	Name      string        `json:"name"`
-	Started   time.Time     `json:"started"`
+	Name    string    `json:"name"`
+	Started time.Time `json:"started"`
+	// Attempt is the attempt of the last report.
 	Attempt   int           `json:"attempt"`
 	Iteration int           `json:"iteration"`
 	Slices    []string      `json:"slices"`
@@ -90,10 +93,10 @@ func (r *TrainRun) OnReport(rep train.Report) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.attempt != 0 && rep.Attempt > r.attempt {
+	if r.reported && rep.Attempt > r.attempt {
 		r.restarts = append(r.restarts, Restart{Attempt: rep.Attempt, Iteration: rep.Iteration, Time: now})
 	}
-	r.attempt, r.iteration = rep.Attempt, rep.Iteration
+	r.reported, r.attempt, r.iteration = true, rep.Attempt, rep.Iteration
 	r.slices = slices.Clone(rep.Slices)
 	r.metrics = maps.Clone(rep.Metrics)
 	r.points = append(r.points, Point{Iteration: rep.Iteration, Attempt: rep.Attempt, Time: now, Metrics: r.metrics})

@@ -13,14 +13,14 @@ import (
 
 func TestTrainRun(t *testing.T) {
 	reports := []train.Report{
-		{Attempt: 1, Iteration: 1, Metrics: train.Metrics{"loss": 2}, Slices: []string{"s0"}},
-		{Attempt: 1, Iteration: 2, Metrics: train.Metrics{"loss": 1.5}, Slices: []string{"s0"}, Checkpoint: true},
-		{Attempt: 2, Iteration: 3, Metrics: train.Metrics{"loss": 1.2}, Slices: []string{"s1"}},
-		{Attempt: 2, Iteration: 4, Metrics: train.Metrics{"loss": 1}, Slices: []string{"s1"}, Checkpoint: true},
+		{Attempt: 0, Iteration: 1, Metrics: train.Metrics{"loss": 2}, Slices: []string{"s0"}},
+		{Attempt: 0, Iteration: 2, Metrics: train.Metrics{"loss": 1.5}, Slices: []string{"s0"}, Checkpoint: true},
+		{Attempt: 1, Iteration: 3, Metrics: train.Metrics{"loss": 1.2}, Slices: []string{"s1"}},
+		{Attempt: 1, Iteration: 4, Metrics: train.Metrics{"loss": 1}, Slices: []string{"s1"}, Checkpoint: true},
 	}
 	failedAt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	res := &train.Result{Iteration: 4, Attempts: 2, Failures: []train.Failure{
-		{Attempt: 1, Rank: 3, Host: "h3", Slice: "s0", Cause: "host died", Time: failedAt},
+		{Attempt: 0, Rank: 3, Host: "h3", Slice: "s0", Cause: "host died", Time: failedAt},
 	}}
 	tests := []struct {
 		name    string
@@ -35,7 +35,7 @@ func TestTrainRun(t *testing.T) {
 			is.Equal(s.Done, false)
 		}},
 		{"first attempt", 2, false, nil, func(is *is.I, s dashboard.RunStatus) {
-			is.Equal(s.Attempt, 1)
+			is.Equal(s.Attempt, 0)
 			is.Equal(s.Iteration, 2)
 			is.Equal(s.Metrics, train.Metrics{"loss": 1.5})
 			is.Equal(len(s.Points), 2)
@@ -43,17 +43,17 @@ func TestTrainRun(t *testing.T) {
 			is.Equal(len(s.Restarts), 0)
 		}},
 		{"a restart", 3, false, nil, func(is *is.I, s dashboard.RunStatus) {
-			is.Equal(s.Attempt, 2)
+			is.Equal(s.Attempt, 1)
 			is.Equal(s.Slices, []string{"s1"})
 			is.Equal(len(s.Restarts), 1)
-			is.Equal(s.Restarts[0].Attempt, 2)
+			is.Equal(s.Restarts[0].Attempt, 1)
 			is.Equal(s.Restarts[0].Iteration, 3)
 		}},
 		{"finished", 4, true, nil, func(is *is.I, s dashboard.RunStatus) {
 			is.True(s.Done)
 			is.Equal(s.Error, "")
 			is.Equal(s.Checkpoints, []int{2, 4})
-			is.Equal(s.Failures, []dashboard.RunFailure{{Attempt: 1, Rank: 3, Host: "h3", Slice: "s0", Cause: "host died", Time: failedAt}})
+			is.Equal(s.Failures, []dashboard.RunFailure{{Attempt: 0, Rank: 3, Host: "h3", Slice: "s0", Cause: "host died", Time: failedAt}})
 		}},
 		{"failed", 4, true, errors.New("out of restarts"), func(is *is.I, s dashboard.RunStatus) {
 			is.True(s.Done)
