@@ -54,6 +54,16 @@ func TestHandler(t *testing.T) {
 			}
 		})
 	}
+	mux := http.NewServeMux()
+	mux.Handle("/dash/", http.StripPrefix("/dash", d))
+	for _, path := range []string{"/dash/", "/dash/static/app.js", "/dash/api/view"} {
+		t.Run("mounted under a prefix: "+path, func(t *testing.T) {
+			is := is.New(t)
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			is.Equal(rec.Code, 200)
+		})
+	}
 	t.Run("the view decodes", func(t *testing.T) {
 		is := is.New(t)
 		rec := httptest.NewRecorder()
