@@ -206,3 +206,37 @@ var (
 		return 0, nil
 	})
 )
+
+func TestViewMultisliceAndPending(t *testing.T) {
+	is := is.New(t)
+	c := cluster(t)
+	ctx := timeout(t)
+	d, err := dashboard.New(c, nil)
+	is.NoErr(err)
+	spg, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "4x4", NumSlices: 2, Name: "multi"})
+	is.NoErr(err)
+
+	// A third request for the shape waits until the multislice is released.
+	waiting := make(chan error, 1)
+	go func() {
+		w, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "4x4", Name: "next"})
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		waiting <- err
+	}()
+	var v *dashboard.View
+	for v = d.View(ctx); len(v.Pending) == 0; v = d.View(ctx) {
+		if ctx.Err() != nil {
+			t.Fatal("the waiting request never showed")
+		}
+	}
+	is.Equal(v.Pending[0].Name, "next")
+	is.Equal(v.Pending[0].Topology, "4x4")
+	is.Equal(len(v.Reservations), 1) // both slices in one reservation
+	is.Equal(v.Reservations[0].Name, "multi")
+	is.Equal(v.Reservations[0].Slices, []string{"v6e-16-0", "v6e-16-1"})
+	is.Equal(v.Shapes[0].Reserved, 2)
+	is.NoErr(spg.Release(ctx))
+	is.NoErr(<-waiting)
+}
