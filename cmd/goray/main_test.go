@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/matryer/is"
+	"go.uber.org/goleak"
+
+	"github.com/goray-dev/goray/dashboard"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const clusterFile = "testdata/tpu-cluster.json"
+
+func TestCommands(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"nodes": [{"name": "a", "resources": {"CPU": 1}, "colour": "red"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	noTPU := filepath.Join(dir, "cpu.json")
+	if err := os.WriteFile(noTPU, []byte(`{"nodes": [{"name": "a", "resources": {"CPU": 1}}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout []string
+		stderr []string
+	}{
+		{"no command", nil, exitUsage, nil, []string{"Available Commands", "missing command"}},
+		{"help", []string{"--help"}, exitOK, []string{"Exit codes: 0 on success, 1 when the command failed, 2 on a usage error"}, nil},
+		{"unknown command", []string{"bogus"}, exitUsage, nil, []string{`unknown command "bogus"`, "goray --help"}},
+		{"unknown flag", []string{"slices", "--bogus"}, exitUsage, nil, []string{"unknown flag: --bogus", "goray slices --help"}},
+
+		{"slices help says Kubernetes is not there yet", []string{"slices", "--help"}, exitOK, []string{"Kubernetes backend, which does not exist yet"}, nil},
+		{"slices", []string{"slices", "--cluster", clusterFile}, exitOK, []string{
+			"v6e        4x4             3      3      3        0",
+			"v6e-16-2 (v6e 4x4, 4 hosts): free\n  .0 .0 .1 .1\n",
+			"v5p-16-0 (v5p 2x2x2, 2 hosts): free\n  .0 .0   .1 .1\n",
+		}, nil},
+		{"slices as JSON", []string{"slices", "--cluster", clusterFile, "--json"}, exitOK, []string{`"Name": "v6e-64-0"`}, nil},
+		{"slices of a cluster without TPUs", []string{"slices", "--cluster", noTPU}, exitOK, []string{"has no TPU slices"}, nil},
+		{"slices without a cluster file", []string{"slices"}, exitUsage, nil, []string{"--cluster FILE is required", "Kubernetes backend"}},
+		{"slices of a missing file", []string{"slices", "--cluster", filepath.Join(dir, "none.json")}, exitError, nil, []string{"none.json", "no such file"}},
+		{"slices of a bad file", []string{"slices", "--cluster", bad}, exitError, nil, []string{`unknown field "colour"`}},
+		{"slices with an argument", []string{"slices", "extra"}, exitUsage, nil, []string{`unknown command "extra"`}},
+
+		{"validate", []string{"validate", "v6e", "4x4"}, exitOK, []string{
+			"hosts:                   4", "chips per host:          4", "pod type:                v6e-16",
+			"cloud.google.com/gke-tpu-topology=4x4", "TPU-v6e-16-head=1",
+		}, nil},
+		{"validate a Ray spelling", []string{"validate", "TPU-V5P", "2x2x2"}, exitOK, []string{"shape:                   v5p 2x2x2", "hosts:                   2"}, nil},
+		{"validate a shape with a choice", []string{"validate", "v6e", "2x4", "--chips-per-host", "4"}, exitOK, []string{"hosts:                   2", "chips per host choices:  4 8"}, nil},
+		{"validate v7x processes", []string{"validate", "tpu7x", "2x2x2"}, exitOK, []string{"processes per host:      2"}, nil},
+		{"validate a bad topology", []string{"validate", "v6e", "4x5"}, exitError, nil, []string{`topology "4x5" is not valid for v6e; valid: 1x1, 2x2`}},
+		{"validate a bad generation", []string{"validate", "v9", "4x4"}, exitError, nil, []string{`unknown TPU generation "v9"; valid: v2`}},
+		{"validate bad chips per host", []string{"validate", "v6e", "4x4", "--chips-per-host", "3"}, exitError, nil, []string{"invalid chips per host 3 for v6e 4x4", "valid: 4"}},
+		{"validate negative chips per host", []string{"validate", "v6e", "4x4", "--chips-per-host", "-1"}, exitUsage, nil, []string{"negative"}},
+		{"validate without a topology", []string{"validate", "v6e"}, exitUsage, nil, []string{"wants 2 arguments, GENERATION and TOPOLOGY; got 1"}},
+
+		{"dashboard without a cluster file", []string{"dashboard"}, exitUsage, nil, []string{"--cluster FILE is required"}},
+		{"dashboard with a bad interval", []string{"dashboard", "--cluster", clusterFile, "--interval", "0s"}, exitUsage, nil, []string{"--interval 0s must be positive"}},
+		{"dashboard with a bad duration", []string{"dashboard", "--cluster", clusterFile, "--demo", "soon"}, exitUsage, nil, []string{"--demo"}},
+		{"dashboard on a bad address", []string{"dashboard", "--cluster", clusterFile, "--addr", "127.0.0.1:99999"}, exitError, nil, []string{"listen on 127.0.0.1:99999"}},
+		{"dashboard help says how to expose it", []string{"dashboard", "--help"}, exitOK, []string{"read-only", "ssh -L"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			is := is.New(t)
+			var stdout, stderr bytes.Buffer
+			code := run(t.Context(), tt.args, &stdout, &stderr)
+			is.Equal(code, tt.code)
+			for _, s := range tt.stdout { // compared with runs of spaces and newlines as one space
+				if !strings.Contains(squash(stdout.String()), squash(s)) {
+					t.Errorf("stdout lacks %q:\n%s", s, stdout.String())
+				}
+			}
+			for _, s := range tt.stderr {
+				if !strings.Contains(stderr.String(), s) {
+					t.Errorf("stderr lacks %q:\n%s", s, stderr.String())
+				}
+			}
+		})
+	}
+}
+
+func squash(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// TestDashboardDemo runs goray dashboard --demo and watches a slice get
+// reserved and released through the event stream, then interrupts it.
+func TestDashboardDemo(t *testing.T) {
+	is := is.New(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	runCtx, interrupt := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	var stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(runCtx, []string{"dashboard", "--cluster", clusterFile, "--addr", "127.0.0.1:0", "--interval", "5ms", "--demo", "20ms"}, pw, &stderr)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	is.NoErr(err)
+	go io.Copy(io.Discard, pr)
+	url, ok := strings.CutPrefix(strings.Fields(line)[3], "http://")
+	is.True(ok) // "goray dashboard: serving http://ADDR/ ..."
+	is.True(strings.HasPrefix(url, "127.0.0.1:"))
+
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+url+"api/events", nil)
+	is.NoErr(err)
+	resp, err := http.DefaultClient.Do(req)
+	is.NoErr(err)
+	r := bufio.NewReader(resp.Body)
+	// Wait for the demo's slice to be reserved, then released.
+	seen := []string{}
+	for len(seen) < 2 {
+		data, err := r.ReadString('\n')
+		is.NoErr(err) // the 30s deadline ends a stream that never changes
+		payload, ok := strings.CutPrefix(data, "data: ")
+		if !ok {
+			continue
+		}
+		var v dashboard.View
+		is.NoErr(json.Unmarshal([]byte(payload), &v))
+		state := v.Shapes[0].Slices[0].State
+		if state == dashboard.StateReserved && v.Shapes[0].Slices[0].GroupName == "demo" && len(seen) == 0 {
+			seen = append(seen, state)
+		}
+		if state == dashboard.StateFree && len(seen) == 1 {
+			seen = append(seen, state)
+		}
+	}
+	resp.Body.Close()
+	http.DefaultClient.CloseIdleConnections()
+	interrupt()
+	is.Equal(<-done, exitOK)
+	is.Equal(stderr.String(), "")
+}

@@ -1,0 +1,87 @@
+package dashboard_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/dashboard"
+	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/serve"
+	"github.com/goray-dev/goray/train"
+)
+
+// countdown reports three iterations, with a checkpoint at the second.
+var countdown = train.NewLoop("dashboard_test.countdown", func(ctx context.Context, w *train.Worker, _ struct{}) error {
+	for i := range 3 {
+		var ck []byte
+		if i == 1 {
+			ck = []byte("state")
+		}
+		if err := w.Report(ctx, train.Metrics{"loss": float64(3 - i)}, ck); err != nil {
+			return err
+		}
+	}
+	return nil
+})
+
+// TestTrainRunFromFit feeds a TrainRun from a real run's OnReport.
+func TestTrainRunFromFit(t *testing.T) {
+	is := is.New(t)
+	c := cluster(t)
+	d, err := dashboard.New(c, nil)
+	is.NoErr(err)
+	run := dashboard.NewTrainRun("countdown")
+	d.TrackRun(run)
+	tr, err := train.New(c, countdown, struct{}{},
+		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4"},
+		train.RunConfig{Name: "countdown", Progress: train.ProgressOff, OnReport: run.OnReport})
+	is.NoErr(err)
+	res, err := tr.Fit(timeout(t))
+	run.Finish(res, err)
+	is.NoErr(err)
+	st := d.View(t.Context()).Train[0]
+	is.Equal(st.Iteration, 3)
+	is.Equal(st.Attempt, 0)
+	is.Equal(len(st.Points), 3)
+	is.Equal(st.Metrics, train.Metrics{"loss": 1})
+	is.Equal(st.Checkpoints, []int{2})
+	is.Equal(len(st.Slices), 1)
+	is.True(st.Done)
+	is.Equal(st.Error, "")
+}
+
+type echo struct{}
+
+var (
+	echoClass = ray.NewActorClass("dashboard_test.echo", func(ctx context.Context, _ struct{}) (*echo, error) { return &echo{}, nil })
+	echoCall  = ray.NewMethod(echoClass, "echo", func(ctx context.Context, _ *echo, in string) (string, error) { return in, nil })
+)
+
+// TestTrackServeServer shows a real deployment, and its replica's slice
+// as reserved.
+func TestTrackServeServer(t *testing.T) {
+	is := is.New(t)
+	c := cluster(t)
+	ctx := timeout(t)
+	d, err := dashboard.New(c, nil)
+	is.NoErr(err)
+	srv := serve.New(c, nil)
+	defer srv.Shutdown(context.WithoutCancel(ctx))
+	d.TrackServe(srv)
+	is.NoErr(srv.Deploy(ctx, serve.Deployment{
+		Name:        "echo",
+		Replica:     serve.Actor(echoClass, struct{}{}, serve.Unary(echoCall)),
+		Accelerator: "v5p", Topology: "2x2x2",
+		MinReplicas: 1, MaxReplicas: 1,
+	}))
+	v := d.View(ctx)
+	is.Equal(len(v.Serve), 1)
+	is.Equal(v.Serve[0].Name, "echo")
+	is.Equal(len(v.Serve[0].Replicas), 1)
+	held := v.Serve[0].Replicas[0].Slices
+	is.Equal(held, []string{"v5p-16-0"})
+	s, _ := findSlice(v, "v5p-16-0")
+	is.Equal(s.State, dashboard.StateReserved)
+}

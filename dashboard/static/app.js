@@ -1,0 +1,161 @@
+// goray dashboard: renders the views that /api/events streams (or, where
+// EventSource is missing, that /api/view returns every two seconds).
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+const groupColour = (g) => `hsl(${(g * 137.508) % 360}, 55%, 42%)`;
+const fmtRes = (r, skipZero) => Object.keys(r || {}).sort().filter((k) => !skipZero || r[k] !== 0).map((k) => `${k}: ${fmtNum(k, r[k])}`).join(", ");
+const fmtNum = (k, v) => (k === "memory" && v >= 1 << 30) ? (v / (1 << 30)).toFixed(0) + "GiB" : (+v.toFixed(2)).toString();
+const ms = (ns) => (ns / 1e6).toFixed(1) + " ms";
+
+function render(v) {
+  const groups = new Map((v.reservations || []).map((r) => [r.group, r]));
+  $("problems").innerHTML = (v.problems || []).map((p) => `<div class="problem">${esc(p)}</div>`).join("");
+  renderReservations(v.reservations || []);
+  renderPending(v.pending || []);
+  renderShapes(v.shapes || [], groups);
+  renderNodes(v.nodes || []);
+  renderWork(v.work || {});
+  renderRuns(v.train || []);
+  renderServe(v.serve || []);
+  $("status").textContent = "updated " + new Date(v.time).toLocaleTimeString();
+  $("status").classList.remove("down");
+}
+
+function renderReservations(rs) {
+  $("reservations").innerHTML = rs.length === 0 ? `<p class="muted">No slice reservations.</p>` :
+    `<h3>Reservations</h3>` + rs.map((r) =>
+      `<div class="res" data-group="${r.group}"><i class="swatch" style="background:${groupColour(r.group)}"></i>` +
+      `<b>${esc(r.name || "pg-" + r.group)}</b> (pg-${r.group}${r.subslice ? ", sub-slice " + esc(r.subslice) : ""}): ` +
+      `${r.slices.length} slice${r.slices.length === 1 ? "" : "s"} — ${r.slices.map(esc).join(", ")}</div>`).join("");
+}
+
+function renderPending(ps) {
+  $("pending").innerHTML = ps.length === 0 ? "" : `<h3>Waiting for slices</h3><table><tr><th>Name</th><th>Shape</th><th>Slices</th><th>Since</th></tr>` +
+    ps.map((p) => `<tr><td>${esc(p.Name || "—")}</td><td>${esc(p.Generation)} ${esc(p.Topology)}</td><td>${p.NumSlices}</td><td>${new Date(p.Since).toLocaleTimeString()}</td></tr>`).join("") + `</table>`;
+}
+
+function renderShapes(shapes, groups) {
+  if (shapes.length === 0) { $("shapes").innerHTML = `<p class="muted">The cluster has no TPU slices.</p>`; return; }
+  $("shapes").innerHTML = shapes.map((s) =>
+    `<div class="shape"><h3>${esc(s.Generation)} ${esc(s.Topology)} <span>(${s.ChipsPerHost} chips per host) — ` +
+    `${s.Total} slice${s.Total === 1 ? "" : "s"}: ${s.Free} free, ${s.Reserved} reserved, ${s.Total - s.Intact} broken</span></h3>` +
+    `<div class="slices">${(s.slices || []).map((sl) => renderSlice(sl, groups)).join("")}</div></div>`).join("");
+}
+
+function sliceStateText(sl, groups) {
+  switch (sl.state) {
+    case "reserved": return "reserved by " + esc((groups.get(sl.group) || {}).name || sl.groupName || "pg-" + sl.group);
+    case "broken": {
+      const dead = sl.hosts.filter((h) => !h.Alive).map((h) => h.Node);
+      return "broken: dead host " + dead.map(esc).join(", ");
+    }
+    case "partial": return "sub-slices reserved";
+    default: return sl.state;
+  }
+}
+
+function renderSlice(sl, groups) {
+  const [nx, ny, nz] = sl.dims;
+  let layers = "";
+  for (let z = 0; z < nz; z++) {
+    let cells = "";
+    for (let y = 0; y < ny; y++) {
+      for (let x = 0; x < nx; x++) {
+        const c = sl.chips[x + y * nx + z * nx * ny];
+        const host = sl.hosts[c.worker] || {};
+        const style = c.state === "reserved" ? ` style="background:${groupColour(c.group)}"` : "";
+        const title = `${host.Node || "?"} (worker ${c.worker}), chip ${x},${y}${nz > 1 ? "," + z : ""}: ${c.state}` +
+          (c.group ? " by " + ((groups.get(c.group) || {}).name || "pg-" + c.group) : "");
+        cells += `<div class="chip ${c.state}" data-state="${c.state}" data-worker="${c.worker}" title="${esc(title)}"${style}>${c.state === "dead" ? "" : c.worker}</div>`;
+      }
+    }
+    layers += `<div>${nz > 1 ? `<div class="layer-label">z=${z}</div>` : ""}<div class="layer" style="grid-template-columns:repeat(${nx}, 22px)">${cells}</div></div>`;
+  }
+  return `<div class="slice ${sl.state}" data-slice="${esc(sl.name)}" data-state="${sl.state}">` +
+    `<div class="title">${esc(sl.name)}</div><div class="state">${sliceStateText(sl, groups)}</div>` +
+    `<div class="layers">${layers}</div></div>`;
+}
+
+function renderNodes(nodes) {
+  $("nodes").innerHTML = `<tr><th>Node</th><th>State</th><th>Used</th><th>Free</th><th>Tasks</th><th>Labels</th></tr>` +
+    nodes.map((n) => `<tr class="${n.alive ? "" : "dead-row"}" data-node="${esc(n.name)}"><td>${esc(n.name)}</td><td>${n.alive ? "alive" : "dead"}</td>` +
+      `<td>${esc(fmtRes(n.used, true)) || "—"}</td><td>${esc(fmtRes(n.free))}</td><td>${n.running}</td>` +
+      `<td class="labels">${labels(n.name, n.labels || {})}</td></tr>`).join("");
+}
+
+// labels folds a node's labels away behind their count; the node's open
+// state survives redraws through the open set.
+const openLabels = new Set();
+document.addEventListener("toggle", (e) => {
+  const node = e.target.dataset && e.target.dataset.labels;
+  if (node !== undefined) e.target.open ? openLabels.add(node) : openLabels.delete(node);
+}, true);
+function labels(node, ls) {
+  const keys = Object.keys(ls).sort();
+  if (keys.length === 0) return "";
+  return `<details data-labels="${esc(node)}"${openLabels.has(node) ? " open" : ""}><summary>${keys.length} label${keys.length === 1 ? "" : "s"}</summary>${keys.map((k) => esc(k + "=" + ls[k])).join("<br>")}</details>`;
+}
+
+function renderWork(w) {
+  $("work-summary").textContent = `${w.running || 0} tasks running, ${w.queued || 0} waiting (tasks, calls and actors).`;
+  const tasks = w.tasks || [], actors = w.actors || [], pgs = w.placementGroups || [];
+  $("tasks").innerHTML = `<tr><th>Task</th><th>Running</th></tr>` + tasks.map((t) => `<tr><td>${esc(t.name)}</td><td>${t.running}</td></tr>`).join("");
+  $("actors").innerHTML = `<tr><th>Actor</th><th>Class</th><th>Node</th><th>State</th><th>Restarts</th></tr>` +
+    actors.map((a) => `<tr><td>${esc(a.Name || a.ID)}</td><td>${esc(a.Class)}</td><td>${esc(a.Node)}</td><td>${esc(a.State)}</td><td>${a.Restarts}</td></tr>`).join("");
+  $("pgs").innerHTML = `<tr><th>Group</th><th>State</th><th>Strategy</th><th>Bundles on</th></tr>` +
+    pgs.map((g) => `<tr><td>${esc(g.name || "pg-" + g.id)}</td><td>${esc(g.state)}</td><td>${esc(g.strategy)}</td><td>${(g.bundles || []).map(esc).join(", ")}</td></tr>`).join("");
+}
+
+function chart(points, key) {
+  const W = 320, H = 120, P = 24;
+  const pts = points.filter((p) => p.metrics && key in p.metrics);
+  if (pts.length === 0) return "";
+  const xs = pts.map((p) => p.iteration), ys = pts.map((p) => p.metrics[key]);
+  const [x0, x1] = [Math.min(...xs), Math.max(...xs)], [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+  const sx = (x) => P + (x1 === x0 ? 0 : (x - x0) / (x1 - x0)) * (W - 2 * P);
+  const sy = (y) => H - P - (y1 === y0 ? 0.5 : (y - y0) / (y1 - y0)) * (H - 2 * P);
+  const d = pts.map((p, i) => `${i ? "L" : "M"}${sx(p.iteration).toFixed(1)},${sy(p.metrics[key]).toFixed(1)}`).join("");
+  return `<svg class="chart" width="${W}" height="${H}" role="img" aria-label="${esc(key)} over iterations">` +
+    `<text x="${P}" y="14" font-size="11">${esc(key)}: ${(+ys[ys.length - 1].toPrecision(4))}</text>` +
+    `<text x="${P}" y="${H - 6}" font-size="9" fill="#66758a">iteration ${x0}–${x1}, ${+y0.toPrecision(3)}…${+y1.toPrecision(3)}</text>` +
+    `<path d="${d}" fill="none" stroke="#2a6fdb" stroke-width="1.5"/></svg>`;
+}
+
+function renderRuns(runs) {
+  $("runs").innerHTML = runs.length === 0 ? `<p class="muted">No training runs tracked.</p>` : runs.map((r) =>
+    `<div class="card" data-run="${esc(r.name)}"><b>${esc(r.name)}</b> — ${r.done ? (r.error ? "failed: " + esc(r.error) : "finished") : "running"}, ` +
+    `attempt ${r.attempt}, iteration ${r.iteration}, slices ${(r.slices || []).map(esc).join(", ") || "—"}` +
+    `<div class="cols">${Object.keys(r.metrics || {}).sort().slice(0, 4).map((k) => chart(r.points || [], k)).join("")}</div>` +
+    `<div>Checkpoints at iterations: ${(r.checkpoints || []).slice(-10).join(", ") || "none"}</div>` +
+    ((r.restarts || []).length ? `<div>Restarts: ${r.restarts.map((x) => `attempt ${x.attempt} from iteration ${x.iteration}`).join("; ")}</div>` : "") +
+    ((r.failures || []).length ? `<table><tr><th>Attempt</th><th>Rank</th><th>Host</th><th>Slice</th><th>Cause</th></tr>` +
+      r.failures.map((f) => `<tr><td>${f.attempt}</td><td>${f.rank}</td><td>${esc(f.host)}</td><td>${esc(f.slice)}</td><td>${esc(f.cause)}</td></tr>`).join("") + `</table>` : "") +
+    `</div>`).join("");
+}
+
+function renderServe(ds) {
+  $("deployments").innerHTML = ds.length === 0 ? `<p class="muted">No serve deployments tracked.</p>` : ds.map((d) =>
+    `<div class="card" data-deployment="${esc(d.name)}"><b>${esc(d.name)}</b> — ${esc(d.accelerator)} ${esc(d.topology)}, ` +
+    `${d.ready}/${d.target} ready (min ${d.minReplicas}, max ${d.maxReplicas}), ${d.queued} queued, ` +
+    `${d.requestsPerSecond.toFixed(1)} req/s, p50 ${ms(d.p50)}, p99 ${ms(d.p99)}, ${d.replicaFailures} replica failures` +
+    (d.lastError ? `<div class="problem">${esc(d.lastError)}</div>` : "") +
+    `<table><tr><th>Replica</th><th>State</th><th>Slices</th><th>Ongoing</th><th>Served</th></tr>` +
+    (d.replicas || []).map((r) => `<tr><td>${esc(r.id)}</td><td>${esc(r.state)}${r.reason ? " (" + esc(r.reason) + ")" : ""}</td>` +
+      `<td>${(r.slices || []).map(esc).join(", ") || "waiting"}</td><td>${r.ongoing}</td><td>${r.served}</td></tr>`).join("") + `</table></div>`).join("");
+}
+
+function down() {
+  $("status").textContent = "disconnected; retrying…";
+  $("status").classList.add("down");
+}
+
+if (window.EventSource) {
+  const es = new EventSource("api/events");
+  es.addEventListener("view", (e) => render(JSON.parse(e.data)));
+  es.onerror = down;
+} else {
+  const poll = () => fetch("api/view").then((r) => r.json()).then(render, down).finally(() => setTimeout(poll, 2000));
+  poll();
+}
