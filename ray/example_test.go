@@ -260,7 +260,7 @@ func ExampleRunOnSlice() {
 	// Output:
 	// [4 4 4 4] <nil>
 	// TaskFailed
-	// ray.RunOnSlice example.intSqrt: ray.GetAll: ref 0 of 4: task example.intSqrt failed (attempt 0): no square root of -1
+	// ray.RunOnSlice example.intSqrt: host 0 of 4: task example.intSqrt failed (attempt 0): no square root of -1
 }
 
 func ExampleCode() {

@@ -31,6 +31,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	t.Run("Scheduling", s.testScheduling)
 	t.Run("Faults", s.testFaults)
 	t.Run("TPUSlices", s.testSlices)
+	t.Run("TPUSliceFaults", s.testSliceFaults)
 }
 
 type suite struct{ h Harness }

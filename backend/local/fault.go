@@ -30,6 +30,13 @@ func (b *Backend) KillNode(ctx context.Context, name string) error {
 	n.alive = false
 	b.epoch++
 	lost := backend.Errorf(backend.Unavailable, "node "+name, "node %s died", name)
+	// Gang semantics first: a slice reservation with a bundle here fails
+	// all of its work, on every host, before single tasks are retried.
+	for bu := range n.bundles {
+		if len(bu.pg.slices) > 0 {
+			b.breakSliceGroup(bu.pg, n)
+		}
+	}
 	for t := range n.running {
 		b.abortTask(t, lost, true)
 	}
@@ -41,7 +48,7 @@ func (b *Backend) KillNode(ctx context.Context, name string) error {
 		delete(n.bundles, bu)
 		bu.node = nil
 		bu.free = nil
-		if pg.state == pgCreated {
+		if pg.state == pgCreated && pg.lost == nil {
 			pg.state = pgPending
 			pg.ready = make(chan struct{})
 			pg.readyOK = false
@@ -77,6 +84,46 @@ func (b *Backend) RestartNode(ctx context.Context, name string) error {
 	b.markSliceHostUp(n)
 	b.schedule()
 	return nil
+}
+
+// breakSliceGroup fails a TPU slice reservation that lost host n, as a
+// real slice fails: the other hosts' work would hang in its first
+// collective, so every task pinned to the reservation's bundles, running or
+// queued, fails at once with Unavailable naming the host and is not retried
+// (a retry on the surviving hosts alone would hang the same way), and its
+// actors die. Work submitted to the group later fails the same way. The
+// reservation keeps its slices until it is removed, and a slice with a dead
+// host is not reserved again until every host is back (RestartNode), so a
+// caller retries by releasing and reserving afresh. b.mu must be held.
+func (b *Backend) breakSliceGroup(pg *pgroup, n *node) {
+	if pg.lost != nil || pg.state == pgRemoved {
+		return
+	}
+	slice := ""
+	if s := b.slices.byNode[n]; s != nil {
+		slice = " of TPU slice " + s.name
+	}
+	pg.lost = backend.Errorf(backend.Unavailable, "slice reservation "+pg.id.String(),
+		"host %s%s died; all work on the reservation was stopped, as a slice cannot run with a host missing: release it and reserve again", n.name, slice)
+	for _, bu := range pg.bundles {
+		for t := range bu.running {
+			b.abortTask(t, pg.lost, false)
+		}
+		for a := range bu.actors {
+			b.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "%w", pg.lost), false)
+		}
+	}
+	for _, c := range pg.classes {
+		for c.len() > 0 {
+			t := c.peek()
+			c.pop()
+			b.queued--
+			b.failRequest(t, pg.lost)
+		}
+	}
+	if i := slices.Index(b.pendingPGs, pg); i >= 0 {
+		b.pendingPGs = slices.Delete(b.pendingPGs, i, i+1)
+	}
 }
 
 // failInfeasible fails queued work that the live nodes can no longer hold.

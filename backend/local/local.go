@@ -99,8 +99,8 @@ type Backend struct {
 	actorNames map[string]*actor
 
 	pgs        map[backend.PlacementGroupID]*pgroup
-	removedPGs map[backend.PlacementGroupID]struct{} // tombstones of removed groups
-	deadActors map[backend.ActorID]error             // tombstones: why each dead actor died
+	removedPGs map[backend.PlacementGroupID]error // tombstones: the error of work pinned to each removed group
+	deadActors map[backend.ActorID]error          // tombstones: why each dead actor died
 	pendingPGs []*pgroup
 
 	classes map[string]*class
@@ -162,7 +162,7 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 		actors:      map[backend.ActorID]*actor{},
 		actorNames:  map[string]*actor{},
 		pgs:         map[backend.PlacementGroupID]*pgroup{},
-		removedPGs:  map[backend.PlacementGroupID]struct{}{},
+		removedPGs:  map[backend.PlacementGroupID]error{},
 		deadActors:  map[backend.ActorID]error{},
 		classes:     map[string]*class{},
 	}

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -34,6 +35,10 @@ type pgroup struct {
 	slices []*tpuSlice
 	// classes are the scheduling classes pinned to the group.
 	classes []*class
+	// lost, when set, is the Unavailable error of a slice reservation
+	// that lost a host: all its work failed with it, nothing more runs in
+	// it, and it stays broken until removed (see breakSliceGroup).
+	lost error
 }
 
 type bundle struct {
@@ -420,10 +425,14 @@ func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 		pg := b.pgs[id]
 		if pg == nil {
 			b.mu.Unlock()
-			if _, removed := b.removedPGs[id]; removed {
-				return pgRemovedErr(id)
+			if err, removed := b.removedPGs[id]; removed {
+				return err
 			}
 			return backend.Errorf(backend.NotFound, "local.PlacementGroupReady", "placement group %s does not exist", id)
+		}
+		if pg.lost != nil {
+			b.mu.Unlock()
+			return pg.lost
 		}
 		switch pg.state {
 		case pgCreated:
@@ -468,7 +477,10 @@ func (b *Backend) removePGLocked(pg *pgroup) {
 	pg.state = pgRemoved
 	pg.signal()
 	delete(b.pgs, pg.id)
-	b.removedPGs[pg.id] = struct{}{}
+	// A slice reservation broken by a lost host keeps that cause: work
+	// pinned to it fails with the Unavailable error naming the host,
+	// before and after the release.
+	b.removedPGs[pg.id] = cmp.Or(pg.lost, pgRemovedErr(pg.id))
 	var err error
 	for _, bu := range pg.bundles {
 		if err == nil && (len(bu.running) > 0 || len(bu.actors) > 0) {

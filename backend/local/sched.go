@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -143,6 +144,11 @@ func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
 // feasible reports why a class could never be placed, or nil. b.mu must be
 // held.
 func (b *Backend) feasible(op string, c *class) error {
+	if c.pl.Group != 0 {
+		if pg := b.pgs[c.pl.Group]; pg != nil && pg.lost != nil {
+			return pg.lost
+		}
+	}
 	if c.feasEpoch == b.epoch {
 		return c.feasErr
 	}
@@ -150,8 +156,8 @@ func (b *Backend) feasible(op string, c *class) error {
 	if c.pl.Group != 0 {
 		pg := b.pgs[c.pl.Group]
 		if pg == nil {
-			if _, removed := b.removedPGs[c.pl.Group]; removed {
-				c.feasErr = pgRemovedErr(c.pl.Group)
+			if err, removed := b.removedPGs[c.pl.Group]; removed {
+				c.feasErr = err
 			} else {
 				c.feasErr = backend.Errorf(backend.NotFound, op, "placement group %s does not exist", c.pl.Group)
 			}
@@ -249,8 +255,13 @@ func add(a, d []int64) {
 func (b *Backend) enqueue(t *task) {
 	c := t.cls
 	if c.pl.Group != 0 {
-		if pg := b.pgs[c.pl.Group]; pg == nil || pg.state == pgRemoved {
-			b.failRequest(t, pgRemovedErr(c.pl.Group))
+		pg := b.pgs[c.pl.Group]
+		switch {
+		case pg == nil || pg.state == pgRemoved:
+			b.failRequest(t, cmp.Or(b.removedPGs[c.pl.Group], pgRemovedErr(c.pl.Group)))
+			return
+		case pg.lost != nil:
+			b.failRequest(t, pg.lost)
 			return
 		}
 	}
@@ -311,7 +322,7 @@ func (b *Backend) tryPlace(t *task, bl []blocker) bool {
 	c := t.cls
 	if c.pl.Group != 0 {
 		pg := b.pgs[c.pl.Group]
-		if pg == nil || pg.state != pgCreated {
+		if pg == nil || pg.state != pgCreated || pg.lost != nil {
 			return false
 		}
 		for i, bu := range pg.bundles {
