@@ -87,10 +87,7 @@ type SlicePlacementGroup struct {
 // hosts are back.
 func NewSlicePlacementGroup(ctx context.Context, c *Cluster, spec SliceSpec) (*SlicePlacementGroup, error) {
 	const op = "ray.NewSlicePlacementGroup"
-	if ctx == nil {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "nil context")
-	}
-	if err := c.check(op); err != nil {
+	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
 	}
 	shape, err := tpu.NewSliceShape(tpu.Generation(spec.AcceleratorVersion), spec.Topology, spec.ChipsPerVM)
@@ -304,8 +301,8 @@ func (s *SlicePlacementGroup) WorkerEnv(i int) map[string]string {
 // WorkerEnv and PlacementGroup change). The default is no retry; a single
 // host's task is never retried alone. Placement options are ignored.
 func RunOnSlice[I, O any](ctx context.Context, s *SlicePlacementGroup, task *Task[I, O], in I, opts ...TaskOption) ([]O, error) {
-	if ctx == nil {
-		return nil, backend.Errorf(backend.InvalidArgument, "ray.RunOnSlice "+task.name, "nil context")
+	if err := s.c.checkCtx(ctx, "ray.RunOnSlice "+task.name); err != nil {
+		return nil, err
 	}
 	policy := backend.TaskSpec{}
 	for _, o := range opts {
@@ -388,7 +385,7 @@ func Dispatch[I, O any](ctx context.Context, c *Cluster, spec SliceSpec, task *T
 // TPUSlices returns the state of every TPU slice of the cluster.
 func TPUSlices(ctx context.Context, c *Cluster) ([]backend.SliceState, error) {
 	const op = "ray.TPUSlices"
-	if err := c.check(op); err != nil {
+	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
 	}
 	sr, ok := c.b.(backend.SliceReserver)

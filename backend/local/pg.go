@@ -83,15 +83,18 @@ func (b *Backend) CreatePlacementGroup(ctx context.Context, spec *backend.Placem
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	// Validation and building cost as much as the spec is large: both
+	// happen before the lock (the resource names are fixed at New).
+	pg, err := b.newPG(op, spec)
+	if err != nil {
+		return 0, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.precheck(op); err != nil {
 		return 0, err
 	}
-	pg, err := b.newPG(op, spec)
-	if err != nil {
-		return 0, err
-	}
+	pg.id = backend.PlacementGroupID(b.newID())
 	if err := b.pgFeasible(op, pg); err != nil {
 		return 0, err
 	}
@@ -99,22 +102,17 @@ func (b *Backend) CreatePlacementGroup(ctx context.Context, spec *backend.Placem
 	return pg.id, nil
 }
 
-// newPG validates a spec and builds an unplaced group. b.mu must be held.
+// newPG validates a spec and builds an unplaced group without an ID. It
+// reads only what New fixed (the resource names), so b.mu need not be held.
 func (b *Backend) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, error) {
-	if !spec.Strategy.Valid() {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "unknown strategy %d; valid: PACK, SPREAD, STRICT_PACK, STRICT_SPREAD", int(spec.Strategy))
+	if err := spec.Validate(op); err != nil {
+		return nil, err
 	}
-	if len(spec.Bundles) == 0 {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "a placement group needs at least one bundle")
-	}
-	pg := &pgroup{id: backend.PlacementGroupID(b.newID()), spec: spec, ready: make(chan struct{})}
+	pg := &pgroup{spec: spec, ready: make(chan struct{})}
 	for i, bs := range spec.Bundles {
 		bop := fmt.Sprintf("%s: bundle %d", op, i)
 		if err := b.checkResources(bop, bs.Resources); err != nil {
 			return nil, err
-		}
-		if len(bs.Resources.Names()) == 0 {
-			return nil, backend.Errorf(backend.InvalidArgument, bop, "empty bundle: a bundle must reserve some resource")
 		}
 		m, err := bs.LabelSelector.Compile()
 		if err != nil {

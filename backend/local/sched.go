@@ -72,7 +72,7 @@ func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
 	// to word the error.
 	bad := false
 	for k, v := range s.Resources {
-		if !(v >= 0) || math.IsInf(v, 1) || k == "" {
+		if !backend.ValidAmount(v) || k == "" {
 			bad = true
 			break
 		}
@@ -244,8 +244,15 @@ func sub(a, d []int64) {
 	}
 }
 
+// add adds d to a, saturating at MaxInt64: validated amounts are at most
+// backend.MaxAmount, but sums of many (a STRICT_PACK group's total) need
+// not fit.
 func add(a, d []int64) {
 	for i, q := range d {
+		if a[i] > math.MaxInt64-q {
+			a[i] = math.MaxInt64
+			continue
+		}
 		a[i] += q
 	}
 }
