@@ -155,6 +155,10 @@ func StartProcess(ctx context.Context, opts *ProcessOptions) (*Process, error) {
 	}
 	go func() {
 		p.waitErr = cmd.Wait()
+		// The reaped process no longer needs its lifeline: release the
+		// descriptor now rather than at Stop, which a caller may never
+		// call for a process that died.
+		p.lifeline.Close()
 		close(p.exited)
 	}()
 

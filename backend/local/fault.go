@@ -15,6 +15,13 @@ import (
 // its host). Work that no live node can hold any more fails with
 // Infeasible.
 func (b *Backend) KillNode(ctx context.Context, name string) error {
+	return b.killNode(name, false)
+}
+
+// killNode is KillNode; restarting marks the node as coming back by itself
+// (its worker process is being restarted), so that queued work it could
+// hold waits for it instead of failing as Infeasible.
+func (b *Backend) killNode(name string, restarting bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.precheck("local.KillNode"); err != nil {
@@ -28,6 +35,7 @@ func (b *Backend) KillNode(ctx context.Context, name string) error {
 		return nil
 	}
 	n.alive = false
+	n.restarting = restarting
 	b.epoch++
 	lost := backend.Errorf(backend.Unavailable, "node "+name, "node %s died", name)
 	// Gang semantics first: a slice reservation with a bundle here fails
@@ -78,7 +86,7 @@ func (b *Backend) RestartNode(ctx context.Context, name string) error {
 	if n.alive {
 		return nil
 	}
-	n.alive = true
+	n.alive, n.restarting = true, false
 	copy(n.free, n.capac)
 	b.epoch++
 	b.markSliceHostUp(n)
@@ -123,6 +131,24 @@ func (b *Backend) breakSliceGroup(pg *pgroup, n *node) {
 	}
 	if i := slices.Index(b.pendingPGs, pg); i >= 0 {
 		b.pendingPGs = slices.Delete(b.pendingPGs, i, i+1)
+	}
+}
+
+// restartAbandoned clears the restarting mark of dead nodes whose worker
+// process will not come back, failing work only they could hold.
+func (b *Backend) restartAbandoned(names []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	changed := false
+	for _, name := range names {
+		if n := b.byName[name]; n != nil && n.restarting {
+			n.restarting = false
+			changed = true
+		}
+	}
+	if changed && !b.closed {
+		b.epoch++
+		b.failInfeasible()
 	}
 }
 

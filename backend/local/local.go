@@ -128,16 +128,20 @@ var _ backend.FaultInjector = (*Backend)(nil)
 var _ backend.SliceReserver = (*Backend)(nil)
 
 type node struct {
-	idx     int
-	name    string
-	labels  map[string]string
-	env     map[string]string
-	capac   []int64
-	free    []int64
-	alive   bool
-	running map[*task]struct{}
-	actors  map[*actor]struct{}
-	bundles map[*bundle]struct{}
+	idx    int
+	name   string
+	labels map[string]string
+	env    map[string]string
+	capac  []int64
+	free   []int64
+	alive  bool
+	// restarting: dead, but its worker process is being restarted
+	// (multi-process mode), so work it could hold queues instead of
+	// failing as Infeasible.
+	restarting bool
+	running    map[*task]struct{}
+	actors     map[*actor]struct{}
+	bundles    map[*bundle]struct{}
 }
 
 // New builds a simulated cluster from spec. It fails with InvalidArgument

@@ -139,7 +139,7 @@ func (b *Backend) pgFeasible(op string, pg *pgroup) error {
 	for _, bu := range pg.bundles {
 		ok := false
 		for _, n := range b.nodes {
-			if n.alive && bu.sel.Matches(n.labels) && fits(bu.demand, n.capac) {
+			if n.couldRun() && bu.sel.Matches(n.labels) && fits(bu.demand, n.capac) {
 				ok = true
 				break
 			}
@@ -206,7 +206,14 @@ func (b *Backend) solvePG(pg *pgroup, avail func(*node) []int64, skip func(*node
 	if len(todo) == 0 {
 		return assign, true
 	}
-	usable := func(n *node) bool { return n.alive && (skip == nil || !skip(n)) }
+	// Without skip this is a feasibility check (pgFeasible), where a node
+	// coming back by itself counts; placement (placePG) passes skip.
+	usable := func(n *node) bool {
+		if skip == nil {
+			return n.couldRun()
+		}
+		return n.alive && !skip(n)
+	}
 	allowed := func(i int, n *node) bool {
 		if pg.pinned != nil && pg.pinned[i] != n {
 			return false

@@ -176,7 +176,7 @@ func (b *Backend) feasible(op string, c *class) error {
 		return c.feasErr
 	}
 	for _, n := range b.nodes {
-		if n.alive && c.sel.Matches(n.labels) && fits(c.demand, n.capac) {
+		if n.couldRun() && c.sel.Matches(n.labels) && fits(c.demand, n.capac) {
 			return nil
 		}
 	}
@@ -204,10 +204,11 @@ func selPhrase(s string) string {
 // describeCapacity summarises the live nodes a selector matches, for
 // infeasibility errors.
 func (b *Backend) describeCapacity(sel backend.Matcher) string {
-	var matching, live int
+	var matching, live, dead int
 	var largest []int64
 	for _, n := range b.nodes {
-		if !n.alive {
+		if !n.couldRun() {
+			dead++
 			continue
 		}
 		live++
@@ -223,11 +224,24 @@ func (b *Backend) describeCapacity(sel backend.Matcher) string {
 			}
 		}
 	}
-	if matching == 0 {
-		return fmt.Sprintf("none of the %d live nodes matches the selector", live)
+	if live == 0 {
+		return fmt.Sprintf("no live node: %d dead", dead)
 	}
-	return fmt.Sprintf("%d of %d live nodes match; the most any of them has is %s", matching, live, b.resources(largest))
+	if matching == 0 {
+		return fmt.Sprintf("none of the %d live nodes matches the selector%s", live, deadPhrase(dead))
+	}
+	return fmt.Sprintf("%d of %d live nodes match; the most any of them has is %s%s", matching, live, b.resources(largest), deadPhrase(dead))
 }
+
+func deadPhrase(dead int) string {
+	if dead == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d more nodes are dead)", dead)
+}
+
+// couldRun reports whether the node is alive or coming back by itself.
+func (n *node) couldRun() bool { return n.alive || n.restarting }
 
 func fits(need, free []int64) bool {
 	for i, q := range need {
