@@ -99,15 +99,16 @@ type Backend struct {
 	actorNames map[string]*actor
 
 	pgs        map[backend.PlacementGroupID]*pgroup
-	removedPGs map[backend.PlacementGroupID]error // tombstones: the error of work pinned to each removed group
-	deadActors map[backend.ActorID]error          // tombstones: why each dead actor died
+	removedPGs *tombstones[backend.PlacementGroupID] // the error of work pinned to each removed group (tombstone.go)
+	deadActors *tombstones[backend.ActorID]          // why each dead actor died
 	pendingPGs []*pgroup
 
-	classes map[string]*class
-	active  []*class
-	seq     uint64
-	queued  int
-	running int
+	classes      map[string]*class
+	classSweepAt int // sweep idle classes when there are this many (sched.go)
+	active       []*class
+	seq          uint64
+	queued       int
+	running      int
 
 	slices *sliceIndex
 	pool   *pool
@@ -156,19 +157,20 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{
-		log:         opts.Logger,
-		starveLimit: opts.StarvationLimit,
-		procOpts:    opts.Processes,
-		closedCh:    make(chan struct{}),
-		resIndex:    map[string]int{},
-		byName:      map[string]*node{},
-		objects:     map[backend.ObjectID]*object{},
-		actors:      map[backend.ActorID]*actor{},
-		actorNames:  map[string]*actor{},
-		pgs:         map[backend.PlacementGroupID]*pgroup{},
-		removedPGs:  map[backend.PlacementGroupID]error{},
-		deadActors:  map[backend.ActorID]error{},
-		classes:     map[string]*class{},
+		log:          opts.Logger,
+		starveLimit:  opts.StarvationLimit,
+		procOpts:     opts.Processes,
+		closedCh:     make(chan struct{}),
+		resIndex:     map[string]int{},
+		byName:       map[string]*node{},
+		objects:      map[backend.ObjectID]*object{},
+		actors:       map[backend.ActorID]*actor{},
+		actorNames:   map[string]*actor{},
+		pgs:          map[backend.PlacementGroupID]*pgroup{},
+		removedPGs:   newTombstones[backend.PlacementGroupID](TombstoneWindow),
+		deadActors:   newTombstones[backend.ActorID](TombstoneWindow),
+		classes:      map[string]*class{},
+		classSweepAt: minClassSweep,
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
@@ -341,11 +343,15 @@ func (b *Backend) op(prefix, name, method string) string {
 	if method != "" {
 		s += "." + method
 	}
-	b.ops[key] = s
+	if len(b.ops) < maxCachedOps { // names need not be registered: bound the cache
+		b.ops[key] = s
+	}
 	return s
 }
 
 type opKey struct{ prefix, name, method string }
+
+const maxCachedOps = 4096
 
 func (b *Backend) newID() uint64 {
 	b.nextID++

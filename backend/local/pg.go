@@ -430,7 +430,7 @@ func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 		pg := b.pgs[id]
 		if pg == nil {
 			b.mu.Unlock()
-			if err, removed := b.removedPGs[id]; removed {
+			if err, removed := b.removedPG(id); removed {
 				return err
 			}
 			return backend.Errorf(backend.NotFound, "local.PlacementGroupReady", "placement group %s does not exist", id)
@@ -466,7 +466,7 @@ func (b *Backend) RemovePlacementGroup(ctx context.Context, id backend.Placement
 	}
 	pg := b.pgs[id]
 	if pg == nil {
-		if _, removed := b.removedPGs[id]; removed {
+		if _, removed := b.removedPG(id); removed {
 			return nil
 		}
 		return backend.Errorf(backend.NotFound, "local.RemovePlacementGroup", "placement group %s does not exist", id)
@@ -485,7 +485,7 @@ func (b *Backend) removePGLocked(pg *pgroup) {
 	// A slice reservation broken by a lost host keeps that cause: work
 	// pinned to it fails with the Unavailable error naming the host,
 	// before and after the release.
-	b.removedPGs[pg.id] = cmp.Or(pg.lost, pgRemovedErr(pg.id))
+	b.removedPGs.add(pg.id, cmp.Or(pg.lost, pgRemovedErr(pg.id)))
 	var err error
 	for _, bu := range pg.bundles {
 		if err == nil && (len(bu.running) > 0 || len(bu.actors) > 0) {

@@ -27,7 +27,17 @@ type class struct {
 	feasEpoch uint64
 	feasErr   error
 	res       backend.Resources // demand as a map, shared read-only by runtime infos
+	// swept: dropped from b.classes while idle; a task that still points
+	// to it (waiting for its input, or an actor to restart) takes it back
+	// when it is queued (enqueue).
+	swept bool
 }
+
+// minClassSweep is the number of scheduling classes below which idle ones
+// are kept for reuse. Above it, idle classes are dropped whenever the count
+// doubles since the last sweep, so memory follows the classes in use, not
+// every shape ever submitted.
+const minClassSweep = 1024
 
 func (c *class) len() int { return len(c.queue) - c.head }
 
@@ -127,6 +137,9 @@ func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
 	if c := b.classes[string(key)]; c != nil {
 		return c, nil
 	}
+	if len(b.classes) >= b.classSweepAt {
+		b.sweepClasses()
+	}
 	m, err := s.NodeSelector.Compile()
 	if err != nil {
 		return nil, backend.Errorf(backend.InvalidArgument, op, "%v", err.(*backend.Error).Err)
@@ -139,6 +152,43 @@ func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
 	}
 	b.classes[c.key] = c
 	return c, nil
+}
+
+// sweepClasses drops idle classes (nothing queued) and sets the next sweep
+// at twice what is left. It costs one pass over the classes, once per
+// doubling, so O(1) per class created. b.mu must be held.
+func (b *Backend) sweepClasses() {
+	var groups []*pgroup
+	for key, c := range b.classes {
+		if c.len() > 0 || c.active {
+			continue
+		}
+		delete(b.classes, key)
+		c.swept = true
+		if pg := b.pgs[c.pl.Group]; c.pl.Group != 0 && pg != nil && !slices.Contains(groups, pg) {
+			groups = append(groups, pg)
+		}
+	}
+	for _, pg := range groups {
+		pg.classes = slices.DeleteFunc(pg.classes, func(c *class) bool { return c.swept })
+	}
+	b.classSweepAt = max(minClassSweep, 2*len(b.classes))
+}
+
+// readopt returns the live class of a swept class's key, putting c back
+// when there is none. b.mu must be held.
+func (b *Backend) readopt(c *class) *class {
+	if cur := b.classes[c.key]; cur != nil {
+		return cur
+	}
+	c.swept = false
+	b.classes[c.key] = c
+	if c.pl.Group != 0 {
+		if pg := b.pgs[c.pl.Group]; pg != nil {
+			pg.classes = append(pg.classes, c)
+		}
+	}
+	return c
 }
 
 // feasible reports why a class could never be placed, or nil. b.mu must be
@@ -156,7 +206,7 @@ func (b *Backend) feasible(op string, c *class) error {
 	if c.pl.Group != 0 {
 		pg := b.pgs[c.pl.Group]
 		if pg == nil {
-			if err, removed := b.removedPGs[c.pl.Group]; removed {
+			if err, removed := b.removedPG(c.pl.Group); removed {
 				c.feasErr = err
 			} else {
 				c.feasErr = backend.Errorf(backend.NotFound, op, "placement group %s does not exist", c.pl.Group)
@@ -274,12 +324,16 @@ func add(a, d []int64) {
 // enqueue queues a request whose dependencies are resolved, and schedules.
 // b.mu must be held.
 func (b *Backend) enqueue(t *task) {
+	if t.cls.swept {
+		t.cls = b.readopt(t.cls)
+	}
 	c := t.cls
 	if c.pl.Group != 0 {
 		pg := b.pgs[c.pl.Group]
 		switch {
 		case pg == nil || pg.state == pgRemoved:
-			b.failRequest(t, cmp.Or(b.removedPGs[c.pl.Group], pgRemovedErr(c.pl.Group)))
+			err, _ := b.removedPG(c.pl.Group)
+			b.failRequest(t, cmp.Or(err, pgRemovedErr(c.pl.Group)))
 			return
 		case pg.lost != nil:
 			b.failRequest(t, pg.lost)
