@@ -65,6 +65,13 @@ type Options struct {
 	// Processes, if set, runs user code in worker processes on loopback
 	// instead of on goroutines of this process (see ProcessOptions).
 	Processes *ProcessOptions
+	// MaxMessageSize bounds, in the in-process mode, one encoded input or
+	// output of a task, actor constructor or call, as worker processes
+	// bound their messages (ProcessOptions.MaxMessageSize in that mode):
+	// a larger one fails its work with ResourceExhausted, so a value too
+	// large for a cluster fails in tests too. 0 means 64 MiB
+	// (worker.DefaultMaxMessageSize).
+	MaxMessageSize int
 }
 
 // Set is the Wire provider set of this backend: it provides a *Backend from a
@@ -77,6 +84,7 @@ type Backend struct {
 	log         *slog.Logger
 	starveLimit int
 	procOpts    *ProcessOptions // multi-process mode (process.go); nil: in process
+	msgLimit    int             // in-process message-size limit (msglimit.go)
 
 	mu       sync.Mutex
 	exec     backend.Executor
@@ -160,6 +168,7 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 		log:          opts.Logger,
 		starveLimit:  opts.StarvationLimit,
 		procOpts:     opts.Processes,
+		msgLimit:     opts.MaxMessageSize,
 		closedCh:     make(chan struct{}),
 		resIndex:     map[string]int{},
 		byName:       map[string]*node{},
@@ -267,6 +276,8 @@ func (b *Backend) Start(ctx context.Context, exec backend.Executor) error {
 			return err
 		}
 		exec = pe
+	} else {
+		exec = &limitExecutor{Executor: exec, limit: b.msgLimit}
 	}
 	b.started = true
 	b.exec = exec

@@ -395,3 +395,15 @@ var specNode = ray.NewTask("localspectest.node", func(ctx context.Context, _ int
 	rc, _ := ray.Runtime(ctx)
 	return rc.NodeName(), nil
 })
+
+// TestClusterFileCountCapped: a tiny cluster file cannot make the
+// simulator build a huge cluster; the count is refused before anything is
+// allocated.
+func TestClusterFileCountCapped(t *testing.T) {
+	is := is.New(t)
+	spec, err := local.ParseClusterSpec([]byte(`{"nodes":[{"name":"n","count":1000000,"resources":{"CPU":1}}]}`))
+	is.NoErr(err)
+	_, err = local.New(spec, nil)
+	is.Equal(ray.Code(err), ray.InvalidArgument)
+	is.True(strings.Contains(err.Error(), "limit of 10000 nodes")) // names the limit
+}
