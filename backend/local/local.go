@@ -34,6 +34,24 @@
 // [Backend.RestartNode] brings it back empty. [Backend.PreemptSlice] kills
 // every host of a TPU slice at once.
 //
+// A host of a reserved TPU slice that dies fails the reservation as a
+// whole: every task and actor in its bundles fails at once with
+// Unavailable naming the host (the other hosts would hang in their first
+// collective), nothing more runs in it, and the slice is not reserved again
+// until all its hosts are back.
+//
+// # Limits
+//
+// Input cannot make the simulator grow without bound or stall: clusters
+// have at most [MaxNodes] nodes, placement groups at most
+// backend.MaxBundles bundles (validated before the scheduler lock is
+// taken), resource amounts at most backend.MaxAmount. Scheduling classes
+// (one per distinct resources, selector and placement) are dropped once
+// idle; the causes of the last [TombstoneWindow] dead actors and removed
+// groups are kept, older ones answer with the right code but no cause.
+// Encoded inputs and outputs larger than Options.MaxMessageSize fail with
+// ResourceExhausted in process as they do on the wire.
+//
 // # Concurrency
 //
 // A *Backend is safe for concurrent use. One mutex guards the scheduler;
