@@ -289,10 +289,12 @@ func (s *SlicePlacementGroup) WorkerEnv(i int) map[string]string {
 // worker env.
 //
 // The hosts' work is one gang: it returns the first failure as soon as it
-// happens, without waiting for the other hosts. When a host of the
-// reservation dies the backend fails every host's work at once with
-// Unavailable naming the lost host (a slice cannot run with a host
-// missing), so RunOnSlice returns that error instead of hanging.
+// happens, without waiting for the other hosts, and cancels the other
+// hosts' work (on backends that implement backend.TaskCanceler; Dispatch
+// also stops it by releasing the slices). When a host of the reservation
+// dies the backend fails every host's work at once with Unavailable naming
+// the lost host (a slice cannot run with a host missing), so RunOnSlice
+// returns that error instead of hanging.
 //
 // opts are task options. [Resources] and [Name] apply to each host's task;
 // [Retries] and [RetryOnError] apply to the gang as a whole: a retry
@@ -364,6 +366,15 @@ func runOnSliceOnce[I, O any](ctx context.Context, s *SlicePlacementGroup, task 
 		})
 	}
 	if err := g.Wait(); err != nil {
+		// The gang failed: stop the other hosts' work, which on a real
+		// slice would hang in its next collective.
+		if tc, ok := s.c.b.(backend.TaskCanceler); ok {
+			for _, r := range refs {
+				if r.Err() == nil {
+					tc.CancelTask(context.WithoutCancel(ctx), r.ID()) //nolint:errcheck // best effort: a finished task is not affected
+				}
+			}
+		}
 		return nil, err
 	}
 	return out, nil

@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,24 @@ import (
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/tpu"
 )
+
+// gates2 names the gates of failOnWorker0.
+type gates2 struct{ Block, Fail string }
+
+// failOnWorker0 blocks on the Block gate on every TPU worker but 0, which
+// waits for the Fail gate and then fails.
+var failOnWorker0 = ray.NewTask("backendtest.failOnWorker0", func(ctx context.Context, g gates2) (string, error) {
+	rc, _ := ray.Runtime(ctx)
+	if rc.Env(tpu.EnvWorkerID) == "0" {
+		if _, err := blockOn(ctx, g.Fail); err != nil {
+			return "", err
+		}
+		return "", errors.New("worker 0 fails")
+	}
+	return blockOn(ctx, g.Block)
+})
 
 // testSliceFaults checks gang semantics: a lost host of a reserved slice
 // fails all of the reservation's work at once, never a partial re-run.
@@ -101,6 +119,33 @@ func (s *suite) testSliceFaults(t *testing.T) {
 		}
 		// Every host of both slices was stopped, not just the lost one.
 		waitChan(t, g.cancelCh, "every host's task to be cancelled")
+	})
+	t.Run("RunOnSliceCancelsOtherHostsOnFailure", func(t *testing.T) {
+		is := is.New(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), ctxT(t)
+		spg, err := ray.NewSlicePlacementGroup(ctx, c, one)
+		is.NoErr(err)
+		defer spg.Release(ctx)
+		name, g := newGate(3) // workers 1-3 block
+		defer g.release()
+		failName, fail := newGate(1) // worker 0 fails once they do
+		defer fail.release()
+		done := make(chan error, 1)
+		go func() {
+			_, err := ray.RunOnSlice(ctx, spg, failOnWorker0, gates2{Block: name, Fail: failName})
+			done <- err
+		}()
+		waitChan(t, g.arrivedCh, "workers 1-3 to block")
+		fail.release()
+		select {
+		case err := <-done:
+			is.Equal(ray.Code(err), ray.TaskFailed)
+			is.True(strings.Contains(err.Error(), "worker 0 fails"))
+		case <-time.After(patience):
+			t.Fatalf("RunOnSlice did not return within %v of a host's failure", patience)
+		}
+		// The other hosts' work is stopped, not left to hang.
+		waitChan(t, g.cancelCh, "the other hosts' tasks to be cancelled")
 	})
 	t.Run("DispatchRetriesOnFreshReservation", func(t *testing.T) {
 		is := is.New(t)
