@@ -63,8 +63,14 @@ func (s *suite) testSliceFaults(t *testing.T) {
 			refs = append(refs, block.Remote(ctx, c, name, ray.InBundle(spg.PlacementGroup(), i), ray.Resources{ray.CPU: 0}, ray.Retries(3)))
 		}
 		waitChan(t, g.arrivedCh, "every host's task to start")
+		// An actor on another host of the slice, with restarts left.
+		actor := counterClass.Remote(ctx, c, 0, ray.InBundle(spg.PlacementGroup(), 1), ray.MaxRestarts(5))
+		is.NoErr(actor.Ready(ctx))
 		lost := spg.Hosts()[2]
 		is.NoErr(faults(t, c).KillNode(ctx, lost))
+		_, err = counterAdd.Remote(ctx, actor, 1).Get(ctx)
+		is.Equal(ray.Code(err), ray.ActorDied) // not restarted on a broken slice
+		is.True(strings.Contains(err.Error(), lost))
 		for _, r := range refs {
 			_, err := r.Get(ctx)
 			unavailableNaming(is, err, lost)
