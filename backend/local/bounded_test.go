@@ -3,6 +3,8 @@ package local_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -110,4 +112,26 @@ func TestTombstoneWindow(t *testing.T) {
 	is.NoErr(firstPG.Remove(ctx))
 	is.Equal(ray.Code(b.ActorReady(ctx, 1<<40)), ray.NotFound) // never issued
 	is.Equal(ray.Code(b.PlacementGroupReady(ctx, 1<<40)), ray.NotFound)
+}
+
+// TestNoLiveNode: when every node is dead, an Infeasible error says so
+// instead of blaming a selector nobody set.
+func TestNoLiveNode(t *testing.T) {
+	is := is.New(t)
+	b, err := local.New(local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "n", Count: 3, Resources: backend.Resources{backend.CPU: 2}}}}, nil)
+	is.NoErr(err)
+	ctx := testCtx(t)
+	c, err := ray.NewCluster(context.Background(), b, nil)
+	is.NoErr(err)
+	defer c.Close()
+	for i := range 3 {
+		is.NoErr(b.KillNode(ctx, "n-"+strconv.Itoa(i)))
+	}
+	_, err = boundedAdd.Remote(ctx, c, 1).Get(ctx)
+	is.Equal(ray.Code(err), ray.Infeasible)
+	is.True(strings.Contains(err.Error(), "no live node: 3 dead"))
+	is.True(!strings.Contains(err.Error(), "selector"))
+	_, err = ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Bundles: []ray.Bundle{{Resources: ray.Resources{ray.CPU: 1}}}})
+	is.Equal(ray.Code(err), ray.Infeasible)
+	is.True(strings.Contains(err.Error(), "no live node: 3 dead"))
 }
