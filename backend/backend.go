@@ -17,6 +17,14 @@
 // separate interfaces, detected by type assertion as database/sql does:
 // [Snapshotter], [FaultInjector], [SliceReserver], [NativeValues].
 //
+// # Validation
+//
+// Input is validated here, once for every backend: [Resources.Validate]
+// (amounts finite, 0 or at least [Granularity], at most [MaxAmount]),
+// [PlacementGroupSpec.Validate] (at most [MaxBundles] bundles) and
+// [SliceRequest.Resolve]. Their cost follows the input's size, so backends
+// call them before taking locks.
+//
 // # Errors
 //
 // Every error a backend returns is an *[Error] with a [Code] from the closed

@@ -61,3 +61,12 @@ type FaultInjector interface {
 	// RestartNode brings a dead node back, empty.
 	RestartNode(ctx context.Context, node string) error
 }
+
+// TaskCanceler is implemented by backends that can stop a submitted task.
+type TaskCanceler interface {
+	// CancelTask stops a task that is waiting, queued or running: its
+	// context is cancelled, it is not retried, and its result fails with
+	// code Canceled. Cancelling a finished task does nothing. An ID that
+	// is not a task's result is NotFound.
+	CancelTask(ctx context.Context, id ObjectID) error
+}

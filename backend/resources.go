@@ -29,12 +29,21 @@ type Resources map[string]float64
 // fractions never drifts.
 const Granularity = 1e-4
 
-// Validate returns an InvalidArgument error naming the first negative,
-// NaN or infinite amount, or empty name.
+// MaxAmount is the largest amount of one resource that a task, actor,
+// bundle or node may name: 1e14 (1e14 CPUs, or 100 TB of memory in bytes).
+// Amounts are accounted in integer units of [Granularity], and this bound
+// keeps every amount, and sums of thousands of them, inside int64.
+const MaxAmount = 1e14
+
+// Validate returns an InvalidArgument error naming the first invalid amount
+// (sorted by name) and what is valid: an amount must be finite, 0 or at
+// least [Granularity] (an amount that would round to 0 is refused rather
+// than taken as "nothing"), not negative (nor -0), and at most
+// [MaxAmount]. An empty name is invalid too.
 func (r Resources) Validate() error {
 	bad := false
 	for name, v := range r {
-		if name == "" || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		if name == "" || amountErr(v) != "" {
 			bad = true
 			break
 		}
@@ -48,15 +57,39 @@ func (r Resources) Validate() error {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		v := r[name]
 		if name == "" {
 			return Errorf(InvalidArgument, "", "resource with empty name")
 		}
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return Errorf(InvalidArgument, "", "resource %q has invalid amount %v: amounts must be finite and >= 0", name, v)
+		if msg := amountErr(r[name]); msg != "" {
+			return Errorf(InvalidArgument, "", "resource %q has invalid amount %v: %s", name, r[name], msg)
 		}
 	}
 	return nil
+}
+
+// ValidAmount reports whether v is a valid resource amount (see
+// [Resources.Validate]). It is the cheap check of a hot path; Validate words
+// the error.
+func ValidAmount(v float64) bool {
+	return v == 0 && !math.Signbit(v) || v >= Granularity/2 && v <= MaxAmount
+}
+
+// amountErr says what is wrong with amount v, or "".
+func amountErr(v float64) string {
+	switch {
+	case ValidAmount(v):
+		return ""
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return "amounts must be finite"
+	case v == 0:
+		return "negative zero; use 0"
+	case v < 0:
+		return "amounts must be >= 0"
+	case v > MaxAmount:
+		return fmt.Sprintf("amounts must be at most %g (backend.MaxAmount)", float64(MaxAmount))
+	default:
+		return fmt.Sprintf("it rounds to 0; amounts are counted in units of %g, so use 0 or at least %g", Granularity, Granularity)
+	}
 }
 
 // Names returns the names with a non-zero amount, sorted.
@@ -133,8 +166,22 @@ func Fits(need, free Resources) bool {
 	return true
 }
 
-// Quantize converts an amount to integer units of [Granularity].
-func Quantize(v float64) int64 { return int64(math.Round(v / Granularity)) }
+// Quantize converts an amount to integer units of [Granularity]. Amounts
+// beyond what int64 holds saturate at the int64 bounds (NaN gives 0), so no
+// amount wraps around to a negative or tiny one; validated amounts (at most
+// [MaxAmount]) are exact.
+func Quantize(v float64) int64 {
+	q := math.Round(v / Granularity)
+	switch {
+	case q >= math.MaxInt64:
+		return math.MaxInt64
+	case q <= math.MinInt64:
+		return math.MinInt64
+	case q != q:
+		return 0
+	}
+	return int64(q)
+}
 
 // Dequantize converts integer units of [Granularity] back to an amount.
 func Dequantize(q int64) float64 { return float64(q) * Granularity }

@@ -19,8 +19,16 @@ func TestResourcesValidate(t *testing.T) {
 	}{
 		{"nil", nil, nil},
 		{"zero and fractions", backend.Resources{"CPU": 0.5, "TPU": 4, "memory": 1 << 30, "custom": 0}, nil},
-		{"negative", backend.Resources{"CPU": -1}, []string{`resource "CPU"`, "-1", "finite and >= 0"}},
-		{"NaN", backend.Resources{"TPU": math.NaN()}, []string{`resource "TPU"`, "NaN"}},
+		{"negative", backend.Resources{"CPU": -1}, []string{`resource "CPU"`, "-1", ">= 0"}},
+		{"1e15 CPUs", backend.Resources{"CPU": 1e15}, []string{`resource "CPU"`, "1e+15", "at most 1e+14"}},
+		{"2 PiB memory", backend.Resources{"memory": 2 << 50}, []string{`resource "memory"`, "at most 1e+14"}},
+		{"1e300", backend.Resources{"x": 1e300}, []string{`resource "x"`, "at most"}},
+		{"MaxFloat64", backend.Resources{"x": math.MaxFloat64}, []string{`resource "x"`, "at most"}},
+		{"rounds to zero", backend.Resources{"CPU": 1e-5}, []string{`resource "CPU"`, "1e-05", "rounds to 0", "0.0001"}},
+		{"negative zero", backend.Resources{"CPU": math.Copysign(0, -1)}, []string{`resource "CPU"`, "negative zero"}},
+		{"MaxAmount is valid", backend.Resources{"memory": backend.MaxAmount}, nil},
+		{"Granularity is valid", backend.Resources{"CPU": backend.Granularity}, nil},
+		{"NaN", backend.Resources{"TPU": math.NaN()}, []string{`resource "TPU"`, "NaN", "finite"}},
 		{"+Inf", backend.Resources{"memory": math.Inf(1)}, []string{`resource "memory"`, "+Inf"}},
 		{"-Inf", backend.Resources{"GPU": math.Inf(-1)}, []string{`resource "GPU"`, "-Inf"}},
 		{"empty name", backend.Resources{"": 1}, []string{"empty name"}},
@@ -100,12 +108,31 @@ func TestQuantize(t *testing.T) {
 		want int64
 	}{
 		{0, 0}, {1, 10000}, {0.5, 5000}, {0.0001, 1}, {0.00004, 0}, {0.00006, 1}, {64 << 30, (64 << 30) * 10000},
+		{backend.MaxAmount, backend.MaxAmount * 10000},
 	}
 	for _, tt := range tests {
 		t.Run(backend.FormatAmount("", tt.in), func(t *testing.T) {
 			is := is.New(t)
 			is.Equal(backend.Quantize(tt.in), tt.want)
 			is.Equal(backend.Quantize(backend.Dequantize(tt.want)), tt.want) // round trip
+		})
+	}
+}
+
+// TestQuantizeSaturates: amounts beyond int64 never wrap to a negative or
+// small number.
+func TestQuantizeSaturates(t *testing.T) {
+	tests := []struct {
+		in   float64
+		want int64
+	}{
+		{1e15, math.MaxInt64}, {2 << 50, math.MaxInt64}, {1e300, math.MaxInt64}, {math.MaxFloat64, math.MaxInt64},
+		{math.Inf(1), math.MaxInt64}, {-1e300, math.MinInt64}, {math.NaN(), 0},
+	}
+	for _, tt := range tests {
+		t.Run(backend.FormatAmount("", tt.in), func(t *testing.T) {
+			is := is.New(t)
+			is.Equal(backend.Quantize(tt.in), tt.want)
 		})
 	}
 }

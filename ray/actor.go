@@ -114,12 +114,15 @@ func (h *ActorHandle[A]) Err() error {
 func (a *ActorClass[A, I]) Remote(ctx context.Context, c *Cluster, in I, opts ...ActorOption) *ActorHandle[A] {
 	op := "create actor " + a.name
 	h := &ActorHandle[A]{c: c, class: a.name}
-	if h.err = c.check(op); h.err != nil {
+	if h.err = c.checkCtx(ctx, op); h.err != nil {
 		return h
 	}
 	v, err := encode(c.codec, in)
 	if err != nil {
 		h.err = backend.Errorf(backend.InvalidArgument, op, "constructor input: %w", err)
+		return h
+	}
+	if h.err = optionsErr(op, opts); h.err != nil {
 		return h
 	}
 	cfg := actorConfig{maxConcurrency: 1}
@@ -146,7 +149,7 @@ func (a *ActorClass[A, I]) Remote(ctx context.Context, c *Cluster, in I, opts ..
 // live actor has the name, and InvalidArgument when it is not of class.
 func GetActor[A, I any](ctx context.Context, c *Cluster, class *ActorClass[A, I], name string) (*ActorHandle[A], error) {
 	const op = "ray.GetActor"
-	if err := c.check(op); err != nil {
+	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
 	}
 	id, cls, err := c.b.NamedActor(ctx, name)
@@ -165,7 +168,7 @@ func (h *ActorHandle[A]) Ready(ctx context.Context) error {
 	if err := h.Err(); err != nil {
 		return err
 	}
-	if err := h.c.check("ray.ActorHandle.Ready"); err != nil {
+	if err := h.c.checkCtx(ctx, "ray.ActorHandle.Ready"); err != nil {
 		return err
 	}
 	return h.c.b.ActorReady(ctx, h.id)
@@ -177,7 +180,7 @@ func (h *ActorHandle[A]) Kill(ctx context.Context) error {
 	if err := h.Err(); err != nil {
 		return err
 	}
-	if err := h.c.check("ray.ActorHandle.Kill"); err != nil {
+	if err := h.c.checkCtx(ctx, "ray.ActorHandle.Kill"); err != nil {
 		return err
 	}
 	return h.c.b.KillActor(ctx, h.id)
@@ -192,7 +195,7 @@ func (m *Method[A, I, O]) Remote(ctx context.Context, h *ActorHandle[A], in I) O
 		return errRef[O](nil, err)
 	}
 	c := h.c
-	if err := c.check(op); err != nil {
+	if err := c.checkCtx(ctx, op); err != nil {
 		return errRef[O](c, err)
 	}
 	v, err := encode(c.codec, in)
@@ -210,7 +213,7 @@ func (m *Method[A, I, O]) RemoteRef(ctx context.Context, h *ActorHandle[A], in O
 		return errRef[O](nil, err)
 	}
 	c := h.c
-	if err := c.check(op); err != nil {
+	if err := c.checkCtx(ctx, op); err != nil {
 		return errRef[O](c, err)
 	}
 	if err := in.Err(); err != nil {

@@ -42,6 +42,9 @@ type Cluster struct {
 // [Cluster.Close] closes it.
 func NewCluster(ctx context.Context, b backend.Backend, opts *Options) (*Cluster, error) {
 	const op = "ray.NewCluster"
+	if ctx == nil {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "nil context; pass context.Background() or a request's context")
+	}
 	if b == nil {
 		return nil, backend.Errorf(backend.InvalidArgument, op, "nil backend")
 	}
@@ -92,7 +95,7 @@ func (c *Cluster) Backend() backend.Backend {
 
 // Snapshot returns the backend's state, if it can report one.
 func (c *Cluster) Snapshot(ctx context.Context) (*backend.State, error) {
-	if err := c.check("ray.Snapshot"); err != nil {
+	if err := c.checkCtx(ctx, "ray.Snapshot"); err != nil {
 		return nil, err
 	}
 	s, ok := c.b.(backend.Snapshotter)
@@ -100,6 +103,15 @@ func (c *Cluster) Snapshot(ctx context.Context) (*backend.State, error) {
 		return nil, backend.Errorf(backend.Unimplemented, "ray.Snapshot", "backend %T cannot report its state", c.b)
 	}
 	return s.Snapshot(ctx)
+}
+
+// checkCtx is check for a call given ctx: a nil ctx is an InvalidArgument
+// error, not a panic deep in a backend.
+func (c *Cluster) checkCtx(ctx context.Context, op string) error {
+	if ctx == nil {
+		return backend.Errorf(backend.InvalidArgument, op, "nil context; pass context.Background() or a request's context")
+	}
+	return c.check(op)
 }
 
 func (c *Cluster) check(op string) error {

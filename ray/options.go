@@ -1,6 +1,7 @@
 package ray
 
 import (
+	"fmt"
 	"maps"
 
 	"github.com/goray-dev/goray/backend"
@@ -22,6 +23,22 @@ const (
 // Resources{TPU: 4} asks for 1 CPU and 4 chips and Resources{CPU: 0} asks for
 // nothing. Amounts may be fractional and must not be negative.
 type Resources map[string]float64
+
+// invalidOption is implemented by options whose value can be wrong; the
+// submission then fails with InvalidArgument instead of ignoring them.
+type invalidOption interface{ optionErr() error }
+
+// optionsErr returns the first option error of opts, as InvalidArgument.
+func optionsErr[O any](op string, opts []O) error {
+	for _, o := range opts {
+		if v, ok := any(o).(invalidOption); ok {
+			if err := v.optionErr(); err != nil {
+				return backend.Errorf(backend.InvalidArgument, op, "%w", err)
+			}
+		}
+	}
+	return nil
+}
 
 // TaskOption is an option of a task call.
 type TaskOption interface{ applyTask(*backend.TaskSpec) }
@@ -95,8 +112,16 @@ type MaxRestarts int
 func (m MaxRestarts) applyActor(c *actorConfig) { c.maxRestarts = int(m) }
 
 // MaxConcurrency is an actor option: how many calls run at once. The default,
-// 1, runs calls one at a time in submission order.
+// 1, runs calls one at a time in submission order. Values below 1 are an
+// InvalidArgument error.
 type MaxConcurrency int
+
+func (m MaxConcurrency) optionErr() error {
+	if m < 1 {
+		return fmt.Errorf("MaxConcurrency(%d): must be at least 1 (1 runs calls one at a time)", int(m))
+	}
+	return nil
+}
 
 func (m MaxConcurrency) applyActor(c *actorConfig) { c.maxConcurrency = int(m) }
 
@@ -106,9 +131,9 @@ type MaxTaskRetries int
 
 func (m MaxTaskRetries) applyActor(c *actorConfig) { c.maxTaskRetries = int(m) }
 
-// Bundle returns an option that pins a task or actor to bundle index of pg
+// InBundle returns an option that pins a task or actor to bundle index of pg
 // (index -1 means any bundle of pg). The work's resources must fit in the
-// bundle's.
+// bundle's. A nil pg is an InvalidArgument error of the submission.
 func InBundle(pg *PlacementGroup, index int) PlacementOption {
 	return PlacementOption{pg: pg, index: index}
 }
@@ -117,6 +142,13 @@ func InBundle(pg *PlacementGroup, index int) PlacementOption {
 type PlacementOption struct {
 	pg    *PlacementGroup
 	index int
+}
+
+func (p PlacementOption) optionErr() error {
+	if p.pg == nil {
+		return fmt.Errorf("InBundle(nil, %d): nil placement group", p.index)
+	}
+	return nil
 }
 
 func (p PlacementOption) placement() backend.Placement {

@@ -76,11 +76,14 @@ func (r ObjectRef[T]) String() string {
 // *TaskError, Unavailable after retries ran out, ctx.Err() when ctx ends.
 func (r ObjectRef[T]) Get(ctx context.Context) (T, error) {
 	var zero T
+	if ctx == nil {
+		return zero, backend.Errorf(backend.InvalidArgument, "ray.Get", "nil context; pass context.Background() or a request's context")
+	}
 	if err := r.Err(); err != nil {
 		return zero, err
 	}
 	c := r.s.c
-	if err := c.check("ray.Get"); err != nil {
+	if err := c.checkCtx(ctx, "ray.Get"); err != nil {
 		return zero, err
 	}
 	v, err := c.b.Get(ctx, r.s.id)
@@ -125,7 +128,7 @@ func (r ObjectRef[T]) cluster() *Cluster {
 // error (a value the codec cannot encode, a closed cluster) is reported by
 // the ref's Get and Err.
 func Put[T any](ctx context.Context, c *Cluster, v T) ObjectRef[T] {
-	if err := c.check("ray.Put"); err != nil {
+	if err := c.checkCtx(ctx, "ray.Put"); err != nil {
 		return errRef[T](c, err)
 	}
 	val, err := encode(c.codec, v)
@@ -144,6 +147,9 @@ func Put[T any](ctx context.Context, c *Cluster, v T) ObjectRef[T] {
 // order. When ctx ends first it returns the split so far and ctx.Err(). A ref
 // whose submission failed counts as ready. n is clamped to [0, len(refs)].
 func Wait[R Ref](ctx context.Context, refs []R, n int) (ready, notReady []R, err error) {
+	if ctx == nil {
+		return nil, nil, backend.Errorf(backend.InvalidArgument, "ray.Wait", "nil context; pass context.Background() or a request's context")
+	}
 	n = max(0, min(n, len(refs)))
 	var c *Cluster
 	ids := make([]backend.ObjectID, 0, len(refs))
@@ -190,6 +196,9 @@ func Wait[R Ref](ctx context.Context, refs []R, n int) (ready, notReady []R, err
 // GetAll waits for every ref and returns their values in order. It fails
 // with the first error in input order, naming the failing index.
 func GetAll[T any](ctx context.Context, refs []ObjectRef[T]) ([]T, error) {
+	if ctx == nil {
+		return nil, backend.Errorf(backend.InvalidArgument, "ray.GetAll", "nil context; pass context.Background() or a request's context")
+	}
 	out := make([]T, len(refs))
 	for i, r := range refs {
 		v, err := r.Get(ctx)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/tpu"
 )
@@ -56,10 +58,10 @@ type SlicePlacementGroup struct {
 	c     *Cluster
 	spec  SliceSpec
 	shape tpu.SliceShape
-	res   *backend.SliceReservation
-	pg    *PlacementGroup
 
-	mu       sync.Mutex
+	mu       sync.Mutex // guards the fields below
+	res      *backend.SliceReservation
+	pg       *PlacementGroup
 	released bool
 	cleanup  runtime.Cleanup
 }
@@ -79,9 +81,16 @@ type SlicePlacementGroup struct {
 //     broken; nothing is held afterwards.
 //
 // It never returns a partial reservation.
+//
+// When a host of the reservation dies, every task and actor in its bundles
+// fails at once with Unavailable naming the host, work submitted to it
+// later fails the same way (also after Release), and the reservation stays
+// broken: release it and reserve again (RunOnSlice and Dispatch do so with
+// [Retries]). A slice with a dead host is not reserved again until all its
+// hosts are back.
 func NewSlicePlacementGroup(ctx context.Context, c *Cluster, spec SliceSpec) (*SlicePlacementGroup, error) {
 	op := backend.ReserveSlicesOp(spec.Name)
-	if err := c.check(op); err != nil {
+	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
 	}
 	req := &backend.SliceRequest{
@@ -93,34 +102,78 @@ func NewSlicePlacementGroup(ctx context.Context, c *Cluster, spec SliceSpec) (*S
 		return nil, err
 	}
 	shape := rr.Shape
-	req.Generation, req.Topology = shape.Generation.String(), shape.Topology.String()
-	sr, ok := c.b.(backend.SliceReserver)
-	if !ok {
+	if _, ok := c.b.(backend.SliceReserver); !ok {
 		return nil, backend.Errorf(backend.Unimplemented, op, "backend %T does not manage TPU slices", c.b)
 	}
+	s := &SlicePlacementGroup{c: c, spec: spec, shape: shape}
+	res, err := s.reserve(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if s.spec.NumSlices == 0 {
+		s.spec.NumSlices = 1
+	}
+	s.adopt(res)
+	return s, nil
+}
+
+// reserve asks the backend for a reservation of s's spec.
+func (s *SlicePlacementGroup) reserve(ctx context.Context) (*backend.SliceReservation, error) {
+	spec := s.spec
 	if spec.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, spec.Timeout)
 		defer cancel()
 	}
-	res, err := sr.ReserveSlices(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	if spec.NumSlices == 0 {
-		spec.NumSlices = 1
-	}
-	s := &SlicePlacementGroup{c: c, spec: spec, shape: shape, res: res}
-	s.pg = &PlacementGroup{c: c, id: res.Group, spec: PlacementGroupSpec{Name: spec.Name, Strategy: StrictSpread, Bundles: make([]Bundle, len(res.Env))}}
+	return s.c.b.(backend.SliceReserver).ReserveSlices(ctx, &backend.SliceRequest{
+		Generation: s.shape.Generation.String(), Topology: s.shape.Topology.String(), ChipsPerHost: spec.ChipsPerVM,
+		NumSlices: spec.NumSlices, BundleResources: backend.Resources(maps.Clone(spec.ResourcesPerBundle)), Name: spec.Name,
+	})
+}
+
+// adopt makes res the current reservation, with a cleanup that releases it
+// if s becomes unreachable. s.mu must be held (or s not yet shared).
+func (s *SlicePlacementGroup) adopt(res *backend.SliceReservation) {
+	s.res = res
+	pg := &PlacementGroup{c: s.c, id: res.Group, spec: PlacementGroupSpec{Name: s.spec.Name, Strategy: StrictSpread, Bundles: make([]Bundle, len(res.Env))}}
 	br := Resources(res.BundleResources.Clone())
-	for i := range s.pg.spec.Bundles {
-		s.pg.spec.Bundles[i] = Bundle{Resources: br, Env: res.Env[i]}
+	for i := range pg.spec.Bundles {
+		pg.spec.Bundles[i] = Bundle{Resources: br, Env: res.Env[i]}
 	}
+	s.pg = pg
 	s.cleanup = runtime.AddCleanup(s, func(a releaseArg) {
 		a.log.Warn("goray: TPU slice reservation was not released; releasing it now", "group", a.id)
 		a.b.RemovePlacementGroup(context.Background(), a.id)
-	}, releaseArg{b: c.b, id: res.Group, log: c.log})
-	return s, nil
+	}, releaseArg{b: s.c.b, id: res.Group, log: s.c.log})
+}
+
+// current returns the current reservation and its placement group.
+func (s *SlicePlacementGroup) current() (*backend.SliceReservation, *PlacementGroup) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.res, s.pg
+}
+
+// renew releases the current reservation and reserves afresh with the
+// same spec. If the new reservation fails, s is left released.
+func (s *SlicePlacementGroup) renew(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released {
+		return backend.Errorf(backend.FailedPrecondition, "ray.SlicePlacementGroup", "reservation already released")
+	}
+	s.cleanup.Stop()
+	if err := s.c.b.RemovePlacementGroup(context.WithoutCancel(ctx), s.res.Group); err != nil {
+		s.released = true
+		return err
+	}
+	res, err := s.reserve(ctx)
+	if err != nil {
+		s.released = true
+		return err
+	}
+	s.adopt(res)
+	return nil
 }
 
 type releaseArg struct {
@@ -131,6 +184,8 @@ type releaseArg struct {
 
 // Release gives the slices back. Work still running on them is stopped as
 // for [PlacementGroup.Remove]. Release is idempotent and safe to defer.
+// After a host of the reservation died, work pinned to it keeps failing
+// with the Unavailable error naming that host, not with a removal error.
 func (s *SlicePlacementGroup) Release(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -147,7 +202,10 @@ func (s *SlicePlacementGroup) Release(ctx context.Context) error {
 
 // PlacementGroup returns the placement group of the reservation's bundles,
 // for [InBundle]. Bundle i*BundlesPerHost() runs on host i (see Hosts).
-func (s *SlicePlacementGroup) PlacementGroup() *PlacementGroup { return s.pg }
+func (s *SlicePlacementGroup) PlacementGroup() *PlacementGroup {
+	_, pg := s.current()
+	return pg
+}
 
 // Shape returns the slices' shape.
 func (s *SlicePlacementGroup) Shape() tpu.SliceShape { return s.shape }
@@ -159,29 +217,46 @@ func (s *SlicePlacementGroup) Topology() string { return s.shape.Topology.String
 func (s *SlicePlacementGroup) AcceleratorVersion() string { return s.shape.Generation.String() }
 
 // NumSlices returns the number of slices reserved.
-func (s *SlicePlacementGroup) NumSlices() int { return len(s.res.Slices) }
+func (s *SlicePlacementGroup) NumSlices() int {
+	res, _ := s.current()
+	return len(res.Slices)
+}
 
 // ChipsPerHost returns the physical chips of each host.
-func (s *SlicePlacementGroup) ChipsPerHost() int { return s.res.ChipsPerHost }
+func (s *SlicePlacementGroup) ChipsPerHost() int {
+	res, _ := s.current()
+	return res.ChipsPerHost
+}
 
 // NumHosts returns the hosts of all slices.
-func (s *SlicePlacementGroup) NumHosts() int { return len(s.res.Env) / s.res.BundlesPerHost }
+func (s *SlicePlacementGroup) NumHosts() int {
+	res, _ := s.current()
+	return len(res.Env) / res.BundlesPerHost
+}
 
 // NumBundles returns the number of bundles.
-func (s *SlicePlacementGroup) NumBundles() int { return len(s.res.Env) }
+func (s *SlicePlacementGroup) NumBundles() int {
+	res, _ := s.current()
+	return len(res.Env)
+}
 
 // BundlesPerHost returns the bundles on each host.
-func (s *SlicePlacementGroup) BundlesPerHost() int { return s.res.BundlesPerHost }
+func (s *SlicePlacementGroup) BundlesPerHost() int {
+	res, _ := s.current()
+	return res.BundlesPerHost
+}
 
 // BundleResources returns a copy of one bundle's resources.
 func (s *SlicePlacementGroup) BundleResources() Resources {
-	return Resources(s.res.BundleResources.Clone())
+	res, _ := s.current()
+	return Resources(res.BundleResources.Clone())
 }
 
 // SliceNames returns the reserved slices' names in MEGASCALE_SLICE_ID order.
 func (s *SlicePlacementGroup) SliceNames() []string {
-	out := make([]string, len(s.res.Slices))
-	for i, sl := range s.res.Slices {
+	res, _ := s.current()
+	out := make([]string, len(res.Slices))
+	for i, sl := range res.Slices {
 		out[i] = sl.Name
 	}
 	return out
@@ -190,8 +265,9 @@ func (s *SlicePlacementGroup) SliceNames() []string {
 // Hosts returns every reserved host (node name), slice by slice, each slice
 // in worker-ID order: host i of the result runs bundle i*BundlesPerHost().
 func (s *SlicePlacementGroup) Hosts() []string {
+	res, _ := s.current()
 	var out []string
-	for _, sl := range s.res.Slices {
+	for _, sl := range res.Slices {
 		out = append(out, sl.Hosts...)
 	}
 	return out
@@ -204,52 +280,135 @@ func (s *SlicePlacementGroup) Hosts() []string {
 // MEGASCALE_NUM_SLICES and MEGASCALE_SLICE_ID. It is computed from this
 // reservation, never from state a previous job left behind.
 func (s *SlicePlacementGroup) WorkerEnv(i int) map[string]string {
-	if i < 0 || i >= s.NumHosts() {
+	res, _ := s.current()
+	if i < 0 || i >= len(res.Env)/res.BundlesPerHost {
 		return nil
 	}
-	return maps.Clone(s.res.Env[i*s.res.BundlesPerHost])
+	return maps.Clone(res.Env[i*res.BundlesPerHost])
 }
 
 // RunOnSlice runs task once per host of the reservation, in the host's first
 // bundle, with no resources of its own (it uses the bundle's), and returns
 // the outputs in host order (slice by slice, worker-ID order), like Ray's
 // ray.util.tpu dispatch. Inside the task, [Runtime] reports the host's
-// worker env. The first error (in host order) is returned.
-func RunOnSlice[I, O any](ctx context.Context, s *SlicePlacementGroup, task *Task[I, O], in I) ([]O, error) {
-	refs := make([]ObjectRef[O], s.NumHosts())
-	for i := range refs {
-		refs[i] = task.Remote(ctx, s.c, in, InBundle(s.pg, i*s.res.BundlesPerHost), Resources{CPU: 0})
+// worker env.
+//
+// The hosts' work is one gang: it returns the first failure as soon as it
+// happens, without waiting for the other hosts, and cancels the other
+// hosts' work (on backends that implement backend.TaskCanceler; Dispatch
+// also stops it by releasing the slices). When a host of the reservation
+// dies the backend fails every host's work at once with Unavailable naming
+// the lost host (a slice cannot run with a host missing), so RunOnSlice
+// returns that error instead of hanging.
+//
+// opts are task options. [Resources] and [Name] apply to each host's task;
+// [Retries] and [RetryOnError] apply to the gang as a whole: a retry
+// releases the broken reservation and re-runs every host's work on a fresh
+// one of the same spec (s then describes the new reservation: its Hosts,
+// WorkerEnv and PlacementGroup change). The default is no retry; a single
+// host's task is never retried alone. Placement options are ignored.
+func RunOnSlice[I, O any](ctx context.Context, s *SlicePlacementGroup, task *Task[I, O], in I, opts ...TaskOption) ([]O, error) {
+	if err := s.c.checkCtx(ctx, runOnSliceOp(task.name)); err != nil {
+		return nil, err
 	}
-	hosts := s.Hosts()
-	out := make([]O, len(refs))
-	for i, r := range refs {
-		v, err := r.Get(ctx)
-		if err == context.Canceled || err == context.DeadlineExceeded {
+	policy := backend.TaskSpec{}
+	for _, o := range opts {
+		if o != nil {
+			o.applyTask(&policy)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		out, err := runOnSliceOnce(ctx, s, task, in, opts)
+		if err == nil || ctx.Err() != nil {
+			return out, err
+		}
+		code := backend.CodeOf(err)
+		retryable := code == backend.Unavailable || (policy.RetryOnError && code == backend.TaskFailed)
+		if !retryable || (policy.MaxRetries >= 0 && attempt >= policy.MaxRetries) {
 			return nil, err
 		}
-		if err != nil {
-			return nil, fmt.Errorf("run task %s on TPU slices: host %d of %d (%s): %w", task.name, i, len(refs), hosts[i], err)
+		s.c.log.Debug("goray: re-running slice work on a fresh reservation", "task", task.name, "attempt", attempt+1, "cause", err)
+		if rerr := s.renew(ctx); rerr != nil {
+			return nil, fmt.Errorf("%s: reserving afresh after %v: %w", runOnSliceOp(task.name), err, rerr)
 		}
-		out[i] = v
+	}
+}
+
+// runOnSliceOp names RunOnSlice's operation in errors.
+func runOnSliceOp(task string) string { return "run task " + task + " on TPU slices" }
+
+// runOnSliceOnce runs one attempt of RunOnSlice on the current reservation.
+func runOnSliceOnce[I, O any](ctx context.Context, s *SlicePlacementGroup, task *Task[I, O], in I, opts []TaskOption) ([]O, error) {
+	res, pg := s.current()
+	hostOpts := make([]TaskOption, 0, len(opts)+4)
+	hostOpts = append(hostOpts, Resources{CPU: 0})
+	hostOpts = append(hostOpts, opts...)
+	hostOpts = append(hostOpts, nil, Retries(0), RetryOnError(false)) // nil: the placement, per host
+	n := len(res.Env) / res.BundlesPerHost
+	var hosts []string
+	for _, sl := range res.Slices {
+		hosts = append(hosts, sl.Hosts...)
+	}
+	refs := make([]ObjectRef[O], n)
+	for i := range refs {
+		hostOpts[len(hostOpts)-3] = InBundle(pg, i*res.BundlesPerHost)
+		refs[i] = task.Remote(ctx, s.c, in, hostOpts...)
+	}
+	defer func() {
+		for _, r := range refs {
+			r.Release()
+		}
+	}()
+	out := make([]O, n)
+	g, gctx := errgroup.WithContext(ctx)
+	for i, r := range refs {
+		g.Go(func() error {
+			v, err := r.Get(gctx)
+			if err != nil {
+				if err == gctx.Err() && ctx.Err() == nil {
+					return nil // another host failed first
+				}
+				if err == ctx.Err() {
+					return err
+				}
+				return fmt.Errorf("%s: host %d of %d (%s): %w", runOnSliceOp(task.name), i, n, hosts[i], err)
+			}
+			out[i] = v
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		// The gang failed: stop the other hosts' work, which on a real
+		// slice would hang in its next collective.
+		if tc, ok := s.c.b.(backend.TaskCanceler); ok {
+			for _, r := range refs {
+				if r.Err() == nil {
+					tc.CancelTask(context.WithoutCancel(ctx), r.ID()) //nolint:errcheck // best effort: a finished task is not affected
+				}
+			}
+		}
+		return nil, err
 	}
 	return out, nil
 }
 
 // Dispatch reserves slices per spec, runs task once per host with
-// [RunOnSlice], and releases the slices on every path.
-func Dispatch[I, O any](ctx context.Context, c *Cluster, spec SliceSpec, task *Task[I, O], in I) ([]O, error) {
+// [RunOnSlice] (opts as there: [Retries] re-runs every host's work on a
+// fresh reservation), and releases the slices on every path; on a failure
+// the release stops the other hosts' work.
+func Dispatch[I, O any](ctx context.Context, c *Cluster, spec SliceSpec, task *Task[I, O], in I, opts ...TaskOption) ([]O, error) {
 	s, err := NewSlicePlacementGroup(ctx, c, spec)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Release(context.WithoutCancel(ctx))
-	return RunOnSlice(ctx, s, task, in)
+	return RunOnSlice(ctx, s, task, in, opts...)
 }
 
 // TPUSlices returns the state of every TPU slice of the cluster.
 func TPUSlices(ctx context.Context, c *Cluster) ([]backend.SliceState, error) {
 	const op = backend.ListSlicesOp
-	if err := c.check(op); err != nil {
+	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
 	}
 	sr, ok := c.b.(backend.SliceReserver)
@@ -264,7 +423,7 @@ func TPUSlices(ctx context.Context, c *Cluster) ([]backend.SliceState, error) {
 // Every backend that reserves slices reports them.
 func PendingSliceRequests(ctx context.Context, c *Cluster) ([]backend.PendingSliceRequest, error) {
 	const op = backend.ListPendingSlicesOp
-	if err := c.check(op); err != nil {
+	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
 	}
 	sr, ok := c.b.(backend.SliceReserver)

@@ -76,7 +76,7 @@ var defaultTaskResources = backend.Resources{backend.CPU: 1}
 // ref's Get and Err.
 func (t *Task[I, O]) Remote(ctx context.Context, c *Cluster, in I, opts ...TaskOption) ObjectRef[O] {
 	op := t.op
-	if err := c.check(op); err != nil {
+	if err := c.checkCtx(ctx, op); err != nil {
 		return errRef[O](c, err)
 	}
 	v, err := encode(c.codec, in)
@@ -92,7 +92,7 @@ func (t *Task[I, O]) Remote(ctx context.Context, c *Cluster, in I, opts ...TaskO
 // with that error and never runs.
 func (t *Task[I, O]) RemoteRef(ctx context.Context, c *Cluster, in ObjectRef[I], opts ...TaskOption) ObjectRef[O] {
 	op := t.op
-	if err := c.check(op); err != nil {
+	if err := c.checkCtx(ctx, op); err != nil {
 		return errRef[O](c, err)
 	}
 	if err := in.Err(); err != nil {
@@ -107,6 +107,9 @@ func (t *Task[I, O]) RemoteRef(ctx context.Context, c *Cluster, in ObjectRef[I],
 }
 
 func (t *Task[I, O]) submit(ctx context.Context, c *Cluster, arg backend.Arg, opts []TaskOption) ObjectRef[O] {
+	if err := optionsErr("submit task "+t.name, opts); err != nil {
+		return errRef[O](c, err)
+	}
 	spec := &backend.TaskSpec{
 		Name:       t.name,
 		Arg:        arg,

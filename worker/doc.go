@@ -72,11 +72,30 @@
 //
 // A worker listens only on the address it is given (a launcher picks
 // 127.0.0.1:0 by default) and serves only a driver that presents its
-// token: a per-cluster random 256-bit token ([NewToken]) that the launcher
-// hands to the worker in its environment, which ray.Main removes before
-// any user code runs. The token is compared in constant time. A worker
-// runs only registered names: a request for anything else fails with
-// NotFound without running code. The token authenticates; it does not
+// token: a per-cluster random 256-bit token ([NewToken]). [StartProcess]
+// hands it over through an inherited pipe ([EnvTokenFD]) that the worker
+// reads and closes before any user code runs, so the token is never in the
+// worker's environment or command line: /proc/<pid>/environ and cmdline
+// show only the descriptor number. A launcher that cannot pass descriptors
+// (a pod) can name a file instead ([EnvTokenFile], such as a mounted
+// Secret), or, least safely, set [EnvToken]; the worker removes the
+// variables from its environment, but the kernel's copy of the initial
+// environment in /proc/<pid>/environ keeps EnvToken for the process's
+// life. The token is compared in constant time. A worker runs only
+// registered names: a request for anything else fails with NotFound
+// without running code.
+//
+// What another process on the same host can do: any local user can
+// connect to the worker's loopback port, but without the token it is
+// refused (and refusals are logged at a bounded rate). Other users cannot
+// read the token: it is in no file, argument or environment they can
+// read. A process of the same user is not a boundary the token defends
+// against: it can read the worker's memory (ptrace or /proc/<pid>/mem,
+// when the kernel's ptrace policy allows, as it does by default for a
+// parent process and, with Yama's ptrace_scope 0, for any process of the
+// user), or open the token pipe through /proc/<pid>/fd in the moment
+// between the worker's start and its read. Run workers of different trust
+// levels as different users. The token authenticates; it does not
 // encrypt: run workers on loopback or inside a trusted network, as Ray
 // does.
 //

@@ -21,7 +21,19 @@ const (
 	// EnvAddr is the address to listen on (host:port; port 0 picks one).
 	// The worker listens on that address only.
 	EnvAddr = "GORAY_WORKER_ADDR"
-	// EnvToken is the token drivers must present. Required.
+	// EnvTokenFD is an inherited file descriptor, the read end of a pipe
+	// that carries the token drivers must present; the worker reads it to
+	// the end and closes it. [StartProcess] uses it: unlike EnvToken, the
+	// token never appears in /proc/<pid>/environ.
+	EnvTokenFD = "GORAY_WORKER_TOKEN_FD"
+	// EnvTokenFile names a file holding the token (surrounding white
+	// space is ignored), such as a mounted Kubernetes Secret; it should be
+	// readable by the worker's user only.
+	EnvTokenFile = "GORAY_WORKER_TOKEN_FILE"
+	// EnvToken is the token itself, for launchers that can do neither.
+	// It stays readable in /proc/<pid>/environ to the worker's user for
+	// the process's life, so prefer EnvTokenFD or EnvTokenFile. Exactly
+	// one of the three is required.
 	EnvToken = "GORAY_WORKER_TOKEN"
 	// EnvReadyFD, if set, is an inherited file descriptor on which the
 	// worker writes "goray-worker ready <addr>\n" once it listens, then
@@ -63,7 +75,7 @@ func Launched() bool { return os.Getenv(EnvAddr) != "" }
 // Errors go to stderr. Package ray's Main calls it; programs do not.
 func ServeLaunched(reg Registry) int {
 	env := map[string]string{}
-	for _, k := range []string{EnvAddr, EnvToken, EnvReadyFD, EnvLifelineFD, EnvMaxMessageSize, EnvIdleTimeout, EnvLogLevel} {
+	for _, k := range []string{EnvAddr, EnvToken, EnvTokenFD, EnvTokenFile, EnvReadyFD, EnvLifelineFD, EnvMaxMessageSize, EnvIdleTimeout, EnvLogLevel} {
 		env[k] = os.Getenv(k)
 		os.Unsetenv(k)
 	}
@@ -104,8 +116,56 @@ func stderrLogger(level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})).With("pid", os.Getpid()), nil
 }
 
+// maxTokenSize bounds a token read from a pipe or file.
+const maxTokenSize = 4 << 10
+
+// launchedToken reads the token from the one of EnvTokenFD, EnvTokenFile
+// and EnvToken that is set.
+func launchedToken(env map[string]string) (string, error) {
+	set := 0
+	for _, k := range []string{EnvTokenFD, EnvTokenFile, EnvToken} {
+		if env[k] != "" {
+			set++
+		}
+	}
+	if set > 1 {
+		return "", fmt.Errorf("set one of %s, %s and %s, not several", EnvTokenFD, EnvTokenFile, EnvToken)
+	}
+	var r io.Reader
+	switch {
+	case env[EnvTokenFD] != "":
+		f, err := inheritedFile(env, EnvTokenFD)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		r = f
+	case env[EnvTokenFile] != "":
+		f, err := os.Open(env[EnvTokenFile])
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", EnvTokenFile, err)
+		}
+		defer f.Close()
+		r = f
+	default:
+		return env[EnvToken], nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxTokenSize+1))
+	if err != nil {
+		return "", fmt.Errorf("read the token: %w", err)
+	}
+	if len(b) > maxTokenSize {
+		return "", fmt.Errorf("token longer than %d bytes", maxTokenSize)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
 func serveLaunched(reg Registry, env map[string]string, log *slog.Logger) error {
-	opts := &ServerOptions{Token: env[EnvToken], IdleTimeout: DefaultIdleTimeout, Logger: log}
+	token, err := launchedToken(env)
+	if err != nil {
+		return err
+	}
+	opts := &ServerOptions{Token: token, IdleTimeout: DefaultIdleTimeout, Logger: log}
 	if s := env[EnvMaxMessageSize]; s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {

@@ -90,6 +90,9 @@ func StartProcess(ctx context.Context, opts *ProcessOptions) (*Process, error) {
 	if copts.Token == "" {
 		copts.Token = NewToken()
 	}
+	if len(copts.Token) > maxTokenSize {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "token of %d bytes: at most %d", len(copts.Token), maxTokenSize)
+	}
 	addr := opts.Addr
 	if addr == "" {
 		addr = "127.0.0.1:0"
@@ -111,6 +114,25 @@ func StartProcess(ctx context.Context, opts *ProcessOptions) (*Process, error) {
 		readyW.Close()
 		return nil, backend.Errorf(backend.Unavailable, op, "%w", err)
 	}
+	// The token goes through a pipe, never the environment, which the
+	// worker's user can read in /proc/<pid>/environ. It fits the pipe's
+	// buffer, so it is written and closed before the worker starts.
+	tokR, tokW, err := os.Pipe()
+	if err != nil {
+		readyW.Close()
+		lifeR.Close()
+		lifeW.Close()
+		return nil, backend.Errorf(backend.Unavailable, op, "%w", err)
+	}
+	_, err = io.WriteString(tokW, copts.Token)
+	tokW.Close()
+	if err != nil {
+		readyW.Close()
+		lifeR.Close()
+		lifeW.Close()
+		tokR.Close()
+		return nil, backend.Errorf(backend.Unavailable, op, "hand over the token: %w", err)
+	}
 	p := &Process{lifeline: lifeW, tail: &tailBuffer{}, exited: make(chan struct{})}
 	stdout, stderr := opts.Stdout, opts.Stderr
 	if stdout == nil {
@@ -127,7 +149,7 @@ func StartProcess(ctx context.Context, opts *ProcessOptions) (*Process, error) {
 	}
 	cmd.Env = append(cmd.Env,
 		EnvAddr+"="+addr,
-		EnvToken+"="+copts.Token,
+		EnvTokenFD+"=5",
 		EnvReadyFD+"=3",
 		EnvLifelineFD+"=4",
 	)
@@ -140,7 +162,7 @@ func StartProcess(ctx context.Context, opts *ProcessOptions) (*Process, error) {
 	if opts.LogLevel != "" {
 		cmd.Env = append(cmd.Env, EnvLogLevel+"="+opts.LogLevel)
 	}
-	cmd.ExtraFiles = []*os.File{readyW, lifeR}
+	cmd.ExtraFiles = []*os.File{readyW, lifeR, tokR}
 	cmd.Stdout = stdout
 	cmd.Stderr = io.MultiWriter(stderr, p.tail)
 	cmd.WaitDelay = time.Second // do not wait on grandchildren holding the output open
@@ -149,12 +171,17 @@ func StartProcess(ctx context.Context, opts *ProcessOptions) (*Process, error) {
 	err = cmd.Start()
 	readyW.Close()
 	lifeR.Close()
+	tokR.Close()
 	if err != nil {
 		lifeW.Close()
 		return nil, backend.Errorf(backend.Unavailable, op, "start %s: %w", path, err)
 	}
 	go func() {
 		p.waitErr = cmd.Wait()
+		// The reaped process no longer needs its lifeline: release the
+		// descriptor now rather than at Stop, which a caller may never
+		// call for a process that died.
+		p.lifeline.Close()
 		close(p.exited)
 	}()
 

@@ -537,3 +537,17 @@ func sizeString(n uint64) string {
 		return fmt.Sprintf("%d bytes", n)
 	}
 }
+
+// CheckMessageSize returns the ResourceExhausted error a connection gives
+// for a message of size bytes over limit (0 means DefaultMaxMessageSize),
+// or nil when it fits. In-process backends call it so that a value that
+// would not cross to a worker fails the same way without one.
+func CheckMessageSize(size, limit int) error {
+	if limit <= 0 {
+		limit = DefaultMaxMessageSize
+	}
+	if size <= limit {
+		return nil
+	}
+	return backend.Wrap(backend.ResourceExhausted, "", &tooLargeError{size: uint64(size), limit: uint64(limit)})
+}

@@ -47,6 +47,10 @@ type ServerOptions struct {
 	// Logger receives the worker's logs: drivers connecting and leaving,
 	// rejected handshakes, dropped connections. nil discards them.
 	Logger *slog.Logger
+	// RefusalLogPeriod bounds the logging of refused handshakes to one
+	// line per period, which carries the count of the refusals held back
+	// since the previous line; 0 means DefaultRefusalLogPeriod.
+	RefusalLogPeriod time.Duration
 }
 
 // ErrNoDriver is returned by [Server.Serve] when no driver has been
@@ -68,6 +72,7 @@ type Server struct {
 	limit   int
 	idle    time.Duration
 	log     *slog.Logger
+	refused *refusalLog
 
 	mu      sync.Mutex
 	closed  bool
@@ -104,6 +109,7 @@ func NewServer(reg Registry, opts *ServerOptions) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.refused = newRefusalLog(s.log, opts.RefusalLogPeriod)
 	return s, nil
 }
 
@@ -165,6 +171,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.mu.Unlock()
 	hs.Close()
 	<-served
+	s.refused.flush()
 	for _, sc := range conns {
 		sc.goodbye(backend.Errorf(backend.Unavailable, "", "worker shutting down: %v", err))
 	}
@@ -191,7 +198,7 @@ type handshakeError struct {
 }
 
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, code backend.Code, msg string, m Manifest) {
-	s.log.Warn("goray worker: refused a driver", "remote", r.RemoteAddr, "status", status, "reason", msg)
+	s.refused.note(r.RemoteAddr, status, msg)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(status)

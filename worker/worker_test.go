@@ -300,6 +300,20 @@ func TestProcess(t *testing.T) {
 		p.Stop(5 * time.Second)
 		is.NoErr(p.ExitError()) // the worker exited cleanly when its lifeline closed
 	})
+	t.Run("TokenNotInEnviron", func(t *testing.T) {
+		is := is.New(t)
+		const token = "0123456789abcdef-token-under-test"
+		p := startProcess(t, &worker.ProcessOptions{Client: worker.ClientOptions{Token: token}})
+		environ, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID()) + "/environ")
+		if err != nil {
+			t.Skipf("no /proc: %v", err)
+		}
+		is.True(!strings.Contains(string(environ), token))                // the token never was in the environment
+		is.True(strings.Contains(string(environ), worker.EnvTokenFD+"=")) // only the descriptor it came through
+		v, err := p.Client().RunTask(context.Background(), echo.Name(), encode(t, "authenticated"), nil)
+		is.NoErr(err)
+		is.Equal(decode[string](t, v), "authenticated")
+	})
 	t.Run("SIGKILLMidTask", func(t *testing.T) {
 		is := is.New(t)
 		started := newWatch("workertest: started kill-me")

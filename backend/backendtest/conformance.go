@@ -25,12 +25,14 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	useGateServer(t) // blocking tasks in other processes reach their gates over loopback
 	t.Run("Tasks", s.testTasks)
 	t.Run("Errors", s.testErrors)
+	t.Run("Validation", s.testValidation)
 	t.Run("Objects", s.testObjects)
 	t.Run("Actors", s.testActors)
 	t.Run("PlacementGroups", s.testPlacementGroups)
 	t.Run("Scheduling", s.testScheduling)
 	t.Run("Faults", s.testFaults)
 	t.Run("TPUSlices", s.testSlices)
+	t.Run("TPUSliceFaults", s.testSliceFaults)
 }
 
 type suite struct{ h Harness }

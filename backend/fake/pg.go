@@ -91,7 +91,7 @@ func (b *Backend) CreatePlacementGroup(ctx context.Context, spec *backend.Placem
 		err = b.precheckLocked(op)
 	}
 	if err == nil {
-		err = validateGroup(op, spec)
+		err = spec.Validate(op)
 	}
 	c := *r
 	b.mu.Unlock()
@@ -112,28 +112,6 @@ func (b *Backend) CreatePlacementGroup(ctx context.Context, spec *backend.Placem
 	b.groups[g.id] = g
 	r.Group = g.id
 	return g.id, nil
-}
-
-func validateGroup(op string, spec *backend.PlacementGroupSpec) error {
-	if !spec.Strategy.Valid() {
-		return backend.Errorf(backend.InvalidArgument, op, "unknown strategy %d; valid: PACK, SPREAD, STRICT_PACK, STRICT_SPREAD", int(spec.Strategy))
-	}
-	if len(spec.Bundles) == 0 {
-		return backend.Errorf(backend.InvalidArgument, op, "a placement group needs at least one bundle")
-	}
-	for i, bu := range spec.Bundles {
-		bop := fmt.Sprintf("%s: bundle %d", op, i)
-		if err := bu.Resources.Validate(); err != nil {
-			return backend.Errorf(backend.InvalidArgument, bop, "%v", err.(*backend.Error).Err)
-		}
-		if len(bu.Resources.Names()) == 0 {
-			return backend.Errorf(backend.InvalidArgument, bop, "empty bundle: a bundle must reserve some resource")
-		}
-		if err := bu.LabelSelector.Validate(); err != nil {
-			return backend.Errorf(backend.InvalidArgument, bop, "%v", err.(*backend.Error).Err)
-		}
-	}
-	return nil
 }
 
 // PlacementGroupReady implements backend.Backend. Groups are placed when

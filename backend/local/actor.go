@@ -148,7 +148,7 @@ func (b *Backend) ActorReady(ctx context.Context, id backend.ActorID) error {
 	}
 	if a == nil {
 		defer b.mu.Unlock()
-		if err, dead := b.deadActors[id]; dead {
+		if err, dead := b.deadActor(id); dead {
 			return err
 		}
 		return backend.Errorf(backend.NotFound, "local.ActorReady", "actor %s does not exist", id)
@@ -198,7 +198,7 @@ func (b *Backend) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 	}
 	a := b.actors[spec.Actor]
 	if a == nil {
-		if err, dead := b.deadActors[spec.Actor]; dead {
+		if err, dead := b.deadActor(spec.Actor); dead {
 			o := b.newObject()
 			b.completeLocked(o, backend.Value{}, err)
 			return o.id, nil
@@ -376,7 +376,7 @@ func (b *Backend) KillActor(ctx context.Context, id backend.ActorID) error {
 	}
 	a := b.actors[id]
 	if a == nil {
-		if _, dead := b.deadActors[id]; dead {
+		if _, dead := b.deadActor(id); dead {
 			return nil
 		}
 		return backend.Errorf(backend.NotFound, "local.KillActor", "actor %s does not exist", id)
@@ -447,7 +447,7 @@ func (b *Backend) killActorLocked(a *actor, err error, restart bool) {
 		delete(b.actorNames, a.spec.Name)
 	}
 	delete(b.actors, a.id)
-	b.deadActors[a.id] = a.deathErr
+	b.deadActors.add(a.id, a.deathErr)
 	b.schedule()
 }
 

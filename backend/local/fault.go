@@ -15,6 +15,13 @@ import (
 // its host). Work that no live node can hold any more fails with
 // Infeasible.
 func (b *Backend) KillNode(ctx context.Context, name string) error {
+	return b.killNode(name, false)
+}
+
+// killNode is KillNode; restarting marks the node as coming back by itself
+// (its worker process is being restarted), so that queued work it could
+// hold waits for it instead of failing as Infeasible.
+func (b *Backend) killNode(name string, restarting bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.precheck("local.KillNode"); err != nil {
@@ -28,8 +35,16 @@ func (b *Backend) KillNode(ctx context.Context, name string) error {
 		return nil
 	}
 	n.alive = false
+	n.restarting = restarting
 	b.epoch++
 	lost := backend.Errorf(backend.Unavailable, "node "+name, "node %s died", name)
+	// Gang semantics first: a slice reservation with a bundle here fails
+	// all of its work, on every host, before single tasks are retried.
+	for bu := range n.bundles {
+		if len(bu.pg.slices) > 0 {
+			b.breakSliceGroup(bu.pg, n)
+		}
+	}
 	for t := range n.running {
 		b.abortTask(t, lost, true)
 	}
@@ -41,7 +56,7 @@ func (b *Backend) KillNode(ctx context.Context, name string) error {
 		delete(n.bundles, bu)
 		bu.node = nil
 		bu.free = nil
-		if pg.state == pgCreated {
+		if pg.state == pgCreated && pg.lost == nil {
 			pg.state = pgPending
 			pg.ready = make(chan struct{})
 			pg.readyOK = false
@@ -71,12 +86,70 @@ func (b *Backend) RestartNode(ctx context.Context, name string) error {
 	if n.alive {
 		return nil
 	}
-	n.alive = true
+	n.alive, n.restarting = true, false
 	copy(n.free, n.capac)
 	b.epoch++
 	b.markSliceHostUp(n)
 	b.schedule()
 	return nil
+}
+
+// breakSliceGroup fails a TPU slice reservation that lost host n, as a
+// real slice fails: the other hosts' work would hang in its first
+// collective, so every task pinned to the reservation's bundles, running or
+// queued, fails at once with Unavailable naming the host and is not retried
+// (a retry on the surviving hosts alone would hang the same way), and its
+// actors die. Work submitted to the group later fails the same way. The
+// reservation keeps its slices until it is removed, and a slice with a dead
+// host is not reserved again until every host is back (RestartNode), so a
+// caller retries by releasing and reserving afresh. b.mu must be held.
+func (b *Backend) breakSliceGroup(pg *pgroup, n *node) {
+	if pg.lost != nil || pg.state == pgRemoved {
+		return
+	}
+	slice := ""
+	if s := b.slices.byNode[n]; s != nil {
+		slice = " of TPU slice " + s.name
+	}
+	pg.lost = backend.Errorf(backend.Unavailable, "slice reservation "+pg.id.String(),
+		"host %s%s died; all work on the reservation was stopped, as a slice cannot run with a host missing: release it and reserve again", n.name, slice)
+	for _, bu := range pg.bundles {
+		for t := range bu.running {
+			b.abortTask(t, pg.lost, false)
+		}
+		for a := range bu.actors {
+			b.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "%w", pg.lost), false)
+		}
+	}
+	for _, c := range pg.classes {
+		for c.len() > 0 {
+			t := c.peek()
+			c.pop()
+			b.queued--
+			b.failRequest(t, pg.lost)
+		}
+	}
+	if i := slices.Index(b.pendingPGs, pg); i >= 0 {
+		b.pendingPGs = slices.Delete(b.pendingPGs, i, i+1)
+	}
+}
+
+// restartAbandoned clears the restarting mark of dead nodes whose worker
+// process will not come back, failing work only they could hold.
+func (b *Backend) restartAbandoned(names []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	changed := false
+	for _, name := range names {
+		if n := b.byName[name]; n != nil && n.restarting {
+			n.restarting = false
+			changed = true
+		}
+	}
+	if changed && !b.closed {
+		b.epoch++
+		b.failInfeasible()
+	}
 }
 
 // failInfeasible fails queued work that the live nodes can no longer hold.

@@ -43,6 +43,24 @@
 // [Backend.RestartNode] brings it back empty. [Backend.PreemptSlice] kills
 // every host of a TPU slice at once.
 //
+// A host of a reserved TPU slice that dies fails the reservation as a
+// whole: every task and actor in its bundles fails at once with
+// Unavailable naming the host (the other hosts would hang in their first
+// collective), nothing more runs in it, and the slice is not reserved again
+// until all its hosts are back.
+//
+// # Limits
+//
+// Input cannot make the simulator grow without bound or stall: clusters
+// have at most [MaxNodes] nodes, placement groups at most
+// backend.MaxBundles bundles (validated before the scheduler lock is
+// taken), resource amounts at most backend.MaxAmount. Scheduling classes
+// (one per distinct resources, selector and placement) are dropped once
+// idle; the causes of the last [TombstoneWindow] dead actors and removed
+// groups are kept, older ones answer with the right code but no cause.
+// Encoded inputs and outputs larger than Options.MaxMessageSize fail with
+// ResourceExhausted in process as they do on the wire.
+//
 // # Concurrency
 //
 // A *Backend is safe for concurrent use. One mutex guards the scheduler;
@@ -74,6 +92,13 @@ type Options struct {
 	// Processes, if set, runs user code in worker processes on loopback
 	// instead of on goroutines of this process (see ProcessOptions).
 	Processes *ProcessOptions
+	// MaxMessageSize bounds, in the in-process mode, one encoded input or
+	// output of a task, actor constructor or call, as worker processes
+	// bound their messages (ProcessOptions.MaxMessageSize in that mode):
+	// a larger one fails its work with ResourceExhausted, so a value too
+	// large for a cluster fails in tests too. 0 means 64 MiB
+	// (worker.DefaultMaxMessageSize).
+	MaxMessageSize int
 }
 
 // Set is the Wire provider set of this backend: it provides a *Backend from a
@@ -86,6 +111,7 @@ type Backend struct {
 	log         *slog.Logger
 	starveLimit int
 	procOpts    *ProcessOptions // multi-process mode (process.go); nil: in process
+	msgLimit    int             // in-process message-size limit (msglimit.go)
 
 	mu       sync.Mutex
 	exec     backend.Executor
@@ -108,15 +134,16 @@ type Backend struct {
 	actorNames map[string]*actor
 
 	pgs        map[backend.PlacementGroupID]*pgroup
-	removedPGs map[backend.PlacementGroupID]struct{} // tombstones of removed groups
-	deadActors map[backend.ActorID]error             // tombstones: why each dead actor died
+	removedPGs *tombstones[backend.PlacementGroupID] // the error of work pinned to each removed group (tombstone.go)
+	deadActors *tombstones[backend.ActorID]          // why each dead actor died
 	pendingPGs []*pgroup
 
-	classes map[string]*class
-	active  []*class
-	seq     uint64
-	queued  int
-	running int
+	classes      map[string]*class
+	classSweepAt int // sweep idle classes when there are this many (sched.go)
+	active       []*class
+	seq          uint64
+	queued       int
+	running      int
 
 	slices *sliceIndex
 	pool   *pool
@@ -137,16 +164,20 @@ var _ backend.FaultInjector = (*Backend)(nil)
 var _ backend.SliceReserver = (*Backend)(nil)
 
 type node struct {
-	idx     int
-	name    string
-	labels  map[string]string
-	env     map[string]string
-	capac   []int64
-	free    []int64
-	alive   bool
-	running map[*task]struct{}
-	actors  map[*actor]struct{}
-	bundles map[*bundle]struct{}
+	idx    int
+	name   string
+	labels map[string]string
+	env    map[string]string
+	capac  []int64
+	free   []int64
+	alive  bool
+	// restarting: dead, but its worker process is being restarted
+	// (multi-process mode), so work it could hold queues instead of
+	// failing as Infeasible.
+	restarting bool
+	running    map[*task]struct{}
+	actors     map[*actor]struct{}
+	bundles    map[*bundle]struct{}
 }
 
 // New builds a simulated cluster from spec. It fails with InvalidArgument
@@ -161,19 +192,21 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{
-		log:         opts.Logger,
-		starveLimit: opts.StarvationLimit,
-		procOpts:    opts.Processes,
-		closedCh:    make(chan struct{}),
-		resIndex:    map[string]int{},
-		byName:      map[string]*node{},
-		objects:     map[backend.ObjectID]*object{},
-		actors:      map[backend.ActorID]*actor{},
-		actorNames:  map[string]*actor{},
-		pgs:         map[backend.PlacementGroupID]*pgroup{},
-		removedPGs:  map[backend.PlacementGroupID]struct{}{},
-		deadActors:  map[backend.ActorID]error{},
-		classes:     map[string]*class{},
+		log:          opts.Logger,
+		starveLimit:  opts.StarvationLimit,
+		procOpts:     opts.Processes,
+		msgLimit:     opts.MaxMessageSize,
+		closedCh:     make(chan struct{}),
+		resIndex:     map[string]int{},
+		byName:       map[string]*node{},
+		objects:      map[backend.ObjectID]*object{},
+		actors:       map[backend.ActorID]*actor{},
+		actorNames:   map[string]*actor{},
+		pgs:          map[backend.PlacementGroupID]*pgroup{},
+		removedPGs:   newTombstones[backend.PlacementGroupID](TombstoneWindow),
+		deadActors:   newTombstones[backend.ActorID](TombstoneWindow),
+		classes:      map[string]*class{},
+		classSweepAt: minClassSweep,
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
@@ -270,6 +303,8 @@ func (b *Backend) Start(ctx context.Context, exec backend.Executor) error {
 			return err
 		}
 		exec = pe
+	} else {
+		exec = &limitExecutor{Executor: exec, limit: b.msgLimit}
 	}
 	b.started = true
 	b.exec = exec
@@ -346,11 +381,15 @@ func (b *Backend) op(prefix, name, method string) string {
 	if method != "" {
 		s += "." + method
 	}
-	b.ops[key] = s
+	if len(b.ops) < maxCachedOps { // names need not be registered: bound the cache
+		b.ops[key] = s
+	}
 	return s
 }
 
 type opKey struct{ prefix, name, method string }
+
+const maxCachedOps = 4096
 
 func (b *Backend) newID() uint64 {
 	b.nextID++

@@ -20,6 +20,8 @@ type object struct {
 	// dependents run when the object is done.
 	dependents []dependent
 	waiters    []*waiter
+	// task is the task whose result this is, or nil.
+	task *task
 }
 
 // dependent is work waiting for an object.

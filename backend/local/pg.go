@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -34,6 +35,10 @@ type pgroup struct {
 	slices []*tpuSlice
 	// classes are the scheduling classes pinned to the group.
 	classes []*class
+	// lost, when set, is the Unavailable error of a slice reservation
+	// that lost a host: all its work failed with it, nothing more runs in
+	// it, and it stays broken until removed (see breakSliceGroup).
+	lost error
 }
 
 type bundle struct {
@@ -78,15 +83,18 @@ func (b *Backend) CreatePlacementGroup(ctx context.Context, spec *backend.Placem
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	// Validation and building cost as much as the spec is large: both
+	// happen before the lock (the resource names are fixed at New).
+	pg, err := b.newPG(op, spec)
+	if err != nil {
+		return 0, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.precheck(op); err != nil {
 		return 0, err
 	}
-	pg, err := b.newPG(op, spec)
-	if err != nil {
-		return 0, err
-	}
+	pg.id = backend.PlacementGroupID(b.newID())
 	if err := b.pgFeasible(op, pg); err != nil {
 		return 0, err
 	}
@@ -94,22 +102,17 @@ func (b *Backend) CreatePlacementGroup(ctx context.Context, spec *backend.Placem
 	return pg.id, nil
 }
 
-// newPG validates a spec and builds an unplaced group. b.mu must be held.
+// newPG validates a spec and builds an unplaced group without an ID. It
+// reads only what New fixed (the resource names), so b.mu need not be held.
 func (b *Backend) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, error) {
-	if !spec.Strategy.Valid() {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "unknown strategy %d; valid: PACK, SPREAD, STRICT_PACK, STRICT_SPREAD", int(spec.Strategy))
+	if err := spec.Validate(op); err != nil {
+		return nil, err
 	}
-	if len(spec.Bundles) == 0 {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "a placement group needs at least one bundle")
-	}
-	pg := &pgroup{id: backend.PlacementGroupID(b.newID()), spec: spec, ready: make(chan struct{})}
+	pg := &pgroup{spec: spec, ready: make(chan struct{})}
 	for i, bs := range spec.Bundles {
 		bop := fmt.Sprintf("%s: bundle %d", op, i)
 		if err := b.checkResources(bop, bs.Resources); err != nil {
 			return nil, err
-		}
-		if len(bs.Resources.Names()) == 0 {
-			return nil, backend.Errorf(backend.InvalidArgument, bop, "empty bundle: a bundle must reserve some resource")
 		}
 		m, err := bs.LabelSelector.Compile()
 		if err != nil {
@@ -136,7 +139,7 @@ func (b *Backend) pgFeasible(op string, pg *pgroup) error {
 	for _, bu := range pg.bundles {
 		ok := false
 		for _, n := range b.nodes {
-			if n.alive && bu.sel.Matches(n.labels) && fits(bu.demand, n.capac) {
+			if n.couldRun() && bu.sel.Matches(n.labels) && fits(bu.demand, n.capac) {
 				ok = true
 				break
 			}
@@ -203,7 +206,14 @@ func (b *Backend) solvePG(pg *pgroup, avail func(*node) []int64, skip func(*node
 	if len(todo) == 0 {
 		return assign, true
 	}
-	usable := func(n *node) bool { return n.alive && (skip == nil || !skip(n)) }
+	// Without skip this is a feasibility check (pgFeasible), where a node
+	// coming back by itself counts; placement (placePG) passes skip.
+	usable := func(n *node) bool {
+		if skip == nil {
+			return n.couldRun()
+		}
+		return n.alive && !skip(n)
+	}
 	allowed := func(i int, n *node) bool {
 		if pg.pinned != nil && pg.pinned[i] != n {
 			return false
@@ -420,10 +430,14 @@ func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 		pg := b.pgs[id]
 		if pg == nil {
 			b.mu.Unlock()
-			if _, removed := b.removedPGs[id]; removed {
-				return pgRemovedErr(id)
+			if err, removed := b.removedPG(id); removed {
+				return err
 			}
 			return backend.Errorf(backend.NotFound, "local.PlacementGroupReady", "placement group %s does not exist", id)
+		}
+		if pg.lost != nil {
+			b.mu.Unlock()
+			return pg.lost
 		}
 		switch pg.state {
 		case pgCreated:
@@ -452,7 +466,7 @@ func (b *Backend) RemovePlacementGroup(ctx context.Context, id backend.Placement
 	}
 	pg := b.pgs[id]
 	if pg == nil {
-		if _, removed := b.removedPGs[id]; removed {
+		if _, removed := b.removedPG(id); removed {
 			return nil
 		}
 		return backend.Errorf(backend.NotFound, "local.RemovePlacementGroup", "placement group %s does not exist", id)
@@ -468,7 +482,10 @@ func (b *Backend) removePGLocked(pg *pgroup) {
 	pg.state = pgRemoved
 	pg.signal()
 	delete(b.pgs, pg.id)
-	b.removedPGs[pg.id] = struct{}{}
+	// A slice reservation broken by a lost host keeps that cause: work
+	// pinned to it fails with the Unavailable error naming the host,
+	// before and after the release.
+	b.removedPGs.add(pg.id, cmp.Or(pg.lost, pgRemovedErr(pg.id)))
 	var err error
 	for _, bu := range pg.bundles {
 		if err == nil && (len(bu.running) > 0 || len(bu.actors) > 0) {

@@ -1,8 +1,10 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,8 +31,15 @@ import (
 // down with it, as a host failure does: the backend kills them
 // (Backend.KillNode) before failing the work that was running there, so
 // tasks are retried per their retry options and actors restart on other
-// nodes per their max restarts. A killed node comes back with RestartNode;
-// its worker process is started again when work is next placed on it.
+// nodes per their max restarts. The backend then starts a new worker
+// process after a backoff (RestartBackoff, doubling per consecutive
+// restart) and brings its nodes back, empty; meanwhile work only those
+// nodes could hold queues for them. After MaxRestarts consecutive restarts
+// (or with NoRestart) the nodes stay dead, and work no live node can hold
+// fails with Infeasible ("no live node: N dead"). A node killed with
+// KillNode comes back with RestartNode; its worker process is started
+// again when work is next placed on it. A dead process's pipes and state
+// are released as soon as it is reaped.
 // Backend.WorkerPIDs lists the processes, for fault injection with real
 // signals. Close stops every worker process; workers also exit at once if
 // this process dies.
@@ -56,7 +65,28 @@ type ProcessOptions struct {
 	// workers; 0 means 1s. A worker that is silent for 5 intervals is
 	// considered dead.
 	Heartbeat time.Duration
+	// RestartBackoff is the wait before restarting a dead worker process;
+	// it doubles with each consecutive restart, up to MaxRestartBackoff.
+	// 0 means 100ms.
+	RestartBackoff time.Duration
+	// MaxRestartBackoff caps the wait between restarts; 0 means 30s.
+	MaxRestartBackoff time.Duration
+	// MaxRestarts bounds the consecutive restarts of one worker process
+	// (one that then serves for a minute resets the count); 0 means 5.
+	MaxRestarts int
+	// NoRestart turns restarts off: a dead worker's nodes stay dead until
+	// RestartNode.
+	NoRestart bool
 }
+
+const (
+	defaultRestartBackoff = 100 * time.Millisecond
+	maxRestartBackoff     = 30 * time.Second
+	defaultMaxRestarts    = 5
+	// restartResetAfter is how long a restarted process must serve for
+	// its restarts to stop counting as consecutive.
+	restartResetAfter = time.Minute
+)
 
 // stopTimeout bounds how long Close waits for a worker to exit after its
 // lifeline closed, before it kills it.
@@ -77,9 +107,14 @@ type procExecutor struct {
 	cancel context.CancelFunc
 	live   atomic.Bool // Start has finished: losses kill nodes
 	closed atomic.Bool
-	mu     sync.Mutex // orders starts.Add before close's starts.Wait
+	mu     sync.Mutex // orders starts.Add and bg.Add before close's waits
 	starts sync.WaitGroup
-	done   chan struct{} // closed when close has stopped every process
+	bg     sync.WaitGroup // restarts and reapers (spawn)
+	done   chan struct{}  // closed when close has stopped every process
+
+	restartBackoff    time.Duration
+	maxRestartBackoff time.Duration
+	maxRestarts       int // 0: restarts are off
 }
 
 // procWorker is one worker process slot and the nodes it serves.
@@ -89,10 +124,14 @@ type procWorker struct {
 	nodes []string
 
 	mu       sync.Mutex
-	proc     *worker.Process // nil while dead or starting
-	starting chan struct{}   // closed when the start in progress ends
-	startErr error           // of the last start
-	all      []*worker.Process
+	proc     *worker.Process   // nil while dead or starting
+	starting chan struct{}     // closed when the start in progress ends
+	startErr error             // of the last start
+	all      []*worker.Process // not yet reaped
+	// restarts counts consecutive restarts; startedAt is when the current
+	// process started.
+	restarts  int
+	startedAt time.Time
 }
 
 // incarnation links a process to its loss callback, which may run before
@@ -135,6 +174,11 @@ func (b *Backend) startProcesses(ctx context.Context, exec backend.Executor) (*p
 	}
 	pe.ctx, pe.cancel = context.WithCancel(context.Background())
 	pe.done = make(chan struct{})
+	pe.restartBackoff = cmp.Or(o.RestartBackoff, defaultRestartBackoff)
+	pe.maxRestartBackoff = cmp.Or(o.MaxRestartBackoff, maxRestartBackoff)
+	if !o.NoRestart {
+		pe.maxRestarts = cmp.Or(max(o.MaxRestarts, 0), defaultMaxRestarts)
+	}
 	for i := range count {
 		pe.workers = append(pe.workers, &procWorker{pe: pe, idx: i})
 	}
@@ -255,6 +299,7 @@ func (w *procWorker) launch(done chan struct{}) {
 		w.startErr = backend.Errorf(backend.FailedPrecondition, "local", "%w", backend.ErrClosed)
 	default:
 		w.proc = p
+		w.startedAt = time.Now()
 		w.pe.b.log.Debug("local: worker process started", "worker", w.idx, "pid", p.PID(), "nodes", w.nodes)
 	}
 }
@@ -274,18 +319,92 @@ func (w *procWorker) lost(inc *incarnation, err error) {
 		return
 	}
 	w.proc = nil
+	if time.Since(w.startedAt) > restartResetAfter {
+		w.restarts = 0
+	}
+	restart := w.pe.live.Load() && w.restarts < w.pe.maxRestarts
+	if restart {
+		w.restarts++
+	}
+	attempt := w.restarts
 	w.mu.Unlock()
 	inc.p.Kill() //nolint:errcheck // reaped by the process's waiter
-	w.pe.b.log.Warn("local: worker process lost; killing its nodes", "worker", w.idx, "pid", inc.p.PID(), "nodes", w.nodes, "cause", err)
-	w.killNodes()
+	w.pe.spawn(func() { w.reap(inc.p) })
+	w.pe.b.log.Warn("local: worker process lost; killing its nodes", "worker", w.idx, "pid", inc.p.PID(), "nodes", w.nodes, "cause", err, "restart", restart)
+	w.killNodes(restart)
+	if restart && !w.pe.spawn(func() { w.restart(attempt) }) {
+		w.pe.b.restartAbandoned(w.nodes)
+	}
 }
 
-func (w *procWorker) killNodes() {
+// reap waits for a killed process to exit, then releases its lifeline
+// pipe, its connection and the worker's hold on it.
+func (w *procWorker) reap(p *worker.Process) {
+	p.Stop(stopTimeout)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.all = slices.DeleteFunc(w.all, func(x *worker.Process) bool { return x == p })
+}
+
+// restart starts a new process for the worker after a backoff and brings
+// its nodes back; after maxRestarts consecutive failures it gives up and
+// leaves the nodes dead.
+func (w *procWorker) restart(attempt int) {
+	pe := w.pe
+	for {
+		delay := min(pe.restartBackoff<<min(attempt-1, 20), pe.maxRestartBackoff)
+		t := time.NewTimer(delay)
+		select {
+		case <-pe.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		_, err := w.start(pe.ctx)
+		if pe.ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			pe.b.log.Debug("local: worker process restarted", "worker", w.idx, "attempt", attempt, "nodes", w.nodes)
+			for _, n := range w.nodes {
+				pe.b.RestartNode(context.Background(), n) //nolint:errcheck // only fails once closed
+			}
+			return
+		}
+		w.mu.Lock()
+		again := w.restarts < pe.maxRestarts
+		if again {
+			w.restarts++
+		}
+		attempt = w.restarts
+		w.mu.Unlock()
+		pe.b.log.Warn("local: worker process restart failed", "worker", w.idx, "attempt", attempt, "nodes", w.nodes, "cause", err, "again", again)
+		if !again {
+			pe.b.restartAbandoned(w.nodes)
+			return
+		}
+	}
+}
+
+// spawn runs f on a goroutine that close waits for, unless close has
+// begun.
+func (pe *procExecutor) spawn(f func()) bool {
+	pe.mu.Lock()
+	defer pe.mu.Unlock()
+	if pe.closed.Load() {
+		return false
+	}
+	pe.bg.Go(f)
+	return true
+}
+
+// killNodes kills the worker's nodes; restarting marks them as coming back.
+func (w *procWorker) killNodes(restarting bool) {
 	if !w.pe.live.Load() || w.pe.closed.Load() {
 		return
 	}
 	for _, n := range w.nodes {
-		w.pe.b.KillNode(context.Background(), n) //nolint:errcheck // only fails once closed
+		w.pe.b.killNode(n, restarting) //nolint:errcheck // only fails once closed
 	}
 }
 
@@ -300,6 +419,7 @@ func (pe *procExecutor) close() {
 	defer close(pe.done)
 	pe.cancel()
 	pe.starts.Wait()
+	pe.bg.Wait()
 	var wg sync.WaitGroup
 	for _, w := range pe.workers {
 		w.mu.Lock()
@@ -324,7 +444,7 @@ func (pe *procExecutor) client(ctx context.Context, node string) (*worker.Client
 	}
 	c, err := w.start(ctx)
 	if err != nil && ctx.Err() == nil {
-		w.killNodes()
+		w.killNodes(false)
 		err = backend.Errorf(backend.Unavailable, "node "+node, "worker process for node %s cannot start: %w", node, err)
 	}
 	return c, err

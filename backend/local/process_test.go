@@ -171,7 +171,7 @@ func TestWorkerProcessKilled(t *testing.T) {
 	t.Run("TaskRetried", func(t *testing.T) {
 		is := is.New(t)
 		watch := newStderrWatch("proctest: started retried")
-		c, b := processCluster(t, &local.ProcessOptions{Stderr: watch})
+		c, b := processCluster(t, &local.ProcessOptions{Stderr: watch, NoRestart: true})
 		ctx := testCtx(t)
 		ref := hold.Remote(ctx, c, "retried", ray.Retries(1))
 		watch.wait(t)
@@ -190,7 +190,7 @@ func TestWorkerProcessKilled(t *testing.T) {
 	t.Run("UnavailableWithoutRetries", func(t *testing.T) {
 		is := is.New(t)
 		watch := newStderrWatch("proctest: started lost")
-		c, b := processCluster(t, &local.ProcessOptions{Stderr: watch})
+		c, b := processCluster(t, &local.ProcessOptions{Stderr: watch, NoRestart: true})
 		ctx := testCtx(t)
 		ref := hold.Remote(ctx, c, "lost", ray.Retries(0), ray.NodeSelector{"zone": "c"})
 		watch.wait(t)
@@ -199,10 +199,12 @@ func TestWorkerProcessKilled(t *testing.T) {
 		is.Equal(ray.Code(err), ray.Unavailable)
 		is.True(errors.Is(err, ray.ErrUnavailable))
 		is.True(strings.Contains(err.Error(), "node-2"))
-		// The node died with its worker: work only it could run is
-		// infeasible until it is restarted...
+		// The node died with its worker and, without restarts, stays
+		// dead: work only it could run is infeasible until it is
+		// restarted...
 		_, err = echoProc.Remote(ctx, c, "x", ray.NodeSelector{"zone": "c"}).Get(ctx)
 		is.Equal(ray.Code(err), ray.Infeasible)
+		is.True(strings.Contains(err.Error(), "1 more node is dead"))
 		// ...and a restarted node gets a fresh worker process.
 		fi := c.Backend().(backend.FaultInjector)
 		is.NoErr(fi.RestartNode(ctx, "node-2"))
@@ -213,7 +215,7 @@ func TestWorkerProcessKilled(t *testing.T) {
 	})
 	t.Run("ActorRestartsOnAnotherWorker", func(t *testing.T) {
 		is := is.New(t)
-		c, b := processCluster(t, nil)
+		c, b := processCluster(t, &local.ProcessOptions{NoRestart: true})
 		ctx := testCtx(t)
 		// A call in flight when the worker dies is retried on the
 		// restarted actor (MaxTaskRetries); the kill is asynchronous, so
@@ -234,6 +236,119 @@ func TestWorkerProcessKilled(t *testing.T) {
 		_, err = tallyAdd.Remote(ctx, h, 1).Get(ctx)
 		is.Equal(ray.Code(err), ray.ActorDied)
 	})
+}
+
+// TestWorkerProcessRestarted: a SIGKILLed worker process is replaced after
+// a backoff and its node comes back; work only that node can run queues for
+// it meanwhile instead of failing as Infeasible.
+func TestWorkerProcessRestarted(t *testing.T) {
+	is := is.New(t)
+	c, b := processCluster(t, &local.ProcessOptions{RestartBackoff: time.Millisecond})
+	ctx := testCtx(t)
+	first, err := whereProc.Remote(ctx, c, struct{}{}, ray.NodeSelector{"zone": "c"}).Get(ctx)
+	is.NoErr(err)
+	for range 3 {
+		sigkill(t, b.WorkerPIDs()["node-2"])
+		// Retries: the task may reach the dying process before its loss
+		// is noticed.
+		p, err := whereProc.Remote(ctx, c, struct{}{}, ray.NodeSelector{"zone": "c"}, ray.Retries(-1)).Get(ctx)
+		is.NoErr(err)
+		is.Equal(p.Node, "node-2")
+		is.True(p.PID != first.PID) // a new process serves the node
+		first = p
+	}
+}
+
+// TestWorkerProcessRestartsBounded: after MaxRestarts consecutive
+// restarts the node stays dead, and work only it could run fails with
+// Infeasible saying no live node can hold it.
+func TestWorkerProcessRestartsBounded(t *testing.T) {
+	is := is.New(t)
+	b := newProcessLocal(t, []backendtest.Node{{Name: "solo", Resources: backend.Resources{backend.CPU: 1}}},
+		&local.ProcessOptions{RestartBackoff: time.Millisecond, MaxRestarts: 1})
+	c, err := ray.NewCluster(context.Background(), b, nil)
+	is.NoErr(err)
+	defer c.Close()
+	ctx := testCtx(t)
+	p, err := whereProc.Remote(ctx, c, struct{}{}).Get(ctx)
+	is.NoErr(err)
+	sigkill(t, p.PID) // restart 1 of 1
+	p2, err := whereProc.Remote(ctx, c, struct{}{}, ray.Retries(-1)).Get(ctx)
+	is.NoErr(err)
+	is.True(p2.PID != p.PID)
+	sigkill(t, p2.PID) // out of restarts
+	_, err = whereProc.Remote(ctx, c, struct{}{}, ray.Retries(-1)).Get(ctx)
+	is.Equal(ray.Code(err), ray.Infeasible)
+	is.True(strings.Contains(err.Error(), "no live node: 1 dead"))
+}
+
+// TestWorkerProcessDeathsReleaseResources: many worker deaths leave no
+// descriptors and no child processes behind.
+func TestWorkerProcessDeathsReleaseResources(t *testing.T) {
+	if _, err := os.Stat("/proc/self/fd"); err != nil {
+		t.Skip("needs /proc")
+	}
+	is := is.New(t)
+	b := newProcessLocal(t, []backendtest.Node{{Name: "solo", Resources: backend.Resources{backend.CPU: 1}}},
+		&local.ProcessOptions{RestartBackoff: time.Millisecond, MaxRestartBackoff: time.Millisecond, MaxRestarts: 1000})
+	c, err := ray.NewCluster(context.Background(), b, nil)
+	is.NoErr(err)
+	defer c.Close()
+	ctx := testCtx(t)
+	p, err := whereProc.Remote(ctx, c, struct{}{}).Get(ctx)
+	is.NoErr(err)
+	fds, children := openFDs(t), childProcesses(t)
+	const kills = 40
+	for range kills {
+		sigkill(t, p.PID)
+		next, err := whereProc.Remote(ctx, c, struct{}{}, ray.Retries(-1)).Get(ctx)
+		is.NoErr(err)
+		is.True(next.PID != p.PID)
+		p = next
+	}
+	// The last processes may still be being reaped: a little slack, far
+	// below one descriptor per death.
+	is.True(openFDs(t) <= fds+4)             // no descriptor leaked per death
+	is.True(childProcesses(t) <= children+2) // dead workers are reaped
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// childProcesses counts the processes whose parent is this one, zombies
+// included.
+func childProcesses(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := os.Getpid()
+	n := 0
+	for _, e := range ents {
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // not a process, or gone
+		}
+		// pid (comm) state ppid ...: comm may hold spaces; ppid follows
+		// the last ')'.
+		i := strings.LastIndexByte(string(data), ')')
+		var state string
+		var ppid int
+		if i < 0 {
+			continue
+		}
+		if _, err := fmt.Sscan(string(data[i+1:]), &state, &ppid); err == nil && ppid == me {
+			n++
+		}
+	}
+	return n
 }
 
 func TestWorkerProcessesStopOnClose(t *testing.T) {

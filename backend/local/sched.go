@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -26,7 +27,17 @@ type class struct {
 	feasEpoch uint64
 	feasErr   error
 	res       backend.Resources // demand as a map, shared read-only by runtime infos
+	// swept: dropped from b.classes while idle; a task that still points
+	// to it (waiting for its input, or an actor to restart) takes it back
+	// when it is queued (enqueue).
+	swept bool
 }
+
+// minClassSweep is the number of scheduling classes below which idle ones
+// are kept for reuse. Above it, idle classes are dropped whenever the count
+// doubles since the last sweep, so memory follows the classes in use, not
+// every shape ever submitted.
+const minClassSweep = 1024
 
 func (c *class) len() int { return len(c.queue) - c.head }
 
@@ -71,7 +82,7 @@ func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
 	// to word the error.
 	bad := false
 	for k, v := range s.Resources {
-		if !(v >= 0) || math.IsInf(v, 1) || k == "" {
+		if !backend.ValidAmount(v) || k == "" {
 			bad = true
 			break
 		}
@@ -126,6 +137,9 @@ func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
 	if c := b.classes[string(key)]; c != nil {
 		return c, nil
 	}
+	if len(b.classes) >= b.classSweepAt {
+		b.sweepClasses()
+	}
 	m, err := s.NodeSelector.Compile()
 	if err != nil {
 		return nil, backend.Errorf(backend.InvalidArgument, op, "%v", err.(*backend.Error).Err)
@@ -140,9 +154,51 @@ func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
 	return c, nil
 }
 
+// sweepClasses drops idle classes (nothing queued) and sets the next sweep
+// at twice what is left. It costs one pass over the classes, once per
+// doubling, so O(1) per class created. b.mu must be held.
+func (b *Backend) sweepClasses() {
+	var groups []*pgroup
+	for key, c := range b.classes {
+		if c.len() > 0 || c.active {
+			continue
+		}
+		delete(b.classes, key)
+		c.swept = true
+		if pg := b.pgs[c.pl.Group]; c.pl.Group != 0 && pg != nil && !slices.Contains(groups, pg) {
+			groups = append(groups, pg)
+		}
+	}
+	for _, pg := range groups {
+		pg.classes = slices.DeleteFunc(pg.classes, func(c *class) bool { return c.swept })
+	}
+	b.classSweepAt = max(minClassSweep, 2*len(b.classes))
+}
+
+// readopt returns the live class of a swept class's key, putting c back
+// when there is none. b.mu must be held.
+func (b *Backend) readopt(c *class) *class {
+	if cur := b.classes[c.key]; cur != nil {
+		return cur
+	}
+	c.swept = false
+	b.classes[c.key] = c
+	if c.pl.Group != 0 {
+		if pg := b.pgs[c.pl.Group]; pg != nil {
+			pg.classes = append(pg.classes, c)
+		}
+	}
+	return c
+}
+
 // feasible reports why a class could never be placed, or nil. b.mu must be
 // held.
 func (b *Backend) feasible(op string, c *class) error {
+	if c.pl.Group != 0 {
+		if pg := b.pgs[c.pl.Group]; pg != nil && pg.lost != nil {
+			return pg.lost
+		}
+	}
 	if c.feasEpoch == b.epoch {
 		return c.feasErr
 	}
@@ -150,8 +206,8 @@ func (b *Backend) feasible(op string, c *class) error {
 	if c.pl.Group != 0 {
 		pg := b.pgs[c.pl.Group]
 		if pg == nil {
-			if _, removed := b.removedPGs[c.pl.Group]; removed {
-				c.feasErr = pgRemovedErr(c.pl.Group)
+			if err, removed := b.removedPG(c.pl.Group); removed {
+				c.feasErr = err
 			} else {
 				c.feasErr = backend.Errorf(backend.NotFound, op, "placement group %s does not exist", c.pl.Group)
 			}
@@ -170,7 +226,7 @@ func (b *Backend) feasible(op string, c *class) error {
 		return c.feasErr
 	}
 	for _, n := range b.nodes {
-		if n.alive && c.sel.Matches(n.labels) && fits(c.demand, n.capac) {
+		if n.couldRun() && c.sel.Matches(n.labels) && fits(c.demand, n.capac) {
 			return nil
 		}
 	}
@@ -198,10 +254,11 @@ func selPhrase(s string) string {
 // describeCapacity summarises the live nodes a selector matches, for
 // infeasibility errors.
 func (b *Backend) describeCapacity(sel backend.Matcher) string {
-	var matching, live int
+	var matching, live, dead int
 	var largest []int64
 	for _, n := range b.nodes {
-		if !n.alive {
+		if !n.couldRun() {
+			dead++
 			continue
 		}
 		live++
@@ -217,11 +274,27 @@ func (b *Backend) describeCapacity(sel backend.Matcher) string {
 			}
 		}
 	}
-	if matching == 0 {
-		return fmt.Sprintf("none of the %d live nodes matches the selector", live)
+	if live == 0 {
+		return fmt.Sprintf("no live node: %d dead", dead)
 	}
-	return fmt.Sprintf("%d of %d live nodes match; the most any of them has is %s", matching, live, b.resources(largest))
+	if matching == 0 {
+		return fmt.Sprintf("none of the %d live nodes matches the selector%s", live, deadPhrase(dead))
+	}
+	return fmt.Sprintf("%d of %d live nodes match; the most any of them has is %s%s", matching, live, b.resources(largest), deadPhrase(dead))
 }
+
+func deadPhrase(dead int) string {
+	if dead == 0 {
+		return ""
+	}
+	if dead == 1 {
+		return " (1 more node is dead)"
+	}
+	return fmt.Sprintf(" (%d more nodes are dead)", dead)
+}
+
+// couldRun reports whether the node is alive or coming back by itself.
+func (n *node) couldRun() bool { return n.alive || n.restarting }
 
 func fits(need, free []int64) bool {
 	for i, q := range need {
@@ -238,8 +311,15 @@ func sub(a, d []int64) {
 	}
 }
 
+// add adds d to a, saturating at MaxInt64: validated amounts are at most
+// backend.MaxAmount, but sums of many (a STRICT_PACK group's total) need
+// not fit.
 func add(a, d []int64) {
 	for i, q := range d {
+		if a[i] > math.MaxInt64-q {
+			a[i] = math.MaxInt64
+			continue
+		}
 		a[i] += q
 	}
 }
@@ -247,10 +327,19 @@ func add(a, d []int64) {
 // enqueue queues a request whose dependencies are resolved, and schedules.
 // b.mu must be held.
 func (b *Backend) enqueue(t *task) {
+	if t.cls.swept {
+		t.cls = b.readopt(t.cls)
+	}
 	c := t.cls
 	if c.pl.Group != 0 {
-		if pg := b.pgs[c.pl.Group]; pg == nil || pg.state == pgRemoved {
-			b.failRequest(t, pgRemovedErr(c.pl.Group))
+		pg := b.pgs[c.pl.Group]
+		switch {
+		case pg == nil || pg.state == pgRemoved:
+			err, _ := b.removedPG(c.pl.Group)
+			b.failRequest(t, cmp.Or(err, pgRemovedErr(c.pl.Group)))
+			return
+		case pg.lost != nil:
+			b.failRequest(t, pg.lost)
 			return
 		}
 	}
@@ -311,7 +400,7 @@ func (b *Backend) tryPlace(t *task, bl []blocker) bool {
 	c := t.cls
 	if c.pl.Group != 0 {
 		pg := b.pgs[c.pl.Group]
-		if pg == nil || pg.state != pgCreated {
+		if pg == nil || pg.state != pgCreated || pg.lost != nil {
 			return false
 		}
 		for i, bu := range pg.bundles {

@@ -111,6 +111,11 @@ func LoadClusterSpec(path string) (ClusterSpec, error) {
 }
 
 // nodeDef is a fully expanded node.
+// MaxNodes is the largest cluster the simulator builds: a spec (or cluster
+// file) whose nodes, counts included, and TPU hosts add up to more is
+// refused with InvalidArgument before anything is allocated.
+const MaxNodes = 10_000
+
 type nodeDef struct {
 	name      string
 	resources backend.Resources
@@ -137,6 +142,7 @@ func (s ClusterSpec) expand() ([]nodeDef, error) {
 		defs = append(defs, d)
 		return nil
 	}
+	budget := MaxNodes
 	for i, n := range s.Nodes {
 		if n.Name == "" {
 			return nil, backend.Errorf(backend.InvalidArgument, op, "node spec %d has an empty name", i)
@@ -144,6 +150,12 @@ func (s ClusterSpec) expand() ([]nodeDef, error) {
 		if n.Count < 0 {
 			return nil, backend.Errorf(backend.InvalidArgument, op, "node %q: negative count %d", n.Name, n.Count)
 		}
+		// Checked before anything is built: a tiny file must not make
+		// the simulator allocate a huge cluster.
+		if c := max(1, n.Count); c > budget {
+			return nil, backend.Errorf(backend.InvalidArgument, op, "node %q: count %d exceeds the limit of %d nodes in a cluster (local.MaxNodes)", n.Name, n.Count, MaxNodes)
+		}
+		budget -= max(1, n.Count)
 		if n.Count <= 1 {
 			if err := add(nodeDef{n.Name, n.Resources.Clone(), maps.Clone(n.Labels), maps.Clone(n.Env)}); err != nil {
 				return nil, err
@@ -156,7 +168,7 @@ func (s ClusterSpec) expand() ([]nodeDef, error) {
 			}
 		}
 	}
-	tpuDefs, err := expandSlices(s.TPUSlices)
+	tpuDefs, err := expandSlices(s.TPUSlices, budget)
 	if err != nil {
 		return nil, err
 	}

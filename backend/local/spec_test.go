@@ -141,6 +141,18 @@ func TestNewSpecErrors(t *testing.T) {
 			[]string{"TPU slice spec 1", `"3x3"`}},
 		{"negative TPU count", local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "4x4", Count: -2}}},
 			[]string{"TPU slice spec 0", "negative count -2"}},
+		{"count above MaxNodes", local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "cpu", Count: 1_000_000}}},
+			[]string{`node "cpu"`, "count 1000000", "limit of 10000 nodes"}},
+		{"counts add up above MaxNodes", local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "a", Count: 6000}, {Name: "b", Count: 6000}}},
+			[]string{`node "b"`, "limit of 10000 nodes"}},
+		{"TPU hosts above MaxNodes", local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "16x16", Count: 1000}}},
+			[]string{"TPU slice spec 0", "1000 slices of 64 hosts", "limit of 10000 nodes"}},
+		{"1e15 CPUs", local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "a", Resources: backend.Resources{"CPU": 1e15}}}},
+			[]string{`node "a"`, `resource "CPU"`, "at most 1e+14"}},
+		{"2 PiB memory in a cluster file unit", local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "a", Resources: backend.Resources{"memory": 2 << 50}}}},
+			[]string{`node "a"`, `resource "memory"`, "at most"}},
+		{"CPU that rounds to zero", local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "a", Resources: backend.Resources{"CPU": 1e-5}}}},
+			[]string{`node "a"`, "rounds to 0"}},
 		{"negative TPU host CPU", local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x2", HostCPU: -1}}},
 			[]string{`node "v6e-4-0-w0"`, `resource "CPU"`}},
 	}
@@ -383,3 +395,15 @@ var specNode = ray.NewTask("localspectest.node", func(ctx context.Context, _ int
 	rc, _ := ray.Runtime(ctx)
 	return rc.NodeName(), nil
 })
+
+// TestClusterFileCountCapped: a tiny cluster file cannot make the
+// simulator build a huge cluster; the count is refused before anything is
+// allocated.
+func TestClusterFileCountCapped(t *testing.T) {
+	is := is.New(t)
+	spec, err := local.ParseClusterSpec([]byte(`{"nodes":[{"name":"n","count":1000000,"resources":{"CPU":1}}]}`))
+	is.NoErr(err)
+	_, err = local.New(spec, nil)
+	is.Equal(ray.Code(err), ray.InvalidArgument)
+	is.True(strings.Contains(err.Error(), "limit of 10000 nodes")) // names the limit
+}

@@ -170,7 +170,7 @@ func (b *Backend) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attemp
 // newTaskObject makes t's result object inside t. b.mu must be held.
 func (b *Backend) newTaskObject(t *task) *object {
 	o := &t.objData
-	*o = object{id: backend.ObjectID(b.newID()), owner: true}
+	*o = object{id: backend.ObjectID(b.newID()), owner: true, task: t}
 	b.objects[o.id] = o
 	return o
 }
@@ -238,4 +238,33 @@ func (b *Backend) stopRunning(t *task) {
 	}
 	b.running--
 	b.release(t)
+}
+
+var _ backend.TaskCanceler = (*Backend)(nil)
+
+// CancelTask implements backend.TaskCanceler.
+func (b *Backend) CancelTask(ctx context.Context, id backend.ObjectID) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.precheck("local.CancelTask"); err != nil {
+		return err
+	}
+	o := b.objects[id]
+	if o == nil || o.task == nil {
+		return backend.Errorf(backend.NotFound, "local.CancelTask", "%s is not the result of a live task", id)
+	}
+	if o.done {
+		return nil
+	}
+	t := o.task
+	err := backend.Errorf(backend.Canceled, b.op("task ", t.spec.Name, ""), "cancelled")
+	if t.state == stateWaitingDeps {
+		// Its input's completion finds it done and only drops the link.
+		t.state = stateDone
+		b.completeLocked(t.obj, backend.Value{}, err)
+		return nil
+	}
+	b.abortTask(t, err, false)
+	b.schedule()
+	return nil
 }

@@ -61,7 +61,7 @@ type sliceDef struct {
 	hosts []string
 }
 
-func expandSlices(specs []TPUSliceSpec) ([]nodeDef, error) {
+func expandSlices(specs []TPUSliceSpec, budget int) ([]nodeDef, error) {
 	const op = "local.New"
 	var defs []nodeDef
 	for i, s := range specs {
@@ -71,6 +71,11 @@ func expandSlices(specs []TPUSliceSpec) ([]nodeDef, error) {
 		}
 		if s.Count < 0 {
 			return nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice spec %d: negative count %d", i, s.Count)
+		}
+		if n := max(1, s.Count); n > budget/shape.Hosts() {
+			return nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice spec %d: %d slices of %d hosts exceed the limit of %d nodes in a cluster (local.MaxNodes)", i, n, shape.Hosts(), MaxNodes)
+		} else {
+			budget -= n * shape.Hosts()
 		}
 		subs := make([]tpu.Subslice, 0, len(s.Subslices))
 		for _, topo := range s.Subslices {

@@ -14,7 +14,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const want = `expected error, cpu-a is dead: Infeasible
-  submit task faults.square: no live node can ever hold {CPU: 1} with node selector {zone=a}: none of the 5 live nodes matches the selector
+  submit task faults.square: no live node can ever hold {CPU: 1} with node selector {zone=a}: none of the 5 live nodes matches the selector (1 more node is dead)
 cpu-a restarted: square of 4 in zone a is 16
 
 preempted while reserved:

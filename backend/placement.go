@@ -1,0 +1,44 @@
+package backend
+
+import "fmt"
+
+// MaxBundles is the most bundles a placement group may have. A larger group
+// is refused with InvalidArgument before a backend does any work for it, so
+// that no request makes a scheduler hold its lock for long. (TPU slice
+// reservations build their bundles from the cluster's own hosts and are not
+// bound by it.)
+const MaxBundles = 10_000
+
+// Validate checks a placement group spec as every backend does: a known
+// strategy, 1 to [MaxBundles] bundles, each reserving some valid resource
+// amount (see [Resources.Validate]) with a valid label selector. It returns
+// an InvalidArgument error whose operation is op (and the bundle index).
+// Its cost is proportional to the spec's size, so backends call it before
+// taking any lock.
+func (s *PlacementGroupSpec) Validate(op string) error {
+	if s == nil {
+		return Errorf(InvalidArgument, op, "nil placement group spec")
+	}
+	if !s.Strategy.Valid() {
+		return Errorf(InvalidArgument, op, "unknown strategy %d; valid: PACK, SPREAD, STRICT_PACK, STRICT_SPREAD", int(s.Strategy))
+	}
+	if len(s.Bundles) == 0 {
+		return Errorf(InvalidArgument, op, "a placement group needs at least one bundle")
+	}
+	if len(s.Bundles) > MaxBundles {
+		return Errorf(InvalidArgument, op, "%d bundles: a placement group may have at most %d (backend.MaxBundles)", len(s.Bundles), MaxBundles)
+	}
+	for i, bu := range s.Bundles {
+		bop := fmt.Sprintf("%s: bundle %d", op, i)
+		if err := bu.Resources.Validate(); err != nil {
+			return Errorf(InvalidArgument, bop, "%v", err.(*Error).Err)
+		}
+		if len(bu.Resources.Names()) == 0 {
+			return Errorf(InvalidArgument, bop, "empty bundle: a bundle must reserve some resource")
+		}
+		if err := bu.LabelSelector.Validate(); err != nil {
+			return Errorf(InvalidArgument, bop, "%v", err.(*Error).Err)
+		}
+	}
+	return nil
+}
