@@ -78,8 +78,9 @@ func (t *Trainer) NumWorkers() int { return t.plan.workers }
 type Failure struct {
 	// Attempt is the attempt that failed.
 	Attempt int
-	// Rank is the worker that failed first; Host and Slice are where it
-	// ran.
+	// Rank is the worker that failed first, and Host and Slice are where
+	// it ran; when a host was lost (Unavailable), they name the worker of
+	// the lost host, whichever worker reported first.
 	Rank        int
 	Host, Slice string
 	// Cause says why, and Err is the task's error when the failure came
@@ -202,6 +203,29 @@ func (t *Trainer) openStore(ctx context.Context) (*store, func(), error) {
 // loops before their tasks are cancelled.
 const abortGrace = time.Second
 
+// lostRank returns the rank whose host is dead, from the cluster's slice
+// states.
+func (t *Trainer) lostRank(ctx context.Context, hosts []string) (int, bool) {
+	states, err := ray.TPUSlices(context.WithoutCancel(ctx), t.c)
+	if err != nil {
+		return 0, false
+	}
+	dead := make(map[string]bool)
+	for _, st := range states {
+		for _, h := range st.Hosts {
+			if !h.Alive {
+				dead[h.Node] = true
+			}
+		}
+	}
+	for rank, h := range hosts {
+		if dead[h] {
+			return rank, true
+		}
+	}
+	return 0, false
+}
+
 // attempt runs one attempt. It returns a Failure when a worker failed
 // (the run may restart) and an error when it cannot go on.
 func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *Checkpoint, sink *reportSink) (*Failure, error) {
@@ -283,6 +307,14 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	fl := &Failure{Attempt: attempt, Rank: f.rank, Cause: f.cause, Err: f.err, Time: time.Now()}
 	if f.rank >= 0 && f.rank < len(hosts) {
 		fl.Host, fl.Slice = hosts[f.rank], sliceNames[f.rank/p.hostsPerSlice]
+	}
+	if ray.Code(f.err) == ray.Unavailable {
+		// A lost host fails the work of every host of the reservation at
+		// once, so the rank that reported first need not be the one whose
+		// host died: name the dead host itself.
+		if rank, ok := t.lostRank(ctx, hosts); ok {
+			fl.Rank, fl.Host, fl.Slice = rank, hosts[rank], sliceNames[rank/p.hostsPerSlice]
+		}
 	}
 	if code := ray.Code(f.err); f.err != nil && !errors.Is(f.err, ray.ErrPlacementGroupRemoved) && (code == ray.InvalidArgument || code == ray.FailedPrecondition || code == ray.NotFound) {
 		return nil, fmt.Errorf("train: run %s: rank %d cannot run: %w", t.run.Name, f.rank, f.err)
