@@ -27,9 +27,9 @@
 //
 // # Train and serve
 //
-// package train has no live status hook beyond its report callback: feed a
-// [TrainRun] from train.RunConfig.OnReport and [TrainRun.Finish], and add
-// it with [Dashboard.TrackRun]. A *serve.Server reports its deployments
+// package train reports through callbacks: feed a [TrainRun] from
+// train.RunConfig.OnReport and OnFailure and [TrainRun.Finish], and add it
+// with [Dashboard.TrackRun]. A *serve.Server reports its deployments
 // itself; add it with [Dashboard.TrackServe].
 //
 // # Safety

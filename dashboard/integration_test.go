@@ -6,6 +6,7 @@ import (
 
 	"github.com/matryer/is"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/dashboard"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/serve"
@@ -84,4 +85,51 @@ func TestTrackServeServer(t *testing.T) {
 	is.Equal(held, []string{"v5p-16-0"})
 	s, _ := findSlice(v, "v5p-16-0")
 	is.Equal(s.State, dashboard.StateReserved)
+}
+
+// TestTrainRunFailureLive: a failed attempt shows in the view as soon as
+// the run knows of it (RunConfig.OnFailure), before Fit returns.
+func TestTrainRunFailureLive(t *testing.T) {
+	is := is.New(t)
+	c := cluster(t)
+	ctx := timeout(t)
+	d, err := dashboard.New(c, nil)
+	is.NoErr(err)
+	run := dashboard.NewTrainRun("lossy")
+	d.TrackRun(run)
+	var killErr error
+	var liveFailures []dashboard.RunFailure
+	var lost string
+	onReport := func(r train.Report) {
+		run.OnReport(r)
+		switch {
+		case r.Attempt == 0 && r.Iteration == 2:
+			states, err := ray.TPUSlices(ctx, c)
+			if err != nil {
+				killErr = err
+				return
+			}
+			for _, st := range states {
+				if st.Name == r.Slices[0] {
+					lost = st.Hosts[1].Node
+					killErr = c.Backend().(backend.FaultInjector).KillNode(ctx, lost)
+				}
+			}
+		case r.Attempt == 1 && liveFailures == nil:
+			liveFailures = d.View(ctx).Train[0].Failures
+		}
+	}
+	tr, err := train.New(c, countdown, struct{}{},
+		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4"},
+		train.RunConfig{Name: "lossy", Progress: train.ProgressOff, MaxFailures: 1, OnReport: onReport, OnFailure: run.OnFailure})
+	is.NoErr(err)
+	res, err := tr.Fit(ctx)
+	is.NoErr(killErr)
+	is.NoErr(err)
+	is.Equal(len(res.Failures), 1)
+	is.Equal(len(liveFailures), 1) // seen while the second attempt ran
+	is.Equal(liveFailures[0].Attempt, 0)
+	is.Equal(liveFailures[0].Host, lost) // the lost host, named
+	run.Finish(res, err)
+	is.Equal(len(d.View(ctx).Train[0].Failures), 1) // Finish does not count it twice
 }

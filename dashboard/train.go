@@ -15,8 +15,9 @@ const maxPoints = 2000
 
 // TrainRun records one training run for the dashboard. package train has
 // no live status of its own, so a run is fed from the driver: pass
-// [TrainRun.OnReport] as train.RunConfig.OnReport and call
-// [TrainRun.Finish] with what Fit returned. A TrainRun is safe for
+// [TrainRun.OnReport] as train.RunConfig.OnReport and [TrainRun.OnFailure]
+// as train.RunConfig.OnFailure, and call [TrainRun.Finish] with what Fit
+// returned. A TrainRun is safe for
 // concurrent use.
 type TrainRun struct {
 	mu          sync.Mutex
@@ -108,6 +109,23 @@ func (r *TrainRun) OnReport(rep train.Report) {
 	}
 }
 
+// OnFailure records a failed attempt as soon as the run knows of it; its
+// signature is train.RunConfig.OnFailure's.
+func (r *TrainRun) OnFailure(f train.Failure) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, have := range r.failures {
+		if have.Attempt == f.Attempt {
+			return
+		}
+	}
+	r.failures = append(r.failures, runFailure(f))
+}
+
+func runFailure(f train.Failure) RunFailure {
+	return RunFailure{Attempt: f.Attempt, Rank: f.Rank, Host: f.Host, Slice: f.Slice, Cause: f.Cause, Time: f.Time}
+}
+
 // Finish records the end of the run: Fit's result (which may be nil) and
 // error. The failures come from res.Failures.
 func (r *TrainRun) Finish(res *train.Result, err error) {
@@ -123,7 +141,7 @@ func (r *TrainRun) Finish(res *train.Result, err error) {
 	r.iteration = max(r.iteration, res.Iteration)
 	r.failures = r.failures[:0]
 	for _, f := range res.Failures {
-		r.failures = append(r.failures, RunFailure{Attempt: f.Attempt, Rank: f.Rank, Host: f.Host, Slice: f.Slice, Cause: f.Cause, Time: f.Time})
+		r.failures = append(r.failures, runFailure(f))
 	}
 }
 

@@ -100,6 +100,10 @@ type RunConfig struct {
 	// OnReport, if set, is called in the driver with each of rank 0's
 	// reports, one at a time; rank 0's Report waits for it.
 	OnReport func(Report)
+	// OnFailure, if set, is called in the driver with each failed attempt
+	// as soon as it is known, before the run restarts or gives up (the
+	// same values end up in Result.Failures).
+	OnFailure func(Failure)
 	// Rendezvous is the address the driver listens on for its workers;
 	// empty means "127.0.0.1:0". On a real cluster use an address the
 	// workers can reach.

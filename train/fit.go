@@ -153,6 +153,9 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 			f.ResumeFrom = resume.Iteration
 		}
 		res.Failures = append(res.Failures, *f)
+		if t.run.OnFailure != nil {
+			t.run.OnFailure(*f)
+		}
 		if t.run.MaxFailures >= 0 && len(res.Failures) > t.run.MaxFailures {
 			t.finishResult(ctx, st, res) //nolint:errcheck // the failure says more
 			cause := f.Err
