@@ -41,7 +41,7 @@ type Cluster struct {
 // NewCluster starts b and returns a cluster on it. The cluster owns b:
 // [Cluster.Close] closes it.
 func NewCluster(ctx context.Context, b backend.Backend, opts *Options) (*Cluster, error) {
-	const op = "ray.NewCluster"
+	const op = "create cluster"
 	if ctx == nil {
 		return nil, backend.Errorf(backend.InvalidArgument, op, "nil context; pass context.Background() or a request's context")
 	}
@@ -95,12 +95,12 @@ func (c *Cluster) Backend() backend.Backend {
 
 // Snapshot returns the backend's state, if it can report one.
 func (c *Cluster) Snapshot(ctx context.Context) (*backend.State, error) {
-	if err := c.checkCtx(ctx, "ray.Snapshot"); err != nil {
+	if err := c.checkCtx(ctx, "snapshot cluster"); err != nil {
 		return nil, err
 	}
 	s, ok := c.b.(backend.Snapshotter)
 	if !ok {
-		return nil, backend.Errorf(backend.Unimplemented, "ray.Snapshot", "backend %T cannot report its state", c.b)
+		return nil, backend.Errorf(backend.Unimplemented, "snapshot cluster", "backend %T cannot report its state", c.b)
 	}
 	return s.Snapshot(ctx)
 }

@@ -160,7 +160,7 @@ func (s *SlicePlacementGroup) renew(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released {
-		return backend.Errorf(backend.FailedPrecondition, "ray.SlicePlacementGroup", "reservation already released")
+		return backend.Errorf(backend.FailedPrecondition, "use slice placement group", "reservation already released")
 	}
 	s.cleanup.Stop()
 	if err := s.c.b.RemovePlacementGroup(context.WithoutCancel(ctx), s.res.Group); err != nil {

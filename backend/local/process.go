@@ -145,7 +145,7 @@ type incarnation struct {
 // returns the executor that runs work in them. b.mu is held; nothing runs
 // yet.
 func (b *Backend) startProcesses(ctx context.Context, exec backend.Executor) (*procExecutor, error) {
-	const op = "local.Start"
+	const op = "start backend"
 	o := *b.procOpts
 	m, ok := worker.ManifestOf(exec)
 	switch {
