@@ -94,7 +94,7 @@ func (c *Cluster) Backend() backend.Backend {
 }
 
 // Snapshot returns the backend's state, if it can report one.
-func (c *Cluster) Snapshot(ctx context.Context) (*backend.State, error) {
+func (c *Cluster) Snapshot(ctx context.Context) (*State, error) {
 	if err := c.checkCtx(ctx, "snapshot cluster"); err != nil {
 		return nil, err
 	}

@@ -406,7 +406,7 @@ func Dispatch[I, O any](ctx context.Context, c *Cluster, spec SliceSpec, task *T
 }
 
 // TPUSlices returns the state of every TPU slice of the cluster.
-func TPUSlices(ctx context.Context, c *Cluster) ([]backend.SliceState, error) {
+func TPUSlices(ctx context.Context, c *Cluster) ([]SliceState, error) {
 	const op = backend.ListSlicesOp
 	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
@@ -421,7 +421,7 @@ func TPUSlices(ctx context.Context, c *Cluster) ([]backend.SliceState, error) {
 // PendingSliceRequests returns the slice reservations that are waiting for
 // slices, shape by shape, each shape's in the order they will be served.
 // Every backend that reserves slices reports them.
-func PendingSliceRequests(ctx context.Context, c *Cluster) ([]backend.PendingSliceRequest, error) {
+func PendingSliceRequests(ctx context.Context, c *Cluster) ([]PendingSliceRequest, error) {
 	const op = backend.ListPendingSlicesOp
 	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err

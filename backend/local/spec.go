@@ -24,6 +24,11 @@ type ClusterSpec struct {
 	TPUSlices []TPUSliceSpec `json:"tpuSlices,omitempty"`
 }
 
+// Resources maps resource names (ray.CPU, ray.Memory, ray.TPU or any custom
+// name) to amounts: a node's capacity. It is package backend's type, named
+// here so that a program needs only ray and this package.
+type Resources = backend.Resources
+
 // NodeSpec describes one node, or Count identical nodes.
 type NodeSpec struct {
 	// Name is the node's name. With Count > 1, nodes are named Name-0,
@@ -32,7 +37,7 @@ type NodeSpec struct {
 	// Count replicates the node; 0 means 1.
 	Count int `json:"count,omitempty"`
 	// Resources is the node's capacity.
-	Resources backend.Resources `json:"-"`
+	Resources Resources `json:"-"`
 	// Labels are the node's labels, matched by selectors.
 	Labels map[string]string `json:"labels,omitempty"`
 	// Env is added to the runtime env of all work on the node.
