@@ -36,6 +36,7 @@ type Cluster struct {
 	codec  Codec // nil when the codec is disabled
 	log    *slog.Logger
 	closed atomic.Bool
+	reap   *reaper
 }
 
 // NewCluster starts b and returns a cluster on it. The cluster owns b:
@@ -65,6 +66,7 @@ func NewCluster(ctx context.Context, b backend.Backend, opts *Options) (*Cluster
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	c.reap = &reaper{b: b, log: c.log}
 	if err := b.Start(ctx, NewExecutor(c.codec)); err != nil {
 		return nil, backend.Wrap(backend.CodeOf(err), op, err)
 	}
@@ -81,6 +83,7 @@ func (c *Cluster) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	c.reap.close()
 	return c.b.Close()
 }
 

@@ -28,13 +28,13 @@ type refState struct {
 }
 
 type freeArg struct {
-	b  backend.Backend
+	r  *reaper
 	id backend.ObjectID
 }
 
 func newRef[T any](c *Cluster, id backend.ObjectID) ObjectRef[T] {
 	s := &refState{c: c, id: id}
-	s.cleanup = runtime.AddCleanup(s, func(a freeArg) { a.b.Free(a.id) }, freeArg{c.b, id})
+	s.cleanup = runtime.AddCleanup(s, func(a freeArg) { a.r.free(a.id) }, freeArg{c.reap, id})
 	return ObjectRef[T]{s: s}
 }
 

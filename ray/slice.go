@@ -3,7 +3,6 @@ package ray
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"runtime"
 	"slices"
@@ -141,10 +140,7 @@ func (s *SlicePlacementGroup) adopt(res *backend.SliceReservation) {
 		pg.spec.Bundles[i] = Bundle{Resources: br, Env: res.Env[i]}
 	}
 	s.pg = pg
-	s.cleanup = runtime.AddCleanup(s, func(a releaseArg) {
-		a.log.Warn("goray: TPU slice reservation was not released; releasing it now", "group", a.id)
-		a.b.RemovePlacementGroup(context.Background(), a.id)
-	}, releaseArg{b: s.c.b, id: res.Group, log: s.c.log})
+	s.cleanup = runtime.AddCleanup(s, func(a releaseArg) { a.r.release(a.id) }, releaseArg{r: s.c.reap, id: res.Group})
 }
 
 // current returns the current reservation and its placement group.
@@ -177,9 +173,8 @@ func (s *SlicePlacementGroup) renew(ctx context.Context) error {
 }
 
 type releaseArg struct {
-	b   backend.Backend
-	id  backend.PlacementGroupID
-	log *slog.Logger
+	r  *reaper
+	id backend.PlacementGroupID
 }
 
 // Release gives the slices back. Work still running on them is stopped as
