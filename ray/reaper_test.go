@@ -63,7 +63,7 @@ func TestReaperNeverBlocksCleanups(t *testing.T) {
 		t.Fatal("queueing a Free blocked on the backend's stuck Free")
 	}
 	close(b.unblock)
-	r.close() // waits for the queue to drain
+	r.close()                                      // waits for the queue to drain
 	is.Equal(b.freed, []backend.ObjectID{1, 2, 3}) // 2 and 3 in one batch
 	is.Equal(b.removed, []backend.PlacementGroupID{9})
 
