@@ -97,7 +97,7 @@ type ActorHandle[A any] struct {
 }
 
 // ID returns the backend's actor ID (0 if creation failed).
-func (h *ActorHandle[A]) ID() backend.ActorID { return h.id }
+func (h *ActorHandle[A]) ID() ActorID { return h.id }
 
 // Err returns the creation's submission error, if any.
 func (h *ActorHandle[A]) Err() error {

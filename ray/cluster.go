@@ -41,7 +41,7 @@ type Cluster struct {
 
 // NewCluster starts b and returns a cluster on it. The cluster owns b:
 // [Cluster.Close] closes it.
-func NewCluster(ctx context.Context, b backend.Backend, opts *Options) (*Cluster, error) {
+func NewCluster(ctx context.Context, b Backend, opts *Options) (*Cluster, error) {
 	const op = "create cluster"
 	if ctx == nil {
 		return nil, backend.Errorf(backend.InvalidArgument, op, "nil context; pass context.Background() or a request's context")
@@ -89,7 +89,7 @@ func (c *Cluster) Close() error {
 
 // Backend returns the cluster's backend, for optional capabilities such as
 // backend.Snapshotter and backend.FaultInjector.
-func (c *Cluster) Backend() backend.Backend {
+func (c *Cluster) Backend() Backend {
 	if c == nil {
 		return nil
 	}
@@ -129,7 +129,7 @@ func (c *Cluster) check(op string) error {
 
 // ProvideCluster is NewCluster shaped for dependency injection: it returns
 // a cleanup function that closes the cluster. It is the provider of [Set].
-func ProvideCluster(ctx context.Context, b backend.Backend, opts *Options) (*Cluster, func(), error) {
+func ProvideCluster(ctx context.Context, b Backend, opts *Options) (*Cluster, func(), error) {
 	c, err := NewCluster(ctx, b, opts)
 	if err != nil {
 		return nil, nil, err

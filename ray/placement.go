@@ -74,7 +74,7 @@ func NewPlacementGroup(ctx context.Context, c *Cluster, spec PlacementGroupSpec)
 }
 
 // ID returns the backend's ID of the group.
-func (pg *PlacementGroup) ID() backend.PlacementGroupID { return pg.id }
+func (pg *PlacementGroup) ID() PlacementGroupID { return pg.id }
 
 // NumBundles returns the number of bundles.
 func (pg *PlacementGroup) NumBundles() int { return len(pg.spec.Bundles) }

@@ -43,7 +43,7 @@ func errRef[T any](c *Cluster, err error) ObjectRef[T] {
 }
 
 // ID returns the backend's object ID, or 0 for a ref whose submission failed.
-func (r ObjectRef[T]) ID() backend.ObjectID {
+func (r ObjectRef[T]) ID() ObjectID {
 	if r.s == nil {
 		return 0
 	}

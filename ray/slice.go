@@ -440,7 +440,7 @@ type SliceSummary struct {
 
 // SummarizeSlices counts slices per generation and topology, in the order
 // shapes first appear.
-func SummarizeSlices(states []backend.SliceState) []SliceSummary {
+func SummarizeSlices(states []SliceState) []SliceSummary {
 	var out []SliceSummary
 	for _, st := range states {
 		i := slices.IndexFunc(out, func(s SliceSummary) bool {

@@ -44,3 +44,17 @@ type SliceReservation = backend.SliceReservation
 
 // ReservedSlice is one slice of a [SliceReservation].
 type ReservedSlice = backend.ReservedSlice
+
+// ObjectID identifies an object: the value behind an [ObjectRef].
+type ObjectID = backend.ObjectID
+
+// ActorID identifies an actor.
+type ActorID = backend.ActorID
+
+// PlacementGroupID identifies a placement group.
+type PlacementGroupID = backend.PlacementGroupID
+
+// Backend is the driver interface a backend package implements; a program
+// gets one from a backend package (local.New, fake.New) and passes it to
+// [NewCluster].
+type Backend = backend.Backend
