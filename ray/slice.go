@@ -92,11 +92,14 @@ func NewSlicePlacementGroup(ctx context.Context, c *Cluster, spec SliceSpec) (*S
 	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
 	}
-	req := &backend.SliceRequest{
-		Generation: spec.AcceleratorVersion, Topology: spec.Topology, ChipsPerHost: spec.ChipsPerVM,
-		NumSlices: spec.NumSlices, BundleResources: backend.Resources(maps.Clone(spec.ResourcesPerBundle)), Name: spec.Name,
+	parsed, err := tpu.NewSliceShape(tpu.Generation(spec.AcceleratorVersion), spec.Topology, spec.ChipsPerVM)
+	if err != nil {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "%w", err)
 	}
-	rr, err := req.Resolve(op, nil)
+	req := &backend.SliceRequest{
+		Shape: parsed, NumSlices: spec.NumSlices, BundleResources: backend.Resources(maps.Clone(spec.ResourcesPerBundle)), Name: spec.Name,
+	}
+	rr, err := req.Resolve(op)
 	if err != nil {
 		return nil, err
 	}
@@ -125,8 +128,7 @@ func (s *SlicePlacementGroup) reserve(ctx context.Context) (*backend.SliceReserv
 		defer cancel()
 	}
 	return s.c.b.(backend.SliceReserver).ReserveSlices(ctx, &backend.SliceRequest{
-		Generation: s.shape.Generation.String(), Topology: s.shape.Topology.String(), ChipsPerHost: spec.ChipsPerVM,
-		NumSlices: spec.NumSlices, BundleResources: backend.Resources(maps.Clone(spec.ResourcesPerBundle)), Name: spec.Name,
+		Shape: s.shape, NumSlices: spec.NumSlices, BundleResources: backend.Resources(maps.Clone(spec.ResourcesPerBundle)), Name: spec.Name,
 	})
 }
 

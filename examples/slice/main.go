@@ -191,7 +191,7 @@ func subslice(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 	if !ok {
 		return fmt.Errorf("backend %T has no TPU slices", c.Backend())
 	}
-	r, err := sr.ReserveSlices(ctx, &ray.SliceRequest{Generation: "v6e", Topology: "8x8", Subslice: "4x4", Name: "sub"})
+	r, err := sr.ReserveSlices(ctx, &ray.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("8x8")}, Subslice: "4x4", Name: "sub"})
 	if err != nil {
 		return err
 	}
