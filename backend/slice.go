@@ -185,7 +185,7 @@ func SliceBundles(shape tpu.SliceShape, r Resources) (Resources, int, error) {
 		return Resources{CPU: 1, TPU: chips}, 1, nil
 	}
 	if err := r.Validate(); err != nil {
-		return nil, 0, err.(*Error).Err
+		return nil, 0, Cause(err)
 	}
 	res := r.Clone()
 	if _, ok := res[CPU]; !ok {

@@ -88,7 +88,7 @@ func (c *Cluster) Close() error {
 }
 
 // Backend returns the cluster's backend, for optional capabilities such as
-// backend.Snapshotter and backend.FaultInjector.
+// [FaultInjector] and [SliceReserver].
 func (c *Cluster) Backend() Backend {
 	if c == nil {
 		return nil
