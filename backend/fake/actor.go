@@ -82,7 +82,7 @@ func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (bac
 		var scripted bool
 		_, err, scripted = b.nextScripted(spec.Class, 0)
 		if scripted && err == nil {
-			err = backend.Errorf(backend.InvalidArgument, "fake", "SetResult(%q) scripts a result for actor class %s; a constructor has no result: use SetError or FailNext", spec.Class, spec.Class)
+			err = backend.Errorf(backend.InvalidArgument, "create actor "+spec.Class, "SetResult(%q) scripts a result for actor class %s; a constructor has no result: use SetError or FailNext", spec.Class, spec.Class)
 		}
 	}
 	var inst backend.ActorInstance
@@ -101,7 +101,7 @@ func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (bac
 	case a.state == actorDead: // killed, removed with its group, or closed meanwhile
 		r.Err = a.deathErr
 	case b.closed:
-		r.Err = closedErr("fake")
+		r.Err = closedErr("create actor "+spec.Class)
 	case err != nil:
 		b.killLocked(a, backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "constructor of %s failed: %w", spec.Class, err))
 		r.Err = a.deathErr
@@ -369,7 +369,7 @@ func (b *Backend) call(ctx context.Context, a *actor, method string, rec Call) (
 	}
 	v, err, _, _ = b.attempt(ctx, &work{rec: rec, actor: a, group: a.pl.group, run: func(rctx context.Context) (backend.Value, error) {
 		if inst == nil {
-			return backend.Value{}, backend.Errorf(backend.Internal, "fake", "%s has no instance", a.id)
+			return backend.Value{}, backend.Errorf(backend.Internal, "call actor "+a.id.String(), "the actor has no instance")
 		}
 		return inst.Call(rctx, method, rec.Arg, info)
 	}})

@@ -252,7 +252,7 @@ func (b *Backend) Close() error {
 	if b.stop != nil {
 		b.stop()
 	}
-	err := closedErr("fake")
+	err := closedErr("close cluster")
 	for r := range b.running {
 		r.abortLocked(err)
 	}

@@ -131,7 +131,7 @@ func (b *Backend) attempt(caller context.Context, w *work) (v backend.Value, err
 	case w.group != 0 && b.groups[w.group].removed:
 		abort = backend.PlacementGroupRemovedError(w.group)
 	case w.run == nil:
-		abort = backend.Errorf(backend.Internal, "fake", "%s: nothing to run", w.rec.Name)
+		abort = backend.Errorf(backend.Internal, "run "+w.rec.Name, "nothing to run")
 	}
 	if abort != nil {
 		rec.finishLocked(backend.Value{}, abort)

@@ -347,7 +347,7 @@ func (b *Backend) Close() error {
 			a.cancel()
 		}
 	}
-	closedErr := backend.Errorf(backend.FailedPrecondition, "local", "%w", backend.ErrClosed)
+	closedErr := backend.Errorf(backend.FailedPrecondition, "close cluster", "%w", backend.ErrClosed)
 	for _, o := range b.objects {
 		if !o.done {
 			b.completeLocked(o, backend.Value{}, closedErr)
