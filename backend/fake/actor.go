@@ -101,7 +101,7 @@ func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (bac
 	case a.state == actorDead: // killed, removed with its group, or closed meanwhile
 		r.Err = a.deathErr
 	case b.closed:
-		r.Err = closedErr("create actor "+spec.Class)
+		r.Err = closedErr("create actor " + spec.Class)
 	case err != nil:
 		b.killLocked(a, backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "constructor of %s failed: %w", spec.Class, err))
 		r.Err = a.deathErr
