@@ -239,6 +239,16 @@ type ActorInstance interface {
 // validate their input and reject infeasible requests at once; otherwise
 // they return an ID at once and the work proceeds asynchronously.
 // Failures of the work itself are reported by Get on its object.
+//
+// Calls from garbage collection: package ray frees the objects of dropped
+// refs, and removes the group of a slice reservation that became
+// unreachable unreleased, from cleanups registered with runtime.AddCleanup.
+// Those cleanups never call the backend themselves: they queue the work
+// for one goroutine per cluster, which calls Free (batching the IDs of
+// many refs into one call) and RemovePlacementGroup. So a backend may take
+// locks and make network calls in Free and RemovePlacementGroup without
+// stalling the Go runtime's cleanup goroutines; it must only not assume
+// that a dropped ref is freed at once, nor in the order refs were dropped.
 type Backend interface {
 	// Start hands the backend its executor. ray.NewCluster calls it once,
 	// before any other method.

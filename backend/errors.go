@@ -241,3 +241,24 @@ func (e *TaskError) Error() string {
 
 // Is matches ErrTaskFailed.
 func (e *TaskError) Is(target error) bool { return target == ErrTaskFailed }
+
+// Reop returns err under a new code and operation: the cause of an *Error is
+// kept and its code and operation replaced, so an error from a helper such as
+// [Resources.Validate] reads as the caller's ("submit task x: ...") rather
+// than nesting two operations. Any other non-nil error becomes the cause; nil
+// stays nil.
+func Reop(code Code, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Code: code, Op: op, Err: Cause(err)}
+}
+
+// Cause returns the cause of an *Error (its Err field), or err itself when it
+// is not an *Error.
+func Cause(err error) error {
+	if e, ok := err.(*Error); ok && !e.sentinel {
+		return e.Err
+	}
+	return err
+}

@@ -118,10 +118,10 @@ func TestErrorfWrapChains(t *testing.T) {
 	})
 	t.Run("ErrClosed matches its code too", func(t *testing.T) {
 		is := is.New(t)
-		err := backend.Errorf(backend.FailedPrecondition, "ray.Get", "%w", backend.ErrClosed)
+		err := backend.Errorf(backend.FailedPrecondition, "get object", "%w", backend.ErrClosed)
 		is.True(errors.Is(err, backend.ErrClosed))
 		is.True(errors.Is(err, backend.ErrFailedPrecondition))
-		is.Equal(err.Error(), "ray.Get: cluster is closed")
+		is.Equal(err.Error(), "get object: cluster is closed")
 	})
 	t.Run("ErrPlacementGroupRemoved matches its code too", func(t *testing.T) {
 		is := is.New(t)

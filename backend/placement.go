@@ -31,13 +31,13 @@ func (s *PlacementGroupSpec) Validate(op string) error {
 	for i, bu := range s.Bundles {
 		bop := fmt.Sprintf("%s: bundle %d", op, i)
 		if err := bu.Resources.Validate(); err != nil {
-			return Errorf(InvalidArgument, bop, "%v", err.(*Error).Err)
+			return Reop(InvalidArgument, bop, err)
 		}
 		if len(bu.Resources.Names()) == 0 {
 			return Errorf(InvalidArgument, bop, "empty bundle: a bundle must reserve some resource")
 		}
 		if err := bu.LabelSelector.Validate(); err != nil {
-			return Errorf(InvalidArgument, bop, "%v", err.(*Error).Err)
+			return Reop(InvalidArgument, bop, err)
 		}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"github.com/matryer/is"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/tpu"
 )
 
 func TestPlacementGroupSpecValidate(t *testing.T) {
@@ -42,7 +43,7 @@ func TestPlacementGroupSpecValidate(t *testing.T) {
 
 func TestSliceRequestAmounts(t *testing.T) {
 	is := is.New(t)
-	_, err := (&backend.SliceRequest{Generation: "v6e", Topology: "4x4", BundleResources: backend.Resources{backend.CPU: 1e15}}).Resolve("reserve", nil)
+	_, err := (&backend.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("4x4")}, BundleResources: backend.Resources{backend.CPU: 1e15}}).Resolve("reserve")
 	is.Equal(backend.CodeOf(err), backend.InvalidArgument)
 	is.True(strings.Contains(err.Error(), "at most"))
 }

@@ -13,14 +13,13 @@ import (
 // SliceRequest asks for NumSlices whole TPU slices of one shape, reserved
 // atomically: every host of every slice, or nothing.
 type SliceRequest struct {
-	// Generation is the TPU generation in any spelling package tpu parses
-	// ("v6e", "TPU-V6E", "tpu7x").
-	Generation string
-	// Topology is the chip grid, such as "4x4".
-	Topology string
-	// ChipsPerHost overrides the default chips per host (Ray's
-	// chips_per_vm), for ambiguous shapes such as v6e 2x4; 0 means default.
-	ChipsPerHost int
+	// Shape is the shape of each slice, parsed once by the caller
+	// (tpu.NewSliceShape): the generation (Ray's accelerator_version), the
+	// chip topology, and the chips per host (Ray's chips_per_vm; 0 means
+	// the generation's default for the topology, and the override matters
+	// for ambiguous shapes such as v6e 2x4). Resolve validates it without
+	// parsing anything.
+	Shape tpu.SliceShape
 	// NumSlices is how many slices; 0 means 1.
 	NumSlices int
 	// BundleResources are the resources of one bundle. Nil means one
@@ -186,7 +185,7 @@ func SliceBundles(shape tpu.SliceShape, r Resources) (Resources, int, error) {
 		return Resources{CPU: 1, TPU: chips}, 1, nil
 	}
 	if err := r.Validate(); err != nil {
-		return nil, 0, err.(*Error).Err
+		return nil, 0, Cause(err)
 	}
 	res := r.Clone()
 	if _, ok := res[CPU]; !ok {
@@ -217,21 +216,22 @@ type ResolvedSliceRequest struct {
 }
 
 // Resolve validates the request and fills in its defaults, failing with
-// InvalidArgument (op names the operation) for an unknown generation, a
-// topology the generation lacks (the message lists the valid ones), a
-// negative slice count, bundle resources that do not divide a host, or a
-// sub-slice that is not one of the topology's (the message lists them).
-// parseShape, when not nil, replaces tpu.NewSliceShape (a backend may cache
-// shapes).
-func (r *SliceRequest) Resolve(op string, parseShape func(gen, topo string, chips int) (tpu.SliceShape, error)) (ResolvedSliceRequest, error) {
-	if parseShape == nil {
-		parseShape = func(gen, topo string, chips int) (tpu.SliceShape, error) {
-			return tpu.NewSliceShape(tpu.Generation(gen), topo, chips)
-		}
+// InvalidArgument (op names the operation) for a missing or invalid shape
+// (tpu.SliceShape.Validate: an unknown generation, a topology the generation
+// lacks, chips per host no machine has), a negative slice count, bundle
+// resources that do not divide a host, or a sub-slice that is not one of
+// the topology's (the message lists them). The resolved shape has its
+// chips per host filled in.
+func (r *SliceRequest) Resolve(op string) (ResolvedSliceRequest, error) {
+	shape := r.Shape
+	if shape == (tpu.SliceShape{}) {
+		return ResolvedSliceRequest{}, Errorf(InvalidArgument, op, "no slice shape: set SliceRequest.Shape, such as tpu.NewSliceShape(tpu.V6e, \"4x4\", 0) returns")
 	}
-	shape, err := parseShape(r.Generation, r.Topology, r.ChipsPerHost)
-	if err != nil {
+	if err := shape.Validate(); err != nil {
 		return ResolvedSliceRequest{}, Errorf(InvalidArgument, op, "%w", err)
+	}
+	if shape.ChipsPerHost == 0 {
+		shape.ChipsPerHost = shape.Generation.DefaultChipsPerHost(shape.Topology)
 	}
 	n := r.NumSlices
 	if n == 0 {

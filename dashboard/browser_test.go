@@ -17,6 +17,7 @@ import (
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/dashboard"
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/tpu"
 	"github.com/goray-dev/goray/train"
 )
 
@@ -159,7 +160,7 @@ func TestBrowser(t *testing.T) {
 	spg, err := ray.NewSlicePlacementGroup(opCtx, c, ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "4x4", Name: "trainer"})
 	is.NoErr(err)
 	reserved := spg.SliceNames()[0]
-	sub, err := c.Backend().(backend.SliceReserver).ReserveSlices(opCtx, &backend.SliceRequest{Generation: "v6e", Topology: "8x8", Subslice: "4x4", Name: "small"})
+	sub, err := c.Backend().(backend.SliceReserver).ReserveSlices(opCtx, &backend.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("8x8")}, Subslice: "4x4", Name: "small"})
 	is.NoErr(err)
 	is.NoErr(c.Backend().(backend.FaultInjector).KillNode(opCtx, "v5p-16-0-w1"))
 

@@ -12,6 +12,7 @@ import (
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/dashboard"
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/tpu"
 )
 
 // TestMain fails the package's tests if any goroutine outlives them.
@@ -78,7 +79,7 @@ func TestViewSlices(t *testing.T) {
 	defer spg.Release(ctx)
 	reserved := spg.SliceNames()[0]
 	sr := c.Backend().(backend.SliceReserver)
-	sub, err := sr.ReserveSlices(ctx, &backend.SliceRequest{Generation: "v6e", Topology: "8x8", Subslice: "4x4", Name: "small"})
+	sub, err := sr.ReserveSlices(ctx, &backend.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("8x8")}, Subslice: "4x4", Name: "small"})
 	is.NoErr(err)
 	defer c.Backend().RemovePlacementGroup(ctx, sub.Group)
 	is.NoErr(c.Backend().(backend.FaultInjector).KillNode(ctx, "v5p-16-0-w1"))

@@ -97,12 +97,12 @@ type ActorHandle[A any] struct {
 }
 
 // ID returns the backend's actor ID (0 if creation failed).
-func (h *ActorHandle[A]) ID() backend.ActorID { return h.id }
+func (h *ActorHandle[A]) ID() ActorID { return h.id }
 
 // Err returns the creation's submission error, if any.
 func (h *ActorHandle[A]) Err() error {
 	if h == nil {
-		return backend.Errorf(backend.InvalidArgument, "ray.ActorHandle", "nil actor handle")
+		return backend.Errorf(backend.InvalidArgument, "use actor handle", "nil actor handle")
 	}
 	return h.err
 }
@@ -148,7 +148,7 @@ func (a *ActorClass[A, I]) Remote(ctx context.Context, c *Cluster, in I, opts ..
 // GetActor finds the live actor named name. It fails with NotFound when no
 // live actor has the name, and InvalidArgument when it is not of class.
 func GetActor[A, I any](ctx context.Context, c *Cluster, class *ActorClass[A, I], name string) (*ActorHandle[A], error) {
-	const op = "ray.GetActor"
+	op := "get actor " + name
 	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
 	}
@@ -168,7 +168,7 @@ func (h *ActorHandle[A]) Ready(ctx context.Context) error {
 	if err := h.Err(); err != nil {
 		return err
 	}
-	if err := h.c.checkCtx(ctx, "ray.ActorHandle.Ready"); err != nil {
+	if err := h.c.checkCtx(ctx, "wait for actor"); err != nil {
 		return err
 	}
 	return h.c.b.ActorReady(ctx, h.id)
@@ -180,7 +180,7 @@ func (h *ActorHandle[A]) Kill(ctx context.Context) error {
 	if err := h.Err(); err != nil {
 		return err
 	}
-	if err := h.c.checkCtx(ctx, "ray.ActorHandle.Kill"); err != nil {
+	if err := h.c.checkCtx(ctx, "kill actor"); err != nil {
 		return err
 	}
 	return h.c.b.KillActor(ctx, h.id)

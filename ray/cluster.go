@@ -36,12 +36,13 @@ type Cluster struct {
 	codec  Codec // nil when the codec is disabled
 	log    *slog.Logger
 	closed atomic.Bool
+	reap   *reaper
 }
 
 // NewCluster starts b and returns a cluster on it. The cluster owns b:
 // [Cluster.Close] closes it.
-func NewCluster(ctx context.Context, b backend.Backend, opts *Options) (*Cluster, error) {
-	const op = "ray.NewCluster"
+func NewCluster(ctx context.Context, b Backend, opts *Options) (*Cluster, error) {
+	const op = "create cluster"
 	if ctx == nil {
 		return nil, backend.Errorf(backend.InvalidArgument, op, "nil context; pass context.Background() or a request's context")
 	}
@@ -65,6 +66,7 @@ func NewCluster(ctx context.Context, b backend.Backend, opts *Options) (*Cluster
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	c.reap = &reaper{b: b, log: c.log}
 	if err := b.Start(ctx, NewExecutor(c.codec)); err != nil {
 		return nil, backend.Wrap(backend.CodeOf(err), op, err)
 	}
@@ -81,12 +83,13 @@ func (c *Cluster) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	c.reap.close()
 	return c.b.Close()
 }
 
 // Backend returns the cluster's backend, for optional capabilities such as
-// backend.Snapshotter and backend.FaultInjector.
-func (c *Cluster) Backend() backend.Backend {
+// [FaultInjector] and [SliceReserver].
+func (c *Cluster) Backend() Backend {
 	if c == nil {
 		return nil
 	}
@@ -94,13 +97,13 @@ func (c *Cluster) Backend() backend.Backend {
 }
 
 // Snapshot returns the backend's state, if it can report one.
-func (c *Cluster) Snapshot(ctx context.Context) (*backend.State, error) {
-	if err := c.checkCtx(ctx, "ray.Snapshot"); err != nil {
+func (c *Cluster) Snapshot(ctx context.Context) (*State, error) {
+	if err := c.checkCtx(ctx, "snapshot cluster"); err != nil {
 		return nil, err
 	}
 	s, ok := c.b.(backend.Snapshotter)
 	if !ok {
-		return nil, backend.Errorf(backend.Unimplemented, "ray.Snapshot", "backend %T cannot report its state", c.b)
+		return nil, backend.Errorf(backend.Unimplemented, "snapshot cluster", "backend %T cannot report its state", c.b)
 	}
 	return s.Snapshot(ctx)
 }
@@ -126,7 +129,7 @@ func (c *Cluster) check(op string) error {
 
 // ProvideCluster is NewCluster shaped for dependency injection: it returns
 // a cleanup function that closes the cluster. It is the provider of [Set].
-func ProvideCluster(ctx context.Context, b backend.Backend, opts *Options) (*Cluster, func(), error) {
+func ProvideCluster(ctx context.Context, b Backend, opts *Options) (*Cluster, func(), error) {
 	c, err := NewCluster(ctx, b, opts)
 	if err != nil {
 		return nil, nil, err

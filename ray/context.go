@@ -53,7 +53,7 @@ func (r RuntimeContext) NodeLabels() map[string]string { return maps.Clone(r.get
 func (r RuntimeContext) Resources() Resources { return Resources(r.get().Resources.Clone()) }
 
 // PlacementGroupID is the placement group the work runs in, or 0.
-func (r RuntimeContext) PlacementGroupID() backend.PlacementGroupID {
+func (r RuntimeContext) PlacementGroupID() PlacementGroupID {
 	return r.get().Placement.Group
 }
 
@@ -74,4 +74,4 @@ func (r RuntimeContext) Env(key string) string { return r.get().Env[key] }
 func (r RuntimeContext) Environ() map[string]string { return maps.Clone(r.get().Env) }
 
 // ActorID is the actor's ID inside actor work, else 0.
-func (r RuntimeContext) ActorID() backend.ActorID { return r.get().Actor }
+func (r RuntimeContext) ActorID() ActorID { return r.get().Actor }

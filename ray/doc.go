@@ -31,9 +31,13 @@
 //
 // # Backends
 //
-// A [Cluster] wraps a backend.Backend: backend/local simulates a cluster of
+// A [Cluster] wraps a [Backend]: backend/local simulates a cluster of
 // CPU nodes and TPU slices in process, and backend/fake records calls for
 // unit tests. Code written against this package runs unchanged on each. A
+// program imports this package and one backend package; the types it names
+// ([State], [SliceState], [FaultInjector], [SliceRequest], the IDs) are
+// re-exported here, so it never imports package backend, which is for
+// backend authors. A
 // backend for real Kubernetes clusters (GKE TPU node pools) is planned; it
 // does not exist yet.
 //
@@ -76,6 +80,24 @@
 // governs only the submission: submitted work outlives it, as in Ray. Work
 // running when its placement group is removed or its cluster closed has its
 // context cancelled.
+//
+// # Names
+//
+// Where this package mirrors a Ray API it keeps Ray's name; elsewhere
+// goray uses one name per concept, the one of package tpu and the GKE docs:
+//
+//   - generation: Ray's accelerator_version ([SliceSpec].AcceleratorVersion,
+//     [SlicePlacementGroup.AcceleratorVersion]) is tpu.Generation and
+//     SliceShape.Generation everywhere else ("v6e", "tpu7x").
+//   - chips per host: Ray's chips_per_vm ([SliceSpec].ChipsPerVM) is
+//     tpu.SliceShape.ChipsPerHost, [SlicePlacementGroup.ChipsPerHost] and
+//     SliceRequest.Shape.ChipsPerHost; a host is one VM, one Kubernetes
+//     node.
+//   - label selector: the labels a node must have. For tasks and actors the
+//     option is [NodeSelector], Kubernetes' nodeSelector (Ray's
+//     label_selector); for placement-group bundles it is
+//     [Bundle].LabelSelector (Ray's bundle_label_selector). Both are
+//     [NodeSelector] values, with one syntax.
 //
 // # Concurrency
 //

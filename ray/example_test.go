@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
 )
@@ -66,7 +65,7 @@ func exampleCluster(ctx context.Context, spec local.ClusterSpec) *ray.Cluster {
 	return c
 }
 
-var exampleCPUs = local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "cpu", Count: 2, Resources: backend.Resources{backend.CPU: 4}}}}
+var exampleCPUs = local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "cpu", Count: 2, Resources: local.Resources{ray.CPU: 4}}}}
 
 func ExampleNewTask() {
 	ctx := context.Background()
@@ -199,7 +198,7 @@ func ExampleNewPlacementGroup() {
 }
 
 var exampleSlices = local.ClusterSpec{
-	Nodes:     []local.NodeSpec{{Name: "head", Resources: backend.Resources{backend.CPU: 4}}},
+	Nodes:     []local.NodeSpec{{Name: "head", Resources: local.Resources{ray.CPU: 4}}},
 	TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "4x4"}},
 }
 

@@ -54,7 +54,7 @@ type PlacementGroup struct {
 // fails with InvalidArgument, and a group that no node set could ever hold
 // fails at once with Infeasible, saying why.
 func NewPlacementGroup(ctx context.Context, c *Cluster, spec PlacementGroupSpec) (*PlacementGroup, error) {
-	const op = "ray.NewPlacementGroup"
+	const op = "create placement group"
 	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func NewPlacementGroup(ctx context.Context, c *Cluster, spec PlacementGroupSpec)
 }
 
 // ID returns the backend's ID of the group.
-func (pg *PlacementGroup) ID() backend.PlacementGroupID { return pg.id }
+func (pg *PlacementGroup) ID() PlacementGroupID { return pg.id }
 
 // NumBundles returns the number of bundles.
 func (pg *PlacementGroup) NumBundles() int { return len(pg.spec.Bundles) }
@@ -82,7 +82,7 @@ func (pg *PlacementGroup) NumBundles() int { return len(pg.spec.Bundles) }
 // Ready waits until every bundle is placed, or ctx ends (returning
 // ctx.Err(); the group stays queued), or the group is removed.
 func (pg *PlacementGroup) Ready(ctx context.Context) error {
-	if err := pg.c.checkCtx(ctx, "ray.PlacementGroup.Ready"); err != nil {
+	if err := pg.c.checkCtx(ctx, "wait for placement group"); err != nil {
 		return err
 	}
 	return pg.c.b.PlacementGroupReady(ctx, pg.id)
@@ -94,7 +94,7 @@ func (pg *PlacementGroup) Ready(ctx context.Context) error {
 // (their goroutines end when the user code returns); actors in it are
 // killed, their calls failing with ActorDied. Remove is idempotent.
 func (pg *PlacementGroup) Remove(ctx context.Context) error {
-	if err := pg.c.checkCtx(ctx, "ray.PlacementGroup.Remove"); err != nil {
+	if err := pg.c.checkCtx(ctx, "remove placement group"); err != nil {
 		return err
 	}
 	return pg.c.b.RemovePlacementGroup(ctx, pg.id)

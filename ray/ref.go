@@ -28,13 +28,13 @@ type refState struct {
 }
 
 type freeArg struct {
-	b  backend.Backend
+	r  *reaper
 	id backend.ObjectID
 }
 
 func newRef[T any](c *Cluster, id backend.ObjectID) ObjectRef[T] {
 	s := &refState{c: c, id: id}
-	s.cleanup = runtime.AddCleanup(s, func(a freeArg) { a.b.Free(a.id) }, freeArg{c.b, id})
+	s.cleanup = runtime.AddCleanup(s, func(a freeArg) { a.r.free(a.id) }, freeArg{c.reap, id})
 	return ObjectRef[T]{s: s}
 }
 
@@ -43,7 +43,7 @@ func errRef[T any](c *Cluster, err error) ObjectRef[T] {
 }
 
 // ID returns the backend's object ID, or 0 for a ref whose submission failed.
-func (r ObjectRef[T]) ID() backend.ObjectID {
+func (r ObjectRef[T]) ID() ObjectID {
 	if r.s == nil {
 		return 0
 	}
@@ -56,10 +56,10 @@ func (r ObjectRef[T]) ID() backend.ObjectID {
 // reported by Get.
 func (r ObjectRef[T]) Err() error {
 	if r.s == nil {
-		return backend.Errorf(backend.InvalidArgument, "ray.ObjectRef", "zero ObjectRef")
+		return backend.Errorf(backend.InvalidArgument, "use object ref", "zero ObjectRef")
 	}
 	if r.s.released.Load() {
-		return backend.Errorf(backend.FailedPrecondition, "ray.ObjectRef", "ref %s was released", r.s.id)
+		return backend.Errorf(backend.FailedPrecondition, "use object ref", "ref %s was released", r.s.id)
 	}
 	return r.s.err
 }
@@ -77,13 +77,13 @@ func (r ObjectRef[T]) String() string {
 func (r ObjectRef[T]) Get(ctx context.Context) (T, error) {
 	var zero T
 	if ctx == nil {
-		return zero, backend.Errorf(backend.InvalidArgument, "ray.Get", "nil context; pass context.Background() or a request's context")
+		return zero, backend.Errorf(backend.InvalidArgument, "get object", "nil context; pass context.Background() or a request's context")
 	}
 	if err := r.Err(); err != nil {
 		return zero, err
 	}
 	c := r.s.c
-	if err := c.checkCtx(ctx, "ray.Get"); err != nil {
+	if err := c.checkCtx(ctx, "get object"); err != nil {
 		return zero, err
 	}
 	v, err := c.b.Get(ctx, r.s.id)
@@ -93,7 +93,7 @@ func (r ObjectRef[T]) Get(ctx context.Context) (T, error) {
 	}
 	out, err := decode[T](c.codec, v)
 	if err != nil {
-		return zero, backend.Errorf(backend.InvalidArgument, "ray.Get "+r.s.id.String(), "%w", err)
+		return zero, backend.Errorf(backend.InvalidArgument, "get object "+r.s.id.String(), "%w", err)
 	}
 	return out, nil
 }
@@ -128,12 +128,12 @@ func (r ObjectRef[T]) cluster() *Cluster {
 // error (a value the codec cannot encode, a closed cluster) is reported by
 // the ref's Get and Err.
 func Put[T any](ctx context.Context, c *Cluster, v T) ObjectRef[T] {
-	if err := c.checkCtx(ctx, "ray.Put"); err != nil {
+	if err := c.checkCtx(ctx, "put object"); err != nil {
 		return errRef[T](c, err)
 	}
 	val, err := encode(c.codec, v)
 	if err != nil {
-		return errRef[T](c, backend.Errorf(backend.InvalidArgument, "ray.Put", "%w", err))
+		return errRef[T](c, backend.Errorf(backend.InvalidArgument, "put object", "%w", err))
 	}
 	id, err := c.b.Put(ctx, val)
 	if err != nil {
@@ -148,7 +148,7 @@ func Put[T any](ctx context.Context, c *Cluster, v T) ObjectRef[T] {
 // whose submission failed counts as ready. n is clamped to [0, len(refs)].
 func Wait[R Ref](ctx context.Context, refs []R, n int) (ready, notReady []R, err error) {
 	if ctx == nil {
-		return nil, nil, backend.Errorf(backend.InvalidArgument, "ray.Wait", "nil context; pass context.Background() or a request's context")
+		return nil, nil, backend.Errorf(backend.InvalidArgument, "wait for objects", "nil context; pass context.Background() or a request's context")
 	}
 	n = max(0, min(n, len(refs)))
 	var c *Cluster
@@ -165,13 +165,13 @@ func Wait[R Ref](ctx context.Context, refs []R, n int) (ready, notReady []R, err
 		if c == nil {
 			c = r.cluster()
 		} else if r.cluster() != c {
-			return nil, nil, backend.Errorf(backend.InvalidArgument, "ray.Wait", "refs belong to different clusters")
+			return nil, nil, backend.Errorf(backend.InvalidArgument, "wait for objects", "refs belong to different clusters")
 		}
 		ids = append(ids, r.ID())
 		idx = append(idx, i)
 	}
 	if len(ids) > 0 && count < n {
-		if err := c.check("ray.Wait"); err != nil {
+		if err := c.check("wait for objects"); err != nil {
 			return nil, nil, err
 		}
 		var rs []bool
@@ -197,7 +197,7 @@ func Wait[R Ref](ctx context.Context, refs []R, n int) (ready, notReady []R, err
 // with the first error in input order, naming the failing index.
 func GetAll[T any](ctx context.Context, refs []ObjectRef[T]) ([]T, error) {
 	if ctx == nil {
-		return nil, backend.Errorf(backend.InvalidArgument, "ray.GetAll", "nil context; pass context.Background() or a request's context")
+		return nil, backend.Errorf(backend.InvalidArgument, "get objects", "nil context; pass context.Background() or a request's context")
 	}
 	out := make([]T, len(refs))
 	for i, r := range refs {
@@ -206,7 +206,7 @@ func GetAll[T any](ctx context.Context, refs []ObjectRef[T]) ([]T, error) {
 			if ctx.Err() != nil && err == ctx.Err() {
 				return nil, err
 			}
-			return nil, fmt.Errorf("ray.GetAll: ref %d of %d: %w", i, len(refs), err)
+			return nil, fmt.Errorf("get objects: ref %d of %d: %w", i, len(refs), err)
 		}
 		out[i] = v
 	}

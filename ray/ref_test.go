@@ -135,7 +135,7 @@ func TestGetAll(t *testing.T) {
 		got, err := ray.GetAll(ctx, refs)
 		is.True(got == nil)
 		is.Equal(ray.Code(err), ray.TaskFailed)
-		is.True(strings.HasPrefix(err.Error(), "ray.GetAll: ref 1 of 3: ")) // the first failure in input order
+		is.True(strings.HasPrefix(err.Error(), "get objects: ref 1 of 3: ")) // the first failure in input order
 		is.True(strings.Contains(err.Error(), "negative input -2"))
 		var te *ray.TaskError
 		is.True(errors.As(err, &te))

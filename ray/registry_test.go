@@ -313,7 +313,7 @@ func TestNewCluster(t *testing.T) {
 		is := is.New(t)
 		_, err := ray.NewCluster(ctx, &startOnly{err: backend.Errorf(backend.Unavailable, "dial", "connection refused")}, nil)
 		is.Equal(ray.Code(err), ray.Unavailable)
-		is.True(strings.HasPrefix(err.Error(), "ray.NewCluster: "))
+		is.True(strings.HasPrefix(err.Error(), "create cluster: "))
 		is.True(strings.Contains(err.Error(), "connection refused"))
 	})
 	t.Run("Start context error is returned as is", func(t *testing.T) {

@@ -3,7 +3,6 @@ package ray
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"runtime"
 	"slices"
@@ -93,11 +92,14 @@ func NewSlicePlacementGroup(ctx context.Context, c *Cluster, spec SliceSpec) (*S
 	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
 	}
-	req := &backend.SliceRequest{
-		Generation: spec.AcceleratorVersion, Topology: spec.Topology, ChipsPerHost: spec.ChipsPerVM,
-		NumSlices: spec.NumSlices, BundleResources: backend.Resources(maps.Clone(spec.ResourcesPerBundle)), Name: spec.Name,
+	parsed, err := tpu.NewSliceShape(tpu.Generation(spec.AcceleratorVersion), spec.Topology, spec.ChipsPerVM)
+	if err != nil {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "%w", err)
 	}
-	rr, err := req.Resolve(op, nil)
+	req := &backend.SliceRequest{
+		Shape: parsed, NumSlices: spec.NumSlices, BundleResources: backend.Resources(maps.Clone(spec.ResourcesPerBundle)), Name: spec.Name,
+	}
+	rr, err := req.Resolve(op)
 	if err != nil {
 		return nil, err
 	}
@@ -126,8 +128,7 @@ func (s *SlicePlacementGroup) reserve(ctx context.Context) (*backend.SliceReserv
 		defer cancel()
 	}
 	return s.c.b.(backend.SliceReserver).ReserveSlices(ctx, &backend.SliceRequest{
-		Generation: s.shape.Generation.String(), Topology: s.shape.Topology.String(), ChipsPerHost: spec.ChipsPerVM,
-		NumSlices: spec.NumSlices, BundleResources: backend.Resources(maps.Clone(spec.ResourcesPerBundle)), Name: spec.Name,
+		Shape: s.shape, NumSlices: spec.NumSlices, BundleResources: backend.Resources(maps.Clone(spec.ResourcesPerBundle)), Name: spec.Name,
 	})
 }
 
@@ -141,10 +142,7 @@ func (s *SlicePlacementGroup) adopt(res *backend.SliceReservation) {
 		pg.spec.Bundles[i] = Bundle{Resources: br, Env: res.Env[i]}
 	}
 	s.pg = pg
-	s.cleanup = runtime.AddCleanup(s, func(a releaseArg) {
-		a.log.Warn("goray: TPU slice reservation was not released; releasing it now", "group", a.id)
-		a.b.RemovePlacementGroup(context.Background(), a.id)
-	}, releaseArg{b: s.c.b, id: res.Group, log: s.c.log})
+	s.cleanup = runtime.AddCleanup(s, func(a releaseArg) { a.r.release(a.id) }, releaseArg{r: s.c.reap, id: res.Group})
 }
 
 // current returns the current reservation and its placement group.
@@ -160,7 +158,7 @@ func (s *SlicePlacementGroup) renew(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released {
-		return backend.Errorf(backend.FailedPrecondition, "ray.SlicePlacementGroup", "reservation already released")
+		return backend.Errorf(backend.FailedPrecondition, "use slice placement group", "reservation already released")
 	}
 	s.cleanup.Stop()
 	if err := s.c.b.RemovePlacementGroup(context.WithoutCancel(ctx), s.res.Group); err != nil {
@@ -177,9 +175,8 @@ func (s *SlicePlacementGroup) renew(ctx context.Context) error {
 }
 
 type releaseArg struct {
-	b   backend.Backend
-	id  backend.PlacementGroupID
-	log *slog.Logger
+	r  *reaper
+	id backend.PlacementGroupID
 }
 
 // Release gives the slices back. Work still running on them is stopped as
@@ -406,7 +403,7 @@ func Dispatch[I, O any](ctx context.Context, c *Cluster, spec SliceSpec, task *T
 }
 
 // TPUSlices returns the state of every TPU slice of the cluster.
-func TPUSlices(ctx context.Context, c *Cluster) ([]backend.SliceState, error) {
+func TPUSlices(ctx context.Context, c *Cluster) ([]SliceState, error) {
 	const op = backend.ListSlicesOp
 	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
@@ -421,7 +418,7 @@ func TPUSlices(ctx context.Context, c *Cluster) ([]backend.SliceState, error) {
 // PendingSliceRequests returns the slice reservations that are waiting for
 // slices, shape by shape, each shape's in the order they will be served.
 // Every backend that reserves slices reports them.
-func PendingSliceRequests(ctx context.Context, c *Cluster) ([]backend.PendingSliceRequest, error) {
+func PendingSliceRequests(ctx context.Context, c *Cluster) ([]PendingSliceRequest, error) {
 	const op = backend.ListPendingSlicesOp
 	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
@@ -445,7 +442,7 @@ type SliceSummary struct {
 
 // SummarizeSlices counts slices per generation and topology, in the order
 // shapes first appear.
-func SummarizeSlices(states []backend.SliceState) []SliceSummary {
+func SummarizeSlices(states []SliceState) []SliceSummary {
 	var out []SliceSummary
 	for _, st := range states {
 		i := slices.IndexFunc(out, func(s SliceSummary) bool {

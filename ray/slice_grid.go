@@ -20,7 +20,7 @@ import (
 // first two on worker 0, the next two on worker 1.
 // 3D topologies are drawn as z-layers side by side. Examples and tools use
 // it to show where slices landed.
-func FormatSlices(states []backend.SliceState) string {
+func FormatSlices(states []SliceState) string {
 	var b strings.Builder
 	letters := map[backend.PlacementGroupID]byte{}
 	for _, st := range states {

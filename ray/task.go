@@ -56,11 +56,11 @@ func NewTask[I, O any](name string, fn func(ctx context.Context, in I) (O, error
 func LookupTask[I, O any](name string) (*Task[I, O], error) {
 	e := lookupTask(name)
 	if e == nil {
-		return nil, backend.Errorf(backend.NotFound, "ray.LookupTask", "task %q is not registered; registered tasks: %v", name, RegisteredTasks())
+		return nil, backend.Errorf(backend.NotFound, "look up task "+name, "task %q is not registered; registered tasks: %v", name, RegisteredTasks())
 	}
 	in, out := reflect.TypeFor[I](), reflect.TypeFor[O]()
 	if e.in != in || e.out != out {
-		return nil, backend.Errorf(backend.InvalidArgument, "ray.LookupTask", "task %q is func(%v) %v, not func(%v) %v", name, e.in, e.out, in, out)
+		return nil, backend.Errorf(backend.InvalidArgument, "look up task "+name, "task %q is func(%v) %v, not func(%v) %v", name, e.in, e.out, in, out)
 	}
 	return &Task[I, O]{name: name, op: "submit task " + name}, nil
 }

@@ -46,7 +46,7 @@ type workerRegistry struct{ codecs []Codec }
 func (r workerRegistry) Entries() []worker.Entry { return registryEntries() }
 
 func (r workerRegistry) Executor(name string) (backend.Executor, error) {
-	const op = "ray.Main"
+	const op = "run worker main"
 	if name == "" {
 		return nil, backend.Errorf(backend.FailedPrecondition, op, "the driver does not encode values (ray.Options.DisableCodec), which cannot cross to a worker process; use a codec")
 	}

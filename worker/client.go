@@ -92,7 +92,7 @@ var _ backend.Executor = (*Client)(nil)
 // from different code (the message names the differences), InvalidArgument
 // for bad options.
 func Dial(ctx context.Context, addr string, opts *ClientOptions) (*Client, error) {
-	op := "worker.Dial " + addr
+	op := "dial worker " + addr
 	if opts == nil {
 		opts = &ClientOptions{}
 	}

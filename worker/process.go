@@ -71,7 +71,7 @@ type Process struct {
 // start or exits before serving (the message quotes its stderr);
 // DeadlineExceeded when it does not start within StartTimeout.
 func StartProcess(ctx context.Context, opts *ProcessOptions) (*Process, error) {
-	const op = "worker.StartProcess"
+	const op = "start worker process"
 	if Launched() {
 		return nil, backend.Errorf(backend.FailedPrecondition, op,
 			"this process was launched as a goray worker but runs the program's main instead of serving: call ray.Main() first in main (and in TestMain)")

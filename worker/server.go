@@ -86,7 +86,7 @@ type Server struct {
 // NewServer returns a server of reg. It fails with InvalidArgument when
 // the options have no token or a message bound below MinMaxMessageSize.
 func NewServer(reg Registry, opts *ServerOptions) (*Server, error) {
-	const op = "worker.NewServer"
+	const op = "create worker server"
 	if reg == nil {
 		return nil, backend.Errorf(backend.InvalidArgument, op, "nil registry")
 	}
@@ -131,7 +131,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.mu.Lock()
 	if s.serving || s.closed {
 		s.mu.Unlock()
-		return backend.Errorf(backend.FailedPrecondition, "worker.Server.Serve", "a server serves once")
+		return backend.Errorf(backend.FailedPrecondition, "serve worker", "a server serves once")
 	}
 	s.serving = true
 	var idleC <-chan time.Time

@@ -31,6 +31,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	t.Run("PlacementGroups", s.testPlacementGroups)
 	t.Run("Scheduling", s.testScheduling)
 	t.Run("Faults", s.testFaults)
+	t.Run("Snapshot", s.testSnapshot)
 	t.Run("TPUSlices", s.testSlices)
 	t.Run("TPUSliceFaults", s.testSliceFaults)
 }

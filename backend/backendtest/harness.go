@@ -47,14 +47,20 @@ type Capabilities struct {
 	FaultInjection bool
 	// Snapshot: the backend implements backend.Snapshotter with node state.
 	Snapshot bool
-	// TPUSlices: the backend implements backend.SliceReserver and finds
-	// slices from node labels (see DefaultTPUNodes).
+	// SliceReservations: the backend implements backend.SliceReserver: a
+	// reservation of one or more slices runs work on each host with that
+	// host's worker env (and multislice env) and is released.
+	SliceReservations bool
+	// TPUSlices: SliceReservations, and the backend finds a finite set of
+	// slices from node labels (see DefaultTPUNodes), lists them, makes
+	// requests wait for busy slices and fails requests no slice could
+	// serve.
 	TPUSlices bool
 }
 
 // AllCapabilities is every capability.
 var AllCapabilities = Capabilities{
-	Concurrent: true, ResourceAccounting: true, Labels: true, FaultInjection: true, Snapshot: true, TPUSlices: true,
+	Concurrent: true, ResourceAccounting: true, Labels: true, FaultInjection: true, Snapshot: true, SliceReservations: true, TPUSlices: true,
 }
 
 // Harness builds backends for the suite.

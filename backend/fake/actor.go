@@ -39,7 +39,7 @@ type actor struct {
 // error is reported by ActorReady and by every call, with code ActorDied.
 func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (backend.ActorID, error) {
 	if spec == nil {
-		return 0, backend.Errorf(backend.InvalidArgument, "fake.CreateActor", "nil actor spec")
+		return 0, (*backend.ActorSpec)(nil).Check("create actor", b.exec, nil)
 	}
 	spec = cloneActorSpec(spec)
 	op := "create actor " + spec.Class
@@ -82,7 +82,7 @@ func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (bac
 		var scripted bool
 		_, err, scripted = b.nextScripted(spec.Class, 0)
 		if scripted && err == nil {
-			err = backend.Errorf(backend.InvalidArgument, "fake", "SetResult(%q) scripts a result for actor class %s; a constructor has no result: use SetError or FailNext", spec.Class, spec.Class)
+			err = backend.Errorf(backend.InvalidArgument, "create actor "+spec.Class, "SetResult(%q) scripts a result for actor class %s; a constructor has no result: use SetError or FailNext", spec.Class, spec.Class)
 		}
 	}
 	var inst backend.ActorInstance
@@ -101,7 +101,7 @@ func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (bac
 	case a.state == actorDead: // killed, removed with its group, or closed meanwhile
 		r.Err = a.deathErr
 	case b.closed:
-		r.Err = closedErr("fake")
+		r.Err = closedErr("create actor " + spec.Class)
 	case err != nil:
 		b.killLocked(a, backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "constructor of %s failed: %w", spec.Class, err))
 		r.Err = a.deathErr
@@ -109,6 +109,15 @@ func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (bac
 		a.inst, a.state = inst, actorAlive
 	}
 	return a.id, nil
+}
+
+// liveActorLocked reports the live actor named name (a dead actor's name is
+// freed when it dies). b.mu must be held.
+func (b *Backend) liveActorLocked(name string) (backend.ActorID, bool) {
+	if other := b.actorNames[name]; other != nil {
+		return other.id, true
+	}
+	return 0, false
 }
 
 // admitActorLocked validates an actor creation. b.mu must be held.
@@ -119,19 +128,8 @@ func (b *Backend) admitActorLocked(ctx context.Context, op string, spec *backend
 	if err := b.precheckLocked(op); err != nil {
 		return placement{}, err
 	}
-	if spec.Class == "" {
-		return placement{}, backend.Errorf(backend.InvalidArgument, op, "empty actor class name")
-	}
-	if !b.exec.HasActorMethod(spec.Class, "") {
-		return placement{}, backend.Errorf(backend.NotFound, op, "actor class %q is not registered", spec.Class)
-	}
-	if spec.Name != "" {
-		if other := b.actorNames[spec.Name]; other != nil {
-			return placement{}, backend.Errorf(backend.AlreadyExists, op, "an actor named %q already exists (%s)", spec.Name, other.id)
-		}
-	}
-	if spec.Arg.Ref != 0 {
-		return placement{}, backend.Errorf(backend.InvalidArgument, op, "actor constructors take a value, not a ref")
+	if err := spec.Check(op, b.exec, b.liveActorLocked); err != nil {
+		return placement{}, err
 	}
 	return b.placeLocked(op, &spec.Scheduling)
 }
@@ -163,7 +161,7 @@ func (b *Backend) killLocked(a *actor, err error) {
 // its constructor runs): nil for a live actor, the cause of death (code
 // ActorDied) for a dead one.
 func (b *Backend) ActorReady(ctx context.Context, id backend.ActorID) error {
-	const op = "fake.ActorReady"
+	const op = "wait for actor"
 	a, r, c, err := b.lookupActor(op, KindActorReady, id)
 	if err == nil {
 		err = b.hook(op, c)
@@ -190,7 +188,7 @@ func (b *Backend) ActorReady(ctx context.Context, id backend.ActorID) error {
 // running in other goroutines have their context cancelled and fail with
 // ActorDied. Killing a dead actor is not an error.
 func (b *Backend) KillActor(ctx context.Context, id backend.ActorID) error {
-	const op = "fake.KillActor"
+	const op = "kill actor"
 	a, r, c, err := b.lookupActor(op, KindKill, id)
 	if err == nil {
 		err = b.hook(op, c)
@@ -226,7 +224,7 @@ func (b *Backend) lookupActor(op string, kind Kind, id backend.ActorID) (*actor,
 
 // NamedActor implements backend.Backend.
 func (b *Backend) NamedActor(ctx context.Context, name string) (backend.ActorID, string, error) {
-	const op = "fake.NamedActor"
+	op := "look up actor " + name
 	b.mu.Lock()
 	r := b.recordLocked(Call{Kind: KindNamedActor, Name: name})
 	err := b.precheckLocked(op)
@@ -264,7 +262,7 @@ func (b *Backend) NamedActor(ctx context.Context, name string) (backend.ActorID,
 // returns ctx.Err() and the call never runs.
 func (b *Backend) CallActor(ctx context.Context, spec *backend.CallSpec) (backend.ObjectID, error) {
 	if spec == nil {
-		return 0, backend.Errorf(backend.InvalidArgument, "fake.CallActor", "nil call spec")
+		return 0, backend.Errorf(backend.InvalidArgument, "call actor", "nil call spec")
 	}
 	spec = cloneCallSpec(spec)
 	name := spec.Class + "." + spec.Method
@@ -371,7 +369,7 @@ func (b *Backend) call(ctx context.Context, a *actor, method string, rec Call) (
 	}
 	v, err, _, _ = b.attempt(ctx, &work{rec: rec, actor: a, group: a.pl.group, run: func(rctx context.Context) (backend.Value, error) {
 		if inst == nil {
-			return backend.Value{}, backend.Errorf(backend.Internal, "fake", "%s has no instance", a.id)
+			return backend.Value{}, backend.Errorf(backend.Internal, "call actor "+a.id.String(), "the actor has no instance")
 		}
 		return inst.Call(rctx, method, rec.Arg, info)
 	}})

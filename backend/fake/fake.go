@@ -215,7 +215,7 @@ func (b *Backend) SupportsNativeValues() bool { return true }
 
 // Start implements backend.Backend.
 func (b *Backend) Start(ctx context.Context, exec backend.Executor) error {
-	const op = "fake.Start"
+	const op = "start backend"
 	if exec == nil {
 		return backend.Errorf(backend.InvalidArgument, op, "nil executor")
 	}
@@ -252,7 +252,7 @@ func (b *Backend) Close() error {
 	if b.stop != nil {
 		b.stop()
 	}
-	err := closedErr("fake")
+	err := closedErr("close cluster")
 	for r := range b.running {
 		r.abortLocked(err)
 	}
@@ -365,13 +365,5 @@ func runContext(caller, parent context.Context, self backend.ActorID) (context.C
 
 // env returns the runtime env of work in a bundle with the given env.
 func (b *Backend) env(bundle map[string]string) map[string]string {
-	if len(bundle) == 0 {
-		return b.opts.Env
-	}
-	env := maps.Clone(b.opts.Env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	maps.Copy(env, bundle)
-	return env
+	return backend.OverlayEnv(b.opts.Env, bundle)
 }

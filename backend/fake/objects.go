@@ -30,7 +30,7 @@ func (b *Backend) inputLocked(op string, arg backend.Arg) (v backend.Value, inEr
 
 // Put implements backend.Backend.
 func (b *Backend) Put(ctx context.Context, v backend.Value) (backend.ObjectID, error) {
-	const op = "fake.Put"
+	const op = "put object"
 	rec := Call{Kind: KindPut, Arg: v}
 	b.mu.Lock()
 	err := ctx.Err()
@@ -66,7 +66,7 @@ func (b *Backend) Put(ctx context.Context, v backend.Value) (backend.ObjectID, e
 // Get implements backend.Backend. Every object the fake knows is ready, so
 // Get returns at once, whatever ctx.
 func (b *Backend) Get(ctx context.Context, id backend.ObjectID) (backend.Value, error) {
-	const op = "fake.Get"
+	const op = "get object"
 	b.mu.Lock()
 	r := b.recordLocked(Call{Kind: KindGet, Object: id})
 	var o *object
@@ -99,7 +99,7 @@ func (b *Backend) Get(ctx context.Context, id backend.ObjectID) (backend.Value, 
 // Wait implements backend.Backend. Every object the fake knows is ready, so
 // Wait reports them all ready at once; an unknown object is NotFound.
 func (b *Backend) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bool, error) {
-	const op = "fake.Wait"
+	const op = "wait for objects"
 	ready := make([]bool, len(ids))
 	b.mu.Lock()
 	r := b.recordLocked(Call{Kind: KindWait, Objects: slices.Clone(ids)})

@@ -2,7 +2,6 @@ package fake
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/goray-dev/goray/backend"
 )
@@ -29,46 +28,38 @@ func (p placement) bundleIndex() int {
 	return p.bundle
 }
 
-func pgRemovedErr(id backend.PlacementGroupID) error {
-	return backend.Errorf(backend.FailedPrecondition, "placement group "+id.String(), "%w", backend.ErrPlacementGroupRemoved)
-}
-
 // placeLocked validates the scheduling of work and picks its bundle: the
 // given one, or for -1 the first bundle whose resources hold the work's.
 // The resources of a bundle are not consumed: the fake does no accounting.
 // b.mu must be held.
 func (b *Backend) placeLocked(op string, s *backend.Scheduling) (placement, error) {
 	if err := s.Resources.Validate(); err != nil {
-		return placement{}, backend.Errorf(backend.InvalidArgument, op, "%v", err.(*backend.Error).Err)
+		return placement{}, backend.Reop(backend.InvalidArgument, op, err)
 	}
 	if err := s.NodeSelector.Validate(); err != nil {
-		return placement{}, backend.Errorf(backend.InvalidArgument, op, "%v", err.(*backend.Error).Err)
+		return placement{}, backend.Reop(backend.InvalidArgument, op, err)
 	}
 	if s.Placement.Group == 0 {
 		return placement{bundle: -1, env: b.env(nil)}, nil
 	}
 	g := b.groups[s.Placement.Group]
 	if g == nil {
-		return placement{}, backend.Errorf(backend.NotFound, op, "placement group %s does not exist", s.Placement.Group)
+		return placement{}, backend.PlacementGroupNotFound(op, s.Placement.Group)
 	}
 	if g.removed {
-		return placement{}, backend.Errorf(backend.FailedPrecondition, op, "placement group %s: %w", g.id, backend.ErrPlacementGroupRemoved)
+		return placement{}, backend.PlacementGroupRemovedError(g.id)
 	}
 	bundles := g.spec.Bundles
 	i := s.Placement.Bundle
-	if i >= len(bundles) || i < -1 {
-		return placement{}, backend.Errorf(backend.InvalidArgument, op, "bundle index %d out of range: %s has %d bundles (use -1 for any)", i, g.id, len(bundles))
+	if err := backend.CheckBundleIndex(op, g.id, i, len(bundles)); err != nil {
+		return placement{}, err
 	}
 	for j, bu := range bundles {
 		if (i == -1 || i == j) && backend.Fits(s.Resources, bu.Resources) {
 			return placement{group: g.id, bundle: j, env: b.env(bu.Env)}, nil
 		}
 	}
-	which := "(any)"
-	if i >= 0 {
-		which = fmt.Sprint(i)
-	}
-	return placement{}, backend.Errorf(backend.Infeasible, op, "%s does not fit in bundle %s of %s", s.Resources, which, g.id)
+	return placement{}, backend.BundleMisfit(op, s.Resources, i, g.id)
 }
 
 // CreatePlacementGroup implements backend.Backend. It validates the spec as
@@ -77,7 +68,7 @@ func (b *Backend) placeLocked(op string, s *backend.Scheduling) (placement, erro
 // without checking capacity.
 func (b *Backend) CreatePlacementGroup(ctx context.Context, spec *backend.PlacementGroupSpec) (backend.PlacementGroupID, error) {
 	if spec == nil {
-		return 0, backend.Errorf(backend.InvalidArgument, "fake.CreatePlacementGroup", "nil placement group spec")
+		return 0, backend.Errorf(backend.InvalidArgument, "create placement group", "nil placement group spec")
 	}
 	spec = cloneGroupSpec(spec)
 	op := "create placement group"
@@ -118,7 +109,7 @@ func (b *Backend) CreatePlacementGroup(ctx context.Context, spec *backend.Placem
 // created, so it returns at once: nil, or ErrPlacementGroupRemoved (code
 // FailedPrecondition) for a removed group.
 func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementGroupID) error {
-	const op = "fake.PlacementGroupReady"
+	const op = "wait for placement group"
 	g, r, c, err := b.lookupGroup(op, KindPlacementGroupReady, id)
 	if err == nil {
 		err = b.hook(op, c)
@@ -129,7 +120,7 @@ func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 		err = b.precheckLocked(op)
 	}
 	if err == nil && g.removed {
-		err = pgRemovedErr(id)
+		err = backend.PlacementGroupRemovedError(id)
 	}
 	r.Err = err
 	return err
@@ -140,7 +131,7 @@ func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 // ErrPlacementGroupRemoved, actors in it die, and later work pinned to it
 // is rejected with FailedPrecondition. Removing twice is not an error.
 func (b *Backend) RemovePlacementGroup(ctx context.Context, id backend.PlacementGroupID) error {
-	const op = "fake.RemovePlacementGroup"
+	const op = "remove placement group"
 	g, r, c, err := b.lookupGroup(op, KindRemovePlacementGroup, id)
 	if err == nil {
 		err = b.hook(op, c)
@@ -152,7 +143,7 @@ func (b *Backend) RemovePlacementGroup(ctx context.Context, id backend.Placement
 	}
 	if err == nil && !g.removed {
 		g.removed = true
-		gone := pgRemovedErr(id)
+		gone := backend.PlacementGroupRemovedError(id)
 		for run := range b.running {
 			if run.group == id && run.actor == nil {
 				run.abortLocked(gone)

@@ -31,7 +31,7 @@ type reservation struct {
 // context.DeadlineExceeded, as when slices stay busy).
 func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) (*backend.SliceReservation, error) {
 	op := backend.ReserveSlicesOp(req.Name)
-	rr, err := req.Resolve(op, nil)
+	rr, err := req.Resolve(op)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ import (
 func (b *Backend) Snapshot(ctx context.Context) (*backend.State, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.precheckLocked("fake.Snapshot"); err != nil {
+	if err := b.precheckLocked("snapshot cluster"); err != nil {
 		return nil, err
 	}
 	s := &backend.State{Running: len(b.running)}

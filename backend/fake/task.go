@@ -12,7 +12,7 @@ import (
 // fails with the input's error.
 func (b *Backend) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backend.ObjectID, error) {
 	if spec == nil {
-		return 0, backend.Errorf(backend.InvalidArgument, "fake.SubmitTask", "nil task spec")
+		return 0, (*backend.TaskSpec)(nil).Check("submit task", b.exec)
 	}
 	spec = cloneTaskSpec(spec)
 	op := "submit task " + spec.Name
@@ -59,11 +59,8 @@ func (b *Backend) admitTaskLocked(ctx context.Context, op string, spec *backend.
 	if err := b.precheckLocked(op); err != nil {
 		return placement{}, err
 	}
-	if spec.Name == "" {
-		return placement{}, backend.Errorf(backend.InvalidArgument, op, "empty task name")
-	}
-	if !b.exec.HasTask(spec.Name) {
-		return placement{}, backend.Errorf(backend.NotFound, op, "task %q is not registered", spec.Name)
+	if err := spec.Check(op, b.exec); err != nil {
+		return placement{}, err
 	}
 	return b.placeLocked(op, &spec.Scheduling)
 }
@@ -132,9 +129,9 @@ func (b *Backend) attempt(caller context.Context, w *work) (v backend.Value, err
 	case w.actor != nil && w.actor.state == actorDead:
 		abort = w.actor.deathErr
 	case w.group != 0 && b.groups[w.group].removed:
-		abort = pgRemovedErr(w.group)
+		abort = backend.PlacementGroupRemovedError(w.group)
 	case w.run == nil:
-		abort = backend.Errorf(backend.Internal, "fake", "%s: nothing to run", w.rec.Name)
+		abort = backend.Errorf(backend.Internal, "run "+w.rec.Name, "nothing to run")
 	}
 	if abort != nil {
 		rec.finishLocked(backend.Value{}, abort)

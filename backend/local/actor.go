@@ -56,10 +56,22 @@ func (a *actor) signalReady() {
 	}
 }
 
+// liveActor reports the live actor named name. b.mu must be held.
+func (b *Backend) liveActor(name string) (backend.ActorID, bool) {
+	other := b.actorNames[name]
+	if other == nil || other.state == actorDead {
+		return 0, false
+	}
+	return other.id, true
+}
+
 // CreateActor implements backend.Backend.
 func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (backend.ActorID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
+	}
+	if spec == nil {
+		return 0, (*backend.ActorSpec)(nil).Check("create actor", b.exec, nil)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -67,19 +79,8 @@ func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (bac
 	if err := b.precheck(op); err != nil {
 		return 0, err
 	}
-	if spec.Class == "" {
-		return 0, backend.Errorf(backend.InvalidArgument, op, "empty actor class name")
-	}
-	if !b.exec.HasActorMethod(spec.Class, "") {
-		return 0, backend.Errorf(backend.NotFound, op, "actor class %q is not registered", spec.Class)
-	}
-	if spec.Name != "" {
-		if other := b.actorNames[spec.Name]; other != nil && other.state != actorDead {
-			return 0, backend.Errorf(backend.AlreadyExists, op, "an actor named %q already exists (%s)", spec.Name, other.id)
-		}
-	}
-	if spec.Arg.Ref != 0 {
-		return 0, backend.Errorf(backend.InvalidArgument, op, "actor constructors take a value, not a ref")
+	if err := spec.Check(op, b.exec, b.liveActor); err != nil {
+		return 0, err
 	}
 	c, err := b.classFor(op, &spec.Scheduling)
 	if err != nil {
@@ -142,7 +143,7 @@ func (b *Backend) startActor(t *task) {
 func (b *Backend) ActorReady(ctx context.Context, id backend.ActorID) error {
 	b.mu.Lock()
 	a := b.actors[id]
-	if err := b.precheck("local.ActorReady"); err != nil {
+	if err := b.precheck("wait for actor"); err != nil {
 		b.mu.Unlock()
 		return err
 	}
@@ -151,7 +152,7 @@ func (b *Backend) ActorReady(ctx context.Context, id backend.ActorID) error {
 		if err, dead := b.deadActor(id); dead {
 			return err
 		}
-		return backend.Errorf(backend.NotFound, "local.ActorReady", "actor %s does not exist", id)
+		return backend.Errorf(backend.NotFound, "wait for actor", "actor %s does not exist", id)
 	}
 	ch := a.ready
 	b.mu.Unlock()
@@ -163,7 +164,7 @@ func (b *Backend) ActorReady(ctx context.Context, id backend.ActorID) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return backend.Errorf(backend.FailedPrecondition, "local.ActorReady", "%w", backend.ErrClosed)
+		return backend.Errorf(backend.FailedPrecondition, "wait for actor", "%w", backend.ErrClosed)
 	}
 	return a.deathErr
 }
@@ -172,12 +173,12 @@ func (b *Backend) ActorReady(ctx context.Context, id backend.ActorID) error {
 func (b *Backend) NamedActor(ctx context.Context, name string) (backend.ActorID, string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.precheck("local.NamedActor"); err != nil {
+	if err := b.precheck("look up actor " + name); err != nil {
 		return 0, "", err
 	}
 	a := b.actorNames[name]
 	if a == nil || a.state == actorDead {
-		return 0, "", backend.Errorf(backend.NotFound, "local.NamedActor", "no live actor is named %q", name)
+		return 0, "", backend.Errorf(backend.NotFound, "look up actor "+name, "no live actor is named %q", name)
 	}
 	return a.id, a.spec.Class, nil
 }
@@ -371,7 +372,7 @@ func (b *Backend) finishCall(r *callRun, v backend.Value, err error) (next *call
 func (b *Backend) KillActor(ctx context.Context, id backend.ActorID) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.precheck("local.KillActor"); err != nil {
+	if err := b.precheck("kill actor"); err != nil {
 		return err
 	}
 	a := b.actors[id]
@@ -379,7 +380,7 @@ func (b *Backend) KillActor(ctx context.Context, id backend.ActorID) error {
 		if _, dead := b.deadActor(id); dead {
 			return nil
 		}
-		return backend.Errorf(backend.NotFound, "local.KillActor", "actor %s does not exist", id)
+		return backend.Errorf(backend.NotFound, "kill actor", "actor %s does not exist", id)
 	}
 	b.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+id.String(), "actor was killed"), false)
 	return nil

@@ -62,7 +62,7 @@ func ExampleParseClusterSpec() {
 	fmt.Println(ray.Code(err))
 	fmt.Println(err)
 	// Output:
-	// local.ParseClusterSpec: json: unknown field "cpus"
+	// parse cluster spec: json: unknown field "cpus"
 	// InvalidArgument
-	// local.New: TPU slice spec 0: topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16
+	// create local cluster: TPU slice spec 0: topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16
 }

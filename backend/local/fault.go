@@ -24,12 +24,12 @@ func (b *Backend) KillNode(ctx context.Context, name string) error {
 func (b *Backend) killNode(name string, restarting bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.precheck("local.KillNode"); err != nil {
+	if err := b.precheck("kill node " + name); err != nil {
 		return err
 	}
 	n := b.byName[name]
 	if n == nil {
-		return backend.Errorf(backend.NotFound, "local.KillNode", "no node named %q", name)
+		return backend.Errorf(backend.NotFound, "kill node "+name, "no node named %q", name)
 	}
 	if !n.alive {
 		return nil
@@ -76,12 +76,12 @@ func (b *Backend) killNode(name string, restarting bool) error {
 func (b *Backend) RestartNode(ctx context.Context, name string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.precheck("local.RestartNode"); err != nil {
+	if err := b.precheck("restart node " + name); err != nil {
 		return err
 	}
 	n := b.byName[name]
 	if n == nil {
-		return backend.Errorf(backend.NotFound, "local.RestartNode", "no node named %q", name)
+		return backend.Errorf(backend.NotFound, "restart node "+name, "no node named %q", name)
 	}
 	if n.alive {
 		return nil
@@ -182,7 +182,7 @@ func (b *Backend) PreemptSlice(ctx context.Context, slice string) error {
 	}
 	b.mu.Unlock()
 	if hosts == nil {
-		return backend.Errorf(backend.NotFound, "local.PreemptSlice", "no TPU slice named %q", slice)
+		return backend.Errorf(backend.NotFound, "preempt slice "+slice, "no TPU slice named %q", slice)
 	}
 	for _, h := range hosts {
 		if err := b.KillNode(ctx, h); err != nil {

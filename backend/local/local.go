@@ -271,7 +271,7 @@ func (b *Backend) resources(v []int64) backend.Resources {
 // Infeasible, naming the names the cluster has.
 func (b *Backend) checkResources(op string, r backend.Resources) error {
 	if err := r.Validate(); err != nil {
-		return backend.Errorf(backend.InvalidArgument, op, "%v", err.(*backend.Error).Err)
+		return backend.Reop(backend.InvalidArgument, op, err)
 	}
 	for k, v := range r {
 		if _, ok := b.resIndex[k]; !ok && v > 0 {
@@ -287,15 +287,15 @@ func (b *Backend) SupportsNativeValues() bool { return true }
 // Start implements backend.Backend.
 func (b *Backend) Start(ctx context.Context, exec backend.Executor) error {
 	if exec == nil {
-		return backend.Errorf(backend.InvalidArgument, "local.Start", "nil executor")
+		return backend.Errorf(backend.InvalidArgument, "start backend", "nil executor")
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return backend.Errorf(backend.FailedPrecondition, "local.Start", "%w", backend.ErrClosed)
+		return backend.Errorf(backend.FailedPrecondition, "start backend", "%w", backend.ErrClosed)
 	}
 	if b.started {
-		return backend.Errorf(backend.FailedPrecondition, "local.Start", "backend already started; a backend serves one cluster")
+		return backend.Errorf(backend.FailedPrecondition, "start backend", "backend already started; a backend serves one cluster")
 	}
 	if b.procOpts != nil { // multi-process mode: user code runs in worker processes (process.go)
 		pe, err := b.startProcesses(ctx, exec)
@@ -347,7 +347,7 @@ func (b *Backend) Close() error {
 			a.cancel()
 		}
 	}
-	closedErr := backend.Errorf(backend.FailedPrecondition, "local", "%w", backend.ErrClosed)
+	closedErr := backend.Errorf(backend.FailedPrecondition, "close cluster", "%w", backend.ErrClosed)
 	for _, o := range b.objects {
 		if !o.done {
 			b.completeLocked(o, backend.Value{}, closedErr)

@@ -60,5 +60,5 @@ func (a *limitInstance) Call(ctx context.Context, method string, arg backend.Val
 }
 
 func wrapLimit(what string, err error) error {
-	return backend.Errorf(backend.ResourceExhausted, what, "%v", err.(*backend.Error).Err)
+	return backend.Reop(backend.ResourceExhausted, what, err)
 }

@@ -82,7 +82,7 @@ func (b *Backend) Put(ctx context.Context, v backend.Value) (backend.ObjectID, e
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.precheck("local.Put"); err != nil {
+	if err := b.precheck("put object"); err != nil {
 		return 0, err
 	}
 	o := b.newObject()
@@ -95,12 +95,12 @@ func (b *Backend) Get(ctx context.Context, id backend.ObjectID) (backend.Value, 
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return backend.Value{}, backend.Errorf(backend.FailedPrecondition, "local.Get", "%w", backend.ErrClosed)
+		return backend.Value{}, backend.Errorf(backend.FailedPrecondition, "get object", "%w", backend.ErrClosed)
 	}
 	o := b.objects[id]
 	if o == nil {
 		b.mu.Unlock()
-		return backend.Value{}, backend.Errorf(backend.NotFound, "local.Get", "object %s does not exist (never created, or freed)", id)
+		return backend.Value{}, backend.Errorf(backend.NotFound, "get object", "object %s does not exist (never created, or freed)", id)
 	}
 	if o.done {
 		b.mu.Unlock()
@@ -125,7 +125,7 @@ func (b *Backend) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bo
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return ready, backend.Errorf(backend.FailedPrecondition, "local.Wait", "%w", backend.ErrClosed)
+		return ready, backend.Errorf(backend.FailedPrecondition, "wait for objects", "%w", backend.ErrClosed)
 	}
 	objs := make([]*object, len(ids))
 	count := 0
@@ -133,7 +133,7 @@ func (b *Backend) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bo
 		o := b.objects[id]
 		if o == nil {
 			b.mu.Unlock()
-			return ready, backend.Errorf(backend.NotFound, "local.Wait", "object %s does not exist (never created, or freed)", id)
+			return ready, backend.Errorf(backend.NotFound, "wait for objects", "object %s does not exist (never created, or freed)", id)
 		}
 		objs[i] = o
 		if o.done {

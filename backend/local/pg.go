@@ -60,10 +60,6 @@ func (pg *pgroup) signal() {
 	}
 }
 
-func pgRemovedErr(id backend.PlacementGroupID) error {
-	return backend.Errorf(backend.FailedPrecondition, "placement group "+id.String(), "%w", backend.ErrPlacementGroupRemoved)
-}
-
 // failRequest fails a request that can never run. b.mu must be held.
 func (b *Backend) failRequest(t *task, err error) {
 	if t.actor != nil {
@@ -116,7 +112,7 @@ func (b *Backend) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, e
 		}
 		m, err := bs.LabelSelector.Compile()
 		if err != nil {
-			return nil, backend.Errorf(backend.InvalidArgument, bop, "%v", err.(*backend.Error).Err)
+			return nil, backend.Reop(backend.InvalidArgument, bop, err)
 		}
 		pg.bundles = append(pg.bundles, &bundle{
 			pg: pg, index: i, demand: b.vector(bs.Resources), sel: m, env: bs.Env,
@@ -423,7 +419,7 @@ func (pg *pgroup) couldUse(n *node) bool {
 func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementGroupID) error {
 	for {
 		b.mu.Lock()
-		if err := b.precheck("local.PlacementGroupReady"); err != nil {
+		if err := b.precheck("wait for placement group"); err != nil {
 			b.mu.Unlock()
 			return err
 		}
@@ -433,7 +429,7 @@ func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 			if err, removed := b.removedPG(id); removed {
 				return err
 			}
-			return backend.Errorf(backend.NotFound, "local.PlacementGroupReady", "placement group %s does not exist", id)
+			return backend.PlacementGroupNotFound("wait for placement group", id)
 		}
 		if pg.lost != nil {
 			b.mu.Unlock()
@@ -445,7 +441,7 @@ func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 			return nil
 		case pgRemoved:
 			b.mu.Unlock()
-			return pgRemovedErr(id)
+			return backend.PlacementGroupRemovedError(id)
 		}
 		ch := pg.ready
 		b.mu.Unlock()
@@ -461,7 +457,7 @@ func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 func (b *Backend) RemovePlacementGroup(ctx context.Context, id backend.PlacementGroupID) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.precheck("local.RemovePlacementGroup"); err != nil {
+	if err := b.precheck("remove placement group"); err != nil {
 		return err
 	}
 	pg := b.pgs[id]
@@ -469,7 +465,7 @@ func (b *Backend) RemovePlacementGroup(ctx context.Context, id backend.Placement
 		if _, removed := b.removedPG(id); removed {
 			return nil
 		}
-		return backend.Errorf(backend.NotFound, "local.RemovePlacementGroup", "placement group %s does not exist", id)
+		return backend.PlacementGroupNotFound("remove placement group", id)
 	}
 	b.removePGLocked(pg)
 	return nil
@@ -485,11 +481,11 @@ func (b *Backend) removePGLocked(pg *pgroup) {
 	// A slice reservation broken by a lost host keeps that cause: work
 	// pinned to it fails with the Unavailable error naming the host,
 	// before and after the release.
-	b.removedPGs.add(pg.id, cmp.Or(pg.lost, pgRemovedErr(pg.id)))
+	b.removedPGs.add(pg.id, cmp.Or(pg.lost, backend.PlacementGroupRemovedError(pg.id)))
 	var err error
 	for _, bu := range pg.bundles {
 		if err == nil && (len(bu.running) > 0 || len(bu.actors) > 0) {
-			err = pgRemovedErr(pg.id)
+			err = backend.PlacementGroupRemovedError(pg.id)
 		}
 		for t := range bu.running {
 			b.abortTask(t, err, false)
@@ -508,7 +504,7 @@ func (b *Backend) removePGLocked(pg *pgroup) {
 	// Fail queued work pinned to the group and forget its classes.
 	for _, c := range pg.classes {
 		if err == nil && c.len() > 0 {
-			err = pgRemovedErr(pg.id)
+			err = backend.PlacementGroupRemovedError(pg.id)
 		}
 		for c.len() > 0 {
 			t := c.peek()

@@ -145,7 +145,7 @@ type incarnation struct {
 // returns the executor that runs work in them. b.mu is held; nothing runs
 // yet.
 func (b *Backend) startProcesses(ctx context.Context, exec backend.Executor) (*procExecutor, error) {
-	const op = "local.Start"
+	const op = "start backend"
 	o := *b.procOpts
 	m, ok := worker.ManifestOf(exec)
 	switch {
@@ -251,7 +251,7 @@ func (w *procWorker) start(ctx context.Context) (*worker.Client, error) {
 		if w.pe.closed.Load() {
 			w.pe.mu.Unlock()
 			w.mu.Unlock()
-			return nil, backend.Errorf(backend.FailedPrecondition, "local", "%w", backend.ErrClosed)
+			return nil, backend.Errorf(backend.FailedPrecondition, "start worker process", "%w", backend.ErrClosed)
 		}
 		w.pe.starts.Add(1)
 		w.pe.mu.Unlock()
@@ -296,7 +296,7 @@ func (w *procWorker) launch(done chan struct{}) {
 		p.Kill() //nolint:errcheck // reaped by the process's waiter
 	case w.pe.closed.Load():
 		// close stops it: it waits for this start, then stops w.all.
-		w.startErr = backend.Errorf(backend.FailedPrecondition, "local", "%w", backend.ErrClosed)
+		w.startErr = backend.Errorf(backend.FailedPrecondition, "start worker process", "%w", backend.ErrClosed)
 	default:
 		w.proc = p
 		w.startedAt = time.Now()
@@ -440,7 +440,7 @@ func (pe *procExecutor) close() {
 func (pe *procExecutor) client(ctx context.Context, node string) (*worker.Client, error) {
 	w := pe.byNode[node]
 	if w == nil {
-		return nil, backend.Errorf(backend.Internal, "local", "no worker process serves node %q", node)
+		return nil, backend.Errorf(backend.Internal, "run on node "+node, "no worker process serves node %q", node)
 	}
 	c, err := w.start(ctx)
 	if err != nil && ctx.Err() == nil {

@@ -113,7 +113,7 @@ func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
 	selText := ""
 	if len(s.NodeSelector) > 0 {
 		if err := s.NodeSelector.Validate(); err != nil {
-			return nil, backend.Errorf(backend.InvalidArgument, op, "%v", err.(*backend.Error).Err)
+			return nil, backend.Reop(backend.InvalidArgument, op, err)
 		}
 		selText = s.NodeSelector.String()
 		// Length-prefixed pairs: no two selectors share a key.
@@ -142,7 +142,7 @@ func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
 	}
 	m, err := s.NodeSelector.Compile()
 	if err != nil {
-		return nil, backend.Errorf(backend.InvalidArgument, op, "%v", err.(*backend.Error).Err)
+		return nil, backend.Reop(backend.InvalidArgument, op, err)
 	}
 	c := &class{key: string(key), demand: slices.Clone(vec), sel: m, selText: selText, pl: s.Placement, feasEpoch: ^uint64(0)}
 	if c.pl.Group == 0 {
@@ -209,20 +209,20 @@ func (b *Backend) feasible(op string, c *class) error {
 			if err, removed := b.removedPG(c.pl.Group); removed {
 				c.feasErr = err
 			} else {
-				c.feasErr = backend.Errorf(backend.NotFound, op, "placement group %s does not exist", c.pl.Group)
+				c.feasErr = backend.PlacementGroupNotFound(op, c.pl.Group)
 			}
 			return c.feasErr
 		}
-		if c.pl.Bundle >= len(pg.bundles) || c.pl.Bundle < -1 {
-			c.feasErr = backend.Errorf(backend.InvalidArgument, op, "bundle index %d out of range: %s has %d bundles (use -1 for any)", c.pl.Bundle, pg.id, len(pg.bundles))
-			return c.feasErr
+		if err := backend.CheckBundleIndex(op, pg.id, c.pl.Bundle, len(pg.bundles)); err != nil {
+			c.feasErr = err
+			return err
 		}
 		for i, bu := range pg.bundles {
 			if (c.pl.Bundle == -1 || c.pl.Bundle == i) && fits(c.demand, bu.demand) {
 				return nil
 			}
 		}
-		c.feasErr = backend.Errorf(backend.Infeasible, op, "%s does not fit in bundle %s of %s", b.resources(c.demand), bundleName(c.pl.Bundle), pg.id)
+		c.feasErr = backend.BundleMisfit(op, b.resources(c.demand), c.pl.Bundle, pg.id)
 		return c.feasErr
 	}
 	for _, n := range b.nodes {
@@ -235,13 +235,6 @@ func (b *Backend) feasible(op string, c *class) error {
 	// The error is not cached across epochs, so a restarted node makes the
 	// class feasible again.
 	return c.feasErr
-}
-
-func bundleName(i int) string {
-	if i < 0 {
-		return "(any)"
-	}
-	return strconv.Itoa(i)
 }
 
 func selPhrase(s string) string {
@@ -336,7 +329,7 @@ func (b *Backend) enqueue(t *task) {
 		switch {
 		case pg == nil || pg.state == pgRemoved:
 			err, _ := b.removedPG(c.pl.Group)
-			b.failRequest(t, cmp.Or(err, pgRemovedErr(c.pl.Group)))
+			b.failRequest(t, cmp.Or(err, backend.PlacementGroupRemovedError(c.pl.Group)))
 			return
 		case pg.lost != nil:
 			b.failRequest(t, pg.lost)

@@ -24,6 +24,11 @@ type ClusterSpec struct {
 	TPUSlices []TPUSliceSpec `json:"tpuSlices,omitempty"`
 }
 
+// Resources maps resource names (ray.CPU, ray.Memory, ray.TPU or any custom
+// name) to amounts: a node's capacity. It is package backend's type, named
+// here so that a program needs only ray and this package.
+type Resources = backend.Resources
+
 // NodeSpec describes one node, or Count identical nodes.
 type NodeSpec struct {
 	// Name is the node's name. With Count > 1, nodes are named Name-0,
@@ -32,7 +37,7 @@ type NodeSpec struct {
 	// Count replicates the node; 0 means 1.
 	Count int `json:"count,omitempty"`
 	// Resources is the node's capacity.
-	Resources backend.Resources `json:"-"`
+	Resources Resources `json:"-"`
 	// Labels are the node's labels, matched by selectors.
 	Labels map[string]string `json:"labels,omitempty"`
 	// Env is added to the runtime env of all work on the node.
@@ -89,10 +94,10 @@ func ParseClusterSpec(data []byte) (ClusterSpec, error) {
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
-		return ClusterSpec{}, backend.Errorf(backend.InvalidArgument, "local.ParseClusterSpec", "%v", err)
+		return ClusterSpec{}, backend.Errorf(backend.InvalidArgument, "parse cluster spec", "%v", err)
 	}
 	if err := dec.Decode(&struct{}{}); err != io.EOF {
-		return ClusterSpec{}, backend.Errorf(backend.InvalidArgument, "local.ParseClusterSpec", "unexpected data after the cluster spec")
+		return ClusterSpec{}, backend.Errorf(backend.InvalidArgument, "parse cluster spec", "unexpected data after the cluster spec")
 	}
 	return s, nil
 }
@@ -101,11 +106,11 @@ func ParseClusterSpec(data []byte) (ClusterSpec, error) {
 func LoadClusterSpec(path string) (ClusterSpec, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return ClusterSpec{}, backend.Errorf(backend.InvalidArgument, "local.LoadClusterSpec", "%w", err)
+		return ClusterSpec{}, backend.Errorf(backend.InvalidArgument, "load cluster spec "+path, "%w", err)
 	}
 	s, err := ParseClusterSpec(data)
 	if err != nil {
-		return ClusterSpec{}, backend.Errorf(backend.InvalidArgument, "local.LoadClusterSpec "+path, "%v", err.(*backend.Error).Err)
+		return ClusterSpec{}, backend.Reop(backend.InvalidArgument, "load cluster spec "+path, err)
 	}
 	return s, nil
 }
@@ -125,7 +130,7 @@ type nodeDef struct {
 
 // expand validates the spec and expands counts and TPU slices into nodes.
 func (s ClusterSpec) expand() ([]nodeDef, error) {
-	const op = "local.New"
+	const op = "create local cluster"
 	var defs []nodeDef
 	seen := map[string]bool{}
 	add := func(d nodeDef) error {
@@ -136,7 +141,7 @@ func (s ClusterSpec) expand() ([]nodeDef, error) {
 			return backend.Errorf(backend.InvalidArgument, op, "duplicate node name %q", d.name)
 		}
 		if err := d.resources.Validate(); err != nil {
-			return backend.Errorf(backend.InvalidArgument, op, "node %q: %v", d.name, err.(*backend.Error).Err)
+			return backend.Errorf(backend.InvalidArgument, op, "node %q: %w", d.name, backend.Cause(err))
 		}
 		seen[d.name] = true
 		defs = append(defs, d)

@@ -86,7 +86,7 @@ func TestParseClusterSpecErrors(t *testing.T) {
 			_, err := local.ParseClusterSpec([]byte(tt.json))
 			is.True(err != nil)
 			is.Equal(ray.Code(err), ray.InvalidArgument)
-			is.True(strings.HasPrefix(err.Error(), "local.ParseClusterSpec: "))
+			is.True(strings.HasPrefix(err.Error(), "parse cluster spec: "))
 			for _, want := range tt.want {
 				is.True(strings.Contains(err.Error(), want)) // the error says what is wrong
 			}

@@ -13,7 +13,7 @@ func (b *Backend) Snapshot(ctx context.Context) (*backend.State, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, backend.Errorf(backend.FailedPrecondition, "local.Snapshot", "%w", backend.ErrClosed)
+		return nil, backend.Errorf(backend.FailedPrecondition, "snapshot cluster", "%w", backend.ErrClosed)
 	}
 	s := &backend.State{Queued: b.queued, Running: b.running}
 	for _, n := range b.nodes {

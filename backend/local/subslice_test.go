@@ -69,7 +69,7 @@ func TestSubsliceWaitsForBusyHosts(t *testing.T) {
 	<-holdStarted // both hosts busy
 	got := make(chan *backend.SliceReservation, 1)
 	go func() {
-		r, err := b.ReserveSlices(ctx, &backend.SliceRequest{Generation: "v6e", Topology: "2x4", ChipsPerHost: 4, Subslice: "2x2"})
+		r, err := b.ReserveSlices(ctx, &backend.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("2x4"), ChipsPerHost: 4}, Subslice: "2x2"})
 		if err != nil {
 			t.Errorf("ReserveSlices: %v", err)
 		}
@@ -103,7 +103,7 @@ func TestSubsliceReservation(t *testing.T) {
 	is := is.New(t)
 	ctx := context.Background()
 	b := startedTPU(t, local.TPUSliceSpec{Generation: "v6e", Topology: "16x16", Subslices: []string{"4x4"}})
-	req := &backend.SliceRequest{Generation: "v6e", Topology: "16x16", Subslice: "4x4", Name: "sub"}
+	req := &backend.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("16x16")}, Subslice: "4x4", Name: "sub"}
 
 	r0, err := b.ReserveSlices(ctx, req)
 	is.NoErr(err)
@@ -137,7 +137,7 @@ func TestSubsliceReservation(t *testing.T) {
 	is.Equal(st.Nodes[i].Labels["cloud.google.com/gke-tpu-slice-4x4-id"], "v6e-256-0-4x4-1")
 
 	// The parent is busy: a whole-slice request waits.
-	_, err = b.ReserveSlices(shortCtx(t), &backend.SliceRequest{Generation: "v6e", Topology: "16x16"})
+	_, err = b.ReserveSlices(shortCtx(t), &backend.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("16x16")}})
 	is.True(errors.Is(err, context.DeadlineExceeded))
 
 	states, err := b.Slices(ctx)
@@ -166,9 +166,9 @@ func TestSubsliceWaitsForItsParent(t *testing.T) {
 	is := is.New(t)
 	ctx := context.Background()
 	b := startedTPU(t, local.TPUSliceSpec{Generation: "v6e", Topology: "4x4"})
-	whole, err := b.ReserveSlices(ctx, &backend.SliceRequest{Generation: "v6e", Topology: "4x4"})
+	whole, err := b.ReserveSlices(ctx, &backend.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("4x4")}})
 	is.NoErr(err)
-	sub := &backend.SliceRequest{Generation: "v6e", Topology: "4x4", Subslice: "2x2"}
+	sub := &backend.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("4x4")}, Subslice: "2x2"}
 
 	// While the whole slice is held, a sub-slice request waits and leaves
 	// nothing behind when it gives up.
@@ -199,9 +199,9 @@ func TestSubsliceRequestErrors(t *testing.T) {
 		req  backend.SliceRequest
 		code backend.Code
 	}{
-		{"not a sub-slice", backend.SliceRequest{Generation: "v6e", Topology: "4x4", Subslice: "1x1"}, backend.InvalidArgument},
-		{"two sub-slices", backend.SliceRequest{Generation: "v6e", Topology: "4x4", Subslice: "2x2", NumSlices: 2}, backend.InvalidArgument},
-		{"no such parent", backend.SliceRequest{Generation: "v6e", Topology: "8x8", Subslice: "2x2"}, backend.Infeasible},
+		{"not a sub-slice", backend.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("4x4")}, Subslice: "1x1"}, backend.InvalidArgument},
+		{"two sub-slices", backend.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("4x4")}, Subslice: "2x2", NumSlices: 2}, backend.InvalidArgument},
+		{"no such parent", backend.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("8x8")}, Subslice: "2x2"}, backend.Infeasible},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -227,7 +227,7 @@ func TestSliceBundlesPerProcess(t *testing.T) {
 	t.Run("v7x two processes per host", func(t *testing.T) {
 		is := is.New(t)
 		b := startedTPU(t, local.TPUSliceSpec{Generation: "v7x", Topology: "2x2x2"})
-		r, err := b.ReserveSlices(ctx, &backend.SliceRequest{Generation: "v7x", Topology: "2x2x2", BundleResources: backend.Resources{backend.TPU: 2}})
+		r, err := b.ReserveSlices(ctx, &backend.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V7x, Topology: tpu.MustParseTopology("2x2x2")}, BundleResources: backend.Resources{backend.TPU: 2}})
 		is.NoErr(err)
 		is.Equal(r.BundlesPerHost, 2)
 		env := r.Env[3] // host 1, process 1
@@ -240,7 +240,7 @@ func TestSliceBundlesPerProcess(t *testing.T) {
 	t.Run("v6e one chip per bundle", func(t *testing.T) {
 		is := is.New(t)
 		b := startedTPU(t, local.TPUSliceSpec{Generation: "v6e", Topology: "4x4"})
-		r, err := b.ReserveSlices(ctx, &backend.SliceRequest{Generation: "v6e", Topology: "4x4", BundleResources: backend.Resources{backend.TPU: 1}})
+		r, err := b.ReserveSlices(ctx, &backend.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("4x4")}, BundleResources: backend.Resources{backend.TPU: 1}})
 		is.NoErr(err)
 		is.Equal(len(r.Env), 16)
 		env := r.Env[5] // host 1, chip 1

@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"maps"
 
 	"github.com/goray-dev/goray/backend"
 )
@@ -47,11 +46,8 @@ func (b *Backend) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backe
 	if err := b.precheck(op); err != nil {
 		return 0, err
 	}
-	if spec.Name == "" {
-		return 0, backend.Errorf(backend.InvalidArgument, op, "empty task name")
-	}
-	if !b.exec.HasTask(spec.Name) {
-		return 0, backend.Errorf(backend.NotFound, op, "task %q is not registered", spec.Name)
+	if err := spec.Check(op, b.exec); err != nil {
+		return 0, err
 	}
 	c, err := b.classFor(op, &spec.Scheduling)
 	if err != nil {
@@ -156,14 +152,7 @@ func (b *Backend) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attemp
 	}
 	if bu != nil {
 		info.Placement = backend.Placement{Group: bu.pg.id, Bundle: bu.index}
-		if len(bu.env) > 0 {
-			env := maps.Clone(n.env)
-			if env == nil {
-				env = map[string]string{}
-			}
-			maps.Copy(env, bu.env)
-			info.Env = env
-		}
+		info.Env = backend.OverlayEnv(n.env, bu.env)
 	}
 }
 
@@ -246,12 +235,12 @@ var _ backend.TaskCanceler = (*Backend)(nil)
 func (b *Backend) CancelTask(ctx context.Context, id backend.ObjectID) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.precheck("local.CancelTask"); err != nil {
+	if err := b.precheck("cancel task"); err != nil {
 		return err
 	}
 	o := b.objects[id]
 	if o == nil || o.task == nil {
-		return backend.Errorf(backend.NotFound, "local.CancelTask", "%s is not the result of a live task", id)
+		return backend.Errorf(backend.NotFound, "cancel task", "%s is not the result of a live task", id)
 	}
 	if o.done {
 		return nil

@@ -68,7 +68,7 @@ func (b *Backend) removedPG(id backend.PlacementGroupID) (err error, ok bool) {
 		return err, true
 	}
 	if id != 0 && uint64(id) <= b.nextID {
-		return pgRemovedErr(id), true
+		return backend.PlacementGroupRemovedError(id), true
 	}
 	return nil, false
 }

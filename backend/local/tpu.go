@@ -8,33 +8,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/tpu"
 )
-
-type shapeReq struct {
-	gen, topo string
-	chips     int
-}
-
-// shapes caches parsed slice shapes; parsing is pure, so the cache is
-// process-wide.
-var shapes sync.Map // shapeReq -> tpu.SliceShape
-
-func cachedShape(gen, topo string, chips int) (tpu.SliceShape, error) {
-	key := shapeReq{gen, topo, chips}
-	if s, ok := shapes.Load(key); ok {
-		return s.(tpu.SliceShape), nil
-	}
-	s, err := tpu.NewSliceShape(tpu.Generation(gen), topo, chips)
-	if err == nil {
-		shapes.Store(key, s)
-	}
-	return s, err
-}
 
 func acceleratorEnv(s tpu.SliceShape) string {
 	if s.Generation == tpu.V7x {
@@ -194,7 +172,7 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	rr, err := req.Resolve(op, cachedShape)
+	rr, err := req.Resolve(op)
 	if err != nil {
 		return nil, err
 	}

@@ -62,7 +62,7 @@ type sliceDef struct {
 }
 
 func expandSlices(specs []TPUSliceSpec, budget int) ([]nodeDef, error) {
-	const op = "local.New"
+	const op = "create local cluster"
 	var defs []nodeDef
 	for i, s := range specs {
 		shape, err := tpu.NewSliceShape(tpu.Generation(s.Generation), s.Topology, s.ChipsPerHost)
@@ -151,7 +151,7 @@ func subsliceLabels(slice string, hosts int, subs []tpu.Subslice) []map[string]s
 // exactly 0..hosts-1. Nodes built from TPUSliceSpec carry these labels, and
 // so can nodes of a NodeSpec.
 func discoverSlices(defs []nodeDef) ([]sliceDef, error) {
-	const op = "local.New"
+	const op = "create local cluster"
 	var out []sliceDef
 	index := map[string]int{}
 	workers := map[string]map[int]string{}

@@ -24,7 +24,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/data"
 	"github.com/goray-dev/goray/ray"
@@ -158,7 +157,7 @@ func Pipeline(c *ray.Cluster, in, out data.Files) func(ctx context.Context, opts
 // ClusterSpec is two v6e 2x2 slices (one 4-chip host each) and CPU nodes.
 func ClusterSpec() local.ClusterSpec {
 	return local.ClusterSpec{
-		Nodes:     []local.NodeSpec{{Name: "cpu", Count: 2, Resources: backend.Resources{backend.CPU: 8}}},
+		Nodes:     []local.NodeSpec{{Name: "cpu", Count: 2, Resources: local.Resources{ray.CPU: 8}}},
 		TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x2", Count: 2}},
 	}
 }

@@ -2,7 +2,7 @@
 // comes back, and GKE preempts a whole TPU slice while it is reserved.
 //
 // Fault injection is an optional backend capability. From a cluster, reach
-// it through [ray.Cluster.Backend]: backend.FaultInjector has KillNode and
+// it through [ray.Cluster.Backend]: ray.FaultInjector has KillNode and
 // RestartNode, which every backend that can simulate failures implements;
 // PreemptSlice is specific to the simulator, on *local.Backend.
 //
@@ -16,7 +16,6 @@ import (
 	"log"
 	"os"
 
-	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
 )
@@ -31,8 +30,8 @@ var Square = ray.NewTask("faults.square", func(ctx context.Context, x int) (int,
 func clusterSpec() local.ClusterSpec {
 	return local.ClusterSpec{
 		Nodes: []local.NodeSpec{
-			{Name: "cpu-a", Resources: backend.Resources{backend.CPU: 4}, Labels: map[string]string{"zone": "a"}},
-			{Name: "cpu-b", Resources: backend.Resources{backend.CPU: 4}, Labels: map[string]string{"zone": "b"}},
+			{Name: "cpu-a", Resources: local.Resources{ray.CPU: 4}, Labels: map[string]string{"zone": "a"}},
+			{Name: "cpu-b", Resources: local.Resources{ray.CPU: 4}, Labels: map[string]string{"zone": "b"}},
 		},
 		TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "4x4"}},
 	}
@@ -57,7 +56,7 @@ func main() {
 
 func run(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 	// KillNode and RestartNode: any backend that can simulate failures.
-	fi, ok := c.Backend().(backend.FaultInjector)
+	fi, ok := c.Backend().(ray.FaultInjector)
 	if !ok {
 		return fmt.Errorf("backend %T cannot inject faults", c.Backend())
 	}

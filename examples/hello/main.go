@@ -15,7 +15,6 @@ import (
 	"os"
 	"slices"
 
-	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
 )
@@ -56,7 +55,7 @@ func clusterSpec() local.ClusterSpec {
 	for i, zone := range []string{"a", "b", "c"} {
 		spec.Nodes = append(spec.Nodes, local.NodeSpec{
 			Name:      fmt.Sprintf("node-%d", i),
-			Resources: backend.Resources{backend.CPU: 4, backend.Memory: 16 << 30},
+			Resources: local.Resources{ray.CPU: 4, ray.Memory: 16 << 30},
 			Labels:    map[string]string{"zone": zone},
 		})
 	}

@@ -32,7 +32,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/serve"
@@ -151,7 +150,7 @@ func (m *model) compute(ctx context.Context, n int) error {
 // 4-chip hosts each.
 func ClusterSpec(slices int) local.ClusterSpec {
 	return local.ClusterSpec{
-		Nodes:     []local.NodeSpec{{Name: "cpu", Count: 1, Resources: backend.Resources{backend.CPU: 8}}},
+		Nodes:     []local.NodeSpec{{Name: "cpu", Count: 1, Resources: local.Resources{ray.CPU: 8}}},
 		TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x4", ChipsPerHost: 4, Count: slices}},
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"log"
 	"os"
 
-	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/tpu"
@@ -60,7 +59,7 @@ var Report = ray.NewTask("slice.report", func(ctx context.Context, _ struct{}) (
 // nodes.
 func clusterSpec() local.ClusterSpec {
 	return local.ClusterSpec{
-		Nodes: []local.NodeSpec{{Name: "cpu", Count: 4, Resources: backend.Resources{backend.CPU: 16, backend.Memory: 64 << 30}}},
+		Nodes: []local.NodeSpec{{Name: "cpu", Count: 4, Resources: local.Resources{ray.CPU: 16, ray.Memory: 64 << 30}}},
 		TPUSlices: []local.TPUSliceSpec{
 			{Generation: "v6e", Topology: "4x4", Count: 3},
 			{Generation: "v5p", Topology: "2x2x2", Count: 1},
@@ -161,7 +160,7 @@ func run(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 func processes(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 	spg, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{
 		Topology: "2x2x2", AcceleratorVersion: "tpu7x", Name: "v7x",
-		ResourcesPerBundle: ray.Resources{backend.TPU: 2},
+		ResourcesPerBundle: ray.Resources{ray.TPU: 2},
 	})
 	if err != nil {
 		return err
@@ -171,7 +170,7 @@ func processes(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 	// One task per bundle, that is per process (RunOnSlice runs one per host).
 	refs := make([]ray.ObjectRef[WorkerInfo], spg.NumBundles())
 	for i := range refs {
-		refs[i] = Report.Remote(ctx, c, struct{}{}, ray.InBundle(spg.PlacementGroup(), i), ray.Resources{backend.CPU: 0})
+		refs[i] = Report.Remote(ctx, c, struct{}{}, ray.InBundle(spg.PlacementGroup(), i), ray.Resources{ray.CPU: 0})
 	}
 	infos, err := ray.GetAll(ctx, refs)
 	if err != nil {
@@ -188,11 +187,11 @@ func processes(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 // subslice_placement_group does, and prints the env the device plugin
 // rewrites to the sub-slice and the GKE sub-slice label of its hosts.
 func subslice(ctx context.Context, c *ray.Cluster, w io.Writer) error {
-	sr, ok := c.Backend().(backend.SliceReserver)
+	sr, ok := c.Backend().(ray.SliceReserver)
 	if !ok {
 		return fmt.Errorf("backend %T has no TPU slices", c.Backend())
 	}
-	r, err := sr.ReserveSlices(ctx, &backend.SliceRequest{Generation: "v6e", Topology: "8x8", Subslice: "4x4", Name: "sub"})
+	r, err := sr.ReserveSlices(ctx, &ray.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("8x8")}, Subslice: "4x4", Name: "sub"})
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// GKE node labels and the TPU resource (TPU_FACTS.md §3.1).
+// GKE node labels and the TPU resource (tpu.LabelGKEAccelerator and its
+// neighbours; ai-on-gke/tpu-device-plugin pkg/tpu/util/util.go, and
+// https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus).
 const (
 	LabelTPUAccelerator   = "cloud.google.com/gke-tpu-accelerator"
 	LabelTPUTopology      = "cloud.google.com/gke-tpu-topology"
@@ -87,7 +89,9 @@ type NodePool struct {
 	// slices GKE would refuse. Required.
 	Topology string
 	// ChipsPerHost is the google.com/tpu capacity of each node. Default:
-	// all chips for v5e/v6e 1x1, 2x2 and 2x4, else 4 (TPU_FACTS.md §2.2).
+	// all chips for v5e/v6e 1x1, 2x2 and 2x4, else 4, as
+	// tpu.Generation.DefaultChipsPerHost (Ray's get_chips_per_host in
+	// python/ray/_private/accelerators/tpu.py).
 	ChipsPerHost int
 	// Hosts is the number of nodes; 0 derives it (chips / ChipsPerHost).
 	// A non-zero value must agree with the topology.

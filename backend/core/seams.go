@@ -1,0 +1,80 @@
+package core
+
+import (
+	"context"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// Node is one node as a [NodeSource] reports it.
+type Node struct {
+	// Name is unique in the cluster and stable for the node's life.
+	Name string
+	// Resources is the node's capacity (backend.CPU, backend.TPU, ...).
+	Resources backend.Resources
+	// Labels are matched by node and bundle label selectors. TPU hosts
+	// carry the GKE labels of package tpu (tpu.HostLabels), from which the
+	// runtime builds its slice index.
+	Labels map[string]string
+	// Env is added to the runtime env of all work on the node.
+	Env map[string]string
+}
+
+// NodeSink receives a [NodeSource]'s reports. The runtime implements it;
+// its methods do not block on the runtime's work and may be called from
+// any goroutine, but a source reports one node's changes in order.
+type NodeSink interface {
+	// NodeAdded reports a new node, or a lost node that is back (empty and
+	// idle).
+	NodeAdded(n Node)
+	// NodeDraining reports that a node takes no new work; what runs there
+	// runs to its end, and the node is then lost.
+	NodeDraining(name string)
+	// NodeLost reports that a node is gone (cause says why, such as "host
+	// preempted"): its work fails with Unavailable and is retried per the
+	// retry options, its actors restart elsewhere per their max restarts.
+	NodeLost(name string, cause error)
+}
+
+// NodeSource is where a cluster's nodes come from and go: a static spec
+// (backend/local), Kubernetes nodes and pods (planned).
+type NodeSource interface {
+	// Run reports every current node to sink, then each change, until ctx
+	// ends; it returns after its last call to sink. The runtime calls it
+	// once, from Start.
+	Run(ctx context.Context, sink NodeSink) error
+	// Add asks for a new node (a scale-up). Sources that cannot add nodes
+	// return an Unimplemented error. The node is reported to the sink when
+	// it exists.
+	Add(ctx context.Context, n Node) error
+	// Drain asks for a node to be drained and then removed.
+	Drain(ctx context.Context, name string) error
+	// Kill ends a node abruptly, as a host failure does (fault injection;
+	// on Kubernetes, deleting its pod). Restore brings a killed node back.
+	// Both report the change to the sink; NotFound names an unknown node.
+	Kill(ctx context.Context, name string) error
+	Restore(ctx context.Context, name string) error
+}
+
+// LostFunc is how a [Runner] reports that the worker of a node is gone
+// (its process died, its connection or pod was lost): the runtime then
+// treats the node as lost, as for [NodeSink.NodeLost].
+type LostFunc func(node string, cause error)
+
+// Runner is how work runs on a node: on goroutines of this process, in
+// worker processes through package worker, in pods (planned).
+type Runner interface {
+	// Start wraps the program's executor (ray.NewExecutor) into the
+	// executor the runtime calls for every task attempt, actor
+	// construction and call. The returned executor runs each on the node
+	// named by its backend.RuntimeInfo.Node and is safe for concurrent
+	// use. lost reports workers that die.
+	Start(ctx context.Context, exec backend.Executor, lost LostFunc) (backend.Executor, error)
+	// NodeUp and NodeDown tell the runner which nodes exist, so that it
+	// can start a node's worker (lazily or at once) and stop it.
+	NodeUp(ctx context.Context, n Node) error
+	NodeDown(name string)
+	// Close stops every worker the runner started and returns when they
+	// are gone.
+	Close() error
+}
