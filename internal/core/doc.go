@@ -1,4 +1,6 @@
-// Package core is the seam design of goray's shared cluster runtime: the
+// Package core is the seam design of goray's shared cluster runtime
+// (internal: designed, not yet implemented by backend/local; see
+// docs/runtime.md for the plan): the
 // two interfaces a backend implements so that one runtime — the
 // scheduler, object store, dependency resolution, retries, actor mailboxes
 // and restarts, the placement-group solver, the TPU slice index and each
