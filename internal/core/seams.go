@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"strings"
 
 	"github.com/goray-dev/goray/backend"
 )
@@ -77,4 +78,64 @@ type Runner interface {
 	// Close stops every worker the runner started and returns when they
 	// are gone.
 	Close() error
+}
+
+// Claim is one slice reservation as the runtime grants it: the slices and
+// their hosts, all or nothing.
+type Claim struct {
+	// ID is the reservation's ID (its placement group's ID), unique in the
+	// driver.
+	ID string
+	// Slices are the slice names (tpu.LabelSlice values), in the order of
+	// the request's slice indices; Hosts are the node names of each slice,
+	// in worker-ID order.
+	Slices []string
+	Hosts  [][]string
+}
+
+// SliceClaimer is an optional interface of a [NodeSource] whose slices are
+// shared with other drivers (Kubernetes: one coordination.k8s.io Lease per
+// slice). The runtime picks free slices from its index, then claims them
+// outside its locks before it grants the reservation; a claim never
+// blocks the runtime's other work.
+type SliceClaimer interface {
+	// ClaimSlices claims every slice of c for this driver, all or nothing:
+	// on error nothing is held. An error with code backend.ResourceExhausted
+	// means another driver holds one of them: the runtime treats the
+	// slices the error names (see HeldError) as busy and tries other
+	// slices or waits. Any other error fails the reservation.
+	ClaimSlices(ctx context.Context, c Claim) error
+	// ReleaseSlices ends a claim that ClaimSlices granted. The runtime
+	// calls it on every path, once per granted claim.
+	ReleaseSlices(ctx context.Context, c Claim) error
+}
+
+// HeldError is the error a [SliceClaimer] returns when slices are held by
+// another driver. Its Unwrap gives a backend.ResourceExhausted error.
+type HeldError struct {
+	Slices []string // the slices held elsewhere
+	Holder string   // the other holder's identity, when known
+}
+
+func (e *HeldError) Error() string {
+	msg := "slices held by another driver: " + strings.Join(e.Slices, ", ")
+	if e.Holder != "" {
+		msg += " (holder " + e.Holder + ")"
+	}
+	return msg
+}
+
+// Unwrap makes errors.Is(err, backend.ErrResourceExhausted) true.
+func (e *HeldError) Unwrap() error { return backend.ErrResourceExhausted }
+
+// ClaimRunner is an optional interface of a [Runner] that starts a worker
+// per reserved host (Kubernetes: one pod per host, pinned to its node).
+// The runtime calls Reserved after the claim and before it grants the
+// reservation, with each host's env as the reservation gives it
+// (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, MEGASCALE_*, ...); an error fails
+// the reservation (the claim is released). Released is called once the
+// reservation ends, on every path, after Reserved succeeded.
+type ClaimRunner interface {
+	Reserved(ctx context.Context, c Claim, env map[string]map[string]string) error
+	Released(c Claim)
 }
