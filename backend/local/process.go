@@ -3,15 +3,16 @@ package local
 import (
 	"cmp"
 	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/worker"
 )
 
@@ -92,12 +93,21 @@ const (
 // lifeline closed, before it kills it.
 const stopTimeout = 5 * time.Second
 
-// procExecutor is the executor of the multi-process mode: it runs work
-// placed on a node in that node's worker process. Names are checked
-// against this process's own executor, which the handshake proved equal
-// to the workers'.
+// procRunner is the core.Runner of the multi-process mode; Start returns
+// the procExecutor that runs work placed on a node in that node's worker
+// process.
+type procRunner struct {
+	pe *procExecutor
+}
+
+// procExecutor runs work placed on a node in that node's worker process.
+// Names are checked against this process's own executor, which the
+// handshake proved equal to the workers'.
 type procExecutor struct {
-	b       *Backend
+	o       ProcessOptions
+	log     *slog.Logger
+	lostFn  core.LostFunc                                // set by Start
+	restore func(ctx context.Context, node string) error // brings a node back (the static source's Restore)
 	local   backend.Executor
 	opts    worker.ProcessOptions
 	workers []*procWorker
@@ -106,6 +116,7 @@ type procExecutor struct {
 	ctx    context.Context // cancelled by close: aborts starts
 	cancel context.CancelFunc
 	live   atomic.Bool // Start has finished: losses kill nodes
+	assign sync.Mutex  // guards workers and byNode after newProcRunner
 	closed atomic.Bool
 	mu     sync.Mutex // orders starts.Add and bg.Add before close's waits
 	starts sync.WaitGroup
@@ -141,37 +152,16 @@ type incarnation struct {
 	lost error
 }
 
-// startProcesses starts the worker processes of the multi-process mode and
-// returns the executor that runs work in them. b.mu is held; nothing runs
-// yet.
-func (b *Backend) startProcesses(ctx context.Context, exec backend.Executor) (*procExecutor, error) {
-	const op = "start backend"
-	o := *b.procOpts
-	m, ok := worker.ManifestOf(exec)
-	switch {
-	case !ok:
-		return nil, backend.Errorf(backend.InvalidArgument, op, "multi-process mode needs the executor of package ray (ray.NewCluster passes it); %T cannot describe its registry", exec)
-	case m.Codec == "":
-		return nil, backend.Errorf(backend.InvalidArgument, op, "multi-process mode needs a codec: values cross to worker processes as bytes (do not set ray.Options.DisableCodec)")
-	case o.Count < 0:
-		return nil, backend.Errorf(backend.InvalidArgument, op, "ProcessOptions.Count %d is negative", o.Count)
-	case worker.Launched():
-		return nil, backend.Errorf(backend.FailedPrecondition, op, "this process was launched as a goray worker but runs the program's main: call ray.Main() first in main (and in TestMain)")
+// newProcRunner builds the runner of the multi-process mode for nodes
+// (in the spec's order), assigned to worker processes round-robin.
+func newProcRunner(o ProcessOptions, log *slog.Logger, nodes []string, restore func(context.Context, string) error) (*procRunner, error) {
+	if o.Count < 0 {
+		return nil, backend.Errorf(backend.InvalidArgument, "create local cluster", "ProcessOptions.Count %d is negative", o.Count)
 	}
-	count := o.Count
-	if count == 0 || count > len(b.nodes) {
-		count = len(b.nodes)
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	pe := &procExecutor{
-		b: b, local: exec, byNode: map[string]*procWorker{},
-		opts: worker.ProcessOptions{
-			Stdout: o.Stdout, Stderr: o.Stderr, LogLevel: o.LogLevel, StartTimeout: o.StartTimeout,
-			Client: worker.ClientOptions{
-				Token: worker.NewToken(), Manifest: m, MaxMessageSize: o.MaxMessageSize,
-				Heartbeat: o.Heartbeat, Logger: b.log,
-			},
-		},
-	}
+	pe := &procExecutor{o: o, log: log, restore: restore, byNode: map[string]*procWorker{}}
 	pe.ctx, pe.cancel = context.WithCancel(context.Background())
 	pe.done = make(chan struct{})
 	pe.restartBackoff = cmp.Or(o.RestartBackoff, defaultRestartBackoff)
@@ -179,38 +169,81 @@ func (b *Backend) startProcesses(ctx context.Context, exec backend.Executor) (*p
 	if !o.NoRestart {
 		pe.maxRestarts = cmp.Or(max(o.MaxRestarts, 0), defaultMaxRestarts)
 	}
+	count := o.Count
+	if count == 0 || count > len(nodes) {
+		count = len(nodes)
+	}
 	for i := range count {
 		pe.workers = append(pe.workers, &procWorker{pe: pe, idx: i})
 	}
-	for i, n := range b.nodes {
+	for i, n := range nodes {
 		w := pe.workers[i%count]
-		w.nodes = append(w.nodes, n.name)
-		pe.byNode[n.name] = w
+		w.nodes = append(w.nodes, n)
+		pe.byNode[n] = w
 	}
-	var g errgroup.Group
-	for _, w := range pe.workers {
-		g.Go(func() error {
-			_, err := w.start(ctx)
-			return err
-		})
+	return &procRunner{pe: pe}, nil
+}
+
+// Start implements core.Runner: it checks that the program can run
+// workers and returns the executor that runs work in them. Worker
+// processes start in NodeUp.
+func (r *procRunner) Start(ctx context.Context, exec backend.Executor, lost core.LostFunc) (backend.Executor, error) {
+	const op = "start backend"
+	pe := r.pe
+	m, ok := worker.ManifestOf(exec)
+	switch {
+	case !ok:
+		return nil, backend.Errorf(backend.InvalidArgument, op, "multi-process mode needs the executor of package ray (ray.NewCluster passes it); %T cannot describe its registry", exec)
+	case m.Codec == "":
+		return nil, backend.Errorf(backend.InvalidArgument, op, "multi-process mode needs a codec: values cross to worker processes as bytes (do not set ray.Options.DisableCodec)")
+	case worker.Launched():
+		return nil, backend.Errorf(backend.FailedPrecondition, op, "this process was launched as a goray worker but runs the program's main: call ray.Main() first in main (and in TestMain)")
 	}
-	if err := g.Wait(); err != nil {
-		pe.close()
-		return nil, backend.Wrap(backend.CodeOf(err), op+": start worker processes", err)
+	o := pe.o
+	pe.local, pe.lostFn = exec, lost
+	pe.opts = worker.ProcessOptions{
+		Stdout: o.Stdout, Stderr: o.Stderr, LogLevel: o.LogLevel, StartTimeout: o.StartTimeout,
+		Client: worker.ClientOptions{
+			Token: worker.NewToken(), Manifest: m, MaxMessageSize: o.MaxMessageSize,
+			Heartbeat: o.Heartbeat, Logger: pe.log,
+		},
 	}
 	pe.live.Store(true)
 	return pe, nil
 }
 
-// stopProcesses stops the worker processes of the multi-process mode, if
-// any. Close calls it once running work has returned.
-func (b *Backend) stopProcesses() {
-	b.mu.Lock()
-	pe, _ := b.exec.(*procExecutor)
-	b.mu.Unlock()
-	if pe != nil {
-		pe.close()
+// NodeUp implements core.Runner: it starts the worker process serving the
+// node, if it is not running (nodes share their process's start).
+func (r *procRunner) NodeUp(ctx context.Context, n core.Node) error {
+	w := r.pe.worker(n.Name)
+	if _, err := w.start(ctx); err != nil {
+		return backend.Wrap(backend.CodeOf(err), "start worker process for node "+n.Name, err)
 	}
+	return nil
+}
+
+// NodeDown implements core.Runner. A node killed by fault injection keeps
+// its process, as before the runner moved: its work failed already.
+func (r *procRunner) NodeDown(name string) {}
+
+// Close implements core.Runner: it stops every worker process.
+func (r *procRunner) Close() error {
+	r.pe.close()
+	return nil
+}
+
+// worker returns the worker serving node, assigning a node the spec did
+// not name to a worker round-robin.
+func (pe *procExecutor) worker(node string) *procWorker {
+	pe.assign.Lock()
+	defer pe.assign.Unlock()
+	w := pe.byNode[node]
+	if w == nil {
+		w = pe.workers[len(pe.byNode)%len(pe.workers)]
+		w.nodes = append(w.nodes, node)
+		pe.byNode[node] = w
+	}
+	return w
 }
 
 // WorkerPIDs returns the process ID of the live worker process serving
@@ -218,14 +251,15 @@ func (b *Backend) stopProcesses() {
 // process is dead or not started are absent. It returns nil in the
 // in-process mode.
 func (b *Backend) WorkerPIDs() map[string]int {
-	b.mu.Lock()
-	pe, _ := b.exec.(*procExecutor)
-	b.mu.Unlock()
-	if pe == nil {
+	if b.procs == nil {
 		return nil
 	}
+	pe := b.procs.pe
 	out := map[string]int{}
-	for _, w := range pe.workers {
+	pe.assign.Lock()
+	workers := pe.workers
+	pe.assign.Unlock()
+	for _, w := range workers {
 		w.mu.Lock()
 		if w.proc != nil {
 			for _, n := range w.nodes {
@@ -300,7 +334,7 @@ func (w *procWorker) launch(done chan struct{}) {
 	default:
 		w.proc = p
 		w.startedAt = time.Now()
-		w.pe.b.log.Debug("local: worker process started", "worker", w.idx, "pid", p.PID(), "nodes", w.nodes)
+		w.pe.log.Debug("local: worker process started", "worker", w.idx, "pid", p.PID(), "nodes", w.nodes)
 	}
 }
 
@@ -330,10 +364,10 @@ func (w *procWorker) lost(inc *incarnation, err error) {
 	w.mu.Unlock()
 	inc.p.Kill() //nolint:errcheck // reaped by the process's waiter
 	w.pe.spawn(func() { w.reap(inc.p) })
-	w.pe.b.log.Warn("local: worker process lost; killing its nodes", "worker", w.idx, "pid", inc.p.PID(), "nodes", w.nodes, "cause", err, "restart", restart)
-	w.killNodes(restart)
+	w.pe.log.Warn("local: worker process lost; killing its nodes", "worker", w.idx, "pid", inc.p.PID(), "nodes", w.nodes, "cause", err, "restart", restart)
+	w.killNodes(backend.Errorf(backend.Unavailable, "worker process", "worker process lost: %w", err), restart)
 	if restart && !w.pe.spawn(func() { w.restart(attempt) }) {
-		w.pe.b.restartAbandoned(w.nodes)
+		w.pe.abandon(w.pe.nodesOf(w))
 	}
 }
 
@@ -365,9 +399,9 @@ func (w *procWorker) restart(attempt int) {
 			return
 		}
 		if err == nil {
-			pe.b.log.Debug("local: worker process restarted", "worker", w.idx, "attempt", attempt, "nodes", w.nodes)
-			for _, n := range w.nodes {
-				pe.b.RestartNode(context.Background(), n) //nolint:errcheck // only fails once closed
+			pe.log.Debug("local: worker process restarted", "worker", w.idx, "attempt", attempt, "nodes", w.nodes)
+			for _, n := range pe.nodesOf(w) {
+				pe.restore(context.Background(), n) //nolint:errcheck // only fails once closed
 			}
 			return
 		}
@@ -378,9 +412,9 @@ func (w *procWorker) restart(attempt int) {
 		}
 		attempt = w.restarts
 		w.mu.Unlock()
-		pe.b.log.Warn("local: worker process restart failed", "worker", w.idx, "attempt", attempt, "nodes", w.nodes, "cause", err, "again", again)
+		pe.log.Warn("local: worker process restart failed", "worker", w.idx, "attempt", attempt, "nodes", w.nodes, "cause", err, "again", again)
 		if !again {
-			pe.b.restartAbandoned(w.nodes)
+			pe.abandon(pe.nodesOf(w))
 			return
 		}
 	}
@@ -398,13 +432,36 @@ func (pe *procExecutor) spawn(f func()) bool {
 	return true
 }
 
-// killNodes kills the worker's nodes; restarting marks them as coming back.
-func (w *procWorker) killNodes(restarting bool) {
+// killNodes reports the worker's nodes lost (core.LostFunc); restarting
+// marks them as coming back (core.ErrRestarting).
+func (w *procWorker) killNodes(cause error, restarting bool) {
 	if !w.pe.live.Load() || w.pe.closed.Load() {
 		return
 	}
-	for _, n := range w.nodes {
-		w.pe.b.killNode(n, restarting) //nolint:errcheck // only fails once closed
+	if restarting {
+		cause = errors.Join(core.ErrRestarting, cause)
+	}
+	for _, n := range w.pe.nodesOf(w) {
+		w.pe.lostFn(n, cause)
+	}
+}
+
+// nodesOf returns a copy of the nodes w serves.
+func (pe *procExecutor) nodesOf(w *procWorker) []string {
+	pe.assign.Lock()
+	defer pe.assign.Unlock()
+	return slices.Clone(w.nodes)
+}
+
+// abandon reports nodes whose worker process will not come back lost for
+// good, so that work only they could hold fails.
+func (pe *procExecutor) abandon(nodes []string) {
+	if pe.closed.Load() {
+		return
+	}
+	cause := backend.Errorf(backend.Unavailable, "restart worker process", "worker process not restarted")
+	for _, n := range nodes {
+		pe.lostFn(n, cause)
 	}
 }
 
@@ -438,13 +495,15 @@ func (pe *procExecutor) close() {
 // before returning the error, so that the scheduler treats the work as
 // lost to a node failure.
 func (pe *procExecutor) client(ctx context.Context, node string) (*worker.Client, error) {
+	pe.assign.Lock()
 	w := pe.byNode[node]
+	pe.assign.Unlock()
 	if w == nil {
 		return nil, backend.Errorf(backend.Internal, "run on node "+node, "no worker process serves node %q", node)
 	}
 	c, err := w.start(ctx)
 	if err != nil && ctx.Err() == nil {
-		w.killNodes(false)
+		w.killNodes(err, false)
 		err = backend.Errorf(backend.Unavailable, "node "+node, "worker process for node %s cannot start: %w", node, err)
 	}
 	return c, err

@@ -3,9 +3,9 @@ package local
 import (
 	"fmt"
 	"maps"
-	"strconv"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/tpu"
 )
 
@@ -55,12 +55,7 @@ const (
 	defaultHostMemory = 64 << 30
 )
 
-type sliceDef struct {
-	name  string
-	shape tpu.SliceShape
-	hosts []string
-}
-
+// expandSlices expands TPU slice specs into their hosts.
 func expandSlices(specs []TPUSliceSpec, budget int) ([]nodeDef, error) {
 	const op = "create local cluster"
 	var defs []nodeDef
@@ -136,65 +131,17 @@ func subsliceLabels(slice string, hosts int, subs []tpu.Subslice) []map[string]s
 		for i := range sub.Count() {
 			ws, _ := sub.Workers(i)
 			for _, w := range ws {
-				out[w][sub.GKELabel()] = subsliceID(slice, sub.Shape.Topology, i)
+				out[w][sub.GKELabel()] = core.SubsliceID(slice, sub.Shape.Topology, i)
 			}
 		}
 	}
 	return out
 }
 
-// discoverSlices finds the TPU slices of a cluster from its nodes' labels,
-// as a real backend finds them from GKE's: nodes sharing a slice name
-// (tpu.LabelSliceName) form a slice whose generation and topology come from
-// the GKE accelerator and topology labels, whose chips per host is the
-// nodes' TPU capacity, and whose worker IDs (tpu.LabelWorkerID) must be
-// exactly 0..hosts-1. Nodes built from TPUSliceSpec carry these labels, and
-// so can nodes of a NodeSpec.
-func discoverSlices(defs []nodeDef) ([]sliceDef, error) {
-	const op = "create local cluster"
-	var out []sliceDef
-	index := map[string]int{}
-	workers := map[string]map[int]string{}
-	for _, d := range defs {
-		name := d.labels[tpu.LabelSliceName]
-		if name == "" {
-			continue
-		}
-		chips := int(d.resources[backend.TPU])
-		shape, err := tpu.NewSliceShape(tpu.Generation(d.labels[tpu.LabelGKEAccelerator]), d.labels[tpu.LabelGKETopology], chips)
-		if err != nil {
-			return nil, backend.Errorf(backend.InvalidArgument, op, "node %q of TPU slice %q (labels %s, %s; TPU capacity %d): %w",
-				d.name, name, tpu.LabelGKEAccelerator, tpu.LabelGKETopology, chips, err)
-		}
-		wid, err := strconv.Atoi(d.labels[tpu.LabelWorkerID])
-		if err != nil || wid < 0 || wid >= shape.Hosts() {
-			return nil, backend.Errorf(backend.InvalidArgument, op, "node %q of TPU slice %q: label %s=%q is not a worker ID in 0..%d",
-				d.name, name, tpu.LabelWorkerID, d.labels[tpu.LabelWorkerID], shape.Hosts()-1)
-		}
-		i, ok := index[name]
-		if !ok {
-			i = len(out)
-			index[name] = i
-			out = append(out, sliceDef{name: name, shape: shape})
-			workers[name] = map[int]string{}
-		}
-		if out[i].shape != shape {
-			return nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice %q mixes shapes: node %q is %s, others %s", name, d.name, shape, out[i].shape)
-		}
-		if other, dup := workers[name][wid]; dup {
-			return nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice %q: nodes %q and %q are both worker %d", name, other, d.name, wid)
-		}
-		workers[name][wid] = d.name
+// acceleratorEnv is the TPU_ACCELERATOR_TYPE of a host of shape s.
+func acceleratorEnv(s tpu.SliceShape) string {
+	if s.Generation == tpu.V7x {
+		return s.GKEPodType()
 	}
-	for i := range out {
-		sd := &out[i]
-		for w := range sd.shape.Hosts() {
-			host, ok := workers[sd.name][w]
-			if !ok {
-				return nil, backend.Errorf(backend.InvalidArgument, op, "TPU slice %q (%s) has no worker %d: a slice needs all %d hosts", sd.name, sd.shape, w, sd.shape.Hosts())
-			}
-			sd.hosts = append(sd.hosts, host)
-		}
-	}
-	return out, nil
+	return s.PodType()
 }

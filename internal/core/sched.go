@@ -1,4 +1,4 @@
-package local
+package core
 
 import (
 	"cmp"
@@ -68,7 +68,7 @@ func (c *class) remove(t *task) bool {
 }
 
 // classFor finds or creates the class of a request. b.mu must be held.
-func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
+func (b *Runtime) classFor(op string, s *backend.Scheduling) (*class, error) {
 	var buf [96]byte
 	key := buf[:0]
 	var demand [16]int64
@@ -157,7 +157,7 @@ func (b *Backend) classFor(op string, s *backend.Scheduling) (*class, error) {
 // sweepClasses drops idle classes (nothing queued) and sets the next sweep
 // at twice what is left. It costs one pass over the classes, once per
 // doubling, so O(1) per class created. b.mu must be held.
-func (b *Backend) sweepClasses() {
+func (b *Runtime) sweepClasses() {
 	var groups []*pgroup
 	for key, c := range b.classes {
 		if c.len() > 0 || c.active {
@@ -177,7 +177,7 @@ func (b *Backend) sweepClasses() {
 
 // readopt returns the live class of a swept class's key, putting c back
 // when there is none. b.mu must be held.
-func (b *Backend) readopt(c *class) *class {
+func (b *Runtime) readopt(c *class) *class {
 	if cur := b.classes[c.key]; cur != nil {
 		return cur
 	}
@@ -193,7 +193,7 @@ func (b *Backend) readopt(c *class) *class {
 
 // feasible reports why a class could never be placed, or nil. b.mu must be
 // held.
-func (b *Backend) feasible(op string, c *class) error {
+func (b *Runtime) feasible(op string, c *class) error {
 	if c.pl.Group != 0 {
 		if pg := b.pgs[c.pl.Group]; pg != nil && pg.lost != nil {
 			return pg.lost
@@ -246,7 +246,7 @@ func selPhrase(s string) string {
 
 // describeCapacity summarises the live nodes a selector matches, for
 // infeasibility errors.
-func (b *Backend) describeCapacity(sel backend.Matcher) string {
+func (b *Runtime) describeCapacity(sel backend.Matcher) string {
 	var matching, live, dead int
 	var largest []int64
 	for _, n := range b.nodes {
@@ -319,7 +319,7 @@ func add(a, d []int64) {
 
 // enqueue queues a request whose dependencies are resolved, and schedules.
 // b.mu must be held.
-func (b *Backend) enqueue(t *task) {
+func (b *Runtime) enqueue(t *task) {
 	if t.cls.swept {
 		t.cls = b.readopt(t.cls)
 	}
@@ -355,7 +355,7 @@ func (b *Backend) enqueue(t *task) {
 	b.schedule()
 }
 
-func (b *Backend) anyStarving() bool {
+func (b *Runtime) anyStarving() bool {
 	for _, c := range b.active {
 		if c.len() > 0 && c.peek().bypass > b.starveLimit {
 			return true
@@ -376,7 +376,7 @@ type blocker struct {
 	pg *pgroup
 }
 
-func (b *Backend) blocks(bl []blocker, n *node) bool {
+func (b *Runtime) blocks(bl []blocker, n *node) bool {
 	for _, x := range bl {
 		if x.t != nil && x.t.cls.pl.Group == 0 && x.t.cls.sel.Matches(n.labels) && fits(x.t.cls.demand, n.capac) {
 			return true
@@ -389,7 +389,7 @@ func (b *Backend) blocks(bl []blocker, n *node) bool {
 }
 
 // tryPlace finds resources for t and takes them. b.mu must be held.
-func (b *Backend) tryPlace(t *task, bl []blocker) bool {
+func (b *Runtime) tryPlace(t *task, bl []blocker) bool {
 	c := t.cls
 	if c.pl.Group != 0 {
 		pg := b.pgs[c.pl.Group]
@@ -408,7 +408,7 @@ func (b *Backend) tryPlace(t *task, bl []blocker) bool {
 	nn := len(b.nodes)
 	for k := range nn {
 		n := b.nodes[(b.cursor+k)%nn]
-		if !n.alive || !fits(c.demand, n.free) || !c.sel.Matches(n.labels) {
+		if !n.alive || n.draining || !fits(c.demand, n.free) || !c.sel.Matches(n.labels) {
 			continue
 		}
 		if len(bl) > 0 && b.blocks(bl, n) {
@@ -423,7 +423,7 @@ func (b *Backend) tryPlace(t *task, bl []blocker) bool {
 }
 
 // release returns t's resources. b.mu must be held.
-func (b *Backend) release(t *task) {
+func (b *Runtime) release(t *task) {
 	if t.bundle != nil {
 		if t.bundle.pg.state != pgRemoved && t.bundle.node == t.node {
 			add(t.bundle.free, t.cls.demand)
@@ -431,12 +431,15 @@ func (b *Backend) release(t *task) {
 	} else if t.node != nil && t.node.alive {
 		add(t.node.free, t.cls.demand)
 	}
+	if t.node != nil && t.node.draining {
+		b.drainLater(t.node)
+	}
 	t.node, t.bundle = nil, nil
 }
 
 // schedule runs one scheduling pass: pending placement groups first, then
 // queued classes oldest head first. b.mu must be held.
-func (b *Backend) schedule() {
+func (b *Runtime) schedule() {
 	if b.closed {
 		return
 	}
@@ -525,7 +528,7 @@ func (b *Backend) schedule() {
 }
 
 // unqueue removes a queued request. b.mu must be held.
-func (b *Backend) unqueue(t *task) {
+func (b *Runtime) unqueue(t *task) {
 	if t.state == stateQueued && t.cls.remove(t) {
 		b.queued--
 	}

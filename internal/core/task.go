@@ -1,4 +1,4 @@
-package local
+package core
 
 import (
 	"context"
@@ -36,7 +36,7 @@ type task struct {
 }
 
 // SubmitTask implements backend.Backend.
-func (b *Backend) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backend.ObjectID, error) {
+func (b *Runtime) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backend.ObjectID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -71,7 +71,7 @@ func (b *Backend) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backe
 	return t.obj.id, nil
 }
 
-func (b *Backend) addTaskDep(t *task, dep *object) {
+func (b *Runtime) addTaskDep(t *task, dep *object) {
 	if dep.done {
 		b.resolveTaskDep(t, dep)
 		return
@@ -84,7 +84,7 @@ func (b *Backend) addTaskDep(t *task, dep *object) {
 }
 
 // resolveTaskDep runs when t's input is done. b.mu must be held.
-func (b *Backend) resolveTaskDep(t *task, dep *object) {
+func (b *Runtime) resolveTaskDep(t *task, dep *object) {
 	if t.dep != nil {
 		t.dep = nil
 		dep.deps--
@@ -104,7 +104,7 @@ func (b *Backend) resolveTaskDep(t *task, dep *object) {
 }
 
 // start runs a placed request on a goroutine. b.mu must be held.
-func (b *Backend) start(t *task) {
+func (b *Runtime) start(t *task) {
 	if t.actor != nil {
 		b.startActor(t)
 		return
@@ -131,13 +131,13 @@ func (b *Backend) start(t *task) {
 	b.pool.run(ctx)
 }
 
-func (b *Backend) runtimeInfo(name string, attempt int, n *node, bu *bundle, c *class) *backend.RuntimeInfo {
+func (b *Runtime) runtimeInfo(name string, attempt int, n *node, bu *bundle, c *class) *backend.RuntimeInfo {
 	info := &backend.RuntimeInfo{}
 	b.fillRuntimeInfo(info, name, attempt, n, bu, c)
 	return info
 }
 
-func (b *Backend) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attempt int, n *node, bu *bundle, c *class) {
+func (b *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attempt int, n *node, bu *bundle, c *class) {
 	var res backend.Resources
 	if c != nil {
 		if c.res == nil {
@@ -157,7 +157,7 @@ func (b *Backend) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attemp
 }
 
 // newTaskObject makes t's result object inside t. b.mu must be held.
-func (b *Backend) newTaskObject(t *task) *object {
+func (b *Runtime) newTaskObject(t *task) *object {
 	o := &t.objData
 	*o = object{id: backend.ObjectID(b.newID()), owner: true, task: t}
 	b.objects[o.id] = o
@@ -170,7 +170,7 @@ func (b *Backend) newTaskObject(t *task) *object {
 // It returns a task that the scheduling pass started, for the calling pool
 // goroutine to run next itself: handing it to another goroutine would cost
 // a wake-up per task.
-func (b *Backend) finishTask(t *task, attempt int, v backend.Value, err error) (next *taskCtx) {
+func (b *Runtime) finishTask(t *task, attempt int, v backend.Value, err error) (next *taskCtx) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if t.state != stateRunning || t.attempt != attempt {
@@ -193,13 +193,13 @@ func (b *Backend) finishTask(t *task, attempt int, v backend.Value, err error) (
 	return nil
 }
 
-func (b *Backend) retriesLeft(t *task) bool {
+func (b *Runtime) retriesLeft(t *task) bool {
 	return t.spec.MaxRetries < 0 || t.attempt < t.spec.MaxRetries
 }
 
 // abortTask stops a running or queued task with err, or retries it when err
 // is a system failure and retries remain. b.mu must be held.
-func (b *Backend) abortTask(t *task, err error, retry bool) {
+func (b *Runtime) abortTask(t *task, err error, retry bool) {
 	switch t.state {
 	case stateRunning:
 		t.run.cancel()
@@ -220,7 +220,7 @@ func (b *Backend) abortTask(t *task, err error, retry bool) {
 
 // stopRunning takes a running task off its node and bundle and releases its
 // resources. b.mu must be held.
-func (b *Backend) stopRunning(t *task) {
+func (b *Runtime) stopRunning(t *task) {
 	delete(t.node.running, t)
 	if t.bundle != nil {
 		delete(t.bundle.running, t)
@@ -229,10 +229,10 @@ func (b *Backend) stopRunning(t *task) {
 	b.release(t)
 }
 
-var _ backend.TaskCanceler = (*Backend)(nil)
+var _ backend.TaskCanceler = (*Runtime)(nil)
 
 // CancelTask implements backend.TaskCanceler.
-func (b *Backend) CancelTask(ctx context.Context, id backend.ObjectID) error {
+func (b *Runtime) CancelTask(ctx context.Context, id backend.ObjectID) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.precheck("cancel task"); err != nil {

@@ -1,4 +1,4 @@
-package local
+package core
 
 import (
 	"cmp"
@@ -22,9 +22,10 @@ type subHold struct {
 	pg    *pgroup
 }
 
-// subsliceID is the GKE sub-slice label value the simulator gives
-// sub-slice index of a slice (TPUSliceSpec.Subslices uses the same).
-func subsliceID(slice string, t tpu.Topology, index int) string {
+// SubsliceID is the sub-slice label value (tpu.Subslice.GKELabel) the
+// runtime gives sub-slice index of a slice in reservations; sources that
+// label hosts for sub-slices (local's TPUSliceSpec.Subslices) use the same.
+func SubsliceID(slice string, t tpu.Topology, index int) string {
 	return fmt.Sprintf("%s-%s-%d", slice, t, index)
 }
 
@@ -34,7 +35,7 @@ func subsliceID(slice string, t tpu.Topology, index int) string {
 // that no whole-slice reservation holds. It queues with the whole-slice
 // requests of the parent shape, first come, first served, until one is
 // free or ctx ends.
-func (b *Backend) reserveSubslice(ctx context.Context, op string, req *backend.SliceRequest, rr backend.ResolvedSliceRequest) (*backend.SliceReservation, error) {
+func (b *Runtime) reserveSubslice(ctx context.Context, op string, req *backend.SliceRequest, rr backend.ResolvedSliceRequest) (*backend.SliceReservation, error) {
 	b.mu.Lock()
 	if err := b.precheck(op); err != nil {
 		b.mu.Unlock()
@@ -96,9 +97,9 @@ func (b *Backend) reserveSubslice(ctx context.Context, op string, req *backend.S
 
 // pickSubslice returns the first free sub-slice of a slice of pool p, or
 // nil.
-func (b *Backend) pickSubslice(p *shapePool, sub tpu.Subslice) (*tpuSlice, int) {
+func (b *Runtime) pickSubslice(p *shapePool, sub tpu.Subslice) (*tpuSlice, int) {
 	for _, s := range p.all {
-		if s.dead > 0 || s.reservedBy != nil {
+		if s.unavailable() {
 			continue
 		}
 		for i := range sub.Count() {
@@ -117,9 +118,9 @@ func (b *Backend) pickSubslice(p *shapePool, sub tpu.Subslice) (*tpuSlice, int) 
 // grantSubslice pins a placement group to the hosts of sub-slice index of
 // s, each bundle's env rewritten to the sub-slice as the GKE device plugin
 // does. b.mu must be held.
-func (b *Backend) grantSubslice(w *sliceWait, s *tpuSlice, index int) *backend.SliceReservation {
+func (b *Runtime) grantSubslice(w *sliceWait, s *tpuSlice, index int) *backend.SliceReservation {
 	ws, _ := w.sub.Workers(index)
-	id := subsliceID(s.name, w.sub.Shape.Topology, index)
+	id := SubsliceID(s.name, w.sub.Shape.Topology, index)
 	rs := backend.ReservedSlice{Name: s.name, Subslice: w.sub.Shape.Topology.String(), SubsliceIndex: index, SubsliceID: id}
 	for _, wid := range ws {
 		rs.Hosts = append(rs.Hosts, s.hosts[wid].name)
@@ -141,7 +142,7 @@ func (b *Backend) grantSubslice(w *sliceWait, s *tpuSlice, index int) *backend.S
 			r.Env = append(r.Env, env)
 		}
 	}
-	pg := b.pinGroup(w.req.Name, hosts, r.Env, w.demand, w.res)
+	pg := b.pinGroup(0, w.req.Name, hosts, r.Env, w.demand, w.res)
 	b.slices.subs[pg] = &subHold{slice: s, sub: w.sub, index: index, id: id, pg: pg}
 	r.Group = pg.id
 	return r
@@ -149,7 +150,7 @@ func (b *Backend) grantSubslice(w *sliceWait, s *tpuSlice, index int) *backend.S
 
 // subsliceStates reports the sub-slices of s that are reserved, by index.
 // b.mu must be held.
-func (b *Backend) subsliceStates(s *tpuSlice) []backend.SubsliceState {
+func (b *Runtime) subsliceStates(s *tpuSlice) []backend.SubsliceState {
 	var out []backend.SubsliceState
 	for _, h := range b.slices.subs {
 		if h.slice != s {

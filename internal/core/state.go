@@ -1,4 +1,4 @@
-package local
+package core
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 )
 
 // Snapshot implements backend.Snapshotter.
-func (b *Backend) Snapshot(ctx context.Context) (*backend.State, error) {
+func (b *Runtime) Snapshot(ctx context.Context) (*backend.State, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

@@ -1,4 +1,4 @@
-package local
+package core
 
 import (
 	"context"
@@ -35,14 +35,14 @@ type waiter struct {
 	ch   chan struct{}
 }
 
-func (b *Backend) newObject() *object {
+func (b *Runtime) newObject() *object {
 	o := &object{id: backend.ObjectID(b.newID()), owner: true}
 	b.objects[o.id] = o
 	return o
 }
 
 // completeLocked records an object's result and wakes whoever waits for it.
-func (b *Backend) completeLocked(o *object, v backend.Value, err error) {
+func (b *Runtime) completeLocked(o *object, v backend.Value, err error) {
 	if o.done {
 		return
 	}
@@ -69,14 +69,14 @@ func (b *Backend) completeLocked(o *object, v backend.Value, err error) {
 	b.maybeDelete(o)
 }
 
-func (b *Backend) maybeDelete(o *object) {
+func (b *Runtime) maybeDelete(o *object) {
 	if o.done && !o.owner && o.deps == 0 {
 		delete(b.objects, o.id)
 	}
 }
 
 // Put implements backend.Backend.
-func (b *Backend) Put(ctx context.Context, v backend.Value) (backend.ObjectID, error) {
+func (b *Runtime) Put(ctx context.Context, v backend.Value) (backend.ObjectID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -91,7 +91,7 @@ func (b *Backend) Put(ctx context.Context, v backend.Value) (backend.ObjectID, e
 }
 
 // Get implements backend.Backend.
-func (b *Backend) Get(ctx context.Context, id backend.ObjectID) (backend.Value, error) {
+func (b *Runtime) Get(ctx context.Context, id backend.ObjectID) (backend.Value, error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -120,7 +120,7 @@ func (b *Backend) Get(ctx context.Context, id backend.ObjectID) (backend.Value, 
 }
 
 // Wait implements backend.Backend.
-func (b *Backend) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bool, error) {
+func (b *Runtime) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bool, error) {
 	ready := make([]bool, len(ids))
 	b.mu.Lock()
 	if b.closed {
@@ -175,7 +175,7 @@ func (b *Backend) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bo
 }
 
 // Free implements backend.Backend.
-func (b *Backend) Free(ids ...backend.ObjectID) {
+func (b *Runtime) Free(ids ...backend.ObjectID) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, id := range ids {
@@ -187,7 +187,7 @@ func (b *Backend) Free(ids ...backend.ObjectID) {
 }
 
 // lookupDep finds a dependency object for a submission.
-func (b *Backend) lookupDep(op string, id backend.ObjectID) (*object, error) {
+func (b *Runtime) lookupDep(op string, id backend.ObjectID) (*object, error) {
 	o := b.objects[id]
 	if o == nil {
 		return nil, backend.Errorf(backend.NotFound, op, "input object %s does not exist (never created, or freed)", id)

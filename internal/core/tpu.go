@@ -1,4 +1,4 @@
-package local
+package core
 
 import (
 	"container/heap"
@@ -14,13 +14,6 @@ import (
 	"github.com/goray-dev/goray/tpu"
 )
 
-func acceleratorEnv(s tpu.SliceShape) string {
-	if s.Generation == tpu.V7x {
-		return s.GKEPodType()
-	}
-	return s.PodType()
-}
-
 // tpuSlice is a slice of the simulated cluster.
 type tpuSlice struct {
 	index      int // order of creation, for first-fit
@@ -30,6 +23,8 @@ type tpuSlice struct {
 	hosts      []*node
 	dead       int // hosts not alive
 	reservedBy *pgroup
+	claiming   bool                // picked for a reservation whose claim is in flight (claim.go)
+	held       bool                // held by another driver, as its last claim said (claim.go)
 	heapPos    int                 // position in its shape's free heap, or -1
 	env        []map[string]string // single-slice worker env per host, built once
 	names      []string            // host names in worker order, built once
@@ -57,7 +52,7 @@ func (s *tpuSlice) workerEnv(wid int, hostnames []string) map[string]string {
 }
 
 func (s *tpuSlice) idle() bool {
-	if s.dead > 0 || s.reservedBy != nil {
+	if s.unavailable() {
 		return false
 	}
 	for _, n := range s.hosts {
@@ -66,6 +61,12 @@ func (s *tpuSlice) idle() bool {
 		}
 	}
 	return true
+}
+
+// unavailable reports whether the slice cannot be reserved now: a host is
+// down, it is reserved, being claimed, or held by another driver.
+func (s *tpuSlice) unavailable() bool {
+	return s.dead > 0 || s.reservedBy != nil || s.claiming || s.held
 }
 
 // shapePool holds the slices of one shape and the queue of requests for it.
@@ -107,6 +108,9 @@ type sliceIndex struct {
 	all    []*tpuSlice
 	// subs are the granted sub-slice reservations (subslice.go).
 	subs map[*pgroup]*subHold
+	// pending are the slices not all of whose hosts are in yet.
+	pending map[string]*pendingSlice
+	names   map[string]bool // of the slices in all
 }
 
 // sliceWait is a queued reservation: of n whole slices, or of one
@@ -122,34 +126,82 @@ type sliceWait struct {
 	since   time.Time // when it was queued
 	done    chan struct{}
 	result  *backend.SliceReservation
+	picked  []*tpuSlice // to claim (claim.go); set with done closed
 }
 
 func shapeKey(s tpu.SliceShape) string {
 	return s.Generation.String() + "/" + s.Topology.String() + "/" + strconv.Itoa(s.ChipsPerHost)
 }
 
-func buildSliceIndex(b *Backend, defs []sliceDef) *sliceIndex {
-	idx := &sliceIndex{pools: map[string]*shapePool{}, byNode: map[*node]*tpuSlice{}, subs: map[*pgroup]*subHold{}}
-	for i, d := range defs {
-		key := shapeKey(d.shape)
-		p := idx.pools[key]
-		if p == nil {
-			p = &shapePool{key: key, shape: d.shape}
-			idx.pools[key] = p
-			idx.order = append(idx.order, p)
-		}
-		s := &tpuSlice{index: i, name: d.name, shape: d.shape, key: key, heapPos: -1}
-		for _, h := range d.hosts {
-			n := b.byName[h]
-			s.hosts = append(s.hosts, n)
-			idx.byNode[n] = s
-		}
-		p.all = append(p.all, s)
-		heap.Push(&p.free, s)
-		idx.all = append(idx.all, s)
-	}
-	return idx
+func newSliceIndex() *sliceIndex {
+	return &sliceIndex{pools: map[string]*shapePool{}, byNode: map[*node]*tpuSlice{}, subs: map[*pgroup]*subHold{}, pending: map[string]*pendingSlice{}, names: map[string]bool{}}
 }
+
+// pendingSlice is a slice some of whose hosts have been reported.
+type pendingSlice struct {
+	shape tpu.SliceShape
+	hosts []*node // by worker ID; nil while absent
+	have  int
+}
+
+// addHost adds a new node to the slice it is labelled for, if any; the
+// slice joins the index once all its hosts are in. Hosts whose labels do
+// not make a slice are logged and left out of the index (CheckSlices
+// reports the same as errors). b.mu must be held.
+func (x *sliceIndex) addHost(b *Runtime, n *node) {
+	name := n.labels[tpu.LabelSliceName]
+	if name == "" {
+		return
+	}
+	shape, wid, err := hostSlice(n.name, name, n.labels, int(b.resources(n.capac)[backend.TPU]))
+	if err == nil && x.named(name) {
+		err = fmt.Errorf("TPU slice %q is complete; node %q cannot join it", name, n.name)
+	}
+	p := x.pending[name]
+	switch {
+	case err != nil:
+	case p == nil:
+		p = &pendingSlice{shape: shape, hosts: make([]*node, shape.Hosts())}
+		x.pending[name] = p
+	case p.shape != shape:
+		err = fmt.Errorf("TPU slice %q mixes shapes: node %q is %s, others %s", name, n.name, shape, p.shape)
+	case p.hosts[wid] != nil:
+		err = fmt.Errorf("TPU slice %q: nodes %q and %q are both worker %d", name, p.hosts[wid].name, n.name, wid)
+	}
+	if err != nil {
+		b.log.Warn("core: node left out of the TPU slice index", "node", n.name, "cause", err)
+		return
+	}
+	p.hosts[wid] = n
+	p.have++
+	if p.have < len(p.hosts) {
+		return
+	}
+	delete(x.pending, name)
+	key := shapeKey(shape)
+	pool := x.pools[key]
+	if pool == nil {
+		pool = &shapePool{key: key, shape: shape}
+		x.pools[key] = pool
+		x.order = append(x.order, pool)
+	}
+	s := &tpuSlice{index: len(x.all), name: name, shape: shape, key: key, heapPos: -1, hosts: p.hosts}
+	for _, h := range p.hosts {
+		x.byNode[h] = s
+		if !h.alive {
+			s.dead++
+		}
+	}
+	pool.all = append(pool.all, s)
+	heap.Push(&pool.free, s)
+	x.all = append(x.all, s)
+	x.names[name] = true
+	if b.started {
+		b.serveSlices(pool)
+	}
+}
+
+func (x *sliceIndex) named(name string) bool { return x.names[name] }
 
 // describeShapes lists what slices the cluster has, for errors.
 func (x *sliceIndex) describeShapes() string {
@@ -167,7 +219,7 @@ func (x *sliceIndex) describeShapes() string {
 // whole, intact, idle slices of one shape in one step, placing a placement
 // group whose bundles are pinned to their hosts, or waits first come, first
 // served until it can.
-func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) (*backend.SliceReservation, error) {
+func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) (*backend.SliceReservation, error) {
 	op := backend.ReserveSlicesOp(req.Name)
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -220,12 +272,25 @@ func (b *Backend) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 	b.serveSlices(p)
 	b.mu.Unlock()
 
-	select {
-	case <-w.done:
-	case <-ctx.Done():
-	case <-b.closedCh:
+	for {
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+		case <-b.closedCh:
+		}
+		b.mu.Lock()
+		if w.picked != nil {
+			// Picked for a claim (claim.go): claim outside the lock.
+			r, err, again := b.claimPicked(ctx, op, p, w)
+			if again {
+				b.mu.Unlock()
+				continue
+			}
+			b.mu.Unlock()
+			return r, err
+		}
+		break
 	}
-	b.mu.Lock()
 	defer b.mu.Unlock()
 	if w.result == nil {
 		// Not granted: leave the queue holding nothing.
@@ -291,7 +356,7 @@ func plural(n int, one, many string) string {
 // free; the first request that cannot be granted holds back the rest, so a
 // multislice request is not starved by single-slice ones, nor a whole
 // slice by sub-slices. b.mu must be held.
-func (b *Backend) serveSlices(p *shapePool) {
+func (b *Runtime) serveSlices(p *shapePool) {
 	for len(p.waiting) > 0 && !b.closed {
 		w := p.waiting[0]
 		if w.sub.Count() > 0 {
@@ -309,14 +374,22 @@ func (b *Backend) serveSlices(p *shapePool) {
 			return
 		}
 		p.waiting = p.waiting[1:]
-		w.result = b.grantSlices(p, w, picked)
+		if b.claimer != nil {
+			// The waiter claims them outside the lock (claim.go).
+			for _, s := range picked {
+				s.claiming = true
+			}
+			w.picked = picked
+		} else {
+			w.result = b.grantSlices(w, picked, 0)
+		}
 		close(w.done)
 	}
 }
 
 // pickSlices takes the n lowest-index idle slices out of the free heap, or
 // none.
-func (b *Backend) pickSlices(p *shapePool, n int) []*tpuSlice {
+func (b *Runtime) pickSlices(p *shapePool, n int) []*tpuSlice {
 	var picked, skipped []*tpuSlice
 	for len(picked) < n && p.free.Len() > 0 {
 		s := heap.Pop(&p.free).(*tpuSlice)
@@ -339,8 +412,22 @@ func (b *Backend) pickSlices(p *shapePool, n int) []*tpuSlice {
 }
 
 // grantSlices places a placement group pinned to the hosts of picked
-// slices and builds the reservation. b.mu must be held.
-func (b *Backend) grantSlices(p *shapePool, w *sliceWait, picked []*tpuSlice) *backend.SliceReservation {
+// slices and builds the reservation; id is the group's ID, or 0 for a new
+// one. b.mu must be held.
+func (b *Runtime) grantSlices(w *sliceWait, picked []*tpuSlice, id backend.PlacementGroupID) *backend.SliceReservation {
+	r, hosts := b.sliceReservation(w, picked)
+	pg := b.pinGroup(id, w.req.Name, hosts, r.Env, w.demand, w.res)
+	for _, s := range picked {
+		s.reservedBy = pg
+	}
+	pg.slices = picked
+	r.Group = pg.id
+	return r
+}
+
+// sliceReservation builds the reservation of picked slices for w (all but
+// its group) and the host of each bundle. b.mu must be held.
+func (b *Runtime) sliceReservation(w *sliceWait, picked []*tpuSlice) (*backend.SliceReservation, []*node) {
 	r := &backend.SliceReservation{ChipsPerHost: w.shape.ChipsPerHost, BundlesPerHost: w.perHost, BundleResources: w.res}
 	coordinator := ""
 	total := len(picked) * len(picked[0].hosts) * w.perHost
@@ -378,23 +465,20 @@ func (b *Backend) grantSlices(p *shapePool, w *sliceWait, picked []*tpuSlice) *b
 		}
 		r.Slices = append(r.Slices, rs)
 	}
-	pg := b.pinGroup(w.req.Name, hosts, r.Env, w.demand, w.res)
-	for _, s := range picked {
-		s.reservedBy = pg
-	}
-	pg.slices = picked
-	r.Group = pg.id
-	return r
+	return r, hosts
 }
 
 // pinGroup creates a created placement group with one bundle per host,
 // bundle i pinned to hosts[i] with env envs[i], and takes the bundles'
-// demand from the hosts. The group keeps hosts as its pinned list. b.mu
-// must be held.
-func (b *Backend) pinGroup(name string, hosts []*node, envs []map[string]string, demand []int64, res backend.Resources) *pgroup {
+// demand from the hosts. The group keeps hosts as its pinned list; id is
+// its ID, or 0 for a new one. b.mu must be held.
+func (b *Runtime) pinGroup(id backend.PlacementGroupID, name string, hosts []*node, envs []map[string]string, demand []int64, res backend.Resources) *pgroup {
 	total := len(hosts)
 	spec := &backend.PlacementGroupSpec{Name: name, Strategy: backend.StrictSpread, Bundles: make([]backend.Bundle, 0, total)}
-	pg := &pgroup{id: backend.PlacementGroupID(b.newID()), spec: spec, ready: make(chan struct{})}
+	if id == 0 {
+		id = backend.PlacementGroupID(b.newID())
+	}
+	pg := &pgroup{id: id, spec: spec, ready: make(chan struct{})}
 	pg.bundles = make([]*bundle, 0, total)
 	pg.pinned = hosts
 	bundles := make([]bundle, total)
@@ -421,7 +505,7 @@ func (b *Backend) pinGroup(name string, hosts []*node, envs []map[string]string,
 
 // releaseSlices returns the slices of a removed reservation to their free
 // heaps and serves waiting requests. b.mu must be held.
-func (b *Backend) releaseSlices(pg *pgroup) {
+func (b *Runtime) releaseSlices(pg *pgroup) {
 	if hold := b.slices.subs[pg]; hold != nil {
 		delete(b.slices.subs, pg)
 		b.serveSlices(b.slices.pools[hold.slice.key])
@@ -430,6 +514,7 @@ func (b *Backend) releaseSlices(pg *pgroup) {
 	if len(pg.slices) == 0 {
 		return
 	}
+	b.endClaimLocked(pg)
 	var pools []*shapePool
 	for _, s := range pg.slices {
 		s.reservedBy = nil
@@ -447,7 +532,7 @@ func (b *Backend) releaseSlices(pg *pgroup) {
 
 // sliceHostFreed serves waiting requests when a TPU host may have become
 // idle. b.mu must be held.
-func (b *Backend) sliceHostFreed(n *node) {
+func (b *Runtime) sliceHostFreed(n *node) {
 	if s := b.slices.byNode[n]; s != nil {
 		if p := b.slices.pools[s.key]; len(p.waiting) > 0 {
 			b.serveSlices(p)
@@ -455,13 +540,13 @@ func (b *Backend) sliceHostFreed(n *node) {
 	}
 }
 
-func (b *Backend) markSliceHostDown(n *node) {
+func (b *Runtime) markSliceHostDown(n *node) {
 	if s := b.slices.byNode[n]; s != nil {
 		s.dead++
 	}
 }
 
-func (b *Backend) markSliceHostUp(n *node) {
+func (b *Runtime) markSliceHostUp(n *node) {
 	if s := b.slices.byNode[n]; s != nil {
 		s.dead--
 		b.sliceHostFreed(n)
@@ -469,7 +554,7 @@ func (b *Backend) markSliceHostUp(n *node) {
 }
 
 // Slices implements backend.SliceReserver.
-func (b *Backend) Slices(ctx context.Context) ([]backend.SliceState, error) {
+func (b *Runtime) Slices(ctx context.Context) ([]backend.SliceState, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -501,7 +586,7 @@ func (b *Backend) Slices(ctx context.Context) ([]backend.SliceState, error) {
 }
 
 // PendingSliceRequests implements backend.SliceReserver.
-func (b *Backend) PendingSliceRequests(ctx context.Context) ([]backend.PendingSliceRequest, error) {
+func (b *Runtime) PendingSliceRequests(ctx context.Context) ([]backend.PendingSliceRequest, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -520,7 +605,7 @@ func (b *Backend) PendingSliceRequests(ctx context.Context) ([]backend.PendingSl
 }
 
 // QueuedSliceRequests returns how many slice reservations are waiting.
-func (b *Backend) QueuedSliceRequests() int {
+func (b *Runtime) QueuedSliceRequests() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := 0

@@ -1,4 +1,4 @@
-package local
+package core
 
 import (
 	"cmp"
@@ -39,6 +39,9 @@ type pgroup struct {
 	// that lost a host: all its work failed with it, nothing more runs in
 	// it, and it stays broken until removed (see breakSliceGroup).
 	lost error
+	// claim, when set, is the granted slice claim of a slice reservation
+	// (claim.go), ended when the slices are released.
+	claim *claimHold
 }
 
 type bundle struct {
@@ -61,7 +64,7 @@ func (pg *pgroup) signal() {
 }
 
 // failRequest fails a request that can never run. b.mu must be held.
-func (b *Backend) failRequest(t *task, err error) {
+func (b *Runtime) failRequest(t *task, err error) {
 	if t.actor != nil {
 		b.killActorLocked(t.actor, err, false)
 		return
@@ -71,7 +74,7 @@ func (b *Backend) failRequest(t *task, err error) {
 }
 
 // CreatePlacementGroup implements backend.Backend.
-func (b *Backend) CreatePlacementGroup(ctx context.Context, spec *backend.PlacementGroupSpec) (backend.PlacementGroupID, error) {
+func (b *Runtime) CreatePlacementGroup(ctx context.Context, spec *backend.PlacementGroupSpec) (backend.PlacementGroupID, error) {
 	op := "create placement group"
 	if spec.Name != "" {
 		op += " " + spec.Name
@@ -100,7 +103,7 @@ func (b *Backend) CreatePlacementGroup(ctx context.Context, spec *backend.Placem
 
 // newPG validates a spec and builds an unplaced group without an ID. It
 // reads only what New fixed (the resource names), so b.mu need not be held.
-func (b *Backend) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, error) {
+func (b *Runtime) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, error) {
 	if err := spec.Validate(op); err != nil {
 		return nil, err
 	}
@@ -121,7 +124,7 @@ func (b *Backend) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, e
 	return pg, nil
 }
 
-func (b *Backend) queuePG(pg *pgroup) {
+func (b *Runtime) queuePG(pg *pgroup) {
 	b.pgs[pg.id] = pg
 	b.seq++
 	pg.seq = b.seq
@@ -131,7 +134,7 @@ func (b *Backend) queuePG(pg *pgroup) {
 
 // pgFeasible checks the group against the capacity of live nodes, as if the
 // cluster were idle, and says why it could never be placed.
-func (b *Backend) pgFeasible(op string, pg *pgroup) error {
+func (b *Runtime) pgFeasible(op string, pg *pgroup) error {
 	for _, bu := range pg.bundles {
 		ok := false
 		for _, n := range b.nodes {
@@ -164,7 +167,7 @@ func (b *Backend) pgFeasible(op string, pg *pgroup) error {
 
 // placePG tries to place every unplaced bundle of pg at once, taking the
 // resources only if all fit. b.mu must be held.
-func (b *Backend) placePG(pg *pgroup, bl []blocker) bool {
+func (b *Runtime) placePG(pg *pgroup, bl []blocker) bool {
 	assign, ok := b.solvePG(pg, func(n *node) []int64 { return n.free }, func(n *node) bool {
 		return len(bl) > 0 && b.blocks(bl, n)
 	})
@@ -189,7 +192,7 @@ func (b *Backend) placePG(pg *pgroup, bl []blocker) bool {
 // solvePG finds a node for every bundle of pg under its strategy, given each
 // node's available amounts. Placed bundles keep their nodes. It returns the
 // node of every bundle.
-func (b *Backend) solvePG(pg *pgroup, avail func(*node) []int64, skip func(*node) bool) ([]*node, bool) {
+func (b *Runtime) solvePG(pg *pgroup, avail func(*node) []int64, skip func(*node) bool) ([]*node, bool) {
 	assign := make([]*node, len(pg.bundles))
 	var todo []int
 	for i, bu := range pg.bundles {
@@ -208,7 +211,7 @@ func (b *Backend) solvePG(pg *pgroup, avail func(*node) []int64, skip func(*node
 		if skip == nil {
 			return n.couldRun()
 		}
-		return n.alive && !skip(n)
+		return n.alive && !n.draining && !skip(n)
 	}
 	allowed := func(i int, n *node) bool {
 		if pg.pinned != nil && pg.pinned[i] != n {
@@ -416,7 +419,7 @@ func (pg *pgroup) couldUse(n *node) bool {
 }
 
 // PlacementGroupReady implements backend.Backend.
-func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementGroupID) error {
+func (b *Runtime) PlacementGroupReady(ctx context.Context, id backend.PlacementGroupID) error {
 	for {
 		b.mu.Lock()
 		if err := b.precheck("wait for placement group"); err != nil {
@@ -454,7 +457,7 @@ func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 }
 
 // RemovePlacementGroup implements backend.Backend.
-func (b *Backend) RemovePlacementGroup(ctx context.Context, id backend.PlacementGroupID) error {
+func (b *Runtime) RemovePlacementGroup(ctx context.Context, id backend.PlacementGroupID) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.precheck("remove placement group"); err != nil {
@@ -471,7 +474,7 @@ func (b *Backend) RemovePlacementGroup(ctx context.Context, id backend.Placement
 	return nil
 }
 
-func (b *Backend) removePGLocked(pg *pgroup) {
+func (b *Runtime) removePGLocked(pg *pgroup) {
 	if pg.state == pgRemoved {
 		return
 	}
@@ -498,6 +501,9 @@ func (b *Backend) removePGLocked(pg *pgroup) {
 				add(bu.node.free, bu.demand)
 			}
 			delete(bu.node.bundles, bu)
+			if bu.node.draining {
+				b.drainLater(bu.node)
+			}
 			bu.node = nil
 		}
 	}

@@ -1,4 +1,4 @@
-package local
+package core
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 type taskCtx struct {
 	info backend.RuntimeInfo
 	// The run: the backend, the task and the attempt being run.
-	b       *Backend
+	b       *Runtime
 	t       *task
 	attempt int
 

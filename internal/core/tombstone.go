@@ -1,4 +1,4 @@
-package local
+package core
 
 import "github.com/goray-dev/goray/backend"
 
@@ -50,7 +50,7 @@ func (t *tombstones[K]) len() int { return len(t.m) }
 // deadActor returns why the actor id, which is not live, died: its
 // tombstone, or for an ID the backend issued long ago an ActorDied error
 // without the cause. ok is false for an ID never issued. b.mu must be held.
-func (b *Backend) deadActor(id backend.ActorID) (err error, ok bool) {
+func (b *Runtime) deadActor(id backend.ActorID) (err error, ok bool) {
 	if err, ok := b.deadActors.get(id); ok {
 		return err, true
 	}
@@ -63,7 +63,7 @@ func (b *Backend) deadActor(id backend.ActorID) (err error, ok bool) {
 // removedPG returns the error of work pinned to the group id, which is not
 // live: its tombstone, or for an ID the backend issued long ago the removal
 // error. ok is false for an ID never issued. b.mu must be held.
-func (b *Backend) removedPG(id backend.PlacementGroupID) (err error, ok bool) {
+func (b *Runtime) removedPG(id backend.PlacementGroupID) (err error, ok bool) {
 	if err, ok := b.removedPGs.get(id); ok {
 		return err, true
 	}

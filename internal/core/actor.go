@@ -1,4 +1,4 @@
-package local
+package core
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func (a *actor) signalReady() {
 }
 
 // liveActor reports the live actor named name. b.mu must be held.
-func (b *Backend) liveActor(name string) (backend.ActorID, bool) {
+func (b *Runtime) liveActor(name string) (backend.ActorID, bool) {
 	other := b.actorNames[name]
 	if other == nil || other.state == actorDead {
 		return 0, false
@@ -66,7 +66,7 @@ func (b *Backend) liveActor(name string) (backend.ActorID, bool) {
 }
 
 // CreateActor implements backend.Backend.
-func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (backend.ActorID, error) {
+func (b *Runtime) CreateActor(ctx context.Context, spec *backend.ActorSpec) (backend.ActorID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -104,7 +104,7 @@ func (b *Backend) CreateActor(ctx context.Context, spec *backend.ActorSpec) (bac
 
 // startActor runs an actor's constructor on its placed node. b.mu must be
 // held.
-func (b *Backend) startActor(t *task) {
+func (b *Runtime) startActor(t *task) {
 	a := t.actor
 	t.state = stateRunning
 	a.node, a.bundle = t.node, t.bundle
@@ -140,7 +140,7 @@ func (b *Backend) startActor(t *task) {
 }
 
 // ActorReady implements backend.Backend.
-func (b *Backend) ActorReady(ctx context.Context, id backend.ActorID) error {
+func (b *Runtime) ActorReady(ctx context.Context, id backend.ActorID) error {
 	b.mu.Lock()
 	a := b.actors[id]
 	if err := b.precheck("wait for actor"); err != nil {
@@ -170,7 +170,7 @@ func (b *Backend) ActorReady(ctx context.Context, id backend.ActorID) error {
 }
 
 // NamedActor implements backend.Backend.
-func (b *Backend) NamedActor(ctx context.Context, name string) (backend.ActorID, string, error) {
+func (b *Runtime) NamedActor(ctx context.Context, name string) (backend.ActorID, string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.precheck("look up actor " + name); err != nil {
@@ -184,7 +184,7 @@ func (b *Backend) NamedActor(ctx context.Context, name string) (backend.ActorID,
 }
 
 // CallActor implements backend.Backend.
-func (b *Backend) CallActor(ctx context.Context, spec *backend.CallSpec) (backend.ObjectID, error) {
+func (b *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backend.ObjectID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -241,7 +241,7 @@ func (b *Backend) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 }
 
 // resolveCallDep runs when a call's input is done. b.mu must be held.
-func (b *Backend) resolveCallDep(cl *call, dep *object) {
+func (b *Runtime) resolveCallDep(cl *call, dep *object) {
 	cl.dep = nil
 	dep.deps--
 	defer b.maybeDelete(dep)
@@ -260,7 +260,7 @@ func (b *Backend) resolveCallDep(cl *call, dep *object) {
 	}
 }
 
-func (b *Backend) finishCallLocked(cl *call, v backend.Value, err error) {
+func (b *Runtime) finishCallLocked(cl *call, v backend.Value, err error) {
 	if cl.done {
 		return
 	}
@@ -271,7 +271,7 @@ func (b *Backend) finishCallLocked(cl *call, v backend.Value, err error) {
 // dispatchCalls starts mailbox calls in order while the actor has capacity.
 // A call whose input is not ready holds back the calls behind it, keeping
 // submission order. b.mu must be held.
-func (b *Backend) dispatchCalls(a *actor) {
+func (b *Runtime) dispatchCalls(a *actor) {
 	for a.state == actorAlive && a.head < len(a.mailbox) && len(a.inflight) < a.concurrent {
 		cl := a.mailbox[a.head]
 		if cl.done {
@@ -286,7 +286,7 @@ func (b *Backend) dispatchCalls(a *actor) {
 	}
 }
 
-func (b *Backend) popCall(a *actor) {
+func (b *Runtime) popCall(a *actor) {
 	a.mailbox[a.head] = nil
 	a.head++
 	b.queued--
@@ -295,7 +295,7 @@ func (b *Backend) popCall(a *actor) {
 	}
 }
 
-func (b *Backend) runCall(a *actor, cl *call) {
+func (b *Runtime) runCall(a *actor, cl *call) {
 	a.inflight[cl] = struct{}{}
 	cl.gen = a.gen
 	c := a.creation.cls
@@ -326,7 +326,7 @@ func (b *Backend) runCall(a *actor, cl *call) {
 type callRun struct {
 	context.Context
 	info backend.RuntimeInfo
-	b    *Backend
+	b    *Runtime
 	a    *actor
 	cl   *call
 	inst backend.ActorInstance
@@ -351,7 +351,7 @@ func (r *callRun) run() {
 
 // finishCall records a call's result unless its incarnation is gone, and
 // returns a call of the same actor to run next on this goroutine.
-func (b *Backend) finishCall(r *callRun, v backend.Value, err error) (next *callRun) {
+func (b *Runtime) finishCall(r *callRun, v backend.Value, err error) (next *callRun) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	a, cl := r.a, r.cl
@@ -369,7 +369,7 @@ func (b *Backend) finishCall(r *callRun, v backend.Value, err error) (next *call
 }
 
 // KillActor implements backend.Backend.
-func (b *Backend) KillActor(ctx context.Context, id backend.ActorID) error {
+func (b *Runtime) KillActor(ctx context.Context, id backend.ActorID) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.precheck("kill actor"); err != nil {
@@ -391,7 +391,7 @@ func (b *Backend) KillActor(ctx context.Context, id backend.ActorID) error {
 // its running calls are retried per MaxTaskRetries and its queued calls
 // wait. Otherwise it is dead and every call fails with err. b.mu must be
 // held.
-func (b *Backend) killActorLocked(a *actor, err error, restart bool) {
+func (b *Runtime) killActorLocked(a *actor, err error, restart bool) {
 	if a.state == actorDead {
 		return
 	}
@@ -453,7 +453,7 @@ func (b *Backend) killActorLocked(a *actor, err error, restart bool) {
 }
 
 // releaseActor gives back the resources of the actor's incarnation.
-func (b *Backend) releaseActor(a *actor) {
+func (b *Runtime) releaseActor(a *actor) {
 	t := a.creation
 	if t.state == stateRunning {
 		if a.node != nil {

@@ -1,4 +1,4 @@
-package local
+package core
 
 import (
 	"context"
@@ -7,37 +7,62 @@ import (
 	"github.com/goray-dev/goray/backend"
 )
 
-// KillNode simulates the death of a node (a preempted or failed host): its
-// running tasks fail with Unavailable and are retried per their retry
-// options; its actors restart on other nodes per their max restarts; work
-// in placement group bundles on it is lost, and those bundles are placed
-// again (a group pinned to hosts, such as a TPU slice reservation, waits for
-// its host). Work that no live node can hold any more fails with
-// Infeasible.
-func (b *Backend) KillNode(ctx context.Context, name string) error {
-	return b.killNode(name, false)
-}
-
-// killNode is KillNode; restarting marks the node as coming back by itself
-// (its worker process is being restarted), so that queued work it could
-// hold waits for it instead of failing as Infeasible.
-func (b *Backend) killNode(name string, restarting bool) error {
+// KillNode kills a node through the node source (NodeSource.Kill), as a
+// host failure does: its running tasks fail with Unavailable and are
+// retried per their retry options; its actors restart on other nodes per
+// their max restarts; work in placement group bundles on it is lost, and
+// those bundles are placed again (a group pinned to hosts, such as a TPU
+// slice reservation, waits for its host). Work that no live node can hold
+// any more fails with Infeasible.
+func (b *Runtime) KillNode(ctx context.Context, name string) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.precheck("kill node " + name); err != nil {
+	err := b.precheck("kill node " + name)
+	b.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	n := b.byName[name]
-	if n == nil {
-		return backend.Errorf(backend.NotFound, "kill node "+name, "no node named %q", name)
+	return b.source.Kill(ctx, name)
+}
+
+// RestartNode brings a dead node back, empty and idle, through the node
+// source (NodeSource.Restore).
+func (b *Runtime) RestartNode(ctx context.Context, name string) error {
+	b.mu.Lock()
+	err := b.precheck("restart node " + name)
+	b.mu.Unlock()
+	if err != nil {
+		return err
 	}
+	return b.source.Restore(ctx, name)
+}
+
+// nodeLostLocked kills node n; restarting marks it as coming back by
+// itself (its worker is being restarted), so that queued work it could
+// hold waits for it instead of failing as Infeasible. b.mu must be held.
+func (b *Runtime) nodeLostLocked(n *node, cause error, restarting bool) {
 	if !n.alive {
-		return nil
+		if n.restarting && !restarting {
+			b.restartAbandoned(n)
+		}
+		return
 	}
+	name := n.name
 	n.alive = false
 	n.restarting = restarting
 	b.epoch++
-	lost := backend.Errorf(backend.Unavailable, "node "+name, "node %s died", name)
+	var lost error
+	if cause == nil || restarting {
+		lost = backend.Errorf(backend.Unavailable, "node "+name, "node %s died", name)
+	} else {
+		lost = backend.Errorf(backend.Unavailable, "node "+name, "node %s died: %w", name, backend.Cause(cause))
+	}
+	if !b.started {
+		if !n.draining {
+			b.markSliceHostDown(n)
+		}
+		n.draining = false
+		return
+	}
 	// Gang semantics first: a slice reservation with a bundle here fails
 	// all of its work, on every host, before single tasks are retried.
 	for bu := range n.bundles {
@@ -66,32 +91,28 @@ func (b *Backend) killNode(name string, restarting bool) error {
 		}
 	}
 	copy(n.free, n.capac)
-	b.markSliceHostDown(n)
+	if !n.draining {
+		b.markSliceHostDown(n)
+	}
+	n.draining = false
 	b.failInfeasible()
 	b.schedule()
-	return nil
 }
 
-// RestartNode brings a dead node back, empty and idle.
-func (b *Backend) RestartNode(ctx context.Context, name string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.precheck("restart node " + name); err != nil {
-		return err
-	}
-	n := b.byName[name]
-	if n == nil {
-		return backend.Errorf(backend.NotFound, "restart node "+name, "no node named %q", name)
-	}
+// restoreLocked brings dead node n back, empty and idle, and reports
+// whether it was dead. b.mu must be held.
+func (b *Runtime) restoreLocked(n *node) bool {
 	if n.alive {
-		return nil
+		return false
 	}
 	n.alive, n.restarting = true, false
 	copy(n.free, n.capac)
 	b.epoch++
 	b.markSliceHostUp(n)
-	b.schedule()
-	return nil
+	if b.started {
+		b.schedule()
+	}
+	return true
 }
 
 // breakSliceGroup fails a TPU slice reservation that lost host n, as a
@@ -103,7 +124,7 @@ func (b *Backend) RestartNode(ctx context.Context, name string) error {
 // reservation keeps its slices until it is removed, and a slice with a dead
 // host is not reserved again until every host is back (RestartNode), so a
 // caller retries by releasing and reserving afresh. b.mu must be held.
-func (b *Backend) breakSliceGroup(pg *pgroup, n *node) {
+func (b *Runtime) breakSliceGroup(pg *pgroup, n *node) {
 	if pg.lost != nil || pg.state == pgRemoved {
 		return
 	}
@@ -134,19 +155,11 @@ func (b *Backend) breakSliceGroup(pg *pgroup, n *node) {
 	}
 }
 
-// restartAbandoned clears the restarting mark of dead nodes whose worker
-// process will not come back, failing work only they could hold.
-func (b *Backend) restartAbandoned(names []string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	changed := false
-	for _, name := range names {
-		if n := b.byName[name]; n != nil && n.restarting {
-			n.restarting = false
-			changed = true
-		}
-	}
-	if changed && !b.closed {
+// restartAbandoned clears the restarting mark of a dead node whose worker
+// will not come back, failing work only it could hold. b.mu must be held.
+func (b *Runtime) restartAbandoned(n *node) {
+	n.restarting = false
+	if b.started && !b.closed {
 		b.epoch++
 		b.failInfeasible()
 	}
@@ -154,7 +167,7 @@ func (b *Backend) restartAbandoned(names []string) {
 
 // failInfeasible fails queued work that the live nodes can no longer hold.
 // b.mu must be held.
-func (b *Backend) failInfeasible() {
+func (b *Runtime) failInfeasible() {
 	for _, c := range slices.Clone(b.active) {
 		if c.len() == 0 || c.pl.Group != 0 {
 			continue
@@ -170,9 +183,9 @@ func (b *Backend) failInfeasible() {
 	}
 }
 
-// PreemptSlice simulates GKE preempting a whole TPU slice: every host of the
-// named slice dies at once (see KillNode). RestartNode brings hosts back.
-func (b *Backend) PreemptSlice(ctx context.Context, slice string) error {
+// PreemptSlice kills every host of the named TPU slice at once, as GKE
+// preempting a slice does (see KillNode); RestartNode brings hosts back.
+func (b *Runtime) PreemptSlice(ctx context.Context, slice string) error {
 	b.mu.Lock()
 	var hosts []string
 	for _, s := range b.slices.all {

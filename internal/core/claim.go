@@ -1,0 +1,205 @@
+package core
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/tpu"
+)
+
+// releaseTimeout bounds one ReleaseSlices call.
+const releaseTimeout = 30 * time.Second
+
+// claimHold is a granted claim, held by its reservation's group.
+type claimHold struct {
+	claim    Claim
+	reserved bool // ClaimRunner.Reserved succeeded: Released is owed
+}
+
+// claimPicked claims, outside b.mu, the slices serveSlices picked for w
+// (the source is a SliceClaimer), tells the runner (a ClaimRunner), then
+// grants the reservation. If another driver holds some of the slices, it
+// marks them held, queues w again at the head of its pool and reports
+// again; any other error releases what was claimed and fails the request.
+// b.mu is held on entry and on return.
+func (b *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *sliceWait) (_ *backend.SliceReservation, _ error, again bool) {
+	picked := w.picked
+	w.picked = nil
+	if err := b.gaveUpClaim(ctx, op, p, w); err != nil {
+		b.unpick(p, picked)
+		return nil, err, false
+	}
+	id := backend.PlacementGroupID(b.newID())
+	claim, env := claimOf(id, picked)
+	b.mu.Unlock()
+	err := b.claimer.ClaimSlices(ctx, claim)
+	reserved := false
+	if err == nil && b.claimRunner != nil {
+		if err = b.claimRunner.Reserved(ctx, claim, env); err != nil {
+			b.releaseClaim(claim, false)
+		}
+		reserved = err == nil
+	}
+	b.mu.Lock()
+	if err == nil {
+		if gerr := b.gaveUpClaim(ctx, op, p, w); gerr != nil {
+			b.unpick(p, picked)
+			b.mu.Unlock()
+			b.releaseClaim(claim, reserved)
+			b.mu.Lock()
+			return nil, gerr, false
+		}
+		for _, s := range picked {
+			s.claiming = false
+		}
+		r := b.grantSlices(w, picked, id)
+		b.pgs[id].claim = &claimHold{claim: claim, reserved: reserved}
+		return r, nil, false
+	}
+	if backend.CodeOf(err) == backend.ResourceExhausted && !b.closed && ctx.Err() == nil {
+		var held *HeldError
+		names := claim.Slices // without a HeldError, all of them
+		if errors.As(err, &held) && len(held.Slices) > 0 {
+			names = held.Slices
+		}
+		for _, s := range p.all {
+			if slices.Contains(names, s.name) {
+				s.held = true
+			}
+		}
+		b.log.Debug("core: slices held by another driver", "slices", names, "cause", err)
+		b.armHeldRetry()
+		// Queued again at the head, w is served first: it may get other
+		// slices at once.
+		w.done = make(chan struct{})
+		p.waiting = slices.Insert(p.waiting, 0, w)
+		b.unpick(p, picked)
+		return nil, nil, true
+	}
+	b.unpick(p, picked)
+	if gerr := b.gaveUpClaim(ctx, op, p, w); gerr != nil {
+		return nil, gerr, false
+	}
+	return nil, backend.Wrap(backend.CodeOf(err), op+": claim slices", err), false
+}
+
+// gaveUpClaim is the error of a claimed request whose caller gave up or
+// whose cluster closed, or nil. b.mu must be held.
+func (b *Runtime) gaveUpClaim(ctx context.Context, op string, p *shapePool, w *sliceWait) error {
+	if b.closed {
+		return backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
+	}
+	if ctx.Err() != nil {
+		return gaveUp(op, p, w, 0, ctx.Err())
+	}
+	return nil
+}
+
+// unpick returns slices picked for a claim to their pool's free heap and
+// serves the pool. b.mu must be held.
+func (b *Runtime) unpick(p *shapePool, picked []*tpuSlice) {
+	for _, s := range picked {
+		s.claiming = false
+		heap.Push(&p.free, s)
+	}
+	b.serveSlices(p)
+}
+
+// claimOf builds the claim of picked slices and each host's env.
+func claimOf(id backend.PlacementGroupID, picked []*tpuSlice) (Claim, map[string]map[string]string) {
+	c := Claim{ID: id.String(), Slices: make([]string, 0, len(picked)), Hosts: make([][]string, 0, len(picked))}
+	env := map[string]map[string]string{}
+	coordinator := picked[0].hostNames()[0]
+	for si, s := range picked {
+		names := s.hostNames()
+		c.Slices = append(c.Slices, s.name)
+		c.Hosts = append(c.Hosts, slices.Clone(names))
+		for wid := range s.hosts {
+			e := maps.Clone(s.workerEnv(wid, names))
+			if len(picked) > 1 {
+				ms, _ := tpu.MultisliceEnv(coordinator, tpu.DefaultMegascalePort, len(picked), si)
+				maps.Copy(e, ms)
+			}
+			env[names[wid]] = e
+		}
+	}
+	return c, env
+}
+
+// armHeldRetry makes slices held elsewhere available again after the
+// claim retry delay. b.mu must be held.
+func (b *Runtime) armHeldRetry() {
+	if b.heldTimer != nil || b.closed {
+		return
+	}
+	b.heldTimer = time.AfterFunc(b.claimRetry, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.heldTimer = nil
+		if b.closed {
+			return
+		}
+		for _, p := range b.slices.order {
+			for _, s := range p.all {
+				s.held = false
+			}
+			b.serveSlices(p)
+		}
+	})
+}
+
+// endClaimLocked ends the claim of a released slice reservation, on a
+// goroutine Close waits for. b.mu must be held.
+func (b *Runtime) endClaimLocked(pg *pgroup) {
+	h := pg.claim
+	if h == nil {
+		return
+	}
+	pg.claim = nil
+	if b.closed { // Close took the claims; none is left (belt and braces)
+		return
+	}
+	b.bg.Go(func() { b.releaseClaim(h.claim, h.reserved) })
+}
+
+// takeClaimsLocked takes every granted claim, for Close to end, and stops
+// the held-slice retry. b.mu must be held.
+func (b *Runtime) takeClaimsLocked() []*claimHold {
+	if b.heldTimer != nil {
+		b.heldTimer.Stop()
+		b.heldTimer = nil
+	}
+	var out []*claimHold
+	for _, id := range sortedKeys(b.pgs) {
+		if pg := b.pgs[id]; pg.claim != nil {
+			out = append(out, pg.claim)
+			pg.claim = nil
+		}
+	}
+	return out
+}
+
+// endClaims ends claims Close took.
+func (b *Runtime) endClaims(claims []*claimHold) {
+	for _, h := range claims {
+		b.releaseClaim(h.claim, h.reserved)
+	}
+}
+
+// releaseClaim tells the runner the reservation ended (if it was told it
+// began), then releases the claim.
+func (b *Runtime) releaseClaim(c Claim, reserved bool) {
+	if reserved {
+		b.claimRunner.Released(c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := b.claimer.ReleaseSlices(ctx, c); err != nil {
+		b.log.Warn("core: release slice claim", "claim", c.ID, "slices", c.Slices, "cause", err)
+	}
+}

@@ -1,0 +1,278 @@
+package core
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// Options configures a Runtime.
+type Options struct {
+	// Logger receives debug logs; nil discards them.
+	Logger *slog.Logger
+	// StarvationLimit is how many younger requests may overtake a queued
+	// request before the scheduler holds back the nodes it could use, so
+	// that large requests are not starved by a stream of small ones. 0
+	// means 64.
+	StarvationLimit int
+	// NativeValues is what SupportsNativeValues reports: true when user
+	// code runs in this process (values may skip the codec).
+	NativeValues bool
+	// Nodes are nodes known when the runtime is built (a static source's),
+	// in the node table from New on, so that Snapshot and Slices show them
+	// before Start. The source reports them again from Run.
+	Nodes []Node
+	// ClaimRetry is how long slices a SliceClaimer said are held by
+	// another driver stay out of reservations before the runtime tries
+	// them again; 0 means 1s.
+	ClaimRetry time.Duration
+}
+
+// Runtime is the cluster runtime: the scheduler, object store, actors,
+// placement groups and TPU slices of one cluster whose nodes come from a
+// [NodeSource] and whose work runs through a [Runner]. Build it with
+// [New]; it implements backend.Backend, backend.Snapshotter,
+// backend.FaultInjector and backend.SliceReserver.
+type Runtime struct {
+	log          *slog.Logger
+	starveLimit  int
+	nativeValues bool
+	source       NodeSource
+	runner       Runner
+	claimer      SliceClaimer // source's, or nil (claim.go)
+	claimRunner  ClaimRunner  // runner's, or nil (claim.go)
+	claimRetry   time.Duration
+	heldTimer    *time.Timer // retries slices held elsewhere (claim.go)
+
+	mu       sync.Mutex
+	exec     backend.Executor
+	starting bool // Start is in progress or done
+	started  bool
+	synced   bool // the source's first nodes are in; later ones go to the runner at once
+	closed   bool
+	closedCh chan struct{}
+	wg       sync.WaitGroup
+	shutdown chan struct{}      // closed when Close has finished
+	runCtx   context.Context    // ends when Close begins: the source's Run, NodeUp calls
+	runStop  context.CancelFunc //
+	srcDone  chan struct{}      // closed when the source's Run has returned; nil before Start
+	bg       sync.WaitGroup     // NodeUp calls and claim releases, waited for by Close
+
+	resNames []string
+	resIndex map[string]int
+	nodes    []*node
+	byName   map[string]*node
+	cursor   int
+	epoch    uint64 // bumped whenever the set of live nodes changes
+
+	nextID  uint64
+	objects map[backend.ObjectID]*object
+
+	actors     map[backend.ActorID]*actor
+	actorNames map[string]*actor
+
+	pgs        map[backend.PlacementGroupID]*pgroup
+	removedPGs *tombstones[backend.PlacementGroupID] // the error of work pinned to each removed group (tombstone.go)
+	deadActors *tombstones[backend.ActorID]          // why each dead actor died
+	pendingPGs []*pgroup
+
+	classes      map[string]*class
+	classSweepAt int // sweep idle classes when there are this many (sched.go)
+	active       []*class
+	seq          uint64
+	queued       int
+	running      int
+
+	slices *sliceIndex
+	pool   *pool
+	// inline is set while finishTask schedules: the first task started
+	// then goes to inlineNext, for finishTask's goroutine to run.
+	inline     bool
+	inlineNext *taskCtx
+	// inlineCalls is set while finishCall dispatches: the first call
+	// started then goes to inlineCall.
+	inlineCalls bool
+	inlineCall  *callRun
+	ops         map[opKey]string // cached operation names for errors
+}
+
+var _ backend.Backend = (*Runtime)(nil)
+var _ backend.Snapshotter = (*Runtime)(nil)
+var _ backend.FaultInjector = (*Runtime)(nil)
+var _ backend.SliceReserver = (*Runtime)(nil)
+var _ NodeSink = (*sink)(nil)
+
+type node struct {
+	idx    int
+	name   string
+	labels map[string]string
+	env    map[string]string
+	spec   Node // as the source reported it
+	capac  []int64
+	free   []int64
+	alive  bool
+	// restarting: dead, but its worker is being restarted (the runner
+	// reported it lost with ErrRestarting), so work it could hold queues
+	// instead of failing as Infeasible.
+	restarting bool
+	// draining: alive, but takes no new work; lost once idle.
+	draining bool
+	running  map[*task]struct{}
+	actors   map[*actor]struct{}
+	bundles  map[*bundle]struct{}
+}
+
+// New builds a runtime whose nodes come from source and whose work runs
+// through runner. Nothing starts until Start (ray.NewCluster calls it):
+// Start starts the runner, runs the source and waits for its first nodes.
+// If source implements [SliceClaimer] or [Syncer], or runner implements
+// [ClaimRunner], the runtime uses them.
+func New(source NodeSource, runner Runner, opts Options) (*Runtime, error) {
+	if source == nil || runner == nil {
+		return nil, backend.Errorf(backend.InvalidArgument, "create runtime", "nil node source or runner; both are required")
+	}
+	b := &Runtime{
+		log:          opts.Logger,
+		starveLimit:  opts.StarvationLimit,
+		nativeValues: opts.NativeValues,
+		source:       source,
+		runner:       runner,
+		closedCh:     make(chan struct{}),
+		shutdown:     make(chan struct{}),
+		resIndex:     map[string]int{},
+		byName:       map[string]*node{},
+		objects:      map[backend.ObjectID]*object{},
+		actors:       map[backend.ActorID]*actor{},
+		actorNames:   map[string]*actor{},
+		pgs:          map[backend.PlacementGroupID]*pgroup{},
+		removedPGs:   newTombstones[backend.PlacementGroupID](TombstoneWindow),
+		deadActors:   newTombstones[backend.ActorID](TombstoneWindow),
+		classes:      map[string]*class{},
+		classSweepAt: minClassSweep,
+		slices:       newSliceIndex(),
+	}
+	b.runCtx, b.runStop = context.WithCancel(context.Background())
+	b.claimRetry = cmp.Or(opts.ClaimRetry, time.Second)
+	b.claimer, _ = source.(SliceClaimer)
+	b.claimRunner, _ = runner.(ClaimRunner)
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	if b.starveLimit <= 0 {
+		b.starveLimit = 64
+	}
+	for _, name := range []string{backend.CPU, backend.Memory, backend.TPU} {
+		b.addResourceName(name)
+	}
+	for _, n := range opts.Nodes {
+		if b.byName[n.Name] != nil {
+			return nil, backend.Errorf(backend.InvalidArgument, "create runtime", "duplicate node name %q", n.Name)
+		}
+		b.addNodeLocked(n)
+	}
+	return b, nil
+}
+
+// addResourceName makes name a resource of the cluster's vectors: it is
+// appended, and every node's vectors grow. Vectors built before (demands)
+// are shorter, which fits, add and sub allow. b.mu must be held.
+func (b *Runtime) addResourceName(name string) {
+	if _, ok := b.resIndex[name]; ok {
+		return
+	}
+	b.resIndex[name] = len(b.resNames)
+	b.resNames = append(b.resNames, name)
+	for _, n := range b.nodes {
+		n.capac = append(n.capac, 0)
+		n.free = append(n.free, 0)
+	}
+}
+
+// vector converts known resources to a quantized vector; callers have
+// checked the names.
+func (b *Runtime) vector(r backend.Resources) []int64 {
+	v := make([]int64, len(b.resNames))
+	for k, x := range r {
+		if i, ok := b.resIndex[k]; ok {
+			v[i] = backend.Quantize(x)
+		}
+	}
+	return v
+}
+
+func (b *Runtime) resources(v []int64) backend.Resources {
+	r := backend.Resources{}
+	for i, q := range v {
+		if q != 0 {
+			r[b.resNames[i]] = backend.Dequantize(q)
+		}
+	}
+	return r
+}
+
+// checkResources validates amounts and names: a name no node has is
+// Infeasible, naming the names the cluster has.
+func (b *Runtime) checkResources(op string, r backend.Resources) error {
+	if err := r.Validate(); err != nil {
+		return backend.Reop(backend.InvalidArgument, op, err)
+	}
+	for k, v := range r {
+		if _, ok := b.resIndex[k]; !ok && v > 0 {
+			return backend.Errorf(backend.Infeasible, op, "no node has resource %q; the cluster has %s", k, strings.Join(b.haveNames(), ", "))
+		}
+	}
+	return nil
+}
+
+// SupportsNativeValues implements backend.Backend: Options.NativeValues.
+func (b *Runtime) SupportsNativeValues() bool { return b.nativeValues }
+
+// op returns the cached operation name prefix+name, for errors. b.mu must
+// be held.
+func (b *Runtime) op(prefix, name, method string) string {
+	key := opKey{prefix, name, method}
+	if s, ok := b.ops[key]; ok {
+		return s
+	}
+	if b.ops == nil {
+		b.ops = map[opKey]string{}
+	}
+	s := prefix + name
+	if method != "" {
+		s += "." + method
+	}
+	if len(b.ops) < maxCachedOps { // names need not be registered: bound the cache
+		b.ops[key] = s
+	}
+	return s
+}
+
+type opKey struct{ prefix, name, method string }
+
+const maxCachedOps = 4096
+
+func (b *Runtime) newID() uint64 {
+	b.nextID++
+	return b.nextID
+}
+
+// haveNames lists the resources some node has.
+func (b *Runtime) haveNames() []string {
+	var out []string
+	for i, name := range b.resNames {
+		for _, n := range b.nodes {
+			if n.capac[i] > 0 {
+				out = append(out, name)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}

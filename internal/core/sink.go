@@ -1,0 +1,148 @@
+package core
+
+import (
+	"errors"
+	"maps"
+	"slices"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// ErrRestarting marks the cause a [Runner] gives [LostFunc] when it is
+// restarting the node's worker by itself: work only that node could hold
+// then queues for it instead of failing as Infeasible. The runner brings
+// the node back through its source (NodeSource.Restore) or reports it lost
+// again without this mark when it gives up.
+var ErrRestarting = errors.New("worker restarting")
+
+// sink is the runtime as the [NodeSink] its source reports to (a type of
+// its own, so that Runtime's method set stays backend.Backend's).
+type sink Runtime
+
+func (s *sink) NodeAdded(n Node)                  { (*Runtime)(s).nodeAdded(n) }
+func (s *sink) NodeDraining(name string)          { (*Runtime)(s).nodeDraining(name) }
+func (s *sink) NodeLost(name string, cause error) { (*Runtime)(s).nodeLost(name, cause) }
+
+// nodeAdded implements [NodeSink]: a new node joins the node table (and
+// the slice index, once every host of its slice is in); a known dead node
+// comes back empty and idle. After Start, the runner is told (NodeUp).
+func (b *Runtime) nodeAdded(spec Node) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	up := false
+	if n := b.byName[spec.Name]; n != nil {
+		up = b.restoreLocked(n) && b.synced
+		spec = n.spec
+	} else {
+		b.addNodeLocked(spec)
+		up = b.synced
+	}
+	if up {
+		b.nodeUp(spec)
+	}
+	b.mu.Unlock()
+}
+
+// nodeUp tells the runner of a node on a goroutine that Close waits for.
+// b.mu must be held and the runtime not closed.
+func (b *Runtime) nodeUp(spec Node) {
+	b.bg.Go(func() {
+		if err := b.runner.NodeUp(b.runCtx, spec); err != nil {
+			b.log.Warn("core: runner failed to bring up node", "node", spec.Name, "cause", err)
+		}
+	})
+}
+
+// addNodeLocked adds a node to the table. b.mu must be held.
+func (b *Runtime) addNodeLocked(spec Node) *node {
+	spec.Resources = spec.Resources.Clone()
+	spec.Labels, spec.Env = maps.Clone(spec.Labels), maps.Clone(spec.Env)
+	for _, k := range slices.Sorted(maps.Keys(spec.Resources)) {
+		b.addResourceName(k)
+	}
+	n := &node{
+		idx: len(b.nodes), name: spec.Name, labels: spec.Labels, env: spec.Env, spec: spec, alive: true,
+		capac:   b.vector(spec.Resources),
+		running: map[*task]struct{}{}, actors: map[*actor]struct{}{}, bundles: map[*bundle]struct{}{},
+	}
+	if n.labels == nil {
+		n.labels = map[string]string{}
+	}
+	n.free = slices.Clone(n.capac)
+	b.nodes = append(b.nodes, n)
+	b.byName[n.name] = n
+	b.epoch++
+	b.slices.addHost(b, n)
+	if b.started {
+		b.schedule()
+	}
+	return n
+}
+
+// nodeDraining implements [NodeSink]: the node takes no new work and is
+// lost once what runs there has ended.
+func (b *Runtime) nodeDraining(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.byName[name]
+	if b.closed || n == nil || !n.alive || n.draining {
+		return
+	}
+	n.draining = true
+	b.epoch++
+	b.markSliceHostDown(n)
+	b.drainCheck(n)
+}
+
+// drainCheck loses a draining node once nothing runs there. b.mu must be
+// held.
+func (b *Runtime) drainCheck(n *node) {
+	if n.draining && n.alive && len(n.running) == 0 && len(n.actors) == 0 && len(n.bundles) == 0 {
+		b.nodeLostLocked(n, backend.Errorf(backend.Unavailable, "drain node "+n.name, "node drained"), false)
+	}
+}
+
+// drainLater checks a draining node on a goroutine once the caller has
+// released b.mu, so that losing it never runs inside the caller's work.
+// b.mu must be held.
+func (b *Runtime) drainLater(n *node) {
+	if b.closed {
+		return
+	}
+	b.bg.Go(func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !b.closed {
+			b.drainCheck(n)
+		}
+	})
+}
+
+// nodeLost implements [NodeSink]: the node's work fails with Unavailable
+// and is retried, its actors restart elsewhere, and the runner is told
+// (NodeDown).
+func (b *Runtime) nodeLost(name string, cause error) {
+	if b.lost(name, cause) {
+		b.runner.NodeDown(name)
+	}
+}
+
+// lost is the [LostFunc] the runtime gives its runner, and NodeLost's
+// work; it reports whether the node was alive.
+func (b *Runtime) lost(name string, cause error) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.byName[name]
+	if b.closed || n == nil {
+		return false
+	}
+	alive := n.alive
+	if alive || n.restarting {
+		b.log.Debug("core: node lost", "node", name, "cause", cause)
+	}
+	b.nodeLostLocked(n, cause, errors.Is(cause, ErrRestarting))
+	return alive
+}
