@@ -154,17 +154,26 @@ func (b *Runtime) armHeldRetry() {
 }
 
 // endClaimLocked ends the claim of a released slice reservation, on a
-// goroutine Close waits for. b.mu must be held.
-func (b *Runtime) endClaimLocked(pg *pgroup) {
+// goroutine Close waits for, and reports whether it did: the slices are
+// then free again only once the claim has ended, so that this driver
+// never claims a slice whose previous claim is still being released.
+// b.mu must be held.
+func (b *Runtime) endClaimLocked(pg *pgroup) bool {
 	h := pg.claim
-	if h == nil {
-		return
+	if h == nil || b.closed { // once closed, Close has taken the claims
+		return false
 	}
 	pg.claim = nil
-	if b.closed { // Close took the claims; none is left (belt and braces)
-		return
-	}
-	b.bg.Go(func() { b.releaseClaim(h.claim, h.reserved) })
+	ss := pg.slices
+	b.bg.Go(func() {
+		b.releaseClaim(h.claim, h.reserved)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !b.closed {
+			b.freeSlices(ss)
+		}
+	})
+	return true
 }
 
 // takeClaimsLocked takes every granted claim, for Close to end, and stops

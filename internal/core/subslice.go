@@ -47,8 +47,9 @@ func (b *Runtime) reserveSubslice(ctx context.Context, op string, req *backend.S
 	}
 	p := b.slices.pools[shapeKey(rr.Shape)]
 	if p == nil {
+		shapes := b.slices.describeShapes()
 		b.mu.Unlock()
-		return nil, backend.Errorf(backend.Infeasible, op, "want %s but the cluster has no %s slice (%s)", rr.Subslice, rr.Shape, b.slices.describeShapes())
+		return nil, backend.Errorf(backend.Infeasible, op, "want %s but the cluster has no %s slice (%s)", rr.Subslice, rr.Shape, shapes)
 	}
 	demand := b.vector(rr.BundleResources)
 	perHostTotal := make([]int64, len(demand))
@@ -56,8 +57,9 @@ func (b *Runtime) reserveSubslice(ctx context.Context, op string, req *backend.S
 		add(perHostTotal, demand)
 	}
 	if !fits(perHostTotal, p.all[0].hosts[0].capac) {
+		has := b.resources(p.all[0].hosts[0].capac)
 		b.mu.Unlock()
-		return nil, backend.Errorf(backend.Infeasible, op, "%d bundles of %s do not fit a %s host, which has %s", rr.BundlesPerHost, rr.BundleResources, rr.Shape, b.resources(p.all[0].hosts[0].capac))
+		return nil, backend.Errorf(backend.Infeasible, op, "%d bundles of %s do not fit a %s host, which has %s", rr.BundlesPerHost, rr.BundleResources, rr.Shape, has)
 	}
 	w := &sliceWait{req: req, n: 1, sub: rr.Subslice, shape: rr.Shape, demand: demand, perHost: rr.BundlesPerHost, res: rr.BundleResources, done: make(chan struct{})}
 	p.waiting = append(p.waiting, w)

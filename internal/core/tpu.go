@@ -247,8 +247,9 @@ func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		if p != nil {
 			have = len(p.all)
 		}
+		shapes := b.slices.describeShapes()
 		b.mu.Unlock()
-		return nil, backend.Errorf(backend.Infeasible, op, "want %d × %s but the cluster has only %d of that shape (%s)", n, shape, have, b.slices.describeShapes())
+		return nil, backend.Errorf(backend.Infeasible, op, "want %d × %s but the cluster has only %d of that shape (%s)", n, shape, have, shapes)
 	}
 	demand := b.vector(res)
 	// A stack buffer: the head resources make the vectors a little longer
@@ -264,8 +265,9 @@ func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		add(perHostTotal, demand)
 	}
 	if !fits(perHostTotal, p.all[0].hosts[0].capac) {
+		has := b.resources(p.all[0].hosts[0].capac)
 		b.mu.Unlock()
-		return nil, backend.Errorf(backend.Infeasible, op, "%d bundles of %s do not fit a %s host, which has %s", perHost, res, shape, b.resources(p.all[0].hosts[0].capac))
+		return nil, backend.Errorf(backend.Infeasible, op, "%d bundles of %s do not fit a %s host, which has %s", perHost, res, shape, has)
 	}
 	w := &sliceWait{req: req, n: n, shape: shape, demand: demand, perHost: perHost, res: res, since: time.Now(), done: make(chan struct{})}
 	p.waiting = append(p.waiting, w)
@@ -514,17 +516,32 @@ func (b *Runtime) releaseSlices(pg *pgroup) {
 	if len(pg.slices) == 0 {
 		return
 	}
-	b.endClaimLocked(pg)
+	if b.endClaimLocked(pg) {
+		// The slices come back once the claim has ended (claim.go).
+		for _, s := range pg.slices {
+			s.reservedBy = nil
+			s.claiming = true
+		}
+		pg.slices = nil
+		return
+	}
+	b.freeSlices(pg.slices)
+	pg.slices = nil
+}
+
+// freeSlices returns released slices to their free heaps and serves
+// waiting requests. b.mu must be held.
+func (b *Runtime) freeSlices(ss []*tpuSlice) {
 	var pools []*shapePool
-	for _, s := range pg.slices {
+	for _, s := range ss {
 		s.reservedBy = nil
+		s.claiming = false
 		p := b.slices.pools[s.key]
 		heap.Push(&p.free, s)
 		if !slices.Contains(pools, p) {
 			pools = append(pools, p)
 		}
 	}
-	pg.slices = nil
 	for _, p := range pools {
 		b.serveSlices(p)
 	}

@@ -1,0 +1,205 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/tpu"
+)
+
+// TestClaimReleasedOnEveryPath reserves one slice of a shared cluster and
+// ends the reservation on each path: every granted claim is released
+// exactly once, and the runner is told of the release of every
+// reservation it was told of.
+func TestClaimReleasedOnEveryPath(t *testing.T) {
+	errBoom := errors.New("boom")
+	tests := []struct {
+		name          string
+		claimErr      error        // the source fails claims
+		reservedErr   error        // the runner fails Reserved
+		cancelOnClaim bool         // the caller gives up while its claim is in flight
+		remove        bool         // the reservation is removed before Close
+		wantCode      backend.Code // of ReserveSlices
+		wantGrants    int          // claims granted by the source
+		wantReserved  int          // reservations told to the runner
+	}{
+		{name: "removed", remove: true, wantCode: backend.OK, wantGrants: 1, wantReserved: 1},
+		{name: "released by Close", wantCode: backend.OK, wantGrants: 1, wantReserved: 1},
+		{name: "claim fails", claimErr: backend.Errorf(backend.FailedPrecondition, "lease", "forbidden"), wantCode: backend.FailedPrecondition},
+		{name: "runner fails", reservedErr: backend.Errorf(backend.Unavailable, "pod", "%w", errBoom), wantCode: backend.Unavailable, wantGrants: 1},
+		{name: "caller gives up after the claim", cancelOnClaim: true, wantCode: backend.Canceled, wantGrants: 1, wantReserved: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			is := is.New(t)
+			src := newTestSource(t, tpuHosts(2))
+			src.claimErr = tt.claimErr
+			r := newTestRunner()
+			r.reservedErr = tt.reservedErr
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tt.cancelOnClaim {
+				src.onClaim = func(core.Claim) { cancel() }
+			}
+			rt := start(t, src, r)
+			res, err := rt.ReserveSlices(ctx, request("r"))
+			is.Equal(backend.CodeOf(err), tt.wantCode)
+			if tt.reservedErr != nil {
+				is.True(errors.Is(err, errBoom)) // the runner's error is kept
+			}
+			if err == nil {
+				is.Equal(len(res.Slices), 1)
+				r.mu.Lock()
+				env := r.reserved[res.Group.String()]
+				r.mu.Unlock()
+				is.Equal(env[res.Slices[0].Hosts[0]][tpu.EnvWorkerID], "0") // the runner got each host's env
+				if tt.remove {
+					is.NoErr(rt.RemovePlacementGroup(context.Background(), res.Group))
+				}
+			}
+			is.NoErr(rt.Close())
+			src.checkReleased(t, tt.wantGrants)
+			r.checkReleased(t, tt.wantReserved)
+		})
+	}
+}
+
+// TestClaimHeldElsewhere: slices another driver holds are skipped for
+// other intact slices, or waited for until the caller's deadline or until
+// the other driver lets go.
+func TestClaimHeldElsewhere(t *testing.T) {
+	t.Run("other slice", func(t *testing.T) {
+		is := is.New(t)
+		src := newTestSource(t, tpuHosts(2))
+		src.setHeld("s0", true)
+		r := newTestRunner()
+		rt := start(t, src, r)
+		res, err := rt.ReserveSlices(context.Background(), request("r"))
+		is.NoErr(err)
+		is.Equal(sliceNames(res), []string{"s1"})
+		is.NoErr(rt.Close())
+		src.checkReleased(t, 1)
+		r.checkReleased(t, 1)
+	})
+	t.Run("deadline", func(t *testing.T) {
+		is := is.New(t)
+		src := newTestSource(t, tpuHosts(1))
+		src.setHeld("s0", true)
+		r := newTestRunner()
+		rt := start(t, src, r)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		_, err := rt.ReserveSlices(ctx, request("r"))
+		is.Equal(backend.CodeOf(err), backend.DeadlineExceeded)
+		is.True(errors.Is(err, context.DeadlineExceeded))
+		st, err := rt.Slices(context.Background())
+		is.NoErr(err)
+		is.True(st[0].ReservedBy == 0) // nothing is left reserved
+		is.NoErr(rt.Close())
+		src.checkReleased(t, 0)
+		r.checkReleased(t, 0)
+	})
+	t.Run("let go", func(t *testing.T) {
+		is := is.New(t)
+		src := newTestSource(t, tpuHosts(1))
+		src.setHeld("s0", true)
+		tried := make(chan struct{})
+		var once sync.Once
+		src.onClaim = func(core.Claim) { once.Do(func() { close(tried) }) }
+		r := newTestRunner()
+		rt := start(t, src, r)
+		go func() {
+			<-tried
+			src.setHeld("s0", false) // the other driver lets go
+		}()
+		res, err := rt.ReserveSlices(context.Background(), request("r"))
+		is.NoErr(err)
+		is.Equal(sliceNames(res), []string{"s0"})
+		is.NoErr(rt.Close())
+		src.checkReleased(t, 1)
+		r.checkReleased(t, 1)
+	})
+}
+
+// TestClaimsDoNotConflict: concurrent reservations of one driver never
+// claim the same slice twice (the test source fails the test if they do),
+// and each waits for the previous one's release.
+func TestClaimsDoNotConflict(t *testing.T) {
+	is := is.New(t)
+	const n = 8
+	src := newTestSource(t, tpuHosts(2))
+	r := newTestRunner()
+	rt := start(t, src, r)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			res, err := rt.ReserveSlices(context.Background(), request("r"))
+			if err == nil {
+				err = rt.RemovePlacementGroup(context.Background(), res.Group)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		is.NoErr(err)
+	}
+	is.NoErr(rt.Close())
+	src.checkReleased(t, n)
+	r.checkReleased(t, n)
+}
+
+// TestNodesAfterStart: nodes a source reports after Start join the node
+// table and the slice index (a waiting reservation gets the new slice),
+// a drained idle node is lost, and a killed node comes back restored.
+func TestNodesAfterStart(t *testing.T) {
+	is := is.New(t)
+	src := newTestSource(t, nil)
+	r := newTestRunner()
+	rt := start(t, src, r)
+	got := make(chan error, 1)
+	go func() {
+		res, err := rt.ReserveSlices(context.Background(), request("r"))
+		if err == nil && len(res.Slices) != 1 {
+			err = errors.New("want one slice")
+		}
+		got <- err
+	}()
+	// The reservation is Infeasible if it runs before the slice exists,
+	// and granted if after.
+	src.mu.Lock()
+	src.nodes = append(tpuHosts(1), core.Node{Name: "cpu", Resources: backend.Resources{backend.CPU: 2, "custom": 1}})
+	for _, n := range src.nodes {
+		src.sink.NodeAdded(n)
+	}
+	src.mu.Unlock()
+	err := <-got
+	if backend.CodeOf(err) == backend.Infeasible {
+		// It ran before the host was in: reserve again, now it exists.
+		_, err = rt.ReserveSlices(context.Background(), request("r"))
+	}
+	is.NoErr(err)
+	is.NoErr(src.Drain(context.Background(), "cpu"))
+	st, err := rt.Snapshot(context.Background())
+	is.NoErr(err)
+	is.Equal(len(st.Nodes), 2)
+	is.Equal(st.Nodes[1].Name, "cpu")
+	is.True(!st.Nodes[1].Alive)                   // drained while idle: lost
+	is.Equal(st.Nodes[1].Capacity["custom"], 1.0) // a resource name first seen after Start
+	is.NoErr(rt.KillNode(context.Background(), "cpu"))
+	is.NoErr(rt.RestartNode(context.Background(), "cpu"))
+	st, err = rt.Snapshot(context.Background())
+	is.NoErr(err)
+	is.True(st.Nodes[1].Alive)
+	is.NoErr(rt.Close())
+	src.checkReleased(t, 1)
+}
