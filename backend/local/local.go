@@ -1,19 +1,19 @@
 // Package local is an in-process simulator of a cluster of CPU nodes and GKE
 // TPU node pools, and the default goray backend for examples and tests.
 //
-// It is goray's cluster runtime (package internal/core) fed by a static
-// node source, the nodes a [ClusterSpec] expands to, and run by one of two
-// runners: goroutines of this process (bounded by the message-size limit),
-// or worker processes (see [ProcessOptions]). This package is the spec,
-// that source and those runners; the scheduler is the runtime's.
+// A Backend is goray's cluster runtime (internal/core, shared by every
+// backend) fed by a static node source, the nodes a [ClusterSpec] expands
+// to, and run by one of two runners: goroutines of this process, behind
+// the message-size limit, or worker processes (see [ProcessOptions]).
+// This package is the spec, that source and those runners.
 //
-// The runtime is a real scheduler, not a stub: it accounts every node's resources,
-// matches label selectors, gang-places placement groups (PACK, SPREAD,
-// STRICT_PACK, STRICT_SPREAD) all-or-nothing, queues work it cannot place yet
-// without starving large requests, and rejects at once, with the reason,
-// requests that no node could ever hold. Tasks, actor constructors and actor
-// calls run on goroutines. Arguments and results are encoded by the cluster's
-// codec as on a real cluster, unless the cluster disables it.
+// The runtime is a real scheduler, not a stub: it accounts every node's
+// resources, matches label selectors, gang-places placement groups (PACK,
+// SPREAD, STRICT_PACK, STRICT_SPREAD) all-or-nothing, queues work it
+// cannot place yet without starving large requests, and rejects at once,
+// with the reason, requests that no node could ever hold. Arguments and
+// results are encoded by the cluster's codec as on a real cluster, unless
+// the cluster disables it.
 //
 // # Building a cluster
 //

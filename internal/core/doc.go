@@ -1,40 +1,83 @@
-// Package core is the seam design of goray's shared cluster runtime
-// (internal: designed, not yet implemented by backend/local; see
-// docs/runtime.md for the plan): the
-// two interfaces a backend implements so that one runtime — the
+// Package core is goray's cluster runtime, shared by every backend: the
 // scheduler, object store, dependency resolution, retries, actor mailboxes
 // and restarts, the placement-group solver, the TPU slice index and each
-// host's reservation env — serves every backend.
+// host's reservation env, behind two seams.
 //
 // A new backend implements a [NodeSource] (where nodes come from and go:
-// their names, resources and labels, and add, drain and kill) and a
+// their names, resources and labels; add, drain, kill and restore) and a
 // [Runner] (how work runs on a node: goroutines, worker processes, pods);
-// the runtime turns the two into a backend.Backend with TPU slices found
-// from node labels.
+// [New] turns the two into a [Runtime], which is a backend.Backend with
+// snapshots, fault injection and TPU slice reservations.
 //
-// # Status
+// The package is internal until a second backend (Kubernetes) has used
+// it; backend/local is the first: its ClusterSpec becomes a static node
+// source, and it has a goroutine runner and a worker-process runner.
 //
-// Only the interfaces exist. The runtime itself is still the Backend type
-// of backend/local; docs/runtime.md gives the plan for moving it here
-// behind these seams, step by step, each step passing the conformance
-// suite on local (both modes) and fake.
+// # Life of a runtime
+//
+// New builds the runtime; nothing runs yet. Options.Nodes, when the
+// source knows its nodes up front, puts them in the node table at once
+// (Snapshot and Slices show them before Start). Start (ray.NewCluster
+// calls it) starts the runner (Runner.Start wraps the program's executor),
+// runs the source (NodeSource.Run, on a goroutine, until Close), waits for
+// its first nodes if it is a [Syncer], then brings those nodes up on the
+// runner (Runner.NodeUp, concurrently); an error from any step fails
+// Start and undoes the rest. Close fails queued work, cancels and waits
+// for running user code, stops the source, ends every slice claim and
+// closes the runner.
 //
 // # Node sources
 //
-// A source reports nodes to a [NodeSink] the runtime gives it: every node
-// that exists when the source starts, then each change. A static cluster
-// spec reports its nodes once and changes only on request (fault
-// injection); a Kubernetes source would watch Node and Pod objects. TPU
-// slices are not reported separately: the runtime groups hosts into slices
-// by the GKE labels package tpu names (tpu.LabelGKETopology, the slice and
-// worker-ID labels), as backend/local does today.
+// A source reports nodes to the [NodeSink] Run is given: every node that
+// exists when it starts, then each change. A node reported again after it
+// was lost comes back empty and idle; a node reported after Start is
+// brought up on the runner and joins scheduling at once, with resource
+// names the cluster has not seen before. TPU slices are not reported
+// separately: the runtime groups hosts into slices by the GKE labels
+// package tpu names (tpu.LabelSliceName, tpu.LabelGKEAccelerator,
+// tpu.LabelGKETopology, tpu.LabelWorkerID); a slice joins the index once
+// all its hosts are in. [CheckSlices] runs the same checks on a list of
+// nodes, so a static source can refuse a bad spec when it is built.
+//
+// The runtime's KillNode and RestartNode (backend.FaultInjector) and
+// PreemptSlice go through the source (Kill, Restore), which reports the
+// change back; a draining node (NodeSink.NodeDraining) takes no new work
+// and is lost once idle.
 //
 // # Runners
 //
 // A runner turns the program's executor into one that runs work on the
-// node named in each call's backend.RuntimeInfo.Node, and tells the
-// runtime when a node's worker is lost so that the runtime can fail and
-// retry the work that ran there. The goroutine runner returns the executor
-// itself; the process runner starts worker processes through package
-// worker; a pod runner would dial one worker per pod.
+// node named in each call's backend.RuntimeInfo.Node, and reports a node
+// whose worker is lost through the [LostFunc] Start gives it: the runtime
+// fails and retries the work that ran there, as for a lost node. A cause
+// marked [ErrRestarting] says the runner is restarting the worker, so work
+// only that node can hold queues for it; the runner brings the node back
+// through its source (NodeSource.Restore), or reports it lost again
+// without the mark when it gives up.
+//
+// # Shared slices
+//
+// A source whose TPU slices other drivers share implements
+// [SliceClaimer]: a whole-slice reservation picks free slices from the
+// index, claims them (ClaimSlices) outside the runtime's lock, and is
+// granted only if the claim succeeds. A [HeldError] (ResourceExhausted)
+// marks the slices it names as held elsewhere for Options.ClaimRetry; the
+// request is queued again at the head and takes other intact slices, or
+// waits, within its context. Any other error fails the request.
+// ReleaseSlices is called exactly once per granted claim, on every path
+// (RemovePlacementGroup, a caller that gave up after the claim, Close);
+// the released slices are reserved again only after it has returned.
+// Sub-slice reservations are not claimed.
+//
+// A runner that starts a worker per reserved host implements
+// [ClaimRunner]: Reserved is called after the claim and before the grant
+// with each host's env, and Released once the reservation ends, before
+// its claim is released. An error from Reserved releases the claim and
+// fails the request.
+//
+// # Concurrency
+//
+// A *Runtime is safe for concurrent use. One mutex guards the scheduler;
+// user code, the source's and the runner's methods never run under it.
+// The sink's methods take it briefly and never block on user code.
 package core

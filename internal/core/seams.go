@@ -21,24 +21,29 @@ type Node struct {
 	Env map[string]string
 }
 
-// NodeSink receives a [NodeSource]'s reports. The runtime implements it;
-// its methods do not block on the runtime's work and may be called from
-// any goroutine, but a source reports one node's changes in order.
+// NodeSink receives a [NodeSource]'s reports. The runtime implements it
+// (and passes it to Run); its methods take the runtime's lock briefly,
+// never block on user code and may be called from any goroutine, but a
+// source reports one node's changes in order. Reports before Start's sync
+// fill the node table; reports after it are scheduled at once.
 type NodeSink interface {
 	// NodeAdded reports a new node, or a lost node that is back (empty and
-	// idle).
+	// idle). A node that is already up is left as it is.
 	NodeAdded(n Node)
 	// NodeDraining reports that a node takes no new work; what runs there
 	// runs to its end, and the node is then lost.
 	NodeDraining(name string)
-	// NodeLost reports that a node is gone (cause says why, such as "host
-	// preempted"): its work fails with Unavailable and is retried per the
-	// retry options, its actors restart elsewhere per their max restarts.
+	// NodeLost reports that a node is gone (cause, which may be nil, says
+	// why, such as "host preempted"): its work fails with Unavailable and
+	// is retried per the retry options, its actors restart elsewhere per
+	// their max restarts, and the runner is told (Runner.NodeDown).
 	NodeLost(name string, cause error)
 }
 
 // NodeSource is where a cluster's nodes come from and go: a static spec
-// (backend/local), Kubernetes nodes and pods (planned).
+// (backend/local), Kubernetes nodes and pods (planned). It may also be a
+// [Syncer] (Start waits for its first nodes) and a [SliceClaimer] (its
+// slices are shared with other drivers).
 type NodeSource interface {
 	// Run reports every current node to sink, then each change, until ctx
 	// ends; it returns after its last call to sink. The runtime calls it
@@ -52,14 +57,18 @@ type NodeSource interface {
 	Drain(ctx context.Context, name string) error
 	// Kill ends a node abruptly, as a host failure does (fault injection;
 	// on Kubernetes, deleting its pod). Restore brings a killed node back.
-	// Both report the change to the sink; NotFound names an unknown node.
+	// Both report the change to the sink before they return (the
+	// runtime's KillNode and RestartNode are synchronous through them);
+	// NotFound names an unknown node.
 	Kill(ctx context.Context, name string) error
 	Restore(ctx context.Context, name string) error
 }
 
 // LostFunc is how a [Runner] reports that the worker of a node is gone
 // (its process died, its connection or pod was lost): the runtime then
-// treats the node as lost, as for [NodeSink.NodeLost].
+// treats the node as lost, as for [NodeSink.NodeLost] (without calling
+// NodeDown back). A cause wrapping [ErrRestarting] says the runner
+// restarts the worker by itself (see ErrRestarting).
 type LostFunc func(node string, cause error)
 
 // Runner is how work runs on a node: on goroutines of this process, in
@@ -69,10 +78,16 @@ type Runner interface {
 	// executor the runtime calls for every task attempt, actor
 	// construction and call. The returned executor runs each on the node
 	// named by its backend.RuntimeInfo.Node and is safe for concurrent
-	// use. lost reports workers that die.
+	// use. lost reports workers that die. The runtime calls Start once,
+	// from its own Start, before it runs the source.
 	Start(ctx context.Context, exec backend.Executor, lost LostFunc) (backend.Executor, error)
 	// NodeUp and NodeDown tell the runner which nodes exist, so that it
-	// can start a node's worker (lazily or at once) and stop it.
+	// can start a node's worker (lazily or at once) and stop it. The
+	// runtime's Start calls NodeUp for the source's first nodes,
+	// concurrently, after Runner.Start, and fails if one fails; later
+	// nodes (and lost nodes that are back) are brought up on a goroutine,
+	// a failure logged. NodeDown follows NodeSink.NodeLost and must not
+	// block.
 	NodeUp(ctx context.Context, n Node) error
 	NodeDown(name string)
 	// Close stops every worker the runner started and returns when they
@@ -97,7 +112,8 @@ type Claim struct {
 // shared with other drivers (Kubernetes: one coordination.k8s.io Lease per
 // slice). The runtime picks free slices from its index, then claims them
 // outside its locks before it grants the reservation; a claim never
-// blocks the runtime's other work.
+// blocks the runtime's other work. Whole-slice reservations are claimed;
+// sub-slice reservations (SliceRequest.Subslice) are not.
 type SliceClaimer interface {
 	// ClaimSlices claims every slice of c for this driver, all or nothing:
 	// on error nothing is held. An error with code backend.ResourceExhausted
@@ -106,7 +122,9 @@ type SliceClaimer interface {
 	// slices or waits. Any other error fails the reservation.
 	ClaimSlices(ctx context.Context, c Claim) error
 	// ReleaseSlices ends a claim that ClaimSlices granted. The runtime
-	// calls it on every path, once per granted claim.
+	// calls it on every path, once per granted claim, outside its lock,
+	// with a context bounded to 30s; the slices are not claimed again
+	// until it has returned. An error is logged.
 	ReleaseSlices(ctx context.Context, c Claim) error
 }
 
