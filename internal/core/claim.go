@@ -36,11 +36,18 @@ func (b *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *s
 	}
 	id := backend.PlacementGroupID(b.newID())
 	claim, env := claimOf(id, picked)
+	// Close waits for the claim (and its release, if the cluster closed
+	// meanwhile) before it closes the runner, and cuts it short.
+	b.bg.Add(1)
+	defer b.bg.Done()
+	cctx, cancel := context.WithCancel(ctx)
+	defer context.AfterFunc(b.runCtx, cancel)()
+	defer cancel()
 	b.mu.Unlock()
-	err := b.claimer.ClaimSlices(ctx, claim)
+	err := b.claimer.ClaimSlices(cctx, claim)
 	reserved := false
-	if err == nil && b.claimRunner != nil {
-		if err = b.claimRunner.Reserved(ctx, claim, env); err != nil {
+	if err == nil && b.claimRunner != nil && cctx.Err() == nil {
+		if err = b.claimRunner.Reserved(cctx, claim, env); err != nil {
 			b.releaseClaim(claim, false)
 		}
 		reserved = err == nil

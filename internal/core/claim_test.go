@@ -21,20 +21,24 @@ import (
 func TestClaimReleasedOnEveryPath(t *testing.T) {
 	errBoom := errors.New("boom")
 	tests := []struct {
-		name          string
-		claimErr      error        // the source fails claims
-		reservedErr   error        // the runner fails Reserved
-		cancelOnClaim bool         // the caller gives up while its claim is in flight
-		remove        bool         // the reservation is removed before Close
-		wantCode      backend.Code // of ReserveSlices
-		wantGrants    int          // claims granted by the source
-		wantReserved  int          // reservations told to the runner
+		name             string
+		claimErr         error        // the source fails claims
+		reservedErr      error        // the runner fails Reserved
+		cancelOnClaim    bool         // the caller gives up while its claim is in flight
+		cancelOnReserved bool         // the caller gives up as the runner is told
+		closeOnClaim     bool         // the cluster closes while a claim is in flight
+		remove           bool         // the reservation is removed before Close
+		wantCode         backend.Code // of ReserveSlices
+		wantGrants       int          // claims granted by the source
+		wantReserved     int          // reservations told to the runner
 	}{
 		{name: "removed", remove: true, wantCode: backend.OK, wantGrants: 1, wantReserved: 1},
 		{name: "released by Close", wantCode: backend.OK, wantGrants: 1, wantReserved: 1},
 		{name: "claim fails", claimErr: backend.Errorf(backend.FailedPrecondition, "lease", "forbidden"), wantCode: backend.FailedPrecondition},
 		{name: "runner fails", reservedErr: backend.Errorf(backend.Unavailable, "pod", "%w", errBoom), wantCode: backend.Unavailable, wantGrants: 1},
-		{name: "caller gives up after the claim", cancelOnClaim: true, wantCode: backend.Canceled, wantGrants: 1, wantReserved: 1},
+		{name: "caller gives up after the claim", cancelOnClaim: true, wantCode: backend.Canceled, wantGrants: 1},
+		{name: "caller gives up after Reserved", cancelOnReserved: true, wantCode: backend.Canceled, wantGrants: 1, wantReserved: 1},
+		{name: "closed during the claim", closeOnClaim: true, wantCode: backend.FailedPrecondition, wantGrants: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,8 +52,20 @@ func TestClaimReleasedOnEveryPath(t *testing.T) {
 			if tt.cancelOnClaim {
 				src.onClaim = func(core.Claim) { cancel() }
 			}
+			if tt.cancelOnReserved {
+				r.onReserved = cancel
+			}
 			rt := start(t, src, r)
+			closed := make(chan error, 1)
+			if tt.closeOnClaim {
+				src.waitCtx = true
+				src.onClaim = func(core.Claim) { go func() { closed <- rt.Close() }() }
+			}
 			res, err := rt.ReserveSlices(ctx, request("r"))
+			if tt.closeOnClaim {
+				is.NoErr(<-closed) // Close returned after the claim was released
+				src.checkReleased(t, tt.wantGrants)
+			}
 			is.Equal(backend.CodeOf(err), tt.wantCode)
 			if tt.reservedErr != nil {
 				is.True(errors.Is(err, errBoom)) // the runner's error is kept

@@ -52,6 +52,7 @@ type testSource struct {
 	held     map[string]bool // slices other drivers hold
 	claimErr error           // fails every claim, when set
 	onClaim  func(c core.Claim)
+	waitCtx  bool // ClaimSlices returns only once its ctx ends
 	attempts int
 	granted  map[string]core.Claim // by claim ID, not yet released
 	claimed  map[string]bool       // slices of granted claims
@@ -144,6 +145,9 @@ func (s *testSource) ClaimSlices(ctx context.Context, c core.Claim) error {
 	if onClaim != nil {
 		onClaim(c)
 	}
+	if s.waitCtx && err == nil {
+		<-ctx.Done() // granted, but the caller only learns it once ctx ends
+	}
 	return err
 }
 
@@ -191,6 +195,7 @@ func (s *testSource) checkReleased(t *testing.T, wantGrants int) {
 type testRunner struct {
 	mu          sync.Mutex
 	reservedErr error
+	onReserved  func()
 	reserved    map[string]map[string]map[string]string // claim ID → host → env
 	released    map[string]int
 }
@@ -213,6 +218,9 @@ func (r *testRunner) Reserved(ctx context.Context, c core.Claim, env map[string]
 		return r.reservedErr
 	}
 	r.reserved[c.ID] = env
+	if r.onReserved != nil {
+		r.onReserved()
+	}
 	return nil
 }
 
