@@ -29,17 +29,18 @@ import (
 // stays in this process.
 //
 // A worker process that dies (or whose connection is lost) takes its nodes
-// down with it, as a host failure does: the backend kills them
-// (Backend.KillNode) before failing the work that was running there, so
-// tasks are retried per their retry options and actors restart on other
-// nodes per their max restarts. The backend then starts a new worker
-// process after a backoff (RestartBackoff, doubling per consecutive
-// restart) and brings its nodes back, empty; meanwhile work only those
-// nodes could hold queues for them. After MaxRestarts consecutive restarts
+// down with it, as a host failure does: the runner reports them lost to
+// the runtime (core.LostFunc) before the work that was running there
+// fails, so tasks are retried per their retry options and actors restart
+// on other nodes per their max restarts. The runner then starts a new
+// worker process after a backoff (RestartBackoff, doubling per
+// consecutive restart) and brings its nodes back through the static node
+// source, empty; meanwhile work only those nodes could hold queues for
+// them. After MaxRestarts consecutive restarts
 // (or with NoRestart) the nodes stay dead, and work no live node can hold
 // fails with Infeasible ("no live node: N dead"). A node killed with
-// KillNode comes back with RestartNode; its worker process is started
-// again when work is next placed on it. A dead process's pipes and state
+// KillNode comes back with RestartNode, which also starts its worker
+// process again if it is not running. A dead process's pipes and state
 // are released as soon as it is reaped.
 // Backend.WorkerPIDs lists the processes, for fault injection with real
 // signals. Close stops every worker process; workers also exit at once if
