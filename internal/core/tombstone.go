@@ -3,7 +3,7 @@ package core
 import "github.com/goray-dev/goray/backend"
 
 // TombstoneWindow is how many dead actors and how many removed placement
-// groups the simulator remembers the cause of. Calls naming one of the last
+// groups the runtime remembers the cause of. Calls naming one of the last
 // TombstoneWindow dead actors (removed groups) get the error they died with;
 // older ones, which the backend issued but no longer remembers, still get
 // the right code (ActorDied; FailedPrecondition with

@@ -14,7 +14,7 @@ import (
 	"github.com/goray-dev/goray/tpu"
 )
 
-// tpuSlice is a slice of the simulated cluster.
+// tpuSlice is a TPU slice of the cluster, found from its hosts' labels.
 type tpuSlice struct {
 	index      int // order of creation, for first-fit
 	name       string
@@ -437,7 +437,7 @@ func (b *Runtime) sliceReservation(w *sliceWait, picked []*tpuSlice) (*backend.S
 	r.Env = make([]map[string]string, 0, total)
 	r.Slices = make([]backend.ReservedSlice, 0, len(picked))
 	for si, s := range picked {
-		// Host names never change in the simulator, so the slices share
+		// Node names are stable for a node's life (Node.Name), so the slices share
 		// one read-only list.
 		rs := backend.ReservedSlice{Name: s.name, Hosts: s.hostNames(), Hostnames: s.hostNames()}
 		if si == 0 {
