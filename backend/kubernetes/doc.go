@@ -1,0 +1,2 @@
+// Package kubernetes runs goray on a Kubernetes cluster.
+package kubernetes
