@@ -280,7 +280,7 @@ func (c Config) clientset() (kubernetes.Interface, error) {
 }
 
 func sortedKeys[M ~map[string]V, V any](m M) []string {
-	keys := make([]string, 0, len(m))
+	var keys []string
 	for k := range m {
 		keys = append(keys, k)
 	}

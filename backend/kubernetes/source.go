@@ -292,6 +292,12 @@ func (s *Source) reconcileCPU(name string) {
 			}
 		}
 		s.lost(name, errors.New(why))
+		// A slot is free: nodes past the cap get another look.
+		for _, o := range s.nodes.GetStore().List() {
+			if n := o.(*corev1.Node); !isTPUNode(n) && !s.cpu[n.Name] && n.Name != name {
+				s.queue.Add(keyNode + n.Name)
+			}
+		}
 	}
 }
 
@@ -451,4 +457,3 @@ func deletePods(ctx context.Context, client kubernetes.Interface, ns, selector s
 	}
 	return nil
 }
-
