@@ -6,6 +6,7 @@ require (
 	github.com/goray-dev/goray v0.0.0
 	github.com/matryer/is v1.4.1
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sync v0.25.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
