@@ -106,3 +106,22 @@ func (r *recordSink) waitFor(t *testing.T, n int) []event {
 		}
 	}
 }
+
+// waitForEvent waits until the sink has recorded the event (as
+// event.String gives it) and returns it.
+func (r *recordSink) waitForEvent(t *testing.T, want string) event {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		for _, e := range r.snapshot() {
+			if e.String() == want {
+				return e
+			}
+		}
+		select {
+		case <-r.ch:
+		case <-deadline:
+			t.Fatalf("want event %q, have %v", want, r.snapshot())
+		}
+	}
+}
