@@ -38,7 +38,7 @@ const workerImage = "goray.test/kubernetes-worker"
 // binary.
 func startHarness(t *testing.T) *kubeharness.ControlPlane {
 	t.Helper()
-	exe, err := os.Executable()
+	exe, err := osExecutable()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,5 +95,7 @@ func resourceOf(kind string) string {
 		"Role": "roles", "RoleBinding": "rolebindings",
 	}[kind]
 }
+
+var osExecutable = os.Executable
 
 var _ = context.Background

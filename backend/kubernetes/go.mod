@@ -3,6 +3,7 @@ module github.com/goray-dev/goray/backend/kubernetes
 go 1.26.0
 
 require (
+	github.com/google/wire v0.7.0
 	github.com/goray-dev/goray v0.0.0
 	github.com/matryer/is v1.4.1
 	go.uber.org/goleak v1.3.0
@@ -33,7 +34,6 @@ require (
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/google/wire v0.7.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect

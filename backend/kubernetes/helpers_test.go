@@ -92,7 +92,7 @@ func (r *recordSink) snapshot() []event {
 }
 
 // waitFor waits until the sink has recorded n events and returns them.
-func (r *recordSink) waitFor(t *testing.T, n int) []event {
+func (r *recordSink) waitFor(t testing.TB, n int) []event {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -125,3 +125,5 @@ func (r *recordSink) waitForEvent(t *testing.T, want string) event {
 		}
 	}
 }
+
+func (r *recordSink) waitForB(b *testing.B, n int) []event { return r.waitFor(b, n) }

@@ -85,7 +85,7 @@ func (l *Leases) Held() []string {
 
 // retriable reports whether an API error may pass on retry.
 func retriable(err error) bool {
-	return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsServerTimeout(err) ||
+	return apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) || apierrors.IsServerTimeout(err) ||
 		apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) ||
 		apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err) || isNetError(err)
 }
@@ -167,17 +167,18 @@ func (l *Leases) acquire(ctx context.Context, claim, slice string) (holder strin
 			return err
 		}
 		holder = ""
-		cur, err := leases.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			created, err := leases.Create(ctx, l.newLease(claim, slice, nil), metav1.CreateOptions{})
-			if err != nil {
-				return err // AlreadyExists: another driver was first; look again
-			}
+		// Create first: a free slice (the common case) costs one call.
+		created, err := leases.Create(ctx, l.newLease(claim, slice, nil), metav1.CreateOptions{})
+		if err == nil {
 			l.store(slice, created)
 			return nil
 		}
-		if err != nil {
+		if !apierrors.IsAlreadyExists(err) {
 			return err
+		}
+		cur, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err // NotFound: deleted meanwhile; try again
 		}
 		if h := deref(cur.Spec.HolderIdentity); h != "" && h != l.identity && !l.expired(cur) {
 			holder = h

@@ -71,6 +71,7 @@ type Runner struct {
 type podWorker struct {
 	name, node string
 	ready      chan struct{} // closed once client or err is set
+	changed    chan struct{} // its pod changed in the watch (buffered 1)
 	client     *worker.Client
 	err        error
 	released   bool // deleted on purpose: not a loss
@@ -79,15 +80,15 @@ type podWorker struct {
 
 // NewRunner returns the pod runner for cfg on client; cluster is the
 // cluster handle's ID (LabelCluster and the object names).
-func NewRunner(client kubernetes.Interface, cfg Config, cluster string) (*Runner, error) {
+func NewRunner(client kubernetes.Interface, cfg Config, cluster ClusterID) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	name := dnsName("goray", cluster)
+	name := dnsName("goray", string(cluster))
 	return &Runner{
 		client: client, cfg: cfg, log: cfg.Logger,
-		pt:    podTemplate{cfg: cfg, cluster: cluster, secret: name, service: name},
+		pt:    podTemplate{cfg: cfg, cluster: string(cluster), secret: name, service: name},
 		nodes: map[string]core.Node{}, reserved: map[string]*podWorker{}, cpuPods: map[string]*podWorker{},
 		claims: map[string][]*podWorker{}, byPod: map[string]*podWorker{},
 	}, nil
@@ -159,6 +160,10 @@ func (r *Runner) podChanged(obj any, deleted bool) {
 	r.mu.Unlock()
 	if released {
 		return
+	}
+	select {
+	case w.changed <- struct{}{}:
+	default:
 	}
 	var cause string
 	switch {
@@ -238,7 +243,7 @@ func (r *Runner) cpuPodLocked(node string) *podWorker {
 }
 
 func (r *Runner) newWorkerLocked(name, node string) *podWorker {
-	w := &podWorker{name: name, node: node, ready: make(chan struct{})}
+	w := &podWorker{name: name, node: node, ready: make(chan struct{}), changed: make(chan struct{}, 1)}
 	r.byPod[name] = w
 	return w
 }
@@ -263,21 +268,7 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod) (*
 	if _, err := r.client.CoreV1().Pods(r.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return nil, backend.Wrap(apiCode(err), op, err)
 	}
-	var ip string
-	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
-		p, err := r.pods.Pods(r.cfg.Namespace).Get(pod.Name)
-		if err != nil {
-			return false, nil // not in the cache yet
-		}
-		if why := podProblem(p); why != "" {
-			return false, errors.New(why)
-		}
-		if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
-			ip = p.Status.PodIP
-			return true, nil
-		}
-		return false, nil
-	})
+	ip, err := r.waitRunning(ctx, w)
 	if err != nil {
 		r.deleteWorkers([]*podWorker{w})
 		if ctx.Err() != nil {
@@ -291,7 +282,7 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod) (*
 	var c *worker.Client
 	// The container runs before the worker listens: dial until it
 	// answers. A refusal (token, version, code) is final.
-	err = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 10 * time.Millisecond, Factor: 1.5, Steps: 1 << 20, Cap: time.Second},
+	err = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 5 * time.Millisecond, Factor: 1.5, Steps: 1 << 20, Cap: 250 * time.Millisecond},
 		func(ctx context.Context) (bool, error) {
 			var err error
 			c, err = worker.Dial(ctx, addr, &opts)
@@ -311,6 +302,30 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod) (*
 		return nil, backend.Wrap(backend.CodeOf(err), op+": connect to "+addr, err)
 	}
 	return c, nil
+}
+
+// waitRunning waits, on the pod watch, until w's pod runs, and returns
+// its IP.
+func (r *Runner) waitRunning(ctx context.Context, w *podWorker) (string, error) {
+	// A slow tick backs the watch up, in case an update is coalesced.
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if p, err := r.pods.Pods(r.cfg.Namespace).Get(w.name); err == nil {
+			if why := podProblem(p); why != "" {
+				return "", errors.New(why)
+			}
+			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+				return p.Status.PodIP, nil
+			}
+		}
+		select {
+		case <-w.changed:
+		case <-tick.C:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
 }
 
 // wait returns the connected worker, or why it did not start.

@@ -41,7 +41,7 @@ func startRunner(t *testing.T, image string) (*Runner, backend.Executor, *fake.C
 	cfg.Worker.Image = image
 	cfg.Worker.Port = int32(k.port)
 	cfg.Worker.StartTimeout = 10 * time.Second
-	r, err := NewRunner(client, cfg, "c1")
+	r, err := NewRunner(client, cfg, ClusterID("c1"))
 	if err != nil {
 		t.Fatal(err)
 	}

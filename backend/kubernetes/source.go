@@ -77,7 +77,7 @@ const (
 // NewSource returns the node source for cfg on client. cluster is the
 // cluster handle's ID (labels of the pods Kill deletes); leases claims
 // the slices (nil: slices are not shared with other drivers).
-func NewSource(client kubernetes.Interface, cfg Config, cluster string, leases *Leases) (*Source, error) {
+func NewSource(client kubernetes.Interface, cfg Config, cluster ClusterID, leases *Leases) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -87,7 +87,7 @@ func NewSource(client kubernetes.Interface, cfg Config, cluster string, leases *
 		sel = labels.SelectorFromSet(cfg.CPUPool.NodeSelector)
 	}
 	s := &Source{
-		client: client, ns: cfg.Namespace, cluster: cluster, cpuSel: sel, cpuMax: cfg.CPUPool.Max,
+		client: client, ns: cfg.Namespace, cluster: string(cluster), cpuSel: sel, cpuMax: cfg.CPUPool.Max,
 		leases: leases, log: cfg.Logger, resync: 10 * time.Minute,
 		synced: make(chan struct{}),
 		slices: map[string]*sliceState{}, cpu: map[string]bool{}, killed: map[string]bool{}, draining: map[string]bool{},
