@@ -56,6 +56,9 @@ type Runner struct {
 	factory informers.SharedInformerFactory
 	stop    context.CancelFunc
 	bg      sync.WaitGroup
+	// runCtx ends when Close starts: pod starts in flight give up.
+	runCtx    context.Context
+	cancelRun context.CancelFunc
 
 	mu       sync.Mutex
 	closed   bool
@@ -86,7 +89,9 @@ func NewRunner(client kubernetes.Interface, cfg Config, cluster ClusterID) (*Run
 	}
 	cfg = cfg.withDefaults()
 	name := dnsName("goray", string(cluster))
+	runCtx, cancelRun := context.WithCancel(context.Background())
 	return &Runner{
+		runCtx: runCtx, cancelRun: cancelRun,
 		client: client, cfg: cfg, log: cfg.Logger,
 		pt:    podTemplate{cfg: cfg, cluster: string(cluster), secret: name, service: name},
 		nodes: map[string]core.Node{}, reserved: map[string]*podWorker{}, cpuPods: map[string]*podWorker{},
@@ -214,19 +219,19 @@ func (r *Runner) NodeUp(ctx context.Context, n core.Node) error {
 	return nil
 }
 
-// NodeDown deletes the node's CPU pod.
+// NodeDown deletes the node's CPU pod, in the background (it does not
+// block).
 func (r *Runner) NodeDown(name string) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	delete(r.nodes, name)
 	w := r.cpuPods[name]
 	delete(r.cpuPods, name)
-	if w != nil {
-		w.released = true
+	if w == nil || r.closed {
+		return // Close deletes it
 	}
-	r.mu.Unlock()
-	if w != nil {
-		r.deleteWorkers([]*podWorker{w})
-	}
+	w.released = true
+	r.bg.Go(func() { r.deleteWorkers([]*podWorker{w}) })
 }
 
 // cpuPodLocked returns the node's CPU pod, starting it if needed. r.mu
@@ -250,16 +255,18 @@ func (r *Runner) newWorkerLocked(name, node string) *podWorker {
 
 // launch creates w's pod, waits for it to run and dials its worker.
 func (r *Runner) launch(w *podWorker, pod *corev1.Pod) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Worker.StartTimeout)
+	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.Worker.StartTimeout)
 	defer cancel()
 	w.client, w.err = r.startPod(ctx, w, pod)
-	if w.err != nil {
-		r.mu.Lock()
-		if r.cpuPods[w.node] == w {
-			delete(r.cpuPods, w.node) // the next work tries again
-		}
-		r.mu.Unlock()
+	r.mu.Lock()
+	if w.err != nil && r.cpuPods[w.node] == w {
+		delete(r.cpuPods, w.node) // the next work tries again
 	}
+	if w.err == nil && w.released { // deleted while it started
+		w.client.Close()
+		w.client, w.err = nil, backend.Errorf(backend.Unavailable, "start worker pod "+w.name, "the pod was deleted while it started")
+	}
+	r.mu.Unlock()
 	close(w.ready)
 }
 
@@ -374,6 +381,9 @@ func (r *Runner) Reserved(ctx context.Context, c core.Claim, env map[string]map[
 	r.claims[c.ID] = workers
 	r.mu.Unlock()
 
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.runCtx, cancel)()
 	g, gctx := errgroup.WithContext(ctx)
 	for i, w := range workers {
 		g.Go(func() error {
@@ -462,6 +472,7 @@ func (r *Runner) Close() error {
 	r.claims = map[string][]*podWorker{}
 	r.reserved, r.cpuPods = map[string]*podWorker{}, map[string]*podWorker{}
 	r.mu.Unlock()
+	r.cancelRun()
 	r.bg.Wait() // pod starts in flight end (and clean up) first
 	r.deleteWorkers(all)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -154,6 +154,15 @@ func (s *Source) Run(ctx context.Context, sink core.NodeSink) error {
 		wg.Wait()
 		return ctx.Err()
 	}
+	// Report the nodes that exist now before Synced returns (the queue
+	// holds them too; a second reconcile changes nothing).
+	keys := map[string]bool{}
+	for _, o := range s.nodes.GetStore().List() {
+		keys[keyOf(o.(*corev1.Node))] = true
+	}
+	for _, k := range sortedKeys(keys) {
+		s.reconcile(k)
+	}
 	close(s.synced)
 	if s.leases != nil {
 		wg.Go(func() { s.leases.renewLoop(ctx) })
@@ -174,8 +183,16 @@ func (s *Source) Run(ctx context.Context, sink core.NodeSink) error {
 	return nil
 }
 
-// Synced is closed once the source has its first view of the nodes.
-func (s *Source) Synced() <-chan struct{} { return s.synced }
+// Synced returns once Run has reported every node that existed when it
+// started (core.Syncer), or with ctx's error.
+func (s *Source) Synced(ctx context.Context) error {
+	select {
+	case <-s.synced:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 func (s *Source) reconcile(key string) {
 	s.mu.Lock()

@@ -34,7 +34,9 @@ func runSource(t *testing.T, cfg Config, objs ...runtime.Object) (*Source, *fake
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = src.Run(ctx, sink) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	<-src.Synced()
+	if err := src.Synced(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	return src, client, sink
 }
 
