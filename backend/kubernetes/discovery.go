@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -194,7 +195,23 @@ func cpuNode(n *corev1.Node) core.Node {
 	return core.Node{Name: n.Name, Resources: res, Labels: maps.Clone(n.Labels)}
 }
 
+// AnnotationResources on a node adds custom resources of the runtime to
+// it, as a JSON object of names to amounts: {"special": 1}. (Kubernetes
+// extended resources need a domain-prefixed name and a device plugin;
+// this is the driver-side equivalent of Ray's custom resources.)
+const AnnotationResources = labelPrefix + "resources"
+
 func addCPUMemory(res backend.Resources, n *corev1.Node) {
+	if a := n.Annotations[AnnotationResources]; a != "" {
+		var extra map[string]float64
+		if err := json.Unmarshal([]byte(a), &extra); err == nil {
+			for k, v := range extra {
+				if k != backend.CPU && k != backend.Memory && k != backend.TPU && v > 0 {
+					res[k] = v
+				}
+			}
+		}
+	}
 	if q, ok := n.Status.Allocatable[corev1.ResourceCPU]; ok {
 		res[backend.CPU] = float64(q.MilliValue()) / 1000
 	}

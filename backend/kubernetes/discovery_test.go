@@ -99,6 +99,10 @@ func TestWorkerIDsFollowNaturalNameOrder(t *testing.T) {
 	is.Equal(h.Labels[tpu.LabelSliceName], "big")
 	is.Equal(h.Resources[backend.TPU], 4.0)
 	is.Equal(h.Resources[backend.CPU], 64.0)
+
+	n := cpuNodeObj("c")
+	n.Annotations = map[string]string{AnnotationResources: `{"special": 1, "CPU": 99}`}
+	is.Equal(cpuNode(n).Resources, backend.Resources{backend.CPU: 8, backend.Memory: 32 << 30, "special": 1}) // CPU comes from allocatable only
 }
 
 func TestNaturalCompare(t *testing.T) {
