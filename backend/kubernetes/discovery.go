@@ -180,19 +180,42 @@ func hostNode(shape tpu.SliceShape, slice string, wid int, n *corev1.Node) core.
 		lbl = map[string]string{}
 	}
 	maps.Copy(lbl, tpu.HostLabels(shape, slice, slice, wid))
+	lbl[LabelNode] = n.Name
 	res := backend.Resources{}
 	for k, v := range tpu.HostResources(shape, slice, wid) {
 		res[k] = v
 	}
 	addCPUMemory(res, n)
-	return core.Node{Name: n.Name, Resources: res, Labels: lbl}
+	return core.Node{Name: runtimeName(n), Resources: res, Labels: lbl}
+}
+
+// runtimeName is the name of n in the runtime: its LabelName, else its
+// own name.
+func runtimeName(n *corev1.Node) string {
+	if v := n.Labels[LabelName]; v != "" {
+		return v
+	}
+	return n.Name
+}
+
+// kubeNode is the Kubernetes node of a runtime node.
+func kubeNode(n core.Node) string {
+	if v := n.Labels[LabelNode]; v != "" {
+		return v
+	}
+	return n.Name
 }
 
 // cpuNode returns the runtime node of a CPU node.
 func cpuNode(n *corev1.Node) core.Node {
 	res := backend.Resources{}
 	addCPUMemory(res, n)
-	return core.Node{Name: n.Name, Resources: res, Labels: maps.Clone(n.Labels)}
+	lbl := maps.Clone(n.Labels)
+	if lbl == nil {
+		lbl = map[string]string{}
+	}
+	lbl[LabelNode] = n.Name
+	return core.Node{Name: runtimeName(n), Resources: res, Labels: lbl}
 }
 
 // AnnotationResources on a node adds custom resources of the runtime to

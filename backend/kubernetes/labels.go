@@ -18,8 +18,14 @@ const (
 	labelPrefix = "goray.dev/"
 	// LabelCluster holds the cluster handle's ID on every object it made.
 	LabelCluster = labelPrefix + "cluster"
-	// LabelNode holds the Kubernetes node a worker pod is pinned to.
+	// LabelNode holds the Kubernetes node a worker pod is pinned to; the
+	// runtime's nodes carry it too.
 	LabelNode = labelPrefix + "node"
+	// LabelName, on a Kubernetes node, names it in the runtime (its
+	// Snapshot, KillNode, RuntimeInfo.Node) instead of the node's own
+	// name, such as "solo" for a node the cluster calls
+	// gke-pool-1-a2b3-solo.
+	LabelName = labelPrefix + "name"
 	// LabelReservation holds the reservation (placement group) ID of a
 	// TPU worker pod; CPU worker pods have none.
 	LabelReservation = labelPrefix + "reservation"

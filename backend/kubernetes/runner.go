@@ -242,9 +242,17 @@ func (r *Runner) cpuPodLocked(node string) *podWorker {
 	}
 	w := r.newWorkerLocked(dnsName("goray", r.pt.cluster, "node", node, randomSuffix()[:5]), node)
 	r.cpuPods[node] = w
-	pod := r.pt.pod(podSpec{name: w.name, node: node})
+	pod := r.pt.pod(podSpec{name: w.name, node: r.kubeNodeLocked(node)})
 	r.bg.Go(func() { r.launch(w, pod) })
 	return w
+}
+
+// kubeNodeLocked is the Kubernetes node of a runtime node (r.mu held).
+func (r *Runner) kubeNodeLocked(node string) string {
+	if n, ok := r.nodes[node]; ok {
+		return kubeNode(n)
+	}
+	return node
 }
 
 func (r *Runner) newWorkerLocked(name, node string) *podWorker {
@@ -372,7 +380,7 @@ func (r *Runner) Reserved(ctx context.Context, c core.Claim, env map[string]map[
 			workers = append(workers, w)
 			chips := int(r.nodes[host].Resources[backend.TPU])
 			pods = append(pods, r.pt.pod(podSpec{
-				name: name, node: host, chips: chips, hostname: hostnames[i][j],
+				name: name, node: r.kubeNodeLocked(host), chips: chips, hostname: hostnames[i][j],
 				labels: map[string]string{LabelReservation: labelValue(c.ID), LabelSlice: labelValue(c.Slices[i]), LabelWorkerID: strconv.Itoa(j)},
 				env:    r.pt.podEnv(env[host], i, hostnames),
 			}))

@@ -55,6 +55,9 @@ type Source struct {
 	cpu      map[string]bool // reported CPU nodes: alive
 	killed   map[string]bool // nodes killed by Kill until Restore
 	draining map[string]bool
+	// The state above is keyed by Kubernetes node names; the runtime knows
+	// nodes by their runtime names (LabelName, usually the same).
+	rt, kube map[string]string // Kubernetes → runtime name, and back
 }
 
 // sliceState is what the source has reported of one slice.
@@ -91,6 +94,7 @@ func NewSource(client kubernetes.Interface, cfg Config, cluster ClusterID, lease
 		leases: leases, log: cfg.Logger, resync: 10 * time.Minute,
 		synced: make(chan struct{}),
 		slices: map[string]*sliceState{}, cpu: map[string]bool{}, killed: map[string]bool{}, draining: map[string]bool{},
+		rt: map[string]string{}, kube: map[string]string{},
 	}
 	s.factory = informers.NewSharedInformerFactory(client, s.resync)
 	s.nodes = s.factory.Core().V1().Nodes().Informer()
@@ -271,7 +275,7 @@ func (s *Source) reconcileSlice(pool string) {
 		switch {
 		case why == "" && !st.alive[name]:
 			st.alive[name] = true
-			s.sink.NodeAdded(hostNode(st.plan.shape, pool, wid, n))
+			s.added(hostNode(st.plan.shape, pool, wid, n))
 		case why != "" && st.alive[name]:
 			delete(st.alive, name)
 			s.lost(name, errors.New(why))
@@ -295,7 +299,7 @@ func (s *Source) reconcileCPU(name string) {
 			return
 		}
 		s.cpu[name] = true
-		s.sink.NodeAdded(cpuNode(n))
+		s.added(cpuNode(n))
 	case !usable && alive:
 		s.cpu[name] = false
 		why := "node " + name + " was deleted"
@@ -328,9 +332,34 @@ func (s *Source) cpuCount() int {
 	return c
 }
 
+// added reports a node (s.mu held).
+func (s *Source) added(n core.Node) {
+	k := kubeNode(n)
+	if old, ok := s.rt[k]; ok && old != n.Name {
+		delete(s.kube, old)
+	}
+	s.rt[k], s.kube[n.Name] = n.Name, k
+	s.sink.NodeAdded(n)
+}
+
+// lost reports the Kubernetes node name lost (s.mu held).
 func (s *Source) lost(name string, cause error) {
 	delete(s.draining, name)
-	s.sink.NodeLost(name, cause)
+	s.sink.NodeLost(s.runtimeOf(name), cause)
+}
+
+func (s *Source) runtimeOf(kube string) string {
+	if n, ok := s.rt[kube]; ok {
+		return n
+	}
+	return kube
+}
+
+func (s *Source) kubeOf(runtime string) string {
+	if n, ok := s.kube[runtime]; ok {
+		return n
+	}
+	return runtime
 }
 
 // Add is not supported: nodes come from the cluster (its node pools and
@@ -344,10 +373,11 @@ func (s *Source) Add(ctx context.Context, n core.Node) error {
 func (s *Source) Drain(ctx context.Context, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.knownLocked(name) {
+	k := s.kubeOf(name)
+	if !s.knownLocked(k) {
 		return backend.Errorf(backend.NotFound, "drain node "+name, "no such node in the cluster")
 	}
-	s.draining[name] = true
+	s.draining[k] = true
 	s.sink.NodeDraining(name)
 	return nil
 }
@@ -358,14 +388,15 @@ func (s *Source) Drain(ctx context.Context, name string) error {
 func (s *Source) Kill(ctx context.Context, name string) error {
 	op := "kill node " + name
 	s.mu.Lock()
-	if !s.knownLocked(name) {
+	k := s.kubeOf(name)
+	if !s.knownLocked(k) {
 		s.mu.Unlock()
 		return backend.Errorf(backend.NotFound, op, "no such node in the cluster")
 	}
-	s.killed[name] = true
-	s.requeueLocked(name)
+	s.killed[k] = true
+	s.requeueLocked(k)
 	s.mu.Unlock()
-	err := deletePods(ctx, s.client, s.ns, labels.Set{LabelCluster: s.cluster, LabelNode: labelValue(name)}.String())
+	err := deletePods(ctx, s.client, s.ns, labels.Set{LabelCluster: s.cluster, LabelNode: labelValue(k)}.String())
 	if err != nil {
 		return backend.Wrap(backend.CodeOf(err), op, err)
 	}
@@ -376,14 +407,15 @@ func (s *Source) Kill(ctx context.Context, name string) error {
 func (s *Source) Restore(ctx context.Context, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.killed[name] {
-		if s.knownLocked(name) {
+	k := s.kubeOf(name)
+	if !s.killed[k] {
+		if s.knownLocked(k) {
 			return nil
 		}
 		return backend.Errorf(backend.NotFound, "restore node "+name, "no such node in the cluster")
 	}
-	delete(s.killed, name)
-	s.requeueLocked(name)
+	delete(s.killed, k)
+	s.requeueLocked(k)
 	return nil
 }
 

@@ -171,3 +171,16 @@ func TestSourceCapsCPUNodes(t *testing.T) {
 	is.Equal(ev[3].kind, "added")
 	is.True(ev[3].name != "other" && ev[3].name != ev[0].name && ev[3].name != ev[1].name)
 }
+
+func TestSourceRuntimeNameLabel(t *testing.T) {
+	is := is.New(t)
+	n := cpuNodeObj("gke-pool-1-a2b3")
+	n.Labels[LabelName] = "solo"
+	src, _, sink := runSource(t, testConfig(), n)
+	ev := sink.waitFor(t, 1)
+	is.Equal(ev[0].name, "solo")
+	is.Equal(ev[0].node.Labels[LabelNode], "gke-pool-1-a2b3") // the runner pins pods there
+	is.NoErr(src.Kill(t.Context(), "solo"))
+	is.NoErr(src.Restore(t.Context(), "solo"))
+	is.Equal(names(sink.snapshot()), []string{"added solo", "lost solo", "added solo"})
+}
