@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -59,6 +60,8 @@ type Runner struct {
 	// runCtx ends when Close starts: pod starts in flight give up.
 	runCtx    context.Context
 	cancelRun context.CancelFunc
+
+	created atomic.Int64 // pods created, for tests
 
 	mu       sync.Mutex
 	closed   bool
@@ -283,6 +286,7 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod) (*
 	if _, err := r.client.CoreV1().Pods(r.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return nil, backend.Wrap(apiCode(err), op, err)
 	}
+	r.created.Add(1)
 	ip, err := r.waitRunning(ctx, w)
 	if err != nil {
 		r.deleteWorkers([]*podWorker{w})
