@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"testing"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -17,6 +18,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/goray-dev/goray/backend/kubernetes/deploy"
 	"github.com/goray-dev/goray/internal/kubeharness"
@@ -87,6 +90,23 @@ func driverConfig(t *testing.T, cp *kubeharness.ControlPlane) *rest.Config {
 	rc.BearerToken = tok.Status.Token
 	rc.QPS, rc.Burst = admin.QPS, admin.Burst
 	return rc
+}
+
+// driverKubeconfig writes a kubeconfig for the identity of driverConfig,
+// for a driver that runs as its own process.
+func driverKubeconfig(t *testing.T, cp *kubeharness.ControlPlane) string {
+	t.Helper()
+	rc := driverConfig(t, cp)
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["harness"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData}
+	cfg.AuthInfos["goray-driver"] = &clientcmdapi.AuthInfo{Token: rc.BearerToken}
+	cfg.Contexts["goray-driver"] = &clientcmdapi.Context{Cluster: "harness", AuthInfo: "goray-driver", Namespace: "default"}
+	cfg.CurrentContext = "goray-driver"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func resourceOf(kind string) string {
