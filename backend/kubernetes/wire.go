@@ -17,8 +17,8 @@ func NewClusterID() ClusterID { return ClusterID(randomSuffix()) }
 // built from cfg.REST, else from the kubeconfig or the in-cluster config.
 func NewClientset(cfg Config) (kubernetes.Interface, error) { return cfg.clientset() }
 
-// ProviderSet builds the backend's parts for github.com/google/wire from
+// Set builds the backend's parts for github.com/google/wire from
 // a Config: the client, a fresh ClusterID, the slice Leases, the node
 // Source and the pod Runner. Everything it does can be done by hand with
 // the same constructors (see New).
-var ProviderSet = wire.NewSet(NewClientset, NewClusterID, NewLeases, NewSource, NewRunner)
+var Set = wire.NewSet(NewClientset, NewClusterID, NewLeases, NewSource, NewRunner)
