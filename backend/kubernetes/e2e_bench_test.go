@@ -5,12 +5,15 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8s "k8s.io/client-go/kubernetes"
 
 	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/internal/kubeharness"
@@ -138,7 +141,19 @@ func BenchmarkE2EClaimSlice(b *testing.B) {
 	if _, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: "first", Generation: "v6e", Topology: "2x8", Kwok: true}); err != nil {
 		b.Fatal(err)
 	}
-	client := cp.Client()
+	// Count the driver's API requests, to show a claim's are constant.
+	var calls atomic.Int64
+	rc := cp.Config()
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			calls.Add(1)
+			return rt.RoundTrip(r)
+		})
+	})
+	client, err := k8s.NewForConfig(rc)
+	if err != nil {
+		b.Fatal(err)
+	}
 	cfg := testConfig()
 	leases, err := NewLeases(client, cfg)
 	if err != nil {
@@ -156,6 +171,8 @@ func BenchmarkE2EClaimSlice(b *testing.B) {
 	sink.waitForB(b, 4)
 	claimLoop := func(b *testing.B, slices []string) {
 		i := 0
+		before := calls.Load()
+		defer func() { b.ReportMetric(float64(calls.Load()-before)/float64(b.N), "api-calls/op") }()
 		for b.Loop() {
 			c := core.Claim{ID: fmt.Sprint("pg-", i), Slices: []string{slices[i%len(slices)]}}
 			i++
@@ -189,6 +206,10 @@ func BenchmarkE2EClaimSlice(b *testing.B) {
 	b.Logf("the source reported 1,000 TPU nodes (25 slices) %v after the first of 984 new nodes was created", time.Since(t0))
 	b.Run("nodes=1000", func(b *testing.B) { claimLoop(b, slices) })
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func startHarnessB(b *testing.B) *kubeharness.ControlPlane {
 	b.Helper()
