@@ -206,7 +206,13 @@ func (r *Runner) workerLost(w *podWorker, cause error) {
 		if r.lost != nil {
 			r.lost(w.node, cause)
 		}
-		r.deleteWorkers([]*podWorker{w}) // an ended pod is kept by nobody
+		// An ended pod is kept by nobody. Not here: this may run in the
+		// client's OnLost, which its Close waits for.
+		r.mu.Lock()
+		if !r.closed {
+			r.bg.Go(func() { r.deleteWorkers([]*podWorker{w}) })
+		}
+		r.mu.Unlock()
 	})
 }
 
