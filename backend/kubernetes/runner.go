@@ -305,23 +305,30 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod) (*
 	opts.OnLost = func(err error) { r.workerLost(w, err) }
 	addr := ip + ":" + strconv.Itoa(int(r.cfg.Worker.Port))
 	var c *worker.Client
-	// The container runs before the worker listens: dial until it
-	// answers. A refusal (token, version, code) is final.
-	err = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 5 * time.Millisecond, Factor: 1.5, Steps: 1 << 20, Cap: 250 * time.Millisecond},
-		func(ctx context.Context) (bool, error) {
-			var err error
-			c, err = worker.Dial(ctx, addr, &opts)
-			if err == nil {
-				return true, nil
-			}
-			if backend.CodeOf(err) != backend.Unavailable {
-				return false, err
-			}
-			if p, gerr := r.pods.Pods(r.cfg.Namespace).Get(pod.Name); gerr == nil && podProblem(p) != "" {
-				return false, fmt.Errorf("%s; last dial: %w", podProblem(p), err)
-			}
-			return false, nil
-		})
+	// The container runs before the worker listens: dial until it answers
+	// or ctx ends (wait.Backoff stops at its cap, so the loop is ours). A
+	// refusal (token, version, code) is final.
+	delay := 5 * time.Millisecond
+	for {
+		c, err = worker.Dial(ctx, addr, &opts)
+		if err == nil || backend.CodeOf(err) != backend.Unavailable {
+			break
+		}
+		if p, gerr := r.pods.Pods(r.cfg.Namespace).Get(pod.Name); gerr == nil && podProblem(p) != "" {
+			err = fmt.Errorf("%s; last dial: %w", podProblem(p), err)
+			break
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			err = fmt.Errorf("no answer within the start timeout %v: %w", r.cfg.Worker.StartTimeout, err)
+		case <-t.C:
+			delay = min(delay*3/2, 250*time.Millisecond)
+			continue
+		}
+		break
+	}
 	if err != nil {
 		r.deleteWorkers([]*podWorker{w})
 		return nil, backend.Wrap(backend.CodeOf(err), op+": connect to "+addr, err)
