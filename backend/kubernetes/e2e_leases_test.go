@@ -160,4 +160,26 @@ func TestE2ECompetingDrivers(t *testing.T) {
 		is.Equal(lost, []string{"s1"})
 		is.NoErr(b.Release(ctx, []string{"s0", "s1"}))
 	})
+
+	t.Run("a renewing driver keeps its slices past the Lease duration", func(t *testing.T) {
+		is := is.New(t)
+		const d = time.Second
+		a, b := newE2ELeases(t, client, "driver-a", d), newE2ELeases(t, client, "driver-b", d)
+		rctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { a.renewLoop(rctx) })
+		defer func() { stop(); wg.Wait() }()
+		is.NoErr(a.Claim(ctx, "pg-a", []string{"s4"}))
+		// For three Lease durations b keeps asking and is refused.
+		end := time.Now().Add(3 * d)
+		tries := 0
+		for time.Now().Before(end) {
+			err := b.Claim(ctx, "pg-b", []string{"s4"})
+			is.True(errors.Is(err, backend.ErrResourceExhausted))
+			tries++
+		}
+		t.Logf("b refused %d times over %v", tries, 3*d)
+		is.Equal(a.Held(), []string{"s4"})
+		is.NoErr(a.Release(ctx, []string{"s4"}))
+	})
 }
