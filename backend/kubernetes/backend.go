@@ -1,0 +1,80 @@
+//go:build kubernetes_core
+
+// Until the shared runtime (internal/core: core.New) is merged into main,
+// this file builds only with -tags kubernetes_core; delete the constraint
+// once it is.
+
+package kubernetes
+
+import (
+	"context"
+
+	"github.com/google/wire"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/core"
+)
+
+// Backend is goray's cluster runtime on a Kubernetes cluster: the shared
+// runtime (scheduler, object store, actors, placement groups, TPU slice
+// index) with this package's Source as its node source and Runner as its
+// runner. Pass it to ray.NewCluster; it implements backend.Backend,
+// backend.Snapshotter, backend.FaultInjector and backend.SliceReserver.
+type Backend struct {
+	*core.Runtime
+	source *Source
+	runner *Runner
+	id     ClusterID
+}
+
+// New builds the backend for cfg by hand: the client (kubeconfig or
+// in-cluster), a fresh ClusterID, the slice Leases, the Source and the
+// Runner. Nothing talks to the cluster until ray.NewCluster starts it.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	client, err := NewClientset(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Client = client
+	id := NewClusterID()
+	leases, err := NewLeases(client, cfg)
+	if err != nil {
+		return nil, err
+	}
+	src, err := NewSource(client, cfg, id, leases)
+	if err != nil {
+		return nil, err
+	}
+	r, err := NewRunner(client, cfg, id)
+	if err != nil {
+		return nil, err
+	}
+	return NewFromParts(cfg, id, src, r)
+}
+
+// NewFromParts assembles the backend from its parts (the Wire provider
+// set's last step; New does the same by hand).
+func NewFromParts(cfg Config, id ClusterID, src *Source, r *Runner) (*Backend, error) {
+	rt, err := core.New(src, r, core.Options{Logger: cfg.withDefaults().Logger})
+	if err != nil {
+		return nil, backend.Wrap(backend.CodeOf(err), "create Kubernetes backend", err)
+	}
+	return &Backend{Runtime: rt, source: src, runner: r, id: id}, nil
+}
+
+// ClusterID is the value of LabelCluster on every object of this handle:
+//
+//	kubectl get pods,services,secrets -l goray.dev/cluster=<id>
+func (b *Backend) ClusterID() ClusterID { return b.id }
+
+// Client returns the Kubernetes client the backend uses.
+func (b *Backend) Client() kubernetes.Interface { return b.source.client }
+
+// BackendSet is Set plus the last step, NewFromParts: the whole backend
+// from a Config.
+var BackendSet = wire.NewSet(Set, NewFromParts)

@@ -1,0 +1,289 @@
+package kubernetes
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// Config configures the Kubernetes backend. Only Worker.Image is
+// required; every other field has a default. Validate reports every
+// field that is wrong at once.
+type Config struct {
+	// Kubeconfig is the path of a kubeconfig file. "" means the in-cluster
+	// config when running in a pod, else $KUBECONFIG or ~/.kube/config
+	// (client-go's default loading rules).
+	Kubeconfig string
+	// Context is the kubeconfig context; "" means its current context.
+	Context string
+	// REST, if set, is used instead of loading a kubeconfig (tests, or
+	// programs that build their own).
+	REST *rest.Config
+	// Client, if set, is used instead of building one from REST or the
+	// kubeconfig (the client-go fake clientset in unit tests).
+	Client kubernetes.Interface
+
+	// Namespace holds everything the backend creates (pods, the headless
+	// Service, the token Secret, the slice Leases). "" means the pod's own
+	// namespace in the cluster, else "default".
+	Namespace string
+	// Identity names this driver as the holder of slice Leases. "" means
+	// the host name plus a random suffix. Two drivers must not share one.
+	Identity string
+
+	// Worker describes the worker pods.
+	Worker WorkerConfig
+	// CPUPool selects the nodes that run work needing no TPU.
+	CPUPool CPUPool
+	// Pod overrides parts of every worker pod's template.
+	Pod PodOverrides
+	// Lease times the slice Leases.
+	Lease LeaseConfig
+
+	// Logger receives the backend's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// WorkerConfig describes the worker pods: the user's own program, built
+// into an image, whose main calls ray.Main first.
+type WorkerConfig struct {
+	// Image is the worker image, such as "ko://example.com/app" built by
+	// ko or "us-docker.pkg.dev/p/r/app:v1". Required.
+	Image string
+	// Command and Args replace the image's entrypoint and arguments; nil
+	// keeps them.
+	Command, Args []string
+	// ServiceAccount runs the worker pods; "" means the namespace's
+	// default. Workers need no Kubernetes API access.
+	ServiceAccount string
+	// Port is the port workers listen on, on their pod IP; 0 means 7077.
+	Port int32
+	// CPU and Memory are each worker pod's requests (and limits), in
+	// Kubernetes quantity syntax; "" means none.
+	CPU, Memory string
+	// StartTimeout bounds a worker pod's start, from creation to a
+	// connected worker; 0 means 5 minutes (image pulls can be slow).
+	StartTimeout time.Duration
+	// IdleTimeout is how long a worker waits for its driver before it
+	// exits (so a crashed driver's pods end); 0 means 2 minutes.
+	IdleTimeout time.Duration
+	// LogLevel is the workers' log level (debug, info, warn, error, off);
+	// "" means warn.
+	LogLevel string
+}
+
+// CPUPool selects the Kubernetes nodes that count as CPU nodes of the
+// cluster: nodes without the GKE TPU accelerator label that are Ready,
+// schedulable and match NodeSelector. Work on a CPU node runs in one
+// worker pod per node, started when work is first placed there.
+type CPUPool struct {
+	// NodeSelector restricts the CPU nodes by label; nil means every
+	// non-TPU node.
+	NodeSelector map[string]string
+	// Min is the number of CPU nodes whose worker pods start with the
+	// cluster instead of at first use.
+	Min int
+	// Max caps the CPU nodes the cluster uses; 0 means 16. Nodes past the
+	// cap (in name order) are ignored until one in use goes away.
+	Max int
+}
+
+// PodOverrides adds to every worker pod's template.
+type PodOverrides struct {
+	// Tolerations are added to the pods (GKE taints TPU nodes with
+	// google.com/tpu=present:NoSchedule; pods requesting google.com/tpu
+	// get that toleration from the ExtendedResourceToleration admission
+	// plugin, and the backend adds it as well).
+	Tolerations []corev1.Toleration
+	// PriorityClassName is the pods' priority class.
+	PriorityClassName string
+	// Labels and Annotations are added to the pods. Keys under
+	// goray.dev/ are the backend's own and rejected.
+	Labels, Annotations map[string]string
+	// NodeSelector is added to the CPU worker pods (TPU pods are pinned to
+	// their node by name).
+	NodeSelector map[string]string
+}
+
+// LeaseConfig times the coordination.k8s.io Leases that claim slices.
+type LeaseConfig struct {
+	// Duration is how long a claim survives its driver: another driver
+	// may take a slice whose Lease was not renewed for this long. 0 means
+	// 15s.
+	Duration time.Duration
+	// RenewEvery is the renewal period; 0 means Duration/3. It must be
+	// less than Duration.
+	RenewEvery time.Duration
+}
+
+// Defaults.
+const (
+	DefaultNamespace     = "default"
+	DefaultWorkerPort    = 7077
+	DefaultStartTimeout  = 5 * time.Minute
+	DefaultIdleTimeout   = 2 * time.Minute
+	DefaultCPUPoolMax    = 16
+	DefaultLeaseDuration = 15 * time.Second
+)
+
+// inClusterNamespaceFile is where a pod finds its own namespace.
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// withDefaults returns c with its defaults filled in.
+func (c Config) withDefaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+		if b, err := os.ReadFile(inClusterNamespaceFile); err == nil && strings.TrimSpace(string(b)) != "" {
+			c.Namespace = strings.TrimSpace(string(b))
+		}
+	}
+	if c.Identity == "" {
+		host, _ := os.Hostname()
+		c.Identity = cmp.Or(host, "goray") + "-" + randomSuffix()
+	}
+	c.Worker.Port = cmp.Or(c.Worker.Port, DefaultWorkerPort)
+	c.Worker.StartTimeout = cmp.Or(c.Worker.StartTimeout, DefaultStartTimeout)
+	c.Worker.IdleTimeout = cmp.Or(c.Worker.IdleTimeout, DefaultIdleTimeout)
+	c.CPUPool.Max = cmp.Or(c.CPUPool.Max, DefaultCPUPoolMax)
+	c.Lease.Duration = cmp.Or(c.Lease.Duration, DefaultLeaseDuration)
+	c.Lease.RenewEvery = cmp.Or(c.Lease.RenewEvery, c.Lease.Duration/3)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate checks c (with its defaults applied) and returns an
+// InvalidArgument error naming every field that is wrong and what is
+// valid, or nil.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	for _, m := range validation.IsDNS1123Label(c.Namespace) {
+		bad("Namespace %q: %s", c.Namespace, m)
+	}
+	if strings.TrimSpace(c.Identity) == "" || len(c.Identity) > 128 {
+		bad("Identity %q: want 1 to 128 non-blank characters", c.Identity)
+	}
+	if c.Worker.Image == "" {
+		bad("Worker.Image is empty: name the image of your program (whose main calls ray.Main first), such as one built by ko")
+	}
+	if c.Worker.Port < 1 || c.Worker.Port > 65535 {
+		bad("Worker.Port %d: want 1..65535 (0 means %d)", c.Worker.Port, DefaultWorkerPort)
+	}
+	if c.Worker.ServiceAccount != "" {
+		for _, m := range validation.IsDNS1123Subdomain(c.Worker.ServiceAccount) {
+			bad("Worker.ServiceAccount %q: %s", c.Worker.ServiceAccount, m)
+		}
+	}
+	for name, q := range map[string]string{"Worker.CPU": c.Worker.CPU, "Worker.Memory": c.Worker.Memory} {
+		if _, err := parseQuantity(q); err != nil {
+			bad("%s %q: %v (want a Kubernetes quantity such as 500m, 2 or 4Gi)", name, q, err)
+		}
+	}
+	if c.Worker.StartTimeout < 0 || c.Worker.IdleTimeout < 0 {
+		bad("Worker.StartTimeout %v and Worker.IdleTimeout %v: want >= 0 (0 means the default)", c.Worker.StartTimeout, c.Worker.IdleTimeout)
+	}
+	if !slices.Contains([]string{"", "debug", "info", "warn", "error", "off"}, c.Worker.LogLevel) {
+		bad("Worker.LogLevel %q: want debug, info, warn, error or off", c.Worker.LogLevel)
+	}
+	if c.CPUPool.Min < 0 || c.CPUPool.Max < 0 || c.CPUPool.Min > c.CPUPool.Max {
+		bad("CPUPool.Min %d, Max %d: want 0 <= Min <= Max (Max 0 means %d)", c.CPUPool.Min, c.CPUPool.Max, DefaultCPUPoolMax)
+	}
+	checkLabels := func(field string, m map[string]string, values bool) {
+		for _, k := range sortedKeys(m) {
+			for _, msg := range validation.IsQualifiedName(k) {
+				bad("%s key %q: %s", field, k, msg)
+			}
+			if strings.HasPrefix(k, labelPrefix) {
+				bad("%s key %q: keys under %s are the backend's own", field, k, labelPrefix)
+			}
+			if values {
+				for _, msg := range validation.IsValidLabelValue(m[k]) {
+					bad("%s[%q] = %q: %s", field, k, m[k], msg)
+				}
+			}
+		}
+	}
+	checkLabels("Pod.Labels", c.Pod.Labels, true)
+	checkLabels("Pod.Annotations", c.Pod.Annotations, false)
+	checkLabels("Pod.NodeSelector", c.Pod.NodeSelector, true)
+	checkLabels("CPUPool.NodeSelector", c.CPUPool.NodeSelector, true)
+	if c.Pod.PriorityClassName != "" {
+		for _, m := range validation.IsDNS1123Subdomain(c.Pod.PriorityClassName) {
+			bad("Pod.PriorityClassName %q: %s", c.Pod.PriorityClassName, m)
+		}
+	}
+	for i, t := range c.Pod.Tolerations {
+		switch t.Operator {
+		case "", corev1.TolerationOpEqual, corev1.TolerationOpExists:
+		default:
+			bad("Pod.Tolerations[%d].Operator %q: want Equal or Exists", i, t.Operator)
+		}
+	}
+	if c.Lease.Duration < time.Second {
+		bad("Lease.Duration %v: want at least 1s (0 means %v)", c.Lease.Duration, DefaultLeaseDuration)
+	}
+	if c.Lease.RenewEvery <= 0 || c.Lease.RenewEvery >= c.Lease.Duration {
+		bad("Lease.RenewEvery %v: want more than 0 and less than Lease.Duration %v", c.Lease.RenewEvery, c.Lease.Duration)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return backend.Errorf(backend.InvalidArgument, "configure Kubernetes backend", "%w", errors.Join(errs...))
+}
+
+// clientset returns the configured client: Client, else one built from
+// REST, else from the kubeconfig or the in-cluster config.
+func (c Config) clientset() (kubernetes.Interface, error) {
+	const op = "configure Kubernetes backend"
+	if c.Client != nil {
+		return c.Client, nil
+	}
+	rc := c.REST
+	if rc == nil {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		if c.Kubeconfig != "" {
+			rules.ExplicitPath = c.Kubeconfig
+		}
+		var err error
+		if c.Kubeconfig == "" && c.Context == "" {
+			rc, err = rest.InClusterConfig()
+		}
+		if rc == nil {
+			rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+				&clientcmd.ConfigOverrides{CurrentContext: c.Context}).ClientConfig()
+		}
+		if err != nil {
+			return nil, backend.Errorf(backend.InvalidArgument, op, "load kubeconfig (Kubeconfig %q, Context %q; in-cluster config not available): %w", c.Kubeconfig, c.Context, err)
+		}
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "build client for %s: %w", rc.Host, err)
+	}
+	return cs, nil
+}
+
+func sortedKeys[M ~map[string]V, V any](m M) []string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

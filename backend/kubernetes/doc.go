@@ -1,0 +1,95 @@
+// Package kubernetes runs goray on a Kubernetes cluster, with GKE TPU node
+// pools as TPU slices and the user's own program, in worker mode, as the
+// worker pods.
+//
+// The backend is goray's shared cluster runtime (internal/core: the
+// scheduler, object store, actors, placement groups and TPU slice index,
+// the same code as backend/local) with Kubernetes as its node source
+// ([Source]) and pods as its runner ([Runner]); it is not a second
+// scheduler. It lives in a module of its own
+// (github.com/goray-dev/goray/backend/kubernetes), so that programs that
+// only use the simulator never build client-go.
+//
+//	b, err := kubernetes.New(ctx, kubernetes.Config{
+//		Worker: kubernetes.WorkerConfig{Image: "us-docker.pkg.dev/p/r/app:v1"},
+//	})
+//	c, err := ray.NewCluster(ctx, b, nil) // the rest of the program as on the simulator
+//
+// The image is the program itself (its main calls ray.Main first); ko
+// builds one without Docker. docs/kubernetes.md is the guide to running on
+// GKE: a v6e 4x4 node pool, the image, RBAC (deploy/rbac.yaml), the driver
+// in the cluster.
+//
+// # Configuration
+//
+// [Config] names the cluster (a kubeconfig file and context, or the
+// in-cluster config, or a ready client), the namespace, the worker image,
+// command, service account and resources, the CPU pool, pod template
+// overrides (tolerations, priority class, labels, annotations, node
+// selector) and the Lease times. [Config.Validate] reports every wrong
+// field at once, naming what is valid. [New] builds the backend by hand;
+// [Set] is the same construction as a github.com/google/wire provider set.
+//
+// # Discovery
+//
+// One shared Node informer (a watch; never a list per request) feeds the
+// runtime. Nodes labelled cloud.google.com/gke-tpu-accelerator and
+// cloud.google.com/gke-nodepool are TPU hosts; one node pool is one slice,
+// reported once it is whole: as many hosts as its topology
+// (cloud.google.com/gke-tpu-topology) needs, every one Ready, schedulable
+// and offering the google.com/tpu chips its machine type has. Worker IDs
+// follow node names in natural order (or the ray.io/tpu-worker-id label),
+// the same in every driver. A host deleted, NotReady or cordoned is lost
+// (its work fails with Unavailable and is retried; the runtime hands the
+// slice out again only when it is whole); when it is back it is reported
+// again. Other nodes are CPU nodes ([CPUPool]). Custom runtime resources
+// come from the node annotation goray.dev/resources ([AnnotationResources]),
+// and a node may carry a runtime name of its own ([LabelName]).
+//
+// # Slices shared between drivers
+//
+// [Leases] claims slices for one driver with coordination.k8s.io Leases:
+// one per slice, created only if absent, renewed, taken over by another
+// driver only after it expired (an update carrying the resourceVersion
+// read), all or nothing across the slices of a multislice reservation, and
+// deleted on release. A slice held elsewhere fails the claim with a
+// *core.HeldError (ResourceExhausted) and the runtime tries other slices
+// or waits. A driver that crashed leaves Leases that expire.
+//
+// # Worker pods
+//
+// A reservation starts one pod per host ([Runner.Reserved]), pinned to its
+// node by node affinity on metadata.name (so kube-scheduler still accounts
+// for the chips), requesting google.com/tpu equal to the host's chips
+// (requests = limits), with the host's env from the runtime
+// (TPU_WORKER_ID, TPU_NAME, the topology and bounds variables,
+// MEGASCALE_* for multislice), TPU_WORKER_HOSTNAMES and
+// MEGASCALE_COORDINATOR_ADDRESS rewritten to the pods' DNS names in a
+// headless Service. Work that needs no reserved slice runs in one CPU pod
+// per node, started at first use. The driver dials each worker through
+// package worker with a per-cluster token that the pods read from a Secret
+// the backend creates (a secretKeyRef, never a literal). Every object
+// carries the label goray.dev/cluster=<id> ([Backend.ClusterID]) and is
+// owned by that Secret, so one handle's objects can be listed and
+// garbage-collected. A pod that is deleted, evicted or fails, or whose
+// connection drops, loses its node.
+//
+// # Not done
+//
+// Traffic between the driver and its workers is not encrypted (the token
+// authenticates; it does not encrypt): keep the driver and its workers in
+// one trusted network. The CPU pool does not scale with queued demand:
+// CPUPool.Min pods start with the cluster, others at first use, up to
+// CPUPool.Max nodes.
+//
+// # Tests
+//
+// Unit tests use the client-go fake clientset (with reactors for conflicts,
+// API errors and resourceVersion checks, and a fake kubelet that serves
+// real workers on loopback). The end-to-end tests (build tag e2e, run by
+// scripts/e2e.sh) use internal/kubeharness, a real apiserver, etcd and
+// kube-scheduler, and run as the RBAC identity of deploy/rbac.yaml: the
+// whole backend/backendtest conformance suite with real worker pods,
+// drivers competing for slices, node and pod loss, and examples/slice
+// with only its constructor changed.
+package kubernetes

@@ -1,0 +1,221 @@
+//go:build e2e
+
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8s "k8s.io/client-go/kubernetes"
+
+	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/internal/kubeharness"
+	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/tpu"
+)
+
+// BenchmarkE2EReserveV6e4x4 compares, on one control plane in one run, a
+// v6e 4x4 reservation (claim the slice's Lease, create its 4 worker pods,
+// wait until each worker is connected: Source.ClaimSlices then
+// Runner.Reserved) with kube-scheduler alone placing the same 4 pods (the
+// same image and resources, a TPU node selector instead of the node pin)
+// until they are Running. Releasing and deleting is not timed. The
+// ratio goray/kube-scheduler is the target (within 1.2x).
+//
+//	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EReserveV6e4x4 -benchtime 10x -count 3 ./
+func BenchmarkE2EReserveV6e4x4(b *testing.B) {
+	cp := startHarnessB(b)
+	ctx := context.Background()
+	nodes, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: "bench", Generation: "v6e", Topology: "4x4"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := cp.Client()
+	cfg := testConfig()
+	cfg.Worker.Image = workerImage
+	leases, err := NewLeases(client, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, err := NewSource(client, cfg, "bench", leases)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sink := newRecordSink()
+	sctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = src.Run(sctx, sink) })
+	defer func() { stop(); wg.Wait() }()
+	r, err := NewRunner(client, cfg, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := r.Start(ctx, ray.NewExecutor(ray.JSON), func(string, error) {}); err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	shape, _ := tpu.NewSliceShape(tpu.V6e, "4x4", 4)
+	var hosts []string
+	env := map[string]map[string]string{}
+	for i, n := range nodes {
+		hosts = append(hosts, n.Name)
+		if err := r.NodeUp(ctx, hostNode(shape, "bench", i, n)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i, h := range hosts {
+		env[h], _ = tpu.WorkerEnv(shape, "bench", hosts, i)
+	}
+	sel, _ := kubeharness.TPUSelector("v6e", "4x4")
+	round := 0
+
+	b.Run("goray", func(b *testing.B) {
+		for b.Loop() {
+			round++
+			claim := core.Claim{ID: fmt.Sprint("pg-", round), Slices: []string{"bench"}, Hosts: [][]string{hosts}}
+			if err := src.ClaimSlices(ctx, claim); err != nil {
+				b.Fatal(err)
+			}
+			if err := r.Reserved(ctx, claim, env); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			r.Released(claim)
+			if err := src.ReleaseSlices(ctx, claim); err != nil {
+				b.Fatal(err)
+			}
+			if err := cp.WaitForPodsGone(ctx, "default", LabelCluster+"=bench"); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	})
+	b.Run("kube-scheduler", func(b *testing.B) {
+		for b.Loop() {
+			round++
+			for j := range hosts {
+				p := r.pt.pod(podSpec{name: fmt.Sprintf("plain-%d-%d", round, j), node: hosts[j], chips: 4, env: env[hosts[j]],
+					labels: map[string]string{"bench": "plain"}})
+				p.Labels[LabelCluster] = "plain" // not the runner's pods
+				p.Spec.Affinity, p.Spec.NodeSelector = nil, sel
+				if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := cp.WaitForPods(ctx, "default", "bench=plain", len(hosts), func(p *corev1.Pod) bool {
+				return p.Status.Phase == corev1.PodRunning
+			}); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			zero := int64(0)
+			if err := client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
+				metav1.ListOptions{LabelSelector: "bench=plain"}); err != nil {
+				b.Fatal(err)
+			}
+			if err := cp.WaitForPodsGone(ctx, "default", "bench=plain"); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	})
+}
+
+// BenchmarkE2EClaimSlice measures one slice claim and release (the
+// Leases a reservation takes) while the Source watches 4 nodes (one v6e 2x8 pool), then,
+// in the same run, 1,000 kwok TPU nodes (15 v6e 16x16 pools and 10 2x8
+// pools added to the first): the cost must not grow with the nodes,
+// since discovery is a watch and a claim touches only its slice's Lease.
+//
+//	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EClaimSlice -benchtime 200x -count 3 ./
+func BenchmarkE2EClaimSlice(b *testing.B) {
+	cp := startHarnessB(b)
+	ctx := context.Background()
+	if _, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: "first", Generation: "v6e", Topology: "2x8", Kwok: true}); err != nil {
+		b.Fatal(err)
+	}
+	// Count the driver's API requests, to show a claim's are constant.
+	var calls atomic.Int64
+	rc := cp.Config()
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			calls.Add(1)
+			return rt.RoundTrip(r)
+		})
+	})
+	client, err := k8s.NewForConfig(rc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := testConfig()
+	leases, err := NewLeases(client, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, err := NewSource(client, cfg, "bench", leases)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sink := newRecordSink()
+	sctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = src.Run(sctx, sink) })
+	defer func() { stop(); wg.Wait() }()
+	sink.waitForB(b, 4)
+	claimLoop := func(b *testing.B, slices []string) {
+		i := 0
+		before := calls.Load()
+		defer func() { b.ReportMetric(float64(calls.Load()-before)/float64(b.N), "api-calls/op") }()
+		for b.Loop() {
+			c := core.Claim{ID: fmt.Sprint("pg-", i), Slices: []string{slices[i%len(slices)]}}
+			i++
+			if err := src.ClaimSlices(ctx, c); err != nil {
+				b.Fatal(err)
+			}
+			if err := src.ReleaseSlices(ctx, c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("nodes=4", func(b *testing.B) { claimLoop(b, []string{"first"}) })
+
+	t0 := time.Now()
+	var slices []string
+	for i := range 15 {
+		name := fmt.Sprintf("big-%d", i)
+		slices = append(slices, name)
+		if _, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: name, Generation: "v6e", Topology: "16x16", Kwok: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 9 {
+		name := fmt.Sprintf("small-%d", i)
+		slices = append(slices, name)
+		if _, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: name, Generation: "v6e", Topology: "2x8", Kwok: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sink.waitForB(b, 1000)
+	b.Logf("the source reported 1,000 TPU nodes (25 slices) %v after the first of 984 new nodes was created", time.Since(t0))
+	b.Run("nodes=1000", func(b *testing.B) { claimLoop(b, slices) })
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func startHarnessB(b *testing.B) *kubeharness.ControlPlane {
+	b.Helper()
+	exe, err := osExecutable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return kubeharness.Start(b, &kubeharness.Options{Images: map[string]string{workerImage: exe}})
+}

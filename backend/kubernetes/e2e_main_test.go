@@ -1,0 +1,121 @@
+//go:build e2e
+
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/goray-dev/goray/backend/kubernetes/deploy"
+	"github.com/goray-dev/goray/internal/kubeharness"
+	"github.com/goray-dev/goray/ray"
+)
+
+// TestMain serves this test binary as the worker image of the pods
+// (ray.Main) and as the harness's test program.
+func TestMain(m *testing.M) {
+	ray.Main()
+	kubeharness.RunTestProgram()
+	os.Exit(m.Run())
+}
+
+// workerImage is the image the harness maps to this test binary.
+const workerImage = "goray.test/kubernetes-worker"
+
+// startHarness starts a control plane whose workerImage runs this test
+// binary.
+func startHarness(t *testing.T) *kubeharness.ControlPlane {
+	t.Helper()
+	exe, err := osExecutable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubeharness.Start(t, &kubeharness.Options{Images: map[string]string{workerImage: exe}})
+}
+
+// driverConfig applies deploy/rbac.yaml with the admin client and returns
+// a REST config that authenticates as the ServiceAccount goray-driver
+// (a token from the TokenRequest API): the e2e tests run with the least
+// privilege the docs ask users to grant, not as an administrator.
+func driverConfig(t *testing.T, cp *kubeharness.ControlPlane) *rest.Config {
+	t.Helper()
+	ctx := t.Context()
+	dyn, err := dynamic.NewForConfig(cp.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(deploy.RBAC), 4096)
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		gvk := u.GroupVersionKind()
+		gvr := schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: resourceOf(gvk.Kind)}
+		var ri dynamic.ResourceInterface = dyn.Resource(gvr)
+		if gvk.Kind != "ClusterRole" && gvk.Kind != "ClusterRoleBinding" {
+			ri = dyn.Resource(gvr).Namespace("default")
+		}
+		if _, err := ri.Create(ctx, &u, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("apply %s %s: %v", gvk.Kind, u.GetName(), err)
+		}
+	}
+	tok, err := cp.Client().CoreV1().ServiceAccounts("default").CreateToken(ctx, "goray-driver",
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("mint a token of ServiceAccount goray-driver: %v", err)
+	}
+	admin := cp.Config()
+	rc := rest.AnonymousClientConfig(admin)
+	rc.BearerToken = tok.Status.Token
+	rc.QPS, rc.Burst = admin.QPS, admin.Burst
+	return rc
+}
+
+// driverKubeconfig writes a kubeconfig for the identity of driverConfig,
+// for a driver that runs as its own process.
+func driverKubeconfig(t *testing.T, cp *kubeharness.ControlPlane) string {
+	t.Helper()
+	rc := driverConfig(t, cp)
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["harness"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData}
+	cfg.AuthInfos["goray-driver"] = &clientcmdapi.AuthInfo{Token: rc.BearerToken}
+	cfg.Contexts["goray-driver"] = &clientcmdapi.Context{Cluster: "harness", AuthInfo: "goray-driver", Namespace: "default"}
+	cfg.CurrentContext = "goray-driver"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func resourceOf(kind string) string {
+	return map[string]string{
+		"ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings",
+		"Role": "roles", "RoleBinding": "rolebindings",
+	}[kind]
+}
+
+var osExecutable = os.Executable
+
+var _ = context.Background

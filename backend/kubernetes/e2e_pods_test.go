@@ -1,0 +1,150 @@
+//go:build e2e
+
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/matryer/is"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8s "k8s.io/client-go/kubernetes"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/internal/kubeharness"
+	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/tpu"
+)
+
+// PodEnv is what a worker pod reports of its own process environment.
+type PodEnv struct {
+	Pod, WorkerID, Hostnames, Name, Addr string
+}
+
+// podEnvTask runs in a worker pod and reads the pod's environment (not
+// the call's runtime env): what the container was started with.
+var podEnvTask = ray.NewTask("k8stest.podenv", func(ctx context.Context, _ struct{}) (PodEnv, error) {
+	return PodEnv{Pod: os.Getenv("POD_NAME"), WorkerID: os.Getenv(tpu.EnvWorkerID),
+		Hostnames: os.Getenv(tpu.EnvWorkerHostnames), Name: os.Getenv("TPU_NAME")}, nil
+})
+
+func runPodEnv(t *testing.T, exec backend.Executor, node string) PodEnv {
+	t.Helper()
+	v, err := exec.RunTask(t.Context(), "k8stest.podenv", backend.Value{Data: []byte("{}")}, &backend.RuntimeInfo{Node: node, Task: "k8stest.podenv"})
+	if err != nil {
+		t.Fatalf("run on %s: %v", node, err)
+	}
+	var env PodEnv
+	if err := json.Unmarshal(v.Data, &env); err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// TestE2EWorkerPods discovers a v6e 2x4 slice (two 4-chip hosts) and two
+// CPU nodes from a real apiserver, claims the slice, starts one real
+// worker pod per host (this test binary in worker mode, scheduled by
+// kube-scheduler onto its node with 4 google.com/tpu) and runs work in
+// them; a deleted pod loses its host; everything is deleted at the end.
+// The driver runs as the RBAC identity of deploy/rbac.yaml.
+func TestE2EWorkerPods(t *testing.T) {
+	is := is.New(t)
+	cp := startHarness(t)
+	ctx := t.Context()
+	_, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: "slice-a", Generation: "v6e", Topology: "2x4", ChipsPerHost: 4})
+	is.NoErr(err)
+	_, err = cp.AddCPUNodes(ctx, kubeharness.CPUNodes{Name: "cpu", Count: 2})
+	is.NoErr(err)
+	client, err := k8s.NewForConfig(driverConfig(t, cp))
+	is.NoErr(err)
+
+	cfg := testConfig()
+	cfg.Worker.Image = workerImage
+	cfg.Worker.StartTimeout = time.Minute
+	leases, err := NewLeases(client, cfg)
+	is.NoErr(err)
+	src, err := NewSource(client, cfg, "e2e", leases)
+	is.NoErr(err)
+	sink := newRecordSink()
+	sctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = src.Run(sctx, sink) })
+	defer func() { stop(); wg.Wait() }()
+	ev := sink.waitFor(t, 4)
+	nodes := map[string]core.Node{}
+	for _, e := range ev {
+		nodes[e.name] = e.node
+	}
+	is.Equal(nodes["slice-a-1"].Labels[tpu.LabelWorkerID], "1")
+	is.Equal(nodes["slice-a-1"].Resources[backend.TPU], 4.0)
+	is.True(nodes["cpu-0"].Resources[backend.CPU] > 0)
+
+	runner, err := NewRunner(client, cfg, "e2e")
+	is.NoErr(err)
+	lost := &lostRecorder{lost: map[string]string{}, ch: make(chan string, 16)}
+	exec, err := runner.Start(ctx, ray.NewExecutor(ray.JSON), lost.report)
+	is.NoErr(err)
+	defer runner.Close()
+	for _, n := range nodes {
+		is.NoErr(runner.NodeUp(ctx, n))
+	}
+
+	// Claim and reserve the slice with the env the runtime would give.
+	hosts := []string{"slice-a-0", "slice-a-1"}
+	claim := core.Claim{ID: "pg-1", Slices: []string{"slice-a"}, Hosts: [][]string{hosts}}
+	is.NoErr(src.ClaimSlices(ctx, claim))
+	shape, err := tpu.NewSliceShape(tpu.V6e, "2x4", 4)
+	is.NoErr(err)
+	env := map[string]map[string]string{}
+	for i, h := range hosts {
+		env[h], err = tpu.WorkerEnv(shape, "slice-a", hosts, i)
+		is.NoErr(err)
+	}
+	t0 := time.Now()
+	is.NoErr(runner.Reserved(ctx, claim, env))
+	t.Logf("v6e 2x4 reserved, 2 worker pods connected in %v", time.Since(t0))
+	for i, h := range hosts {
+		got := runPodEnv(t, exec, h)
+		is.Equal(got.WorkerID, string(rune('0'+i)))
+		is.Equal(got.Name, "slice-a")
+		is.Equal(got.Hostnames, "r1-s0-w0.goray-e2e.default.svc,r1-s0-w1.goray-e2e.default.svc")
+		pod, err := cp.Client().CoreV1().Pods("default").Get(ctx, got.Pod, metav1.GetOptions{})
+		is.NoErr(err)
+		is.Equal(pod.Spec.NodeName, h) // kube-scheduler put it on its host
+	}
+	// CPU work gets its own pod on its node.
+	cpuEnv := runPodEnv(t, exec, "cpu-1")
+	is.Equal(cpuEnv.WorkerID, "")
+	pod, err := cp.Client().CoreV1().Pods("default").Get(ctx, cpuEnv.Pod, metav1.GetOptions{})
+	is.NoErr(err)
+	is.Equal(pod.Spec.NodeName, "cpu-1")
+
+	// A worker pod deleted by someone else (an eviction) loses its host.
+	is.NoErr(cp.Client().CoreV1().Pods("default").Delete(ctx, "goray-e2e-r1-s0-w1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+	select {
+	case n := <-lost.ch:
+		is.Equal(n, "slice-a-1")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the deleted pod's host was not reported lost")
+	}
+
+	// A deleted node is lost for the source.
+	is.NoErr(cp.Client().CoreV1().Nodes().Delete(ctx, "cpu-0", metav1.DeleteOptions{}))
+	e := sink.waitForEvent(t, "lost cpu-0")
+	is.True(strings.Contains(e.err.Error(), "deleted"))
+
+	runner.Released(claim)
+	is.NoErr(src.ReleaseSlices(ctx, claim))
+	is.NoErr(runner.Close())
+	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster+"=e2e"))
+	_, err = cp.Client().CoordinationV1().Leases("default").Get(ctx, LeaseName("slice-a"), metav1.GetOptions{})
+	is.True(err != nil) // the Lease is gone
+	_, err = cp.Client().CoreV1().Secrets("default").Get(ctx, "goray-e2e", metav1.GetOptions{})
+	is.True(err != nil)
+}

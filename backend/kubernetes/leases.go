@@ -1,0 +1,384 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/core"
+)
+
+// Leases claims TPU slices for one driver with coordination.k8s.io
+// Leases, so that drivers sharing a cluster never hold one slice twice:
+//
+//   - one Lease per slice, named goray-slice-<slice>, created only if
+//     absent, with this driver's identity as holder;
+//   - a Lease held by another driver is taken over only once it has
+//     expired (its renew time plus its duration has passed), by an
+//     update that carries the resourceVersion read, so that of two
+//     drivers racing for an expired Lease exactly one wins;
+//   - a renewal loop refreshes every held Lease each RenewEvery; a Lease
+//     found taken over or deleted is reported lost (OnLost);
+//   - a claim of several slices is all or nothing: when one slice is held
+//     elsewhere or an API call fails, the Leases already taken are
+//     deleted before the claim returns;
+//   - Release deletes the Leases (only if still ours), retried with
+//     backoff, even after the caller's context ended.
+//
+// API errors that may pass (conflicts, timeouts, throttling, an apiserver
+// restarting) are retried with exponential backoff. A driver that crashes
+// leaves Leases that any other driver takes over after they expire.
+type Leases struct {
+	client   kubernetes.Interface
+	ns       string
+	identity string
+	duration time.Duration
+	renew    time.Duration
+	log      *slog.Logger
+	now      func() time.Time
+	backoff  wait.Backoff
+	onLost   func(slice string, cause error)
+
+	mu   sync.Mutex
+	held map[string]*coordv1.Lease // by slice: the last version written
+}
+
+// NewLeases returns the slice claimer of one driver for cfg (its
+// Namespace, Identity and Lease times) on client.
+func NewLeases(client kubernetes.Interface, cfg Config) (*Leases, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Leases{
+		client: client, ns: cfg.Namespace, identity: cfg.Identity,
+		duration: cfg.Lease.Duration, renew: cfg.Lease.RenewEvery,
+		log: cfg.Logger, now: time.Now,
+		backoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 2 * time.Second},
+		held:    map[string]*coordv1.Lease{},
+	}, nil
+}
+
+// Identity is the holder identity this driver writes into its Leases.
+func (l *Leases) Identity() string { return l.identity }
+
+// LeaseName returns the name of the Lease of a slice.
+func LeaseName(slice string) string { return dnsName("goray-slice", slice) }
+
+// Held returns the slices this driver holds.
+func (l *Leases) Held() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return sortedKeys(l.held)
+}
+
+// retriable reports whether an API error may pass on retry.
+func retriable(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err) || isNetError(err)
+}
+
+func isNetError(err error) bool {
+	var se apierrors.APIStatus
+	return err != nil && !errors.As(err, &se) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// apiCode classifies an API error.
+func apiCode(err error) backend.Code {
+	switch {
+	case err == nil:
+		return backend.OK
+	case apierrors.IsNotFound(err):
+		return backend.NotFound
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return backend.FailedPrecondition
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return backend.InvalidArgument
+	case apierrors.IsAlreadyExists(err):
+		return backend.AlreadyExists
+	}
+	return backend.Unavailable
+}
+
+// Claim takes the Lease of every slice for claim (a reservation ID, kept
+// in the Leases' annotations), all or nothing. When another driver holds
+// one, it returns a *core.HeldError (code ResourceExhausted) naming the
+// slices held elsewhere and their holder; any other failure is returned
+// with its code. On error no Lease of slices is held.
+func (l *Leases) Claim(ctx context.Context, claim string, slices []string) error {
+	op := "claim TPU slices"
+	var got []string
+	var held *core.HeldError
+	for i, s := range slices {
+		holder, err := l.acquire(ctx, claim, s)
+		if err == nil && holder != "" {
+			held = &core.HeldError{Slices: []string{s}, Holder: holder}
+			// Name every other slice held elsewhere too, so that the
+			// runtime skips them all at once.
+			for _, rest := range slices[i+1:] {
+				if h := l.holderOf(ctx, rest); h != "" && h != l.identity {
+					held.Slices = append(held.Slices, rest)
+				}
+			}
+		}
+		if err != nil || held != nil {
+			rerr := l.Release(ctx, got)
+			if held != nil {
+				if rerr != nil {
+					return errors.Join(held, rerr)
+				}
+				return held
+			}
+			return backend.Wrap(apiCode(err), op, errors.Join(fmt.Errorf("slice %q: %w", s, err), rerr))
+		}
+		got = append(got, s)
+	}
+	return nil
+}
+
+// holderOf returns the live holder of a slice's Lease, or "".
+func (l *Leases) holderOf(ctx context.Context, slice string) string {
+	lease, err := l.client.CoordinationV1().Leases(l.ns).Get(ctx, LeaseName(slice), metav1.GetOptions{})
+	if err != nil || l.expired(lease) {
+		return ""
+	}
+	return deref(lease.Spec.HolderIdentity)
+}
+
+// acquire takes one slice's Lease. It returns the other holder's identity
+// when the Lease is held elsewhere and has not expired.
+func (l *Leases) acquire(ctx context.Context, claim, slice string) (holder string, err error) {
+	name := LeaseName(slice)
+	leases := l.client.CoordinationV1().Leases(l.ns)
+	err = retry.OnError(l.backoff, retriable, func() error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		holder = ""
+		// Create first: a free slice (the common case) costs one call.
+		created, err := leases.Create(ctx, l.newLease(claim, slice, nil), metav1.CreateOptions{})
+		if err == nil {
+			l.store(slice, created)
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		cur, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err // NotFound: deleted meanwhile; try again
+		}
+		if h := deref(cur.Spec.HolderIdentity); h != "" && h != l.identity && !l.expired(cur) {
+			holder = h
+			return nil
+		}
+		if deref(cur.Spec.HolderIdentity) == l.identity && cur.Annotations[annotationClaim] != claim && l.isHeld(slice) {
+			holder = l.identity + " (reservation " + cur.Annotations[annotationClaim] + ")"
+			return nil
+		}
+		// Free, expired, or ours from a previous life: take it over with
+		// the resourceVersion read (a conflict means another driver won
+		// the race; look again).
+		next := l.newLease(claim, slice, cur)
+		updated, err := leases.Update(ctx, next, metav1.UpdateOptions{})
+		if err != nil {
+			return err
+		}
+		l.store(slice, updated)
+		return nil
+	})
+	return holder, err
+}
+
+// annotationClaim holds the reservation a Lease was claimed for.
+const annotationClaim = labelPrefix + "reservation"
+
+// newLease returns the Lease that claims slice, replacing cur if set.
+func (l *Leases) newLease(claim, slice string, cur *coordv1.Lease) *coordv1.Lease {
+	now := metav1.NewMicroTime(l.now())
+	secs := int32(l.duration / time.Second)
+	lease := &coordv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: LeaseName(slice), Namespace: l.ns,
+			Labels:      map[string]string{labelManagedBy: managedBy, LabelSlice: labelValue(slice)},
+			Annotations: map[string]string{AnnotationSlice: slice, annotationClaim: claim},
+		},
+		Spec: coordv1.LeaseSpec{
+			HolderIdentity: &l.identity, LeaseDurationSeconds: &secs,
+			AcquireTime: &now, RenewTime: &now, LeaseTransitions: new(int32),
+		},
+	}
+	if cur != nil {
+		lease.ResourceVersion, lease.UID = cur.ResourceVersion, cur.UID
+		t := deref(cur.Spec.LeaseTransitions)
+		if deref(cur.Spec.HolderIdentity) != l.identity {
+			t++
+		}
+		lease.Spec.LeaseTransitions = &t
+	}
+	return lease
+}
+
+// expired reports whether a Lease's holder has stopped renewing it.
+func (l *Leases) expired(lease *coordv1.Lease) bool {
+	if lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
+		return true
+	}
+	end := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+	return !l.now().Before(end)
+}
+
+func (l *Leases) store(slice string, lease *coordv1.Lease) {
+	l.mu.Lock()
+	l.held[slice] = lease
+	l.mu.Unlock()
+}
+
+func (l *Leases) isHeld(slice string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held[slice] != nil
+}
+
+// Release deletes the Leases of slices that are still this driver's,
+// retrying API errors with backoff. It runs to its end even when ctx is
+// done (bounded by twice the Lease duration), so that a cancelled
+// reservation leaves no Lease behind.
+func (l *Leases) Release(ctx context.Context, slices []string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*l.duration)
+	defer cancel()
+	var errs []error
+	for _, s := range slices {
+		l.mu.Lock()
+		delete(l.held, s)
+		l.mu.Unlock()
+		if err := l.deleteIfOurs(ctx, s); err != nil {
+			errs = append(errs, fmt.Errorf("slice %q: %w", s, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return backend.Wrap(backend.Unavailable, "release TPU slices", err)
+	}
+	return nil
+}
+
+func (l *Leases) deleteIfOurs(ctx context.Context, slice string) error {
+	leases := l.client.CoordinationV1().Leases(l.ns)
+	return retry.OnError(l.backoff, retriable, func() error {
+		cur, err := leases.Get(ctx, LeaseName(slice), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if deref(cur.Spec.HolderIdentity) != l.identity {
+			return nil // taken over after it expired: not ours to delete
+		}
+		err = leases.Delete(ctx, cur.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{
+			UID: &cur.UID, ResourceVersion: &cur.ResourceVersion,
+		}})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// renewLoop renews every held Lease each RenewEvery until ctx ends.
+func (l *Leases) renewLoop(ctx context.Context) {
+	t := time.NewTicker(l.renew)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			l.RenewAll(ctx)
+		}
+	}
+}
+
+// RenewAll renews every held Lease once. A Lease found held by another
+// driver, or deleted, is dropped and reported through OnLost; other
+// errors are logged and retried at the next renewal.
+func (l *Leases) RenewAll(ctx context.Context) {
+	l.mu.Lock()
+	held := make(map[string]*coordv1.Lease, len(l.held))
+	for s, lease := range l.held {
+		held[s] = lease
+	}
+	l.mu.Unlock()
+	for _, s := range sortedKeys(held) {
+		lost, err := l.renewOne(ctx, s, held[s])
+		if lost != nil {
+			l.mu.Lock()
+			_, still := l.held[s]
+			delete(l.held, s)
+			l.mu.Unlock()
+			if still && l.onLost != nil {
+				l.log.Warn("slice lease lost", "slice", s, "cause", lost)
+				l.onLost(s, lost)
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			l.log.Warn("renew slice lease", "slice", s, "err", err)
+		}
+	}
+}
+
+func (l *Leases) renewOne(ctx context.Context, slice string, last *coordv1.Lease) (lost, err error) {
+	leases := l.client.CoordinationV1().Leases(l.ns)
+	cur := last.DeepCopy()
+	err = retry.OnError(l.backoff, retriable, func() error {
+		now := metav1.NewMicroTime(l.now())
+		cur.Spec.RenewTime = &now
+		updated, err := leases.Update(ctx, cur, metav1.UpdateOptions{})
+		if err == nil {
+			l.mu.Lock()
+			if l.held[slice] != nil {
+				l.held[slice] = updated
+			}
+			l.mu.Unlock()
+			return nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return err
+		}
+		fresh, gerr := leases.Get(ctx, LeaseName(slice), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(gerr):
+			lost = fmt.Errorf("the Lease %s/%s of TPU slice %q was deleted", l.ns, LeaseName(slice), slice)
+			return nil
+		case gerr != nil:
+			return gerr
+		case deref(fresh.Spec.HolderIdentity) != l.identity:
+			lost = fmt.Errorf("the Lease %s/%s of TPU slice %q was taken over by %s after it expired",
+				l.ns, LeaseName(slice), slice, deref(fresh.Spec.HolderIdentity))
+			return nil
+		}
+		cur = fresh
+		return err // the conflict: retry with the fresh version
+	})
+	return lost, err
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

@@ -1,0 +1,13 @@
+//go:build !e2e
+
+package kubernetes
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

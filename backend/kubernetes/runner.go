@@ -1,0 +1,569 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/worker"
+)
+
+// Runner is the runner of the Kubernetes backend (a core.Runner and
+// core.ClaimRunner): work runs in worker pods that run the user's own
+// image in worker mode (its main calls ray.Main first), dialled through
+// package worker.
+//
+//   - A reserved TPU host gets one pod per reservation (Reserved), pinned
+//     to its node, requesting the host's google.com/tpu chips (requests =
+//     limits), with the reservation's env (TPU_WORKER_ID,
+//     TPU_WORKER_HOSTNAMES as DNS names of the headless Service,
+//     MEGASCALE_*). Released deletes them.
+//   - Other work on a node runs in one CPU pod per node, started when work
+//     is first placed there (or with the cluster, for CPUPool.Min nodes).
+//
+// Every object carries LabelCluster and is owned by the cluster's token
+// Secret, so one cluster handle's objects can be listed and collected.
+// A worker pod that is deleted, evicted or fails, or whose connection is
+// lost, loses its node (core.LostFunc).
+type Runner struct {
+	client kubernetes.Interface
+	cfg    Config
+	log    *slog.Logger
+	pt     podTemplate
+	token  string
+
+	local   backend.Executor
+	copts   worker.ClientOptions
+	lost    core.LostFunc
+	pods    listersv1.PodLister
+	factory informers.SharedInformerFactory
+	stop    context.CancelFunc
+	bg      sync.WaitGroup
+	// runCtx ends when Close starts: pod starts in flight give up.
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+
+	created atomic.Int64 // pods created, for tests
+
+	mu       sync.Mutex
+	closed   bool
+	nodes    map[string]core.Node
+	reserved map[string]*podWorker   // by node: the reservation's pod
+	cpuPods  map[string]*podWorker   // by node
+	claims   map[string][]*podWorker // by claim ID
+	byPod    map[string]*podWorker   // by pod name
+	seq      int
+}
+
+// podWorker is one worker pod and its connection.
+type podWorker struct {
+	name, node string
+	ready      chan struct{} // closed once client or err is set
+	changed    chan struct{} // its pod changed in the watch (buffered 1)
+	client     *worker.Client
+	err        error
+	released   bool // deleted on purpose: not a loss
+	lostOnce   sync.Once
+}
+
+// NewRunner returns the pod runner for cfg on client; cluster is the
+// cluster handle's ID (LabelCluster and the object names).
+func NewRunner(client kubernetes.Interface, cfg Config, cluster ClusterID) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	name := dnsName("goray", string(cluster))
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	return &Runner{
+		runCtx: runCtx, cancelRun: cancelRun,
+		client: client, cfg: cfg, log: cfg.Logger,
+		pt:    podTemplate{cfg: cfg, cluster: string(cluster), secret: name, service: name},
+		nodes: map[string]core.Node{}, reserved: map[string]*podWorker{}, cpuPods: map[string]*podWorker{},
+		claims: map[string][]*podWorker{}, byPod: map[string]*podWorker{},
+	}, nil
+}
+
+// Start creates the token Secret and the headless Service, starts
+// watching the cluster's pods and returns the executor that runs work in
+// them (core.Runner).
+func (r *Runner) Start(ctx context.Context, exec backend.Executor, lost core.LostFunc) (backend.Executor, error) {
+	const op = "start Kubernetes workers"
+	m, ok := worker.ManifestOf(exec)
+	switch {
+	case !ok:
+		return nil, backend.Errorf(backend.InvalidArgument, op, "worker pods need the executor of package ray (ray.NewCluster passes it); %T cannot describe its registry", exec)
+	case m.Codec == "":
+		return nil, backend.Errorf(backend.InvalidArgument, op, "worker pods need a codec: values cross to the pods as bytes (do not set ray.Options.DisableCodec)")
+	}
+	r.local, r.lost, r.token = exec, lost, worker.NewToken()
+	r.copts = worker.ClientOptions{Token: r.token, Manifest: m, Logger: r.log}
+	ns := r.cfg.Namespace
+	secret, err := r.client.CoreV1().Secrets(ns).Create(ctx, newSecret(r.pt.secret, ns, r.pt.cluster, r.token), metav1.CreateOptions{})
+	if err != nil {
+		return nil, backend.Wrap(apiCode(err), op+": create token Secret "+ns+"/"+r.pt.secret, err)
+	}
+	r.pt.owner = metav1.OwnerReference{APIVersion: "v1", Kind: "Secret", Name: secret.Name, UID: secret.UID}
+	if _, err := r.client.CoreV1().Services(ns).Create(ctx, r.pt.headlessService(), metav1.CreateOptions{}); err != nil {
+		r.deleteShared()
+		return nil, backend.Wrap(apiCode(err), op+": create headless Service "+ns+"/"+r.pt.service, err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	r.stop = cancel
+	r.factory = informers.NewSharedInformerFactoryWithOptions(r.client, 10*time.Minute, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{LabelCluster: r.pt.cluster}.String()
+		}))
+	inf := r.factory.Core().V1().Pods()
+	r.pods = inf.Lister()
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, cur any) { r.podChanged(cur, false) },
+		DeleteFunc: func(obj any) { r.podChanged(obj, true) },
+	}); err != nil {
+		cancel()
+		r.deleteShared()
+		return nil, backend.Errorf(backend.Internal, op, "watch pods: %w", err)
+	}
+	r.factory.Start(wctx.Done())
+	for _, ok := range r.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			r.Close()
+			return nil, backend.Errorf(backend.Unavailable, op, "the pod watch did not sync: %w", ctx.Err())
+		}
+	}
+	return podExecutor{r}, nil
+}
+
+// podChanged reports the loss of a worker pod that is deleted, evicted
+// or ended while in use.
+func (r *Runner) podChanged(obj any, deleted bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	w := r.byPod[p.Name]
+	released := w == nil || w.released
+	r.mu.Unlock()
+	if released {
+		return
+	}
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+	var cause string
+	switch {
+	case deleted:
+		cause = fmt.Sprintf("worker pod %s was deleted", p.Name)
+	case p.DeletionTimestamp != nil:
+		cause = fmt.Sprintf("worker pod %s is being deleted", p.Name)
+	case p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
+		cause = fmt.Sprintf("worker pod %s ended: %s %s %s", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
+	default:
+		return
+	}
+	r.workerLost(w, errors.New(cause))
+}
+
+// workerLost drops w and reports its node lost, once.
+func (r *Runner) workerLost(w *podWorker, cause error) {
+	w.lostOnce.Do(func() {
+		r.mu.Lock()
+		if w.released {
+			r.mu.Unlock()
+			return
+		}
+		if r.cpuPods[w.node] == w {
+			delete(r.cpuPods, w.node)
+		}
+		if r.reserved[w.node] == w {
+			delete(r.reserved, w.node)
+		}
+		r.mu.Unlock()
+		r.log.Warn("worker pod lost", "pod", w.name, "node", w.node, "cause", cause)
+		if r.lost != nil {
+			r.lost(w.node, cause)
+		}
+		// An ended pod is kept by nobody. Not here: this may run in the
+		// client's OnLost, which its Close waits for.
+		r.mu.Lock()
+		if !r.closed {
+			r.bg.Go(func() { r.deleteWorkers([]*podWorker{w}) })
+		}
+		r.mu.Unlock()
+	})
+}
+
+// NodeUp records a node; CPU nodes up to CPUPool.Min start their pod now.
+func (r *Runner) NodeUp(ctx context.Context, n core.Node) error {
+	r.mu.Lock()
+	r.nodes[n.Name] = n
+	eager := n.Resources[backend.TPU] == 0 && len(r.cpuPods) < r.cfg.CPUPool.Min && !r.closed
+	if eager {
+		r.cpuPodLocked(n.Name) // started in the background; errors surface at first use
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// NodeDown deletes the node's CPU pod, in the background (it does not
+// block).
+func (r *Runner) NodeDown(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.nodes, name)
+	w := r.cpuPods[name]
+	delete(r.cpuPods, name)
+	if w == nil || r.closed {
+		return // Close deletes it
+	}
+	w.released = true
+	r.bg.Go(func() { r.deleteWorkers([]*podWorker{w}) })
+}
+
+// cpuPodLocked returns the node's CPU pod, starting it if needed. r.mu
+// is held.
+func (r *Runner) cpuPodLocked(node string) *podWorker {
+	if w := r.cpuPods[node]; w != nil {
+		return w
+	}
+	w := r.newWorkerLocked(dnsName("goray", r.pt.cluster, "node", node, randomSuffix()[:5]), node)
+	r.cpuPods[node] = w
+	pod := r.pt.pod(podSpec{name: w.name, node: r.kubeNodeLocked(node)})
+	r.bg.Go(func() { r.launch(w, pod) })
+	return w
+}
+
+// kubeNodeLocked is the Kubernetes node of a runtime node (r.mu held).
+func (r *Runner) kubeNodeLocked(node string) string {
+	if n, ok := r.nodes[node]; ok {
+		return kubeNode(n)
+	}
+	return node
+}
+
+func (r *Runner) newWorkerLocked(name, node string) *podWorker {
+	w := &podWorker{name: name, node: node, ready: make(chan struct{}), changed: make(chan struct{}, 1)}
+	r.byPod[name] = w
+	return w
+}
+
+// launch creates w's pod, waits for it to run and dials its worker.
+func (r *Runner) launch(w *podWorker, pod *corev1.Pod) {
+	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.Worker.StartTimeout)
+	defer cancel()
+	w.client, w.err = r.startPod(ctx, w, pod)
+	r.mu.Lock()
+	if w.err != nil && r.cpuPods[w.node] == w {
+		delete(r.cpuPods, w.node) // the next work tries again
+	}
+	if w.err == nil && w.released { // deleted while it started
+		w.client.Close()
+		w.client, w.err = nil, backend.Errorf(backend.Unavailable, "start worker pod "+w.name, "the pod was deleted while it started")
+	}
+	r.mu.Unlock()
+	close(w.ready)
+}
+
+func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod) (*worker.Client, error) {
+	op := "start worker pod " + r.cfg.Namespace + "/" + pod.Name
+	if _, err := r.client.CoreV1().Pods(r.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return nil, backend.Wrap(apiCode(err), op, err)
+	}
+	r.created.Add(1)
+	ip, err := r.waitRunning(ctx, w)
+	if err != nil {
+		r.deleteWorkers([]*podWorker{w})
+		if ctx.Err() != nil {
+			return nil, backend.Errorf(backend.Unavailable, op, "not running within %v (is the node short of google.com/tpu, or the image slow to pull?): %w", r.cfg.Worker.StartTimeout, err)
+		}
+		return nil, backend.Errorf(backend.Unavailable, op, "%w", err)
+	}
+	opts := r.copts
+	opts.OnLost = func(err error) { r.workerLost(w, err) }
+	addr := ip + ":" + strconv.Itoa(int(r.cfg.Worker.Port))
+	var c *worker.Client
+	// The container runs before the worker listens: dial until it answers
+	// or ctx ends (wait.Backoff stops at its cap, so the loop is ours). A
+	// refusal (token, version, code) is final.
+	delay := 5 * time.Millisecond
+	for {
+		c, err = worker.Dial(ctx, addr, &opts)
+		if err == nil || backend.CodeOf(err) != backend.Unavailable {
+			break
+		}
+		if p, gerr := r.pods.Pods(r.cfg.Namespace).Get(pod.Name); gerr == nil && podProblem(p) != "" {
+			err = fmt.Errorf("%s; last dial: %w", podProblem(p), err)
+			break
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			err = fmt.Errorf("no answer within the start timeout %v: %w", r.cfg.Worker.StartTimeout, err)
+		case <-t.C:
+			delay = min(delay*3/2, 250*time.Millisecond)
+			continue
+		}
+		break
+	}
+	if err != nil {
+		r.deleteWorkers([]*podWorker{w})
+		return nil, backend.Wrap(backend.CodeOf(err), op+": connect to "+addr, err)
+	}
+	return c, nil
+}
+
+// waitRunning waits, on the pod watch, until w's pod runs, and returns
+// its IP.
+func (r *Runner) waitRunning(ctx context.Context, w *podWorker) (string, error) {
+	// A slow tick backs the watch up, in case an update is coalesced.
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if p, err := r.pods.Pods(r.cfg.Namespace).Get(w.name); err == nil {
+			if why := podProblem(p); why != "" {
+				return "", errors.New(why)
+			}
+			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+				return p.Status.PodIP, nil
+			}
+		}
+		select {
+		case <-w.changed:
+		case <-tick.C:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
+
+// wait returns the connected worker, or why it did not start.
+func (w *podWorker) wait(ctx context.Context) (*worker.Client, error) {
+	select {
+	case <-w.ready:
+		return w.client, w.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Reserved starts one pod per host of the claim with that host's env and
+// returns once every worker is connected (core.ClaimRunner). On error
+// every pod it created is deleted.
+func (r *Runner) Reserved(ctx context.Context, c core.Claim, env map[string]map[string]string) error {
+	op := "start worker pods of reservation " + c.ID
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
+	}
+	r.seq++
+	prefix := "r" + strconv.Itoa(r.seq)
+	hostnames := make([][]string, len(c.Hosts))
+	for i, hosts := range c.Hosts {
+		for j := range hosts {
+			hostnames[i] = append(hostnames[i], fmt.Sprintf("%s-s%d-w%d", prefix, i, j))
+		}
+	}
+	var workers []*podWorker
+	var pods []*corev1.Pod
+	for i, hosts := range c.Hosts {
+		for j, host := range hosts {
+			name := dnsName("goray", r.pt.cluster, hostnames[i][j])
+			w := r.newWorkerLocked(name, host)
+			workers = append(workers, w)
+			chips := int(r.nodes[host].Resources[backend.TPU])
+			pods = append(pods, r.pt.pod(podSpec{
+				name: name, node: r.kubeNodeLocked(host), chips: chips, hostname: hostnames[i][j],
+				labels: map[string]string{LabelReservation: labelValue(c.ID), LabelSlice: labelValue(c.Slices[i]), LabelWorkerID: strconv.Itoa(j)},
+				env:    r.pt.podEnv(env[host], i, hostnames),
+			}))
+		}
+	}
+	r.claims[c.ID] = workers
+	r.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.runCtx, cancel)()
+	g, gctx := errgroup.WithContext(ctx)
+	for i, w := range workers {
+		g.Go(func() error {
+			sctx, cancel := context.WithTimeout(gctx, r.cfg.Worker.StartTimeout)
+			defer cancel()
+			w.client, w.err = r.startPod(sctx, w, pods[i])
+			close(w.ready)
+			return w.err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		r.Released(c)
+		return backend.Wrap(backend.CodeOf(err), op, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.claims[c.ID] == nil { // released or closed meanwhile
+		return backend.Errorf(backend.Unavailable, op, "the reservation ended while its pods started")
+	}
+	for _, w := range workers {
+		r.reserved[w.node] = w
+	}
+	return nil
+}
+
+// Released deletes the reservation's pods (core.ClaimRunner).
+func (r *Runner) Released(c core.Claim) {
+	r.mu.Lock()
+	workers := r.claims[c.ID]
+	delete(r.claims, c.ID)
+	for _, w := range workers {
+		w.released = true
+		if r.reserved[w.node] == w {
+			delete(r.reserved, w.node)
+		}
+	}
+	r.mu.Unlock()
+	r.deleteWorkers(workers)
+}
+
+// deleteWorkers closes the workers' connections and deletes their pods at
+// once, retrying API errors; it runs to its end.
+func (r *Runner) deleteWorkers(workers []*podWorker) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, w := range workers {
+		r.mu.Lock()
+		w.released = true
+		delete(r.byPod, w.name)
+		r.mu.Unlock()
+		select {
+		case <-w.ready:
+			if w.client != nil {
+				w.client.Close()
+			}
+		default:
+		}
+		err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Steps: 8, Cap: 2 * time.Second},
+			func(ctx context.Context) (bool, error) {
+				err := r.client.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, w.name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+				if err == nil || apierrors.IsNotFound(err) {
+					return true, nil
+				}
+				return false, nil
+			})
+		if err != nil {
+			r.log.Warn("delete worker pod", "pod", w.name, "err", err)
+		}
+	}
+}
+
+// Close deletes every pod, the Service and the Secret of the cluster
+// handle and stops watching (core.Runner).
+func (r *Runner) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	var all []*podWorker
+	for _, w := range r.byPod {
+		w.released = true
+		all = append(all, w)
+	}
+	r.claims = map[string][]*podWorker{}
+	r.reserved, r.cpuPods = map[string]*podWorker{}, map[string]*podWorker{}
+	r.mu.Unlock()
+	r.cancelRun()
+	r.bg.Wait() // pod starts in flight end (and clean up) first
+	r.deleteWorkers(all)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Pods of this handle that a start left behind.
+	err := deletePods(ctx, r.client, r.cfg.Namespace, labels.Set{LabelCluster: r.pt.cluster}.String())
+	r.deleteShared()
+	if r.stop != nil {
+		r.stop()
+		r.factory.Shutdown()
+	}
+	return err
+}
+
+// deleteShared deletes the Service and the Secret.
+func (r *Runner) deleteShared() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := r.cfg.Namespace
+	if err := r.client.CoreV1().Services(ns).Delete(ctx, r.pt.service, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		r.log.Warn("delete headless Service", "err", err)
+	}
+	if err := r.client.CoreV1().Secrets(ns).Delete(ctx, r.pt.secret, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		r.log.Warn("delete token Secret", "err", err)
+	}
+}
+
+// workerFor returns the worker that runs work on node.
+func (r *Runner) workerFor(ctx context.Context, node string) (*worker.Client, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, backend.Errorf(backend.Unavailable, "run on node "+node, "%w", backend.ErrClosed)
+	}
+	w := r.reserved[node]
+	if w == nil {
+		w = r.cpuPodLocked(node)
+	}
+	r.mu.Unlock()
+	c, err := w.wait(ctx)
+	if err != nil {
+		return nil, backend.Wrap(backend.Unavailable, "run on node "+node, err)
+	}
+	return c, nil
+}
+
+// podExecutor runs each call in the worker pod of its node.
+type podExecutor struct{ r *Runner }
+
+func (x podExecutor) RunTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
+	c, err := x.r.workerFor(ctx, info.Node)
+	if err != nil {
+		return backend.Value{}, err
+	}
+	return c.RunTask(ctx, name, arg, info)
+}
+
+func (x podExecutor) NewActor(ctx context.Context, class string, arg backend.Value, info *backend.RuntimeInfo) (backend.ActorInstance, error) {
+	c, err := x.r.workerFor(ctx, info.Node)
+	if err != nil {
+		return nil, err
+	}
+	return c.NewActor(ctx, class, arg, info)
+}
+
+func (x podExecutor) HasTask(name string) bool { return x.r.local.HasTask(name) }
+func (x podExecutor) HasActorMethod(class, method string) bool {
+	return x.r.local.HasActorMethod(class, method)
+}

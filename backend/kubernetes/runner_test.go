@@ -1,0 +1,200 @@
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/matryer/is"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/tpu"
+)
+
+type lostRecorder struct {
+	mu   sync.Mutex
+	lost map[string]string
+	ch   chan string
+}
+
+func (l *lostRecorder) report(node string, cause error) {
+	l.mu.Lock()
+	l.lost[node] = cause.Error()
+	l.mu.Unlock()
+	l.ch <- node
+}
+
+// startRunner starts a runner on a fake clientset with a fake kubelet.
+func startRunner(t *testing.T, image string) (*Runner, backend.Executor, *fake.Clientset, *lostRecorder) {
+	t.Helper()
+	client := fake.NewClientset()
+	k := startKubelet(t, client, "default")
+	cfg := testConfig()
+	cfg.Worker.Image = image
+	cfg.Worker.Port = int32(k.port)
+	cfg.Worker.StartTimeout = 10 * time.Second
+	r, err := NewRunner(client, cfg, ClusterID("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := &lostRecorder{lost: map[string]string{}, ch: make(chan string, 16)}
+	exec, err := r.Start(t.Context(), echoExec{}, lost.report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r, exec, client, lost
+}
+
+func v6eHosts(r *Runner, t *testing.T, pool string) []string {
+	t.Helper()
+	shape, err := tpu.NewSliceShape(tpu.V6e, "4x4", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for i, n := range tpuNodes(pool, "tpu-v6e-slice", "4x4", 4, 4) {
+		if err := r.NodeUp(t.Context(), hostNode(shape, pool, i, n)); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n.Name)
+	}
+	return names
+}
+
+func hostEnv(hosts []string) map[string]map[string]string {
+	env := map[string]map[string]string{}
+	for i, h := range hosts {
+		env[h] = map[string]string{
+			tpu.EnvWorkerID: string(rune('0' + i)), tpu.EnvWorkerHostnames: strings.Join(hosts, ","),
+			envMegascaleCoordinator: hosts[0] + ":8081",
+		}
+	}
+	return env
+}
+
+func TestRunnerReservedStartsOnePodPerHost(t *testing.T) {
+	is := is.New(t)
+	r, exec, client, _ := startRunner(t, "example.com/app")
+	ctx := t.Context()
+	hosts := v6eHosts(r, t, "a")
+	claim := core.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}
+	is.NoErr(r.Reserved(ctx, claim, hostEnv(hosts)))
+
+	secret, err := client.CoreV1().Secrets("default").Get(ctx, "goray-c1", metav1.GetOptions{})
+	is.NoErr(err)
+	token := string(secret.Data[secretTokenKey])
+	svc, err := client.CoreV1().Services("default").Get(ctx, "goray-c1", metav1.GetOptions{})
+	is.NoErr(err)
+	is.Equal(svc.Spec.ClusterIP, corev1.ClusterIPNone)
+
+	pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: LabelReservation + "=pg-1"})
+	is.NoErr(err)
+	is.Equal(len(pods.Items), 4)
+	for _, p := range pods.Items {
+		j, _ := json.Marshal(p)
+		is.True(!strings.Contains(string(j), token)) // the token is never a literal in the pod
+		c := p.Spec.Containers[0]
+		is.Equal(c.Resources.Requests[resourceTPU], c.Resources.Limits[resourceTPU])
+		tpuLimit := c.Resources.Limits[resourceTPU]
+		is.Equal(tpuLimit.Value(), int64(4))
+		term := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0]
+		is.Equal(term.MatchFields[0].Values, []string{p.Labels[LabelNode]}) // pinned to its node
+		is.Equal(p.OwnerReferences[0].UID, secret.UID)                      // collected with the Secret
+		is.Equal(p.Labels[LabelCluster], "c1")
+		is.Equal(p.Spec.Subdomain, "goray-c1")
+		env := map[string]string{}
+		for _, e := range c.Env {
+			env[e.Name] = e.Value
+		}
+		wid := p.Labels[LabelWorkerID]
+		is.Equal(env[tpu.EnvWorkerID], wid)
+		is.Equal(env[tpu.EnvWorkerHostnames], "r1-s0-w0.goray-c1.default.svc,r1-s0-w1.goray-c1.default.svc,r1-s0-w2.goray-c1.default.svc,r1-s0-w3.goray-c1.default.svc")
+		is.Equal(env[envMegascaleCoordinator], "r1-s0-w0.goray-c1.default.svc:8081")
+		is.Equal(p.Spec.Hostname, "r1-s0-w"+wid)
+	}
+
+	// Work on a reserved host runs in its reservation's pod.
+	v, err := exec.RunTask(ctx, "echo", backend.Value{Data: []byte("hi")}, &backend.RuntimeInfo{Node: hosts[2]})
+	is.NoErr(err)
+	is.Equal(string(v.Data), hosts[2]+":2:hi")
+
+	// Released deletes the pods.
+	r.Released(claim)
+	pods, err = client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: LabelReservation + "=pg-1"})
+	is.NoErr(err)
+	is.Equal(len(pods.Items), 0)
+
+	// Close deletes the Secret and the Service.
+	is.NoErr(r.Close())
+	_, err = client.CoreV1().Secrets("default").Get(ctx, "goray-c1", metav1.GetOptions{})
+	is.True(apierrors.IsNotFound(err))
+	_, err = client.CoreV1().Services("default").Get(ctx, "goray-c1", metav1.GetOptions{})
+	is.True(apierrors.IsNotFound(err))
+}
+
+func TestRunnerCPUPodAtFirstUseAndLoss(t *testing.T) {
+	is := is.New(t)
+	r, exec, client, lost := startRunner(t, "example.com/app")
+	ctx := t.Context()
+	is.NoErr(r.NodeUp(ctx, cpuNode(cpuNodeObj("cpu-1"))))
+	v, err := exec.RunTask(ctx, "echo", backend.Value{Data: []byte("x")}, &backend.RuntimeInfo{Node: "cpu-1"})
+	is.NoErr(err)
+	is.Equal(string(v.Data), "cpu-1::x")
+	pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: LabelNode + "=cpu-1"})
+	is.NoErr(err)
+	is.Equal(len(pods.Items), 1)
+	is.Equal(len(pods.Items[0].Spec.Containers[0].Resources.Limits), 0) // no TPU on CPU pods
+
+	// Someone deletes the pod: the node is lost.
+	is.NoErr(client.CoreV1().Pods("default").Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{}))
+	select {
+	case node := <-lost.ch:
+		is.Equal(node, "cpu-1")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no loss reported")
+	}
+	lost.mu.Lock()
+	// The watch or the dropped connection reports it, whichever is first.
+	is.True(lost.lost["cpu-1"] != "")
+	lost.mu.Unlock()
+
+	// The next work starts a new pod.
+	_, err = exec.RunTask(ctx, "echo", backend.Value{}, &backend.RuntimeInfo{Node: "cpu-1"})
+	is.NoErr(err)
+}
+
+func TestRunnerReservedFailsWholeOnBadImage(t *testing.T) {
+	is := is.New(t)
+	r, _, client, _ := startRunner(t, "bad")
+	ctx := t.Context()
+	hosts := v6eHosts(r, t, "a")
+	err := r.Reserved(ctx, core.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}, hostEnv(hosts))
+	is.True(err != nil)
+	is.Equal(backend.CodeOf(err), backend.Unavailable)
+	is.True(strings.Contains(err.Error(), "ErrImagePull: no such image")) // names the pod's problem
+	pods, lerr := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	is.NoErr(lerr)
+	is.Equal(len(pods.Items), 0) // nothing left behind
+}
+
+func TestRunnerNeedsManifest(t *testing.T) {
+	is := is.New(t)
+	r, err := NewRunner(fake.NewClientset(), testConfig(), "c1")
+	is.NoErr(err)
+	_, err = r.Start(context.Background(), plainExec{}, nil)
+	is.Equal(backend.CodeOf(err), backend.InvalidArgument)
+	is.True(strings.Contains(err.Error(), "executor of package ray"))
+}
+
+type plainExec struct{ echoExec }
+
+func (plainExec) WorkerManifest() {} // hides echoExec's: not a worker.Describer
