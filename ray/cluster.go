@@ -27,7 +27,7 @@ type Options struct {
 // Cluster is the handle through which a program submits tasks, creates
 // actors and placement groups, and reserves TPU slices. It wraps one
 // backend: backend/local for the in-process simulator, backend/fake for
-// unit tests (a backend for real Kubernetes clusters is planned).
+// unit tests, backend/kubernetes for real clusters.
 //
 // A Cluster is safe for concurrent use. Its zero value is not usable; a nil
 // *Cluster makes every call fail with InvalidArgument.

@@ -37,9 +37,9 @@
 // program imports this package and one backend package; the types it names
 // ([State], [SliceState], [FaultInjector], [SliceRequest], the IDs) are
 // re-exported here, so it never imports package backend, which is for
-// backend authors. A
-// backend for real Kubernetes clusters (GKE TPU node pools) is planned; it
-// does not exist yet.
+// backend authors. The
+// backend for real Kubernetes clusters (GKE TPU node pools) is
+// backend/kubernetes, a module of its own.
 //
 // # Worker processes
 //

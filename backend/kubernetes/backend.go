@@ -1,9 +1,3 @@
-//go:build kubernetes_core
-
-// Until the shared runtime (internal/core: core.New) is merged into main,
-// this file builds only with -tags kubernetes_core; delete the constraint
-// once it is.
-
 package kubernetes
 
 import (

@@ -1,4 +1,4 @@
-//go:build e2e && kubernetes_core
+//go:build e2e
 
 package kubernetes
 
@@ -60,7 +60,7 @@ func TestE2EExampleSlice(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "slice")
-	if out, err := exec.Command("go", "build", "-tags", "kubernetes_core", "-o", bin, "./"+dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "./"+dir).CombinedOutput(); err != nil {
 		t.Fatalf("build the example: %v\n%s", err, out)
 	}
 

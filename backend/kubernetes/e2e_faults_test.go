@@ -1,4 +1,4 @@
-//go:build e2e && kubernetes_core
+//go:build e2e
 
 package kubernetes
 

@@ -41,7 +41,7 @@ type NodeSink interface {
 }
 
 // NodeSource is where a cluster's nodes come from and go: a static spec
-// (backend/local), Kubernetes nodes and pods (planned). It may also be a
+// (backend/local), Kubernetes nodes (backend/kubernetes). It may also be a
 // [Syncer] (Start waits for its first nodes) and a [SliceClaimer] (its
 // slices are shared with other drivers).
 type NodeSource interface {
@@ -72,7 +72,7 @@ type NodeSource interface {
 type LostFunc func(node string, cause error)
 
 // Runner is how work runs on a node: on goroutines of this process, in
-// worker processes through package worker, in pods (planned).
+// worker processes through package worker, in pods (backend/kubernetes).
 type Runner interface {
 	// Start wraps the program's executor (ray.NewExecutor) into the
 	// executor the runtime calls for every task attempt, actor
