@@ -45,7 +45,7 @@ func TestCommands(t *testing.T) {
 		{"unknown command", []string{"bogus"}, exitUsage, nil, []string{`unknown command "bogus"`, "goray --help"}},
 		{"unknown flag", []string{"slices", "--bogus"}, exitUsage, nil, []string{"unknown flag: --bogus", "goray slices --help"}},
 
-		{"slices help says Kubernetes is not there yet", []string{"slices", "--help"}, exitOK, []string{"Kubernetes backend, which does not exist yet"}, nil},
+		{"slices help says Kubernetes is not there yet", []string{"slices", "--help"}, exitOK, []string{"is not in this\ncommand yet", "backend/kubernetes"}, nil},
 		{"slices", []string{"slices", "--cluster", clusterFile}, exitOK, []string{
 			"v6e        4x4             3      3      3        0",
 			"v6e-16-2 (v6e 4x4, 4 hosts): free\n  .0 .0 .1 .1\n",
@@ -53,7 +53,7 @@ func TestCommands(t *testing.T) {
 		}, nil},
 		{"slices as JSON", []string{"slices", "--cluster", clusterFile, "--json"}, exitOK, []string{`"Name": "v6e-64-0"`}, nil},
 		{"slices of a cluster without TPUs", []string{"slices", "--cluster", noTPU}, exitOK, []string{"has no TPU slices"}, nil},
-		{"slices without a cluster file", []string{"slices"}, exitUsage, nil, []string{"--cluster FILE is required", "Kubernetes backend"}},
+		{"slices without a cluster file", []string{"slices"}, exitUsage, nil, []string{"--cluster FILE is required", "backend/kubernetes"}},
 		{"slices of a missing file", []string{"slices", "--cluster", filepath.Join(dir, "none.json")}, exitError, nil, []string{"none.json", "no such file"}},
 		{"slices of a bad file", []string{"slices", "--cluster", bad}, exitError, nil, []string{`unknown field "colour"`}},
 		{"slices with an argument", []string{"slices", "extra"}, exitUsage, nil, []string{`unknown command "extra"`}},

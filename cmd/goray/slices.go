@@ -13,9 +13,11 @@ import (
 
 // kubernetesLater is what goray says when asked for a Kubernetes cluster.
 const kubernetesLater = `Reading the TPU slices of a Kubernetes cluster (from its nodes' GKE
-labels, and who holds each from the reservation leases) needs goray's
-Kubernetes backend, which does not exist yet; until it does, goray reads
-simulator cluster files only.`
+labels, and who holds each from the reservation leases) is not in this
+command yet: goray reads simulator cluster files only. The Kubernetes
+backend (module github.com/goray-dev/goray/backend/kubernetes, see
+docs/kubernetes.md) lists them with ray.TPUSlices, and
+kubectl get leases -l goray.dev/cluster shows who holds which.`
 
 func newSlices() *cobra.Command {
 	var file string
