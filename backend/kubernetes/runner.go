@@ -454,29 +454,39 @@ func (r *Runner) Released(c core.Claim) {
 func (r *Runner) deleteWorkers(workers []*podWorker) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for _, w := range workers {
 		r.mu.Lock()
 		w.released = true
 		delete(r.byPod, w.name)
 		r.mu.Unlock()
-		select {
-		case <-w.ready:
-			if w.client != nil {
-				w.client.Close()
+		// The hosts of a slice are deleted together, not one API round trip
+		// after another.
+		wg.Go(func() { r.deleteWorker(ctx, w) })
+	}
+}
+
+// deleteWorker closes one worker's connection and deletes its pod,
+// retrying API errors with backoff.
+func (r *Runner) deleteWorker(ctx context.Context, w *podWorker) {
+	select {
+	case <-w.ready:
+		if w.client != nil {
+			w.client.Close()
+		}
+	default:
+	}
+	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Steps: 8, Cap: 2 * time.Second},
+		func(ctx context.Context) (bool, error) {
+			err := r.client.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, w.name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+			if err == nil || apierrors.IsNotFound(err) {
+				return true, nil
 			}
-		default:
-		}
-		err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Steps: 8, Cap: 2 * time.Second},
-			func(ctx context.Context) (bool, error) {
-				err := r.client.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, w.name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-				if err == nil || apierrors.IsNotFound(err) {
-					return true, nil
-				}
-				return false, nil
-			})
-		if err != nil {
-			r.log.Warn("delete worker pod", "pod", w.name, "err", err)
-		}
+			return false, nil
+		})
+	if err != nil {
+		r.log.Warn("delete worker pod", "pod", w.name, "err", err)
 	}
 }
 
