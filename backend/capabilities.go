@@ -16,6 +16,13 @@ type State struct {
 	// Queued counts tasks, calls and actors waiting for resources or
 	// dependencies; Running counts tasks running now.
 	Queued, Running int
+	// Tasks counts the tasks queued and running per name, by name. Only
+	// tasks are counted (not actor calls or creations), and a task that
+	// waits for its input is counted in Queued above, not here.
+	Tasks []TaskSummary
+	// Failures are the most recent failed task and actor call attempts,
+	// oldest first, at most [RecentFailures] of them.
+	Failures []TaskFailure
 }
 
 // NodeState describes one node.

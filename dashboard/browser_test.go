@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -184,6 +185,18 @@ func TestBrowser(t *testing.T) {
 		is.Equal(poll[int](t, ctx, "16 reserved chips of the 8x8", chipsIn("v6e-64-0", "reserved")+` === 16 && 16`), 16)
 		is.Equal(eval[string](t, ctx, sliceState("v6e-64-0")), "partial")
 		is.Equal(eval[string](t, ctx, fmt.Sprintf(`document.querySelector('[data-group="%d"] b').textContent`, sub.Group)), "small")
+	})
+	t.Run("a failed task's error shows under recent failures", func(t *testing.T) {
+		is := is.New(t)
+		_, err := failing.Remote(opCtx, c, "tokenizer shard 3 is corrupt", ray.Name("preprocess")).Get(opCtx)
+		is.Equal(ray.Code(err), ray.TaskFailed)
+		row := `document.querySelector('#failures tr.failure[data-task="preprocess"]')`
+		text := poll[string](t, ctx, "the failure's row", row+` && `+row+`.textContent`)
+		is.True(strings.Contains(text, "TaskFailed"))
+		is.True(strings.Contains(text, "tokenizer shard 3 is corrupt"))
+		is.Equal(eval[string](t, ctx, row+`.cells[2].textContent`), "0")  // attempt
+		is.True(eval[string](t, ctx, row+`.cells[3].textContent`) != "—") // the node it ran on
+		screenshot(t, ctx, shots, "work.png", "#work")
 	})
 	t.Run("the train run draws its metrics", func(t *testing.T) {
 		is := is.New(t)

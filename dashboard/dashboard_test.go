@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/matryer/is"
 
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/dashboard"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/serve"
@@ -230,4 +233,62 @@ func TestTrackServe(t *testing.T) {
 	is.Equal(v.Serve[0].Name, "llm")
 	is.Equal(v.Serve[0].P99, time.Millisecond)
 	is.Equal(v.Serve[1].Name, "embed")
+}
+
+var failing = ray.NewTask("dashboard_test.failing", func(ctx context.Context, msg string) (int, error) {
+	return 0, errors.New(msg)
+})
+
+// TestAPIWork: /api/view reports the tasks queued and running per name and
+// the recent failures, newest first, with their code, message and node.
+func TestAPIWork(t *testing.T) {
+	is := is.New(t)
+	b, err := local.New(local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "solo", Resources: backend.Resources{backend.CPU: 1}}}}, nil)
+	is.NoErr(err)
+	c, err := ray.NewCluster(t.Context(), b, nil)
+	is.NoErr(err)
+	t.Cleanup(func() { c.Close() })
+	ctx := timeout(t)
+	d, err := dashboard.New(c, nil)
+	is.NoErr(err)
+
+	for _, msg := range []string{"shard 6 missing", "shard 7 missing"} {
+		_, err = failing.Remote(ctx, c, msg, ray.Name("loader")).Get(ctx)
+		is.Equal(ray.Code(err), ray.TaskFailed)
+	}
+	started, release := make(chan struct{}, 3), make(chan struct{})
+	blockStarted, blockRelease = started, release
+	var refs []ray.ObjectRef[int]
+	for i := range 3 {
+		refs = append(refs, block.Remote(ctx, c, i, ray.Name("step"), ray.Resources{ray.CPU: 1}))
+	}
+	<-started // one runs, two wait for the node's one CPU
+
+	rec := httptest.NewRecorder()
+	d.ServeHTTP(rec, httptest.NewRequest("GET", "/api/view", nil))
+	close(release)
+	is.Equal(rec.Code, 200)
+	var raw struct {
+		Work struct {
+			Tasks    []map[string]any `json:"tasks"`
+			Failures []map[string]any `json:"failures"`
+		} `json:"work"`
+	}
+	is.NoErr(json.Unmarshal(rec.Body.Bytes(), &raw))
+	is.Equal(raw.Work.Tasks, []map[string]any{{"name": "step", "queued": 2.0, "running": 1.0}})
+	is.Equal(len(raw.Work.Failures), 2)
+	f := raw.Work.Failures[0] // the newest first
+	is.Equal(f["task"], "loader")
+	is.Equal(f["attempt"], 0.0)
+	is.Equal(f["code"], "TaskFailed")
+	is.True(strings.Contains(f["message"].(string), "shard 7 missing"))
+	is.Equal(f["node"], "solo")
+	at, err := time.Parse(time.RFC3339Nano, f["time"].(string))
+	is.NoErr(err)
+	is.True(!at.IsZero())
+	is.True(strings.Contains(raw.Work.Failures[1]["message"].(string), "shard 6 missing"))
+	for _, r := range refs {
+		_, err := r.Get(ctx)
+		is.NoErr(err)
+	}
 }

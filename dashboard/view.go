@@ -122,16 +122,34 @@ type Work struct {
 	// running.
 	Queued  int `json:"queued"`
 	Running int `json:"running"`
-	// Tasks counts running tasks per name, most first.
+	// Tasks counts queued and running tasks per name, most running
+	// first, then most queued.
 	Tasks           []TaskCount          `json:"tasks"`
 	Actors          []backend.ActorState `json:"actors"`
 	PlacementGroups []PlacementGroup     `json:"placementGroups"`
+	// Failures are the most recent failed attempts of tasks and actor
+	// calls, newest first, at most [backend.RecentFailures].
+	Failures []Failure `json:"failures"`
 }
 
-// TaskCount is how many tasks of one name run now.
+// TaskCount is how many tasks of one name wait for resources and run now.
 type TaskCount struct {
 	Name    string `json:"name"`
+	Queued  int    `json:"queued"`
 	Running int    `json:"running"`
+}
+
+// Failure is one failed attempt of a task or actor call.
+type Failure struct {
+	// Task is the task's name, or "Class.Method" for an actor call.
+	Task    string `json:"task"`
+	Attempt int    `json:"attempt"`
+	// Code is the error code's name, such as "TaskFailed" or
+	// "Unavailable" (a lost node); Message the error's text.
+	Code    string    `json:"code"`
+	Message string    `json:"message"`
+	Node    string    `json:"node,omitempty"`
+	Time    time.Time `json:"time"`
 }
 
 // PlacementGroup is one placement group and the node of each bundle.
@@ -193,16 +211,16 @@ func nodes(snap *backend.State) []Node {
 
 func work(snap *backend.State) Work {
 	w := Work{Queued: snap.Queued, Running: snap.Running, Actors: snap.Actors}
-	counts := map[string]int{}
-	for _, n := range snap.Nodes {
-		for _, t := range n.Tasks {
-			counts[t]++
-		}
-	}
-	w.Tasks = lo.MapToSlice(counts, func(name string, n int) TaskCount { return TaskCount{Name: name, Running: n} })
-	slices.SortFunc(w.Tasks, func(a, b TaskCount) int {
-		return cmp.Or(cmp.Compare(b.Running, a.Running), cmp.Compare(a.Name, b.Name))
+	w.Tasks = lo.Map(snap.Tasks, func(t backend.TaskSummary, _ int) TaskCount {
+		return TaskCount{Name: t.Name, Queued: t.Queued, Running: t.Running}
 	})
+	slices.SortFunc(w.Tasks, func(a, b TaskCount) int {
+		return cmp.Or(cmp.Compare(b.Running, a.Running), cmp.Compare(b.Queued, a.Queued), cmp.Compare(a.Name, b.Name))
+	})
+	w.Failures = lo.Map(snap.Failures, func(f backend.TaskFailure, _ int) Failure {
+		return Failure{Task: f.Task, Attempt: f.Attempt, Code: f.Code.String(), Message: f.Message, Node: f.Node, Time: f.Time}
+	})
+	slices.Reverse(w.Failures) // newest first
 	w.PlacementGroups = lo.Map(snap.PlacementGroups, func(g backend.PlacementGroupState, _ int) PlacementGroup {
 		return PlacementGroup{ID: uint64(g.ID), Name: g.Name, Strategy: fmt.Sprint(g.Strategy), State: g.State, Bundles: g.Nodes}
 	})

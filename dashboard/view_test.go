@@ -186,7 +186,7 @@ func TestViewRunningTasks(t *testing.T) {
 	v := d.View(ctx)
 	close(release)
 	is.Equal(v.Work.Running, 2)
-	is.Equal(v.Work.Tasks, []dashboard.TaskCount{{Name: "dashboard_test.block", Running: 2}})
+	is.Equal(v.Work.Tasks, []dashboard.TaskCount{{Name: "dashboard_test.block", Queued: 0, Running: 2}})
 	_, err = r1.Get(ctx)
 	is.NoErr(err)
 	_, err = r2.Get(ctx)

@@ -2,16 +2,20 @@ package backendtest
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/matryer/is"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
 )
 
 // testSnapshot checks what every backend with the Snapshot capability
 // reports, whatever its scheduler: live nodes, the actors with the node
-// each runs on, and the placement groups with the node of each bundle.
+// each runs on, the placement groups with the node of each bundle, the
+// recent failures, and (with ResourceAccounting and Concurrent) the tasks
+// queued and running per name.
 func (s *suite) testSnapshot(t *testing.T) {
 	s.need(t, s.h.Capabilities.Snapshot, "Snapshot")
 	t.Run("ActorsAndGroups", func(t *testing.T) {
@@ -63,5 +67,55 @@ func (s *suite) testSnapshot(t *testing.T) {
 				is.Equal(g.State, "REMOVED")
 			}
 		}
+	})
+	t.Run("RecentFailures", func(t *testing.T) {
+		is := is.New(t)
+		c, ctx := s.cluster(t, nil), ctxT(t)
+		_, err := fail.Remote(ctx, c, "snap-broken-input", ray.Name("snap-failing")).Get(ctx)
+		is.Equal(ray.Code(err), ray.TaskFailed)
+		_, err = add1.Remote(ctx, c, 1).Get(ctx)
+		is.NoErr(err) // a success adds nothing
+
+		st, err := c.Snapshot(ctx)
+		is.NoErr(err)
+		is.True(len(st.Failures) <= backend.RecentFailures)
+		i := slices.IndexFunc(st.Failures, func(f backend.TaskFailure) bool { return f.Task == "snap-failing" })
+		is.True(i >= 0) // the failed attempt is listed under its display name
+		f := st.Failures[i]
+		is.Equal(f.Attempt, 0)
+		is.Equal(f.Code, backend.TaskFailed)
+		is.True(strings.Contains(f.Message, "snap-broken-input")) // the task's own error text
+		is.True(f.Node != "")                                     // where it ran
+		is.True(!f.Time.IsZero())
+		for _, f := range st.Failures {
+			is.True(f.Task != "backendtest.add1") // only failures are listed
+		}
+	})
+	t.Run("TasksPerName", func(t *testing.T) {
+		s.need(t, s.h.Capabilities.ResourceAccounting && s.h.Capabilities.Concurrent, "ResourceAccounting and Concurrent")
+		is := is.New(t)
+		c, ctx := s.cluster(t, []Node{{Name: "solo", Resources: backend.Resources{ray.CPU: 2}}}), ctxT(t)
+		name, g := newGate(2)
+		var refs []ray.ObjectRef[string]
+		for range 3 {
+			refs = append(refs, block.Remote(ctx, c, name, ray.Name("snap-blocked")))
+		}
+		refs = append(refs, block.Remote(ctx, c, name))
+		waitChan(t, g.arrivedCh, "two tasks to start")
+
+		st, err := c.Snapshot(ctx)
+		is.NoErr(err)
+		counts := map[string][2]int{} // name → queued, running
+		for _, ts := range st.Tasks {
+			counts[ts.Name] = [2]int{ts.Queued, ts.Running}
+		}
+		got := counts["snap-blocked"]
+		is.Equal(got[0]+got[1], 3)                         // every snap-blocked task queued or running
+		is.Equal(got[1]+counts["backendtest.block"][1], 2) // two run: only two fit
+		is.Equal(got[0]+counts["backendtest.block"][0], 2) // the others wait
+		is.True(slices.IsSortedFunc(st.Tasks, func(a, b backend.TaskSummary) int { return strings.Compare(a.Name, b.Name) }))
+		g.release()
+		_, err = ray.GetAll(ctx, refs)
+		is.NoErr(err)
 	})
 }

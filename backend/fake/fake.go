@@ -186,6 +186,7 @@ type Backend struct {
 	pendingSlices []*backend.PendingSliceRequest
 	nextSlice     int
 	running       map[*run]struct{}
+	failures      backend.FailureRing // recent failed attempts, for Snapshot
 
 	calls    []*Call
 	scripts  map[string]*script
@@ -309,6 +310,9 @@ type run struct {
 	group  backend.PlacementGroupID
 	actor  *actor
 	abort  error
+	// name is the task or "class.method"; task is set for a task attempt.
+	name string
+	task bool
 }
 
 func (r *run) abortLocked(err error) {

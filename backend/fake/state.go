@@ -14,14 +14,25 @@ import (
 // on NodeName, or REMOVED, with no node, as in backend/local. Actors are
 // PENDING while their constructor runs, then ALIVE or DEAD. Nothing is ever
 // queued; Running counts the task attempts and actor calls running now, in
-// any goroutine.
+// any goroutine. Tasks counts the task attempts running per name (none
+// queue), and Failures lists the last failed attempts of tasks and calls,
+// with node NodeName.
 func (b *Backend) Snapshot(ctx context.Context) (*backend.State, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.precheckLocked("snapshot cluster"); err != nil {
 		return nil, err
 	}
-	s := &backend.State{Running: len(b.running)}
+	s := &backend.State{Running: len(b.running), Failures: b.failures.List()}
+	counts := map[string]int{}
+	for r := range b.running {
+		if r.task {
+			counts[r.name]++
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		s.Tasks = append(s.Tasks, backend.TaskSummary{Name: name, Running: counts[name]})
+	}
 	s.Nodes = []backend.NodeState{{Name: NodeName, Labels: maps.Clone(b.opts.NodeLabels), Alive: true, Running: len(b.running)}}
 	for _, id := range slices.Sorted(maps.Keys(b.groups)) {
 		g := b.groups[id]

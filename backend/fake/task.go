@@ -143,7 +143,10 @@ func (b *Backend) attempt(caller context.Context, w *work) (v backend.Value, err
 		parent, self = w.actor.ctx, w.actor.id
 	}
 	ctx, done := runContext(caller, parent, self)
-	r := &run{cancel: done, group: w.group, actor: w.actor}
+	r := &run{cancel: done, group: w.group, actor: w.actor, name: w.rec.Name, task: w.rec.Kind == KindTask}
+	if s := w.rec.TaskSpec; s != nil && s.DisplayName != "" {
+		r.name = s.DisplayName // as backend/local shows it
+	}
 	b.running[r] = struct{}{}
 	rec.Ran = true
 	c := *rec
@@ -160,6 +163,9 @@ func (b *Backend) attempt(caller context.Context, w *work) (v backend.Value, err
 	delete(b.running, r)
 	if r.abort != nil {
 		v, err, aborted = backend.Value{}, r.abort, true
+	}
+	if err != nil && backend.CodeOf(err) != backend.Canceled {
+		b.failures.Add(backend.NewTaskFailure(r.name, w.rec.Attempt, NodeName, err))
 	}
 	rec.finishLocked(v, err)
 	return v, err, scripted, aborted

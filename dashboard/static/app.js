@@ -101,7 +101,13 @@ function labels(node, ls) {
 function renderWork(w) {
   $("work-summary").textContent = `${w.running || 0} tasks running, ${w.queued || 0} waiting (tasks, calls and actors).`;
   const tasks = w.tasks || [], actors = w.actors || [], pgs = w.placementGroups || [];
-  $("tasks").innerHTML = `<tr><th>Task</th><th>Running</th></tr>` + tasks.map((t) => `<tr><td>${esc(t.name)}</td><td>${t.running}</td></tr>`).join("");
+  $("tasks").innerHTML = `<tr><th>Task</th><th>Running</th><th>Queued</th></tr>` +
+    tasks.map((t) => `<tr data-task="${esc(t.name)}"><td>${esc(t.name)}</td><td>${t.running}</td><td>${t.queued}</td></tr>`).join("");
+  const failures = w.failures || [];
+  $("failures").innerHTML = failures.length === 0 ? `<p class="muted">No failed tasks.</p>` :
+    `<table><tr><th>Time</th><th>Task</th><th>Attempt</th><th>Node</th><th>Error</th></tr>` +
+    failures.map((f) => `<tr class="failure" data-task="${esc(f.task)}"><td>${new Date(f.time).toLocaleTimeString()}</td><td>${esc(f.task)}</td>` +
+      `<td>${f.attempt}</td><td>${esc(f.node || "—")}</td><td><b>${esc(f.code)}</b>: <span class="message">${esc(f.message)}</span></td></tr>`).join("") + `</table>`;
   $("actors").innerHTML = `<tr><th>Actor</th><th>Class</th><th>Node</th><th>State</th><th>Restarts</th></tr>` +
     actors.map((a) => `<tr><td>${esc(a.Name || a.ID)}</td><td>${esc(a.Class)}</td><td>${esc(a.Node)}</td><td>${esc(a.State)}</td><td>${a.Restarts}</td></tr>`).join("");
   $("pgs").innerHTML = `<tr><th>Group</th><th>State</th><th>Strategy</th><th>Bundles on</th></tr>` +

@@ -360,6 +360,9 @@ func (b *Runtime) finishCall(r *callRun, v backend.Value, err error) (next *call
 	}
 	delete(a.inflight, cl)
 	b.running--
+	if err != nil {
+		b.failures.Add(backend.NewTaskFailure(r.info.Task, r.info.Attempt, r.info.Node, err))
+	}
 	b.inlineCalls, b.inlineCall = true, nil
 	b.finishCallLocked(cl, v, err)
 	b.dispatchCalls(a)

@@ -88,6 +88,7 @@ type Runtime struct {
 	seq          uint64
 	queued       int
 	running      int
+	failures     backend.FailureRing // recent failed attempts (failures.go)
 
 	slices *sliceIndex
 	pool   *pool

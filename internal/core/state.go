@@ -15,18 +15,14 @@ func (b *Runtime) Snapshot(ctx context.Context) (*backend.State, error) {
 	if b.closed {
 		return nil, backend.Errorf(backend.FailedPrecondition, "snapshot cluster", "%w", backend.ErrClosed)
 	}
-	s := &backend.State{Queued: b.queued, Running: b.running}
+	s := &backend.State{Queued: b.queued, Running: b.running, Tasks: b.taskSummaries(), Failures: b.failures.List()}
 	for _, n := range b.nodes {
 		ns := backend.NodeState{
 			Name: n.name, Labels: maps.Clone(n.labels), Alive: n.alive,
 			Capacity: b.resources(n.capac), Free: b.resources(n.free), Running: len(n.running),
 		}
 		for t := range n.running {
-			name := t.spec.DisplayName
-			if name == "" {
-				name = t.spec.Name
-			}
-			ns.Tasks = append(ns.Tasks, name)
+			ns.Tasks = append(ns.Tasks, taskName(t))
 		}
 		slices.Sort(ns.Tasks)
 		s.Nodes = append(s.Nodes, ns)

@@ -181,6 +181,9 @@ func (b *Runtime) finishTask(t *task, attempt int, v backend.Value, err error) (
 		next = b.inlineNext
 		b.inline, b.inlineNext = false, nil
 	}()
+	if err != nil {
+		b.recordFailure(t, err)
+	}
 	b.stopRunning(t)
 	if err != nil && t.spec.RetryOnError && backend.CodeOf(err) == backend.TaskFailed && b.retriesLeft(t) && !b.closed {
 		t.attempt++
@@ -203,6 +206,9 @@ func (b *Runtime) abortTask(t *task, err error, retry bool) {
 	switch t.state {
 	case stateRunning:
 		t.run.cancel()
+		if backend.CodeOf(err) != backend.Canceled {
+			b.recordFailure(t, err)
+		}
 		b.stopRunning(t)
 	case stateQueued:
 		b.unqueue(t)
