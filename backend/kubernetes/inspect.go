@@ -1,0 +1,158 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/tpu"
+)
+
+// This file reads a cluster's TPU slices and who holds them, for tools
+// (goray slices): it lists nodes and Leases and changes nothing.
+
+// SliceInfo is one TPU slice of a Kubernetes cluster as [InspectSlices]
+// reads it: the slice (a GKE TPU node pool) as a [backend.SliceState], so
+// that ray.FormatSlices and ray.SummarizeSlices draw it as for any
+// cluster, and the slice Lease that holds it.
+//
+// In the SliceState, a host is alive when its node is Ready and
+// schedulable, and a held slice has ReservedBy set to a number that tells
+// apart the distinct holders of this listing (1, 2, ... in slice order;
+// it is not a placement group ID of any process) and ReservedName to the
+// holder and its reservation. ChipsInUse is not read (always 0).
+type SliceInfo struct {
+	backend.SliceState
+	// Holder is the identity of the driver whose unexpired Lease holds the
+	// slice, or "" when the slice is free.
+	Holder string
+	// Reservation is the holder's reservation (placement group) ID, from
+	// the Lease's goray.dev/reservation annotation.
+	Reservation string
+	// Expires is when the Lease ends unless its holder renews it; zero
+	// when the slice is free.
+	Expires time.Time
+	// Problem says why the slice is not whole and usable (a host missing,
+	// not Ready or cordoned, mixed shapes), or "".
+	Problem string
+}
+
+// InspectSlices lists the TPU slices of the cluster that cfg points to
+// (its Client, REST or Kubeconfig and Context) from the nodes' GKE labels,
+// and who holds each from the slice Leases in cfg.Namespace, sorted by
+// slice name. It only reads: it needs permission to list nodes, and Leases
+// in the namespace. Fields of cfg other than the client and the namespace
+// are ignored, so cfg needs no Worker.Image.
+func InspectSlices(ctx context.Context, cfg Config) ([]SliceInfo, error) {
+	const op = "inspect TPU slices"
+	if ctx == nil {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "nil context")
+	}
+	cfg = cfg.withDefaults()
+	client, err := cfg.clientset()
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, backend.Errorf(apiCode(err), op, "list nodes: %w", err)
+	}
+	leases, err := client.CoordinationV1().Leases(cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedBy})
+	if err != nil {
+		return nil, backend.Errorf(apiCode(err), op, "list Leases in namespace %s: %w", cfg.Namespace, err)
+	}
+	byLease := map[string]*coordv1.Lease{}
+	for i := range leases.Items {
+		byLease[leases.Items[i].Name] = &leases.Items[i]
+	}
+	pools := map[string][]*corev1.Node{}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if p := poolOf(n); p != "" {
+			pools[p] = append(pools[p], n)
+		}
+	}
+	now := time.Now()
+	holders := map[string]backend.PlacementGroupID{}
+	out := make([]SliceInfo, 0, len(pools))
+	for _, pool := range sortedKeys(pools) {
+		si := inspectSlice(pool, pools[pool])
+		if l := byLease[LeaseName(pool)]; l != nil {
+			si.holdBy(l, now, holders)
+		}
+		out = append(out, si)
+	}
+	return out, nil
+}
+
+// inspectSlice describes one node pool, whole or not.
+func inspectSlice(pool string, nodes []*corev1.Node) SliceInfo {
+	first := nodes[0]
+	accel := first.Labels[tpu.LabelGKEAccelerator]
+	if g, err := tpu.ParseGeneration(accel); err == nil {
+		accel = string(g)
+	}
+	si := SliceInfo{SliceState: backend.SliceState{
+		Name: pool, Generation: accel, Topology: first.Labels[tpu.LabelGKETopology], ChipsPerHost: tpuChips(first),
+	}}
+	hosts := nodes
+	if plan, err := planSlice(pool, nodes); err != nil {
+		si.Problem = err.Error()
+		if ordered, err := orderHosts(pool, nodes); err == nil {
+			hosts = ordered
+		} else {
+			hosts = slices.Clone(nodes)
+			slices.SortFunc(hosts, func(a, b *corev1.Node) int { return naturalCompare(a.Name, b.Name) })
+		}
+	} else {
+		hosts = plan.hosts
+		si.Generation = string(plan.shape.Generation)
+		si.ChipsPerHost = plan.shape.ChipsPerHost
+	}
+	for _, n := range hosts {
+		si.Hosts = append(si.Hosts, backend.SliceHostState{Node: runtimeName(n), Alive: nodeUnusable(n) == "", Chips: tpuChips(n)})
+	}
+	si.Intact = si.Problem == ""
+	si.Idle = si.Intact
+	return si
+}
+
+// holdBy records the holder of an unexpired Lease.
+func (si *SliceInfo) holdBy(l *coordv1.Lease, now time.Time, holders map[string]backend.PlacementGroupID) {
+	holder := deref(l.Spec.HolderIdentity)
+	if holder == "" || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return
+	}
+	expires := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+	if !now.Before(expires) {
+		return // expired: any driver may take the slice
+	}
+	si.Holder, si.Reservation, si.Expires = holder, l.Annotations[annotationClaim], expires
+	key := holder + "\x00" + si.Reservation
+	id, ok := holders[key]
+	if !ok {
+		id = backend.PlacementGroupID(len(holders) + 1)
+		holders[key] = id
+	}
+	si.ReservedBy, si.Idle = id, false
+	si.ReservedName = holder
+	if si.Reservation != "" {
+		si.ReservedName = fmt.Sprintf("%s (reservation %s)", holder, si.Reservation)
+	}
+}
+
+// SliceStates returns the slices' states, for ray.FormatSlices and
+// ray.SummarizeSlices.
+func SliceStates(infos []SliceInfo) []backend.SliceState {
+	out := make([]backend.SliceState, len(infos))
+	for i, si := range infos {
+		out[i] = si.SliceState
+	}
+	return out
+}
