@@ -26,7 +26,8 @@ import (
 // schedulable, and a held slice has ReservedBy set to a number that tells
 // apart the distinct holders of this listing (1, 2, ... in slice order;
 // it is not a placement group ID of any process) and ReservedName to the
-// holder and its reservation. ChipsInUse is not read (always 0).
+// holder and its reservation. A slice missing hosts lists them last, dead,
+// named [MissingHost]. ChipsInUse is not read (always 0).
 type SliceInfo struct {
 	backend.SliceState
 	// Holder is the identity of the driver whose unexpired Lease holds the
@@ -42,6 +43,10 @@ type SliceInfo struct {
 	// not Ready or cordoned, mixed shapes), or "".
 	Problem string
 }
+
+// MissingHost is the node name of a slice host that has no node: the
+// slice's topology needs more hosts than its node pool has.
+const MissingHost = "(missing)"
 
 // InspectSlices lists the TPU slices of the cluster that cfg points to
 // (its Client, REST or Kubeconfig and Context) from the nodes' GKE labels,
@@ -117,6 +122,11 @@ func inspectSlice(pool string, nodes []*corev1.Node) SliceInfo {
 	}
 	for _, n := range hosts {
 		si.Hosts = append(si.Hosts, backend.SliceHostState{Node: runtimeName(n), Alive: nodeUnusable(n) == "", Chips: tpuChips(n)})
+	}
+	if shape, err := tpu.NewSliceShape(tpu.Generation(si.Generation), si.Topology, si.ChipsPerHost); err == nil {
+		for len(si.Hosts) < shape.Hosts() { // draw the chips of missing hosts dead
+			si.Hosts = append(si.Hosts, backend.SliceHostState{Node: MissingHost})
+		}
 	}
 	si.Intact = si.Problem == ""
 	si.Idle = si.Intact

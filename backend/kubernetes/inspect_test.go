@@ -66,7 +66,7 @@ func TestInspectSlices(t *testing.T) {
 		{slice: "held", holder: "driver-a", res: "7", intact: true, hosts: []string{"held-0", "held-1", "held-2", "held-3"}, reservedBy: 1},
 		{slice: "lapsed", intact: true, hosts: []string{"lapsed-0"}},
 		{slice: "other", holder: "driver-a", res: "8", intact: true, hosts: []string{"other-0"}, reservedBy: 2},
-		{slice: "short", problem: "has 3 of its 4 hosts", hosts: []string{"short-0", "short-1", "short-2"}},
+		{slice: "short", problem: "has 3 of its 4 hosts", hosts: []string{"short-0", "short-1", "short-2", MissingHost}},
 	}
 	t.Run("sorted, TPU pools only", func(t *testing.T) {
 		is := is.New(t)
@@ -87,6 +87,10 @@ func TestInspectSlices(t *testing.T) {
 			var hosts []string
 			for _, h := range si.Hosts {
 				hosts = append(hosts, h.Node)
+				if h.Node == MissingHost {
+					is.True(!h.Alive) // a missing host is drawn dead
+					continue
+				}
 				is.True(h.Alive)
 				is.Equal(h.Chips, 4)
 			}

@@ -12,6 +12,12 @@ import (
 	"github.com/goray-dev/goray/ray"
 )
 
+// dashboardKubernetes says where the dashboard of a Kubernetes cluster is.
+const dashboardKubernetes = `The dashboard of a Kubernetes cluster is served by the driver that
+holds the cluster (dashboard.New on its ray.Cluster, with the backend of
+github.com/goray-dev/goray/backend/kubernetes); goray slices --kubeconfig
+lists the cluster's slices and who holds them in the terminal.`
+
 func newDashboard() *cobra.Command {
 	var (
 		file     string
@@ -35,13 +41,13 @@ With --demo PERIOD the command reserves one slice of the cluster's first
 shape (as reservation "demo") for PERIOD, releases it for PERIOD, and
 again, so the page shows slices changing.
 
-` + kubernetesLater,
+` + dashboardKubernetes,
 		Example: `  goray dashboard --cluster cmd/goray/testdata/tpu-cluster.json --demo 3s
   goray dashboard --cluster cluster.json --addr 127.0.0.1:9000`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
-				return usagef("--cluster FILE is required.\n%s", kubernetesLater)
+				return usagef("--cluster FILE is required.\n%s", dashboardKubernetes)
 			}
 			if interval <= 0 {
 				return usagef("--interval %v must be positive", interval)

@@ -45,7 +45,7 @@ func TestCommands(t *testing.T) {
 		{"unknown command", []string{"bogus"}, exitUsage, nil, []string{`unknown command "bogus"`, "goray --help"}},
 		{"unknown flag", []string{"slices", "--bogus"}, exitUsage, nil, []string{"unknown flag: --bogus", "goray slices --help"}},
 
-		{"slices help says Kubernetes is not there yet", []string{"slices", "--help"}, exitOK, []string{"is not in this\ncommand yet", "backend/kubernetes"}, nil},
+		{"slices help says how to read a Kubernetes cluster", []string{"slices", "--help"}, exitOK, []string{"--kubeconfig (and optionally --context) reads a Kubernetes cluster", "backend/kubernetes", "--namespace string"}, nil},
 		{"slices", []string{"slices", "--cluster", clusterFile}, exitOK, []string{
 			"v6e        4x4             3      3      3        0",
 			"v6e-16-2 (v6e 4x4, 4 hosts): free\n  .0 .0 .1 .1\n",
@@ -53,7 +53,10 @@ func TestCommands(t *testing.T) {
 		}, nil},
 		{"slices as JSON", []string{"slices", "--cluster", clusterFile, "--json"}, exitOK, []string{`"Name": "v6e-64-0"`}, nil},
 		{"slices of a cluster without TPUs", []string{"slices", "--cluster", noTPU}, exitOK, []string{"has no TPU slices"}, nil},
-		{"slices without a cluster file", []string{"slices"}, exitUsage, nil, []string{"--cluster FILE is required", "backend/kubernetes"}},
+		{"slices without a cluster", []string{"slices"}, exitUsage, nil, []string{"--cluster FILE (a simulator cluster file) or --kubeconfig PATH (a Kubernetes cluster) is required"}},
+		{"slices of two clusters", []string{"slices", "--cluster", clusterFile, "--kubeconfig", "k"}, exitUsage, nil, []string{"give one of them"}},
+		{"slices with a namespace alone", []string{"slices", "--cluster", clusterFile, "--namespace", "ml"}, exitUsage, nil, []string{"--namespace applies to a Kubernetes cluster"}},
+		{"slices of a missing kubeconfig", []string{"slices", "--kubeconfig", filepath.Join(dir, "none.yaml")}, exitError, nil, []string{"load kubeconfig", "none.yaml"}},
 		{"slices of a missing file", []string{"slices", "--cluster", filepath.Join(dir, "none.json")}, exitError, nil, []string{"none.json", "no such file"}},
 		{"slices of a bad file", []string{"slices", "--cluster", bad}, exitError, nil, []string{`unknown field "colour"`}},
 		{"slices with an argument", []string{"slices", "extra"}, exitUsage, nil, []string{`unknown command "extra"`}},
