@@ -25,4 +25,6 @@ go test -tags e2e -race -count=1 -timeout 30m "$@" $PKGS
 # The Kubernetes backend is its own module (backend/kubernetes/go.mod), so
 # ./... of the root never reaches it; its end-to-end tests run here.
 (cd backend/kubernetes && go test -tags e2e -race -count=1 -timeout 30m "$@" ./...)
+# cmd/goray is its own module too: goray slices against the control plane.
+(cd cmd/goray && go test -tags e2e -race -count=1 -timeout 30m "$@" ./...)
 echo "e2e: harness tests passed in $(($(date +%s) - t0)) s"

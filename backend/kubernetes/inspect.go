@@ -6,8 +6,10 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/goray-dev/goray/backend"
@@ -51,8 +53,8 @@ const MissingHost = "(missing)"
 // InspectSlices lists the TPU slices of the cluster that cfg points to
 // (its Client, REST or Kubeconfig and Context) from the nodes' GKE labels,
 // and who holds each from the slice Leases in cfg.Namespace, sorted by
-// slice name. It only reads: it needs permission to list nodes, and Leases
-// in the namespace. Fields of cfg other than the client and the namespace
+// slice name. It only reads: it lists nodes and gets each slice's Lease,
+// which the driver's RBAC (deploy/rbac.yaml) allows. Fields of cfg other than the client and the namespace
 // are ignored, so cfg needs no Worker.Image.
 func InspectSlices(ctx context.Context, cfg Config) ([]SliceInfo, error) {
 	const op = "inspect TPU slices"
@@ -68,14 +70,6 @@ func InspectSlices(ctx context.Context, cfg Config) ([]SliceInfo, error) {
 	if err != nil {
 		return nil, backend.Errorf(apiCode(err), op, "list nodes: %w", err)
 	}
-	leases, err := client.CoordinationV1().Leases(cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedBy})
-	if err != nil {
-		return nil, backend.Errorf(apiCode(err), op, "list Leases in namespace %s: %w", cfg.Namespace, err)
-	}
-	byLease := map[string]*coordv1.Lease{}
-	for i := range leases.Items {
-		byLease[leases.Items[i].Name] = &leases.Items[i]
-	}
 	pools := map[string][]*corev1.Node{}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
@@ -83,18 +77,43 @@ func InspectSlices(ctx context.Context, cfg Config) ([]SliceInfo, error) {
 			pools[p] = append(pools[p], n)
 		}
 	}
+	names := sortedKeys(pools)
+	// One get per slice, not a list: the driver's Role (deploy/rbac.yaml)
+	// may get Leases but not list them.
+	leases := make([]*coordv1.Lease, len(names))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(inspectParallel)
+	for i, pool := range names {
+		g.Go(func() error {
+			l, err := client.CoordinationV1().Leases(cfg.Namespace).Get(gctx, LeaseName(pool), metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				return nil // free
+			case err != nil:
+				return backend.Errorf(apiCode(err), op, "get Lease %s/%s of TPU slice %q: %w", cfg.Namespace, LeaseName(pool), pool, err)
+			}
+			leases[i] = l
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
 	now := time.Now()
 	holders := map[string]backend.PlacementGroupID{}
 	out := make([]SliceInfo, 0, len(pools))
-	for _, pool := range sortedKeys(pools) {
+	for i, pool := range names {
 		si := inspectSlice(pool, pools[pool])
-		if l := byLease[LeaseName(pool)]; l != nil {
-			si.holdBy(l, now, holders)
+		if leases[i] != nil {
+			si.holdBy(leases[i], now, holders)
 		}
 		out = append(out, si)
 	}
 	return out, nil
 }
+
+// inspectParallel bounds the Lease reads InspectSlices has in flight.
+const inspectParallel = 16
 
 // inspectSlice describes one node pool, whole or not.
 func inspectSlice(pool string, nodes []*corev1.Node) SliceInfo {

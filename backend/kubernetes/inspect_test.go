@@ -2,14 +2,17 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/matryer/is"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
@@ -44,6 +47,7 @@ func TestInspectSlices(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	before := len(client.Actions())
 	infos, err := InspectSlices(ctx, Config{Client: client})
 	if err != nil {
 		t.Fatal(err)
@@ -105,17 +109,29 @@ func TestInspectSlices(t *testing.T) {
 		is.True(strings.Contains(grid, "free (v5p 2x2x2, 2 hosts): free\n"))
 		is.True(strings.Contains(grid, "other (v6e 2x2, 1 hosts): B = driver-a (reservation 8)\n"))
 	})
-	t.Run("the Leases are untouched", func(t *testing.T) {
+	t.Run("it only reads", func(t *testing.T) {
 		is := is.New(t)
-		for _, a := range client.Actions() {
-			if a.GetResource().Resource == "nodes" {
-				is.Equal(a.GetVerb(), "list") // nodes are only listed
-			}
+		verbs := map[string]int{}
+		for _, a := range client.Actions()[before:] {
+			verbs[a.GetVerb()+" "+a.GetResource().Resource]++
 		}
+		is.Equal(verbs, map[string]int{"list nodes": 1, "get leases": 5}) // one get per slice: the driver's Role cannot list Leases
 		l, err := getLease(t, client, "held")
 		is.NoErr(err)
 		is.Equal(*l.Spec.HolderIdentity, "driver-a")
 	})
+}
+
+func TestInspectSlicesForbidden(t *testing.T) {
+	is := is.New(t)
+	client := fake.NewClientset(tpuNodes("pool", "tpu-v6e-slice", "2x2", 1, 4)[0])
+	client.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(leaseGR, "goray-slice-pool", errors.New("RBAC: no"))
+	})
+	_, err := InspectSlices(context.Background(), Config{Client: client, Namespace: "ml"})
+	is.True(err != nil)
+	is.Equal(backend.CodeOf(err), backend.FailedPrecondition)
+	is.True(strings.Contains(err.Error(), `get Lease ml/goray-slice-pool of TPU slice "pool"`)) // names the Lease
 }
 
 func TestInspectSlicesErrors(t *testing.T) {

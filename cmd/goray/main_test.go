@@ -19,7 +19,11 @@ import (
 	"github.com/goray-dev/goray/dashboard"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakOptions...) }
+
+// leakOptions are goroutines goleak ignores: the e2e build adds the
+// harness's process-lifetime ones.
+var leakOptions []goleak.Option
 
 const clusterFile = "testdata/tpu-cluster.json"
 

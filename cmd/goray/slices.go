@@ -41,7 +41,8 @@ node pool), and who holds each from the goray slice Leases in
 github.com/goray-dev/goray/backend/kubernetes, takes for each
 reservation). A host whose node is not Ready or is cordoned is drawn
 dead; a slice missing hosts is listed under "not whole". goray only
-reads: it needs to list nodes, and Leases in the namespace.`,
+reads: it lists nodes and gets each slice's Lease in the namespace, which
+the driver's RBAC (backend/kubernetes/deploy/rbac.yaml) allows.`,
 		Example: `  goray slices --cluster cmd/goray/testdata/tpu-cluster.json
   goray slices --cluster cluster.json --json
   goray slices --kubeconfig ~/.kube/config --context gke_proj_us-east5_tpus --namespace ml`,
