@@ -90,6 +90,16 @@ func (s *suite) testSnapshot(t *testing.T) {
 		for _, f := range st.Failures {
 			is.True(f.Task != "backendtest.add1") // only failures are listed
 		}
+
+		h := counterClass.Remote(ctx, c, 1)
+		_, err = counterPanic.Remote(ctx, h, "snap-method-boom").Get(ctx)
+		is.Equal(ray.Code(err), ray.TaskFailed)
+		st, err = c.Snapshot(ctx)
+		is.NoErr(err)
+		last := st.Failures[len(st.Failures)-1]          // the newest is last
+		is.Equal(last.Task, "backendtest.counter.panic") // an actor call is listed as Class.Method
+		is.Equal(last.Code, backend.TaskFailed)
+		is.True(strings.Contains(last.Message, "snap-method-boom"))
 	})
 	t.Run("TasksPerName", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.ResourceAccounting && s.h.Capabilities.Concurrent, "ResourceAccounting and Concurrent")
