@@ -1,6 +1,6 @@
 # test is the README's test command: every package, without the files that
 # import k8s.io (they build only with -tags e2e). ci is what CI runs.
-.PHONY: test race vet ci k8s-binaries e2e e2e-bench
+.PHONY: test race vet modules ci k8s-binaries e2e e2e-bench
 
 test:
 	go test ./...
@@ -14,7 +14,11 @@ vet:
 	go vet ./...
 	go vet -tags e2e ./...
 
-# gofmt, vet, test, race, then e2e (.ci/run).
+# The nested modules (adapters with heavy dependencies): vet and go test -race.
+modules:
+	scripts/test-modules.sh
+
+# gofmt, vet, test, race, modules, then e2e (.ci/run).
 ci:
 	.ci/run
 

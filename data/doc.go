@@ -10,22 +10,35 @@
 //		Cluster: c, Class: ModelClass, Min: 1, Max: 4,
 //		Slice: &ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "2x2"},
 //	}, Infer, data.BatchSize(32))
-//	err := data.WriteParquet(ctx, preds, data.LocalFiles("scores.parquet"))
+//	err := data.WriteJSONL(ctx, preds, data.LocalFiles("scores.jsonl"))
 //
 // A [Dataset] is a plan; nothing runs until a sink runs it: [Rows] (a
 // range-over-func iterator), [Take], [Count], [WriteJSONL], [WriteCSV],
-// [WriteParquet]. Each sink call is one run, configured by [Option]
-// values.
+// and Parquet's writer (below). Each sink call is one run, configured by
+// [Option] values.
 //
 // # Sources
 //
-// [FromItems] and [Range] read memory. [ReadJSONL], [ReadCSV] and
-// [ReadParquet] read files named by [Files]: a file, a folder or a glob,
-// on the local disk ([LocalFiles]), in any gocloud.dev/blob bucket
-// ([InBucket]: gs://, s3://, file://, mem://) or from a stream
-// ([FromStream]). Formats are parsed by encoding/json, encoding/csv and
-// github.com/parquet-go/parquet-go. Sources cut rows into blocks
-// ([BlockRows]) that the operators process in parallel.
+// [FromItems] and [Range] read memory. [ReadJSONL] and [ReadCSV] read
+// files named by [Files]: a file, a folder or a glob, on the local disk
+// ([LocalFiles]), in a bucket of package storage ([InBucket]: file:// and
+// mem:// built in; gs://, s3:// and azblob:// through the adapter module
+// github.com/goray-dev/goray/storage/gocloud) or from a stream
+// ([FromStream]). Formats are parsed by encoding/json and encoding/csv.
+// Sources cut rows into blocks ([BlockRows]) that the operators process
+// in parallel.
+//
+// # Parquet and other formats
+//
+// The module github.com/goray-dev/goray/data/parquet reads and writes
+// Parquet with github.com/parquet-go/parquet-go:
+//
+//	preds := parquet.Read[Review](data.LocalFiles("reviews/*.parquet"))
+//	err := parquet.Write(ctx, preds, data.LocalFiles("scores.parquet"))
+//
+// It is a module of its own so that programs that do not use Parquet do
+// not build parquet-go and its compression codecs. Any other format plugs
+// in the same way, through [ReadFiles] and [WriteFile].
 //
 // # Operators and where they run
 //

@@ -11,31 +11,30 @@ import (
 	"path/filepath"
 	"strings"
 
-	"gocloud.dev/blob"
-	"gocloud.dev/blob/fileblob"
+	"github.com/goray-dev/goray/storage"
 )
 
 // Files names the files a source reads, or the file a sink writes: in a
-// blob bucket ([InBucket]: gs://, s3://, file://, mem://, ... through
-// gocloud.dev/blob), on the local disk ([LocalFiles]), or any stream
-// ([FromStream]).
+// bucket ([InBucket]: file:// and mem:// built in, gs://, s3:// and
+// azblob:// through package storage/gocloud), on the local disk
+// ([LocalFiles]), or any stream ([FromStream]).
 //
 // For reading, the pattern is a file's key, a folder (every file under it,
 // recursively) or a glob in path.Match syntax ("logs/2026-*/*.jsonl");
 // files are read in key order. For writing it is the one file's key.
 // The zero value names nothing.
 type Files struct {
-	bucket  *blob.Bucket
+	bucket  storage.Bucket
 	local   bool
 	pattern string
 	stream  func(ctx context.Context) (io.ReadCloser, error)
 }
 
-// InBucket names files in a blob bucket that the caller opened (and
-// closes, after the runs that use it). Import the driver of the scheme:
-// gocloud.dev/blob/gcsblob for gs://, s3blob for s3://, fileblob for
-// file://, memblob for mem://.
-func InBucket(b *blob.Bucket, pattern string) Files {
+// InBucket names files in a bucket that the caller opened (and closes,
+// after the runs that use it) with storage.Open, storage.Dir or
+// storage.NewMem, or a gocloud.dev/blob bucket wrapped by package
+// github.com/goray-dev/goray/storage/gocloud.
+func InBucket(b storage.Bucket, pattern string) Files {
 	return Files{bucket: b, pattern: strings.TrimPrefix(pattern, "/")}
 }
 
@@ -99,7 +98,7 @@ func (f Files) list(ctx context.Context) (files []file, close func(), err error)
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := fileblob.OpenBucket(root, &fileblob.Options{Metadata: fileblob.MetadataDontWrite})
+		b, err := storage.Dir(root)
 		if err != nil {
 			return nil, nil, fmt.Errorf("data: open %s: %w", root, err)
 		}
@@ -147,22 +146,18 @@ func splitLocal(p string) (root, pattern string, err error) {
 
 // listBucket finds the keys that pattern names: the key itself, every key
 // under it as a folder, or the keys matching it as a glob.
-func listBucket(ctx context.Context, b *blob.Bucket, pattern string, display func(string) string) ([]file, error) {
+func listBucket(ctx context.Context, b storage.Bucket, pattern string, display func(string) string) ([]file, error) {
 	var keys []string
 	collect := func(prefix string, keep func(string) bool) error {
-		it := b.List(&blob.ListOptions{Prefix: prefix})
-		for {
-			obj, err := it.Next(ctx)
-			if err == io.EOF {
-				return nil
-			}
+		for obj, err := range b.List(ctx, prefix) {
 			if err != nil {
 				return fmt.Errorf("data: list %s: %w", display(prefix), err)
 			}
-			if !obj.IsDir && keep(obj.Key) {
+			if keep(obj.Key) {
 				keys = append(keys, obj.Key)
 			}
 		}
+		return nil
 	}
 	if hasMeta(pattern) {
 		if _, err := path.Match(pattern, ""); err != nil {
@@ -177,7 +172,7 @@ func listBucket(ctx context.Context, b *blob.Bucket, pattern string, display fun
 		ok := false
 		if pattern != "" {
 			var err error
-			if ok, err = b.Exists(ctx, pattern); err != nil {
+			if ok, err = storage.Exists(ctx, b, pattern); err != nil {
 				return nil, fmt.Errorf("data: %s: %w", display(pattern), err)
 			}
 		}
@@ -200,23 +195,23 @@ func listBucket(ctx context.Context, b *blob.Bucket, pattern string, display fun
 	for i, k := range keys {
 		files[i] = file{
 			name: display(k),
-			open: func(ctx context.Context) (io.ReadCloser, error) { return b.NewReader(ctx, k, nil) },
+			open: func(ctx context.Context) (io.ReadCloser, error) { return b.NewRangeReader(ctx, k, 0, -1) },
 			readerAt: func(ctx context.Context) (readerAtSize, func() error, error) {
-				attrs, err := b.Attributes(ctx, k)
+				obj, err := b.Stat(ctx, k)
 				if err != nil {
 					return nil, nil, err
 				}
-				return &blobReaderAt{ctx: ctx, b: b, key: k, size: attrs.Size}, func() error { return nil }, nil
+				return &blobReaderAt{ctx: ctx, b: b, key: k, size: obj.Size}, func() error { return nil }, nil
 			},
 		}
 	}
 	return files, nil
 }
 
-// blobReaderAt gives random access to a blob through range reads.
+// blobReaderAt gives random access to an object through range reads.
 type blobReaderAt struct {
 	ctx  context.Context
-	b    *blob.Bucket
+	b    storage.Bucket
 	key  string
 	size int64
 }
@@ -224,7 +219,7 @@ type blobReaderAt struct {
 func (r *blobReaderAt) Size() int64 { return r.size }
 
 func (r *blobReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	rr, err := r.b.NewRangeReader(r.ctx, r.key, off, int64(len(p)), nil)
+	rr, err := r.b.NewRangeReader(r.ctx, r.key, off, int64(len(p)))
 	if err != nil {
 		return 0, err
 	}
@@ -239,7 +234,7 @@ func (r *blobReaderAt) ReadAt(p []byte, off int64) (int, error) {
 // create opens the one file f names for writing, atomically: nothing
 // appears under the name until commit succeeds, and abort leaves nothing.
 func (f Files) create(ctx context.Context) (w io.Writer, commit func() error, abort func(), err error) {
-	var b *blob.Bucket
+	var b storage.Bucket
 	key := f.pattern
 	closeBucket := func() {}
 	switch {
@@ -252,7 +247,7 @@ func (f Files) create(ctx context.Context) (w io.Writer, commit func() error, ab
 		}
 		// The temporary file goes next to the target, so the final rename
 		// is atomic.
-		b, err = fileblob.OpenBucket(filepath.Dir(abs), &fileblob.Options{Metadata: fileblob.MetadataDontWrite, CreateDir: true, NoTempDir: true})
+		b, err = storage.Dir(filepath.Dir(abs))
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("data: open %s: %w", filepath.Dir(abs), err)
 		}
@@ -268,7 +263,7 @@ func (f Files) create(ctx context.Context) (w io.Writer, commit func() error, ab
 		return nil, nil, nil, fmt.Errorf("data: cannot write to %q: name one file, without glob characters", f.pattern)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	bw, err := b.NewWriter(wctx, key, nil)
+	bw, err := b.NewWriter(wctx, key)
 	if err != nil {
 		cancel()
 		closeBucket()
@@ -283,7 +278,7 @@ func (f Files) create(ctx context.Context) (w io.Writer, commit func() error, ab
 		return nil
 	}
 	abort = func() {
-		cancel() // a blob writer whose context ends before Close discards what it wrote
+		cancel() // a writer whose context ends before Close discards what it wrote
 		bw.Close()
 		closeBucket()
 	}

@@ -11,17 +11,15 @@ import (
 	"testing"
 
 	"github.com/matryer/is"
-	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/fileblob"
-	_ "gocloud.dev/blob/memblob"
 
 	"github.com/goray-dev/goray/data"
+	"github.com/goray-dev/goray/storage"
 )
 
 type record struct {
-	ID    int     `json:"id" csv:"id" parquet:"id"`
-	Name  string  `json:"name" csv:"name" parquet:"name"`
-	Score float64 `json:"score" csv:"score" parquet:"score"`
+	ID    int     `json:"id" csv:"id"`
+	Name  string  `json:"name" csv:"name"`
+	Score float64 `json:"score" csv:"score"`
 }
 
 func records(n int) []record {
@@ -37,15 +35,12 @@ func records(n int) []record {
 func TestRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	fileBucket, err := blob.OpenBucket(ctx, "file://"+filepath.ToSlash(dir)+"?metadata=skip")
+	fileBucket, err := storage.Open(ctx, "file://"+filepath.ToSlash(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fileBucket.Close()
-	memBucket, err := blob.OpenBucket(ctx, "mem://")
-	if err != nil {
-		t.Fatal(err)
-	}
+	memBucket := storage.NewMem()
 	defer memBucket.Close()
 	localDir := t.TempDir()
 
@@ -56,7 +51,6 @@ func TestRoundTrip(t *testing.T) {
 	}{
 		{"jsonl", data.WriteJSONL[record], data.ReadJSONL[record]},
 		{"csv", data.WriteCSV[record], data.ReadCSV[record]},
-		{"parquet", data.WriteParquet[record], data.ReadParquet[record]},
 	}
 	stores := []struct {
 		name string
@@ -92,10 +86,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestNoFiles(t *testing.T) {
 	ctx := context.Background()
-	b, err := blob.OpenBucket(ctx, "mem://")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := storage.NewMem()
 	defer b.Close()
 	tests := []struct{ pattern, msg string }{
 		{"nothing/*.jsonl", `no files match "nothing/*.jsonl"`},

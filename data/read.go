@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-
-	"github.com/parquet-go/parquet-go"
 )
 
 // readParallel is how many files an unordered run reads at once.
@@ -142,37 +140,6 @@ func ReadCSV[T any](files Files, opts ...Option) *Dataset[T] {
 			}
 			if err := w.put(v, p); err != nil {
 				return err
-			}
-		}
-	})
-}
-
-// ReadParquet reads Parquet files with parquet-go into rows of type T, a
-// struct whose fields map to columns by `parquet:"name"` tag or name.
-func ReadParquet[T any](files Files, opts ...Option) *Dataset[T] {
-	return fileSource("read_parquet", files, opts, func(ctx context.Context, f file, w *blockWriter[T]) error {
-		ra, done, err := f.readerAt(ctx)
-		if err != nil {
-			return sourceFailed(ctx, Pos{Source: f.name}, err)
-		}
-		defer done()
-		pr := parquet.NewGenericReader[T](ra)
-		defer pr.Close()
-		var row int64
-		for {
-			buf := make([]T, 256) // fresh each time: rows may share the buffer's memory
-			n, err := pr.Read(buf)
-			for i := range n {
-				if err := w.put(buf[i], Pos{Source: f.name, Row: row}); err != nil {
-					return err
-				}
-				row++
-			}
-			if err == io.EOF {
-				return nil
-			}
-			if err != nil {
-				return sourceFailed(ctx, Pos{Source: f.name, Row: row}, err)
 			}
 		}
 	})

@@ -7,20 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-
-	"github.com/parquet-go/parquet-go"
 )
-
-// encoder writes rows in one format.
-type encoder[T any] interface {
-	write(rows []T) error
-	close() error
-}
 
 // writeFile runs d and writes its rows to the one file that to names,
 // atomically: the file appears, complete, only when the run succeeds; on
 // failure or cancellation nothing is left under its name.
-func writeFile[T any](ctx context.Context, d *Dataset[T], to Files, opts []Option, newEnc func(w io.Writer) (encoder[T], error)) (err error) {
+func writeFile[T any](ctx context.Context, d *Dataset[T], to Files, opts []Option, newEnc func(w io.Writer) (Encoder[T], error)) (err error) {
 	w, commit, abort, err := to.create(ctx)
 	if err != nil {
 		return err
@@ -34,10 +26,10 @@ func writeFile[T any](ctx context.Context, d *Dataset[T], to Files, opts []Optio
 	if err != nil {
 		return err
 	}
-	if err := drain(ctx, d, opts, func(rows []T) error { return enc.write(rows) }); err != nil {
+	if err := drain(ctx, d, opts, func(rows []T) error { return enc.Write(rows) }); err != nil {
 		return err
 	}
-	if err := enc.close(); err != nil {
+	if err := enc.Close(); err != nil {
 		return fmt.Errorf("data: write %s: %w", to, err)
 	}
 	return commit()
@@ -46,7 +38,7 @@ func writeFile[T any](ctx context.Context, d *Dataset[T], to Files, opts []Optio
 // WriteJSONL runs d and writes its rows to one JSON Lines file, one
 // encoding/json value per line, atomically (see [Files]).
 func WriteJSONL[T any](ctx context.Context, d *Dataset[T], to Files, opts ...Option) error {
-	return writeFile(ctx, d, to, opts, func(w io.Writer) (encoder[T], error) {
+	return writeFile(ctx, d, to, opts, func(w io.Writer) (Encoder[T], error) {
 		bw := bufio.NewWriterSize(w, 64<<10)
 		return &jsonlEncoder[T]{bw: bw, enc: json.NewEncoder(bw)}, nil
 	})
@@ -57,7 +49,7 @@ type jsonlEncoder[T any] struct {
 	enc *json.Encoder
 }
 
-func (e *jsonlEncoder[T]) write(rows []T) error {
+func (e *jsonlEncoder[T]) Write(rows []T) error {
 	for i := range rows {
 		if err := e.enc.Encode(&rows[i]); err != nil {
 			return err
@@ -66,14 +58,14 @@ func (e *jsonlEncoder[T]) write(rows []T) error {
 	return nil
 }
 
-func (e *jsonlEncoder[T]) close() error { return e.bw.Flush() }
+func (e *jsonlEncoder[T]) Close() error { return e.bw.Flush() }
 
 // WriteCSV runs d and writes its rows to one CSV file with encoding/csv,
 // atomically. Rows are []string (written as they are), map[string]string
 // (a header of the first row's sorted keys) or a struct (a header of its
 // column names, as for [ReadCSV]).
 func WriteCSV[T any](ctx context.Context, d *Dataset[T], to Files, opts ...Option) error {
-	return writeFile(ctx, d, to, opts, func(w io.Writer) (encoder[T], error) {
+	return writeFile(ctx, d, to, opts, func(w io.Writer) (Encoder[T], error) {
 		codec, err := newCSVCodec[T]()
 		if err != nil {
 			return nil, err
@@ -89,7 +81,7 @@ type csvEncoder[T any] struct {
 	started bool
 }
 
-func (e *csvEncoder[T]) write(rows []T) error {
+func (e *csvEncoder[T]) Write(rows []T) error {
 	for _, row := range rows {
 		if !e.started {
 			e.started = true
@@ -106,7 +98,7 @@ func (e *csvEncoder[T]) write(rows []T) error {
 	return nil
 }
 
-func (e *csvEncoder[T]) close() error {
+func (e *csvEncoder[T]) Close() error {
 	if !e.started && e.codec.kind == csvStruct {
 		if err := e.cw.Write(e.codec.header(*new(T))); err != nil {
 			return err
@@ -115,21 +107,3 @@ func (e *csvEncoder[T]) close() error {
 	e.cw.Flush()
 	return e.cw.Error()
 }
-
-// WriteParquet runs d and writes its rows to one Parquet file with
-// parquet-go, atomically. T is a struct; its schema comes from its fields
-// and `parquet` tags.
-func WriteParquet[T any](ctx context.Context, d *Dataset[T], to Files, opts ...Option) error {
-	return writeFile(ctx, d, to, opts, func(w io.Writer) (encoder[T], error) {
-		return &parquetEncoder[T]{pw: parquet.NewGenericWriter[T](w)}, nil
-	})
-}
-
-type parquetEncoder[T any] struct{ pw *parquet.GenericWriter[T] }
-
-func (e *parquetEncoder[T]) write(rows []T) error {
-	_, err := e.pw.Write(rows)
-	return err
-}
-
-func (e *parquetEncoder[T]) close() error { return e.pw.Close() }

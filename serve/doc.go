@@ -37,7 +37,7 @@
 // /<name>/stream (server-sent events: "data: <chunk JSON>" per chunk, then
 // "event: done", or "event: error") to actor deployments, and
 // /<name>/<path> to process deployments; GET /-/status returns [Status] as
-// JSON, GET /-/metrics the Prometheus metrics (a registry per Server), GET
+// JSON, GET /-/metrics the Prometheus metrics (see [Server.WriteMetrics]), GET
 // /-/healthz "ok". Each request has the deployment's RequestTimeout (504
 // when it passes).
 //

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/goray-dev/goray/ray"
 )
 
@@ -34,7 +32,10 @@ func (s *Server) routes() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s.Status())
 	})
-	mux.Handle("GET /-/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /-/metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		s.metrics.write(w)
+	})
 	mux.HandleFunc("/{name}", func(w http.ResponseWriter, r *http.Request) { s.serveDeployment(w, r, r.PathValue("name"), "") })
 	mux.HandleFunc("/{name}/{rest...}", func(w http.ResponseWriter, r *http.Request) {
 		s.serveDeployment(w, r, r.PathValue("name"), "/"+r.PathValue("rest"))
@@ -145,7 +146,7 @@ func (d *deployment) attempt(ctx context.Context, do func(*replica) error) (int,
 			d.lost(rep, fmt.Sprintf("request failed: %v", err), false)
 			if d.spec.Idempotent && n < d.spec.MaxRetries {
 				tried = append(tried, rep)
-				d.s.metrics.retries.WithLabelValues(d.spec.Name).Inc()
+				d.s.metrics.dep(d.spec.Name).retries.Inc()
 				continue
 			}
 			return http.StatusServiceUnavailable, fmt.Sprintf("deployment %q: replica %s was lost: %v", d.spec.Name, rep.id, err)

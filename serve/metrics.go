@@ -1,98 +1,140 @@
 package serve
 
 import (
+	"io"
 	"strconv"
+	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+	vm "github.com/VictoriaMetrics/metrics"
 )
 
-// metrics are a server's Prometheus metrics, in a registry of its own so
-// that two servers in one process do not collide.
+// metrics are a server's metrics in the Prometheus text format, kept with
+// github.com/VictoriaMetrics/metrics (a small, dependency-free library) in
+// a set of their own so that two servers in one process do not collide.
+// Counters and histograms are updated as requests pass; the gauges are
+// read from the live state at scrape time.
 type metrics struct {
-	reg             *prometheus.Registry
-	requests        *prometheus.CounterVec
-	latency         *prometheus.HistogramVec
-	retries         *prometheus.CounterVec
-	replicaFailures *prometheus.CounterVec
-	scaleUp         *prometheus.HistogramVec
+	set  *vm.Set
+	deps sync.Map // deployment name → *depMetrics
 }
 
+// depMetrics are one deployment's counters and histograms, made once.
+type depMetrics struct {
+	name            string
+	set             *vm.Set
+	byCode          sync.Map // HTTP status code → *vm.Counter
+	latency         *vm.PrometheusHistogram
+	retries         *vm.Counter
+	replicaFailures *vm.Counter
+	scaleUp         *vm.PrometheusHistogram
+}
+
+// The metric names, documented in docs/serve.md.
+const (
+	requestsTotal        = "goray_serve_requests_total"
+	requestDuration      = "goray_serve_request_duration_seconds"
+	retriesTotal         = "goray_serve_retries_total"
+	replicaFailuresTotal = "goray_serve_replica_failures_total"
+	scaleUpSeconds       = "goray_serve_scale_up_seconds"
+	replicasGauge        = "goray_serve_replicas"
+	targetGauge          = "goray_serve_target_replicas"
+	slicesGauge          = "goray_serve_slices_held"
+	queuedGauge          = "goray_serve_queued_requests"
+	ongoingGauge         = "goray_serve_replica_ongoing_requests"
+)
+
+var (
+	latencyBuckets = vm.ExponentialBuckets(0.0001, 2, 20)
+	scaleUpBuckets = vm.ExponentialBuckets(0.001, 2, 20)
+)
+
 func newMetrics(s *Server) *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "goray", Subsystem: "serve", Name: "requests_total",
-			Help: "Requests answered, by deployment and HTTP status code.",
-		}, []string{"deployment", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "goray", Subsystem: "serve", Name: "request_duration_seconds",
-			Help:    "Request latency through the router, queueing included.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 20),
-		}, []string{"deployment"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "goray", Subsystem: "serve", Name: "retries_total",
-			Help: "Idempotent requests retried on another replica after theirs was lost.",
-		}, []string{"deployment"}),
-		replicaFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "goray", Subsystem: "serve", Name: "replica_failures_total",
-			Help: "Replicas lost to a dead host, a dead actor or failed health checks.",
-		}, []string{"deployment"}),
-		scaleUp: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "goray", Subsystem: "serve", Name: "scale_up_seconds",
-			Help:    "Time from the decision to add a replica to its first request.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20),
-		}, []string{"deployment"}),
-	}
-	m.reg.MustRegister(m.requests, m.latency, m.retries, m.replicaFailures, m.scaleUp,
-		stateCollector{s}, collectors.NewGoCollector())
+	m := &metrics{set: vm.NewSet()}
+	m.set.RegisterMetricsWriter(func(w io.Writer) { writeStateGauges(w, s.Status()) })
 	return m
 }
 
-var (
-	replicasDesc = prometheus.NewDesc("goray_serve_replicas", "Replicas by state.", []string{"deployment", "state"}, nil)
-	targetDesc   = prometheus.NewDesc("goray_serve_target_replicas", "Replicas the deployment aims for.", []string{"deployment"}, nil)
-	slicesDesc   = prometheus.NewDesc("goray_serve_slices_held", "TPU slices held by the deployment's replicas.", []string{"deployment"}, nil)
-	queuedDesc   = prometheus.NewDesc("goray_serve_queued_requests", "Requests waiting in the router for a free replica.", []string{"deployment"}, nil)
-	ongoingDesc  = prometheus.NewDesc("goray_serve_replica_ongoing_requests", "Requests routed to a replica and not done.", []string{"deployment", "replica"}, nil)
-)
-
-// stateCollector reads the gauges from the live state at scrape time.
-type stateCollector struct{ s *Server }
-
-func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{replicasDesc, targetDesc, slicesDesc, queuedDesc, ongoingDesc} {
-		ch <- d
+// series names a time series: name{k1="v1",...}, labels in the order given
+// (alphabetical, as Prometheus writes them).
+func series(name string, labels ...string) string {
+	b := []byte(name)
+	for i := 0; i+1 < len(labels); i += 2 {
+		if i == 0 {
+			b = append(b, '{')
+		} else {
+			b = append(b, ',')
+		}
+		b = append(b, labels[i]...)
+		b = append(b, '=')
+		b = strconv.AppendQuote(b, labels[i+1])
 	}
+	if len(labels) > 0 {
+		b = append(b, '}')
+	}
+	return string(b)
 }
 
-func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, d := range c.s.Status().Deployments {
+func (m *metrics) dep(name string) *depMetrics {
+	if d, ok := m.deps.Load(name); ok {
+		return d.(*depMetrics)
+	}
+	d := &depMetrics{
+		name:            name,
+		set:             m.set,
+		latency:         m.set.GetOrCreatePrometheusHistogramExt(series(requestDuration, "deployment", name), latencyBuckets),
+		retries:         m.set.GetOrCreateCounter(series(retriesTotal, "deployment", name)),
+		replicaFailures: m.set.GetOrCreateCounter(series(replicaFailuresTotal, "deployment", name)),
+		scaleUp:         m.set.GetOrCreatePrometheusHistogramExt(series(scaleUpSeconds, "deployment", name), scaleUpBuckets),
+	}
+	actual, _ := m.deps.LoadOrStore(name, d)
+	return actual.(*depMetrics)
+}
+
+func (d *depMetrics) requests(code int) *vm.Counter {
+	if c, ok := d.byCode.Load(code); ok {
+		return c.(*vm.Counter)
+	}
+	c := d.set.GetOrCreateCounter(series(requestsTotal, "code", strconv.Itoa(code), "deployment", d.name))
+	actual, _ := d.byCode.LoadOrStore(code, c)
+	return actual.(*vm.Counter)
+}
+
+// write writes every metric in the Prometheus text format, then the Go
+// runtime's and the process's.
+func (m *metrics) write(w io.Writer) {
+	m.set.WritePrometheus(w)
+	vm.WriteProcessMetrics(w)
+}
+
+// writeStateGauges writes the gauges read from the live state.
+func writeStateGauges(w io.Writer, st Status) {
+	for _, d := range st.Deployments {
 		byState := map[string]int{}
-		for _, name := range replicaStateNames {
-			byState[name] = 0
-		}
 		for _, r := range d.Replicas {
 			byState[r.State]++
-			ch <- prometheus.MustNewConstMetric(ongoingDesc, prometheus.GaugeValue, float64(r.Ongoing), d.Name, r.ID)
+			vm.WriteGaugeUint64(w, series(ongoingGauge, "deployment", d.Name, "replica", r.ID), uint64(max(r.Ongoing, 0)))
 		}
-		for st, n := range byState {
-			ch <- prometheus.MustNewConstMetric(replicasDesc, prometheus.GaugeValue, float64(n), d.Name, st)
+		for _, name := range replicaStateNames {
+			vm.WriteGaugeUint64(w, series(replicasGauge, "deployment", d.Name, "state", name), uint64(byState[name]))
 		}
-		ch <- prometheus.MustNewConstMetric(targetDesc, prometheus.GaugeValue, float64(d.Target), d.Name)
-		ch <- prometheus.MustNewConstMetric(slicesDesc, prometheus.GaugeValue, float64(d.SlicesHeld), d.Name)
-		ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(d.Queued), d.Name)
+		vm.WriteGaugeUint64(w, series(targetGauge, "deployment", d.Name), uint64(max(d.Target, 0)))
+		vm.WriteGaugeUint64(w, series(slicesGauge, "deployment", d.Name), uint64(max(d.SlicesHeld, 0)))
+		vm.WriteGaugeUint64(w, series(queuedGauge, "deployment", d.Name), uint64(max(d.Queued, 0)))
 	}
 }
+
+// WriteMetrics writes the server's metrics in the Prometheus text
+// exposition format, as GET /-/metrics serves them: for a program that
+// serves its own metrics endpoint, or for tests.
+func (s *Server) WriteMetrics(w io.Writer) { s.metrics.write(w) }
 
 // observe records one answered request.
 func (d *deployment) observe(code int, start time.Time) {
 	now := time.Now()
 	el := now.Sub(start)
-	d.s.metrics.requests.WithLabelValues(d.spec.Name, codeLabel(code)).Inc()
-	d.s.metrics.latency.WithLabelValues(d.spec.Name).Observe(el.Seconds())
+	m := d.s.metrics.dep(d.spec.Name)
+	m.requests(code).Inc()
+	m.latency.Update(el.Seconds())
 	d.window.add(now, el)
 }
-
-func codeLabel(code int) string { return strconv.Itoa(code) }

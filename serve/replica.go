@@ -247,7 +247,7 @@ func (d *deployment) lost(r *replica, reason string, hold bool) {
 		d.wg.Add(1)
 	}
 	d.mu.Unlock()
-	d.s.metrics.replicaFailures.WithLabelValues(d.spec.Name).Inc()
+	d.s.metrics.dep(d.spec.Name).replicaFailures.Inc()
 	d.s.log.Warn("serve: replica lost", "replica", r.id, "reason", reason)
 	if closing {
 		d.stop(r, reason)

@@ -101,7 +101,7 @@ func (d *deployment) takeLocked(r *replica) {
 	d.changedLocked()
 	if !r.firstReq {
 		r.firstReq = true
-		d.s.metrics.scaleUp.WithLabelValues(d.spec.Name).Observe(time.Since(r.created).Seconds())
+		d.s.metrics.dep(d.spec.Name).scaleUp.Update(time.Since(r.created).Seconds())
 		d.lastScaleUp = time.Since(r.created)
 	}
 }

@@ -160,6 +160,7 @@ func TestUnaryAndStream(t *testing.T) {
 			`goray_serve_slices_held{deployment="echo"} 1`,
 			`goray_serve_request_duration_seconds_bucket{deployment="echo"`,
 			`goray_serve_queued_requests{deployment="echo"} 0`,
+			"\ngo_goroutines ", // the Go runtime's metrics
 		} {
 			is.True(strings.Contains(string(b), want)) // metric present
 		}

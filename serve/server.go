@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/goray-dev/goray/ray"
 )
 
@@ -74,10 +72,6 @@ func New(c *ray.Cluster, opts *Options) *Server {
 	s.handler = s.routes()
 	return s
 }
-
-// Registry returns the server's Prometheus registry (served at
-// GET /-/metrics), for adding collectors or gathering in tests.
-func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
 
 // deployment is the running state of one Deployment.
 type deployment struct {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,13 +12,8 @@ import (
 	"time"
 
 	"github.com/samber/lo"
-	"gocloud.dev/blob"
-	"gocloud.dev/gcerrors"
 
-	// file:// and mem:// storage work out of the box; import a driver
-	// such as gocloud.dev/blob/gcsblob for gs://.
-	_ "gocloud.dev/blob/fileblob"
-	_ "gocloud.dev/blob/memblob"
+	"github.com/goray-dev/goray/storage"
 )
 
 // Checkpoint is a complete checkpoint of a run: the data each rank saved
@@ -56,7 +50,7 @@ func (c *Checkpoint) Load(ctx context.Context, rank int) ([]byte, error) {
 	return c.store.read(ctx, c.Iteration, rank)
 }
 
-// store keeps a run's checkpoints in a blob bucket under "<run>/":
+// store keeps a run's checkpoints in a bucket under "<run>/":
 //
 //	<run>/checkpoint_000000012/rank_00000   data of rank 0
 //	<run>/checkpoint_000000012/COMPLETE     JSON Checkpoint, written last
@@ -67,7 +61,7 @@ func (c *Checkpoint) Load(ctx context.Context, rank int) ([]byte, error) {
 // bucket (a temporary file renamed, for file://). Pruning deletes the
 // marker first, for the same reason.
 type store struct {
-	b      *blob.Bucket
+	b      storage.Bucket
 	prefix string
 	keep   int
 	// url is set when Fit opened (and will close) the bucket: reads after
@@ -83,7 +77,7 @@ func (s *store) dir(it int) string { return fmt.Sprintf("%scheckpoint_%09d/", s.
 func (s *store) rankKey(it, rank int) string { return fmt.Sprintf("%srank_%05d", s.dir(it), rank) }
 
 func (s *store) writeRank(ctx context.Context, it, rank int, data []byte) error {
-	if err := s.b.WriteAll(ctx, s.rankKey(it, rank), data, nil); err != nil {
+	if err := storage.WriteAll(ctx, s.b, s.rankKey(it, rank), data); err != nil {
 		return fmt.Errorf("train: write checkpoint %d of rank %d: %w", it, rank, err)
 	}
 	return nil
@@ -93,12 +87,12 @@ func (s *store) read(ctx context.Context, it, rank int) ([]byte, error) {
 	bucket := s.b
 	if s.closed.Load() {
 		var err error
-		if bucket, err = blob.OpenBucket(ctx, s.url); err != nil {
+		if bucket, err = storage.Open(ctx, s.url); err != nil {
 			return nil, fmt.Errorf("train: read checkpoint %d of rank %d: reopen %q: %w", it, rank, s.url, err)
 		}
 		defer bucket.Close()
 	}
-	b, err := bucket.ReadAll(ctx, s.rankKey(it, rank))
+	b, err := storage.ReadAll(ctx, bucket, s.rankKey(it, rank))
 	if err != nil {
 		return nil, fmt.Errorf("train: read checkpoint %d of rank %d: %w", it, rank, err)
 	}
@@ -111,7 +105,7 @@ func (s *store) commit(ctx context.Context, ck *Checkpoint) error {
 	if err != nil {
 		return err
 	}
-	if err := s.b.WriteAll(ctx, s.dir(ck.Iteration)+markerName, b, &blob.WriterOptions{ContentType: "application/json"}); err != nil {
+	if err := storage.WriteAll(ctx, s.b, s.dir(ck.Iteration)+markerName, b); err != nil {
 		return fmt.Errorf("train: commit checkpoint %d: %w", ck.Iteration, err)
 	}
 	return s.prune(ctx)
@@ -120,13 +114,8 @@ func (s *store) commit(ctx context.Context, ck *Checkpoint) error {
 // scan lists the run's checkpoint directories: all of them, and the
 // complete ones, ascending by iteration.
 func (s *store) scan(ctx context.Context) (all, complete []int, err error) {
-	it := s.b.List(&blob.ListOptions{Prefix: s.prefix})
 	seen := map[int]bool{}
-	for {
-		obj, err := it.Next(ctx)
-		if err == io.EOF {
-			break
-		}
+	for obj, err := range s.b.List(ctx, s.prefix) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("train: list checkpoints under %q: %w", s.prefix, err)
 		}
@@ -176,7 +165,7 @@ func (s *store) latest(ctx context.Context) (*Checkpoint, error) {
 }
 
 func (s *store) marker(ctx context.Context, it int) (*Checkpoint, error) {
-	b, err := s.b.ReadAll(ctx, s.dir(it)+markerName)
+	b, err := storage.ReadAll(ctx, s.b, s.dir(it)+markerName)
 	if err != nil {
 		return nil, fmt.Errorf("train: read checkpoint %d: %w", it, err)
 	}
@@ -209,23 +198,18 @@ func (s *store) prune(ctx context.Context) error {
 
 func (s *store) deleteDir(ctx context.Context, it int) error {
 	dir := s.dir(it)
-	if err := s.b.Delete(ctx, dir+markerName); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+	if err := s.b.Delete(ctx, dir+markerName); err != nil && !errors.Is(err, storage.ErrNotExist) {
 		return fmt.Errorf("train: delete checkpoint %d: %w", it, err)
 	}
 	var keys []string
-	iter := s.b.List(&blob.ListOptions{Prefix: dir})
-	for {
-		obj, err := iter.Next(ctx)
-		if err == io.EOF {
-			break
-		}
+	for obj, err := range s.b.List(ctx, dir) {
 		if err != nil {
 			return fmt.Errorf("train: delete checkpoint %d: %w", it, err)
 		}
 		keys = append(keys, obj.Key)
 	}
 	for _, k := range keys {
-		if err := s.b.Delete(ctx, k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		if err := s.b.Delete(ctx, k); err != nil && !errors.Is(err, storage.ErrNotExist) {
 			return fmt.Errorf("train: delete checkpoint %d: %w", it, err)
 		}
 	}

@@ -70,7 +70,7 @@ func dirs(t testing.TB, dir string) []string {
 	var out []string
 	for _, e := range ents {
 		files, _ := os.ReadDir(filepath.Join(dir, e.Name()))
-		if e.IsDir() && len(files) > 0 { // fileblob leaves emptied directories behind
+		if e.IsDir() && len(files) > 0 {
 			out = append(out, e.Name())
 		}
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/storage"
 	"github.com/goray-dev/goray/tpu"
-	"gocloud.dev/blob"
 )
 
 // ScalingConfig says what the run runs on: whole TPU slices of one
@@ -62,15 +62,17 @@ type RunConfig struct {
 	// Name names the run and its checkpoint directory; letters, digits,
 	// '.', '_' and '-'. Empty means "train".
 	Name string
-	// Storage is the URL of the checkpoint bucket (gocloud.dev/blob):
-	// "file:///path", "mem://" (built in), "gs://bucket" or "s3://bucket"
-	// after importing the driver. Empty means "mem://", which lives as long
-	// as the Fit call. Checkpoints are written by the driver, so only the
+	// Storage is the URL of the checkpoint bucket, opened with
+	// storage.Open: "file:///path" and "mem://" are built in;
+	// "gs://bucket", "s3://bucket" and "azblob://container" work after
+	// importing github.com/goray-dev/goray/storage/gocloud and the
+	// gocloud.dev driver. Empty means "mem://", which lives as long as the
+	// Fit call. Checkpoints are written by the driver, so only the
 	// driver needs access. A run whose storage already holds complete
 	// checkpoints under its name resumes from the latest.
 	Storage string
 	// Bucket, if set, is used instead of Storage (and not closed).
-	Bucket *blob.Bucket
+	Bucket storage.Bucket
 	// KeepCheckpoints is how many complete checkpoints are kept; 0 means
 	// 3, negative keeps all.
 	KeepCheckpoints int

@@ -1,8 +1,8 @@
 // Package train runs distributed training on whole TPU slices, the Go form
 // of Ray Train's JaxTrainer: give it a TPU generation, a topology and a
 // number of slices, and it runs a training loop (or an external program)
-// on every host, with collectives among the workers, checkpoints in a blob
-// store, and restarts on fresh slices after a failure. It never exposes
+// on every host, with collectives among the workers, checkpoints in an
+// object store, and restarts on fresh slices after a failure. It never exposes
 // placement.
 //
 // # Scaling
@@ -48,8 +48,9 @@
 // # Checkpoints
 //
 // [Worker.Report] sends metrics and optional checkpoint data to the driver,
-// which writes them to a gocloud.dev/blob bucket (RunConfig.Storage:
-// file:// and mem:// built in, gs:// or s3:// after importing the driver).
+// which writes them to a bucket of package storage (RunConfig.Storage:
+// file:// and mem:// built in; gs://, s3:// and azblob:// after importing
+// github.com/goray-dev/goray/storage/gocloud and the gocloud.dev driver).
 // The N-th reports of all ranks form iteration N; its checkpoint becomes
 // complete when a COMPLETE marker is written after every rank's data, so a
 // crash mid-write never leaves a checkpoint that resume would pick. The

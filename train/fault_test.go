@@ -12,9 +12,8 @@ import (
 
 	"github.com/matryer/is"
 
-	"gocloud.dev/blob/memblob"
-
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/storage"
 	"github.com/goray-dev/goray/train"
 )
 
@@ -77,7 +76,7 @@ func TestHostLoss(t *testing.T) {
 			is := is.New(t)
 			ctx := context.Background()
 			b, c := newCluster(t, "4x4", 2, tc.procs)
-			bucket := memblob.OpenBucket(nil)
+			bucket := storage.NewMem()
 			defer bucket.Close()
 			var killed string
 			var injectErr error

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"gocloud.dev/blob"
+	"github.com/goray-dev/goray/storage"
 
 	"github.com/goray-dev/goray/ray"
 )
@@ -187,7 +187,7 @@ func (t *Trainer) openStore(ctx context.Context) (*store, func(), error) {
 	b, closeFn := t.run.Bucket, func() {}
 	if b == nil {
 		var err error
-		if b, err = blob.OpenBucket(ctx, t.run.Storage); err != nil {
+		if b, err = storage.Open(ctx, t.run.Storage); err != nil {
 			return nil, nil, fmt.Errorf("train: open checkpoint storage %q: %w", t.run.Storage, err)
 		}
 	}

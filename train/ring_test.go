@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/matryer/is"
-	"gocloud.dev/blob/memblob"
+
+	"github.com/goray-dev/goray/storage"
 )
 
 // TestPartitionedRank: rank 1's ring connections break while it stays
@@ -21,7 +22,7 @@ func TestPartitionedRank(t *testing.T) {
 	is := is.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	bucket := memblob.OpenBucket(nil)
+	bucket := storage.NewMem()
 	defer bucket.Close()
 	const world = 4
 	rz, err := newRendezvous("127.0.0.1:0", "token", 0, world, &store{b: bucket, prefix: "t/"}, nil, 200*time.Millisecond,

@@ -3,13 +3,17 @@
 // Ray Data map_batches job whose replicas each hold a v6e 2x2 slice:
 //
 //	read JSON Lines → tokenize (ray tasks) → infer (actor pool, one v6e 2x2
-//	slice per replica, batches of 32) → write Parquet
+//	slice per replica, batches of 32) → write JSON Lines
+//
+// To write Parquet instead, import github.com/goray-dev/goray/data/parquet
+// (a module of its own) and call parquet.Write where this calls
+// data.WriteJSONL; Prediction's `parquet` tags name its columns.
 //
 // The "model" is a deterministic stand-in: a hashed bag-of-words scorer.
 // Each replica loads it in its constructor, where it also reads the slice's
 // TPU env (TPU_NAME, TPU_WORKER_ID) that its reservation gave it.
 //
-//	go run ./examples/batch-inference -generate 1000 -in /tmp/reviews.jsonl -out /tmp/scores.parquet
+//	go run ./examples/batch-inference -generate 1000 -in /tmp/reviews.jsonl -out /tmp/scores.jsonl
 package main
 
 import (
@@ -43,12 +47,12 @@ type Tokens struct {
 
 // Prediction is one output row.
 type Prediction struct {
-	ID     int     `parquet:"id"`
-	Label  string  `parquet:"label"`
-	Score  float64 `parquet:"score"`
-	Tokens int     `parquet:"tokens"`
+	ID     int     `json:"id" parquet:"id"`
+	Label  string  `json:"label" parquet:"label"`
+	Score  float64 `json:"score" parquet:"score"`
+	Tokens int     `json:"tokens" parquet:"tokens"`
 	// Slice is the TPU slice of the replica that scored the row.
-	Slice string `parquet:"slice"`
+	Slice string `json:"slice" parquet:"slice"`
 }
 
 // vocab is the tokenizer's vocabulary size.
@@ -150,7 +154,7 @@ func Pipeline(c *ray.Cluster, in, out data.Files) func(ctx context.Context, opts
 		Slice: &ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "2x2"},
 	}, Infer, data.BatchSize(32))
 	return func(ctx context.Context, opts ...data.Option) error {
-		return data.WriteParquet(ctx, preds, out, opts...)
+		return data.WriteJSONL(ctx, preds, out, opts...)
 	}
 }
 
@@ -184,7 +188,7 @@ func Generate(w io.Writer, n int) error {
 func main() {
 	ray.Main() // serve as a worker when a backend launched this binary as one
 	in := flag.String("in", "reviews.jsonl", "input JSON Lines file (a path, folder or glob)")
-	out := flag.String("out", "scores.parquet", "output Parquet file")
+	out := flag.String("out", "scores.jsonl", "output JSON Lines file")
 	gen := flag.Int("generate", 0, "first write this many generated reviews to -in")
 	flag.Parse()
 	if err := run(context.Background(), *in, *out, *gen); err != nil {

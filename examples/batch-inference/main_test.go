@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 
 // TestPipeline generates 1000 reviews, runs the job on the simulator (user
 // code on goroutines, and in worker processes, where every row crosses the
-// codec and a process boundary) and checks the Parquet output row by row
+// codec and a process boundary) and checks the JSON Lines output row by row
 // against the stand-in model, and that every slice is free afterwards.
 func TestPipeline(t *testing.T) {
 	tests := []struct {
@@ -41,7 +41,7 @@ func testPipeline(t *testing.T, opts *local.Options) {
 	is := is.New(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	in, out := filepath.Join(dir, "reviews.jsonl"), filepath.Join(dir, "scores.parquet")
+	in, out := filepath.Join(dir, "reviews.jsonl"), filepath.Join(dir, "scores.jsonl")
 	f, err := os.Create(in)
 	is.NoErr(err)
 	const n = 1000
@@ -58,7 +58,7 @@ func testPipeline(t *testing.T, opts *local.Options) {
 
 	reviews, err := data.Take(ctx, data.ReadJSONL[Review](data.LocalFiles(in)), n+1)
 	is.NoErr(err)
-	got, err := data.Take(ctx, data.ReadParquet[Prediction](data.LocalFiles(out)), n+1)
+	got, err := data.Take(ctx, data.ReadJSONL[Prediction](data.LocalFiles(out)), n+1)
 	is.NoErr(err)
 	is.Equal(len(got), n) // every review scored once
 	w := weights(Seed)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/storage"
 	"github.com/goray-dev/goray/train"
 )
 
@@ -192,9 +193,12 @@ func killHost(ctx context.Context, b *local.Backend, c *ray.Cluster, slice strin
 // fit trains on n slices and returns the weights of the last checkpoint.
 func fit(ctx context.Context, c *ray.Cluster, n int, progress train.Progress, onReport func(train.Report)) (*Outcome, error) {
 	name := fmt.Sprintf("regression-%dslice", n)
+	// An in-memory bucket that outlives Fit, so that the last checkpoint
+	// can be read afterwards. A real run would set RunConfig.Storage to
+	// "gs://bucket/prefix" (importing storage/gocloud and gcsblob).
 	tr, err := train.New(c, Regression, config,
 		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", NumSlices: n},
-		train.RunConfig{Name: name, MaxFailures: 2, Progress: progress, TotalIterations: config.Steps, OnReport: onReport, Bucket: memBucket()})
+		train.RunConfig{Name: name, MaxFailures: 2, Progress: progress, TotalIterations: config.Steps, OnReport: onReport, Bucket: storage.NewMem()})
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -140,6 +141,50 @@ func moduleRoot() (string, error) {
 		}
 		if filepath.Dir(d) == d {
 			return "", fmt.Errorf("no go.mod of module github.com/goray-dev/goray in %s or above", wd)
+		}
+	}
+}
+
+// heavyModules are import-path prefixes whose compilation dominated a cold
+// `go test ./...` (about 100 of its 290 CPU-seconds in December 2026):
+// gocloud.dev/blob (with gRPC, protobuf and OpenTelemetry), parquet-go
+// (with five compression codecs) and the Prometheus client. They live in
+// nested modules (storage/gocloud, data/parquet) or were replaced
+// (github.com/VictoriaMetrics/metrics in serve); the Kubernetes client
+// builds only with -tags e2e.
+var heavyModules = []string{
+	"k8s.io/", "sigs.k8s.io/", "gocloud.dev", "github.com/parquet-go/",
+	"github.com/prometheus/", "google.golang.org/grpc", "google.golang.org/protobuf",
+	"go.opentelemetry.io/", "github.com/klauspost/compress", "github.com/andybalholm/brotli",
+}
+
+// TestDefaultBuildStaysLight keeps the README's test command under two
+// minutes from empty caches: nothing that `go test ./...` compiles, tests
+// and their dependencies included, may come from heavyModules. Use a
+// nested module (see scripts/test-modules.sh) for an adapter that needs
+// one.
+func TestDefaultBuildStaysLight(t *testing.T) {
+	is := is.New(t)
+	if testing.Short() {
+		t.Skip("runs go list over the module; skipped with -short")
+	}
+	root, err := moduleRoot()
+	is.NoErr(err)
+	cmd := exec.Command("go", "list", "-deps", "-test", "-f", "{{.ImportPath}}", "./...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if ee, ok := err.(*exec.ExitError); ok {
+		t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+	}
+	is.NoErr(err)
+	pkgs := strings.Fields(string(out))
+	is.True(len(pkgs) > 100) // listed the module's dependencies
+	for _, p := range pkgs {
+		for _, heavy := range heavyModules {
+			if strings.HasPrefix(p, heavy) {
+				t.Errorf("go test ./... compiles %s (from %s): move the code that needs it into a nested module (like storage/gocloud or data/parquet), or behind -tags e2e", p, heavy)
+				break
+			}
 		}
 	}
 }

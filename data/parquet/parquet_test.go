@@ -1,0 +1,116 @@
+package parquet_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/matryer/is"
+	pq "github.com/parquet-go/parquet-go"
+
+	"github.com/goray-dev/goray/data"
+	"github.com/goray-dev/goray/data/parquet"
+	"github.com/goray-dev/goray/storage"
+)
+
+type record struct {
+	ID    int     `parquet:"id"`
+	Name  string  `parquet:"name"`
+	Score float64 `parquet:"score"`
+}
+
+func records(n int) []record {
+	out := make([]record, n)
+	for i := range out {
+		out[i] = record{ID: i, Name: fmt.Sprintf("r%d", i), Score: float64(i) / 4}
+	}
+	return out
+}
+
+// TestRoundTrip writes Parquet to a bucket and reads it back, on mem://,
+// file:// and the local disk, from a file, a folder and a glob.
+func TestRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	fileBucket, err := storage.Dir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fileBucket.Close()
+	memBucket := storage.NewMem()
+	defer memBucket.Close()
+	localDir := t.TempDir()
+	stores := []struct {
+		name string
+		at   func(pattern string) data.Files
+	}{
+		{"mem", func(p string) data.Files { return data.InBucket(memBucket, p) }},
+		{"file", func(p string) data.Files { return data.InBucket(fileBucket, p) }},
+		{"local", func(p string) data.Files { return data.LocalFiles(filepath.Join(localDir, p)) }},
+	}
+	rows := records(1000)
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			is := is.New(t)
+			is.NoErr(parquet.Write(ctx, data.FromItems(rows[:600]), st.at("out/a.parquet")))
+			is.NoErr(parquet.Write(ctx, data.FromItems(rows[600:]), st.at("out/b.parquet")))
+			for _, pattern := range []string{"out", "out/*.parquet"} {
+				got, err := data.Take(ctx, parquet.Read[record](st.at(pattern), data.BlockRows(64)), 2000)
+				is.NoErr(err)
+				is.Equal(got, rows) // folder and glob read both files in key order
+			}
+			got, err := data.Take(ctx, parquet.Read[record](st.at("out/b.parquet")), 2000)
+			is.NoErr(err)
+			is.Equal(got, rows[600:])
+			n, err := data.Count(ctx, parquet.Read[record](st.at("out")), data.Unordered())
+			is.NoErr(err)
+			is.Equal(n, int64(1000))
+		})
+	}
+}
+
+// TestReadsParquetGoFiles reads a file that parquet-go wrote by itself,
+// from a stream.
+func TestReadsParquetGoFiles(t *testing.T) {
+	is := is.New(t)
+	var buf bytes.Buffer
+	is.NoErr(pq.Write(&buf, records(10)))
+	src := data.FromStream("stdin", func(context.Context) (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(buf.Bytes())), nil
+	})
+	got, err := data.Take(context.Background(), parquet.Read[record](src), 100)
+	is.NoErr(err)
+	is.Equal(got, records(10))
+}
+
+// TestNotParquet fails with a SourceError naming the file.
+func TestNotParquet(t *testing.T) {
+	is := is.New(t)
+	path := filepath.Join(t.TempDir(), "x.parquet")
+	is.NoErr(os.WriteFile(path, []byte("not parquet at all"), 0o644))
+	_, err := data.Count(context.Background(), parquet.Read[record](data.LocalFiles(path)))
+	var se *data.SourceError
+	is.True(errors.As(err, &se))
+	is.True(strings.Contains(err.Error(), "x.parquet"))
+}
+
+// TestFailedWriteLeavesNothing: a run that fails writes no file.
+func TestFailedWriteLeavesNothing(t *testing.T) {
+	is := is.New(t)
+	path := filepath.Join(t.TempDir(), "out.parquet")
+	boom := errors.New("boom")
+	d := data.Map(data.FromItems(records(100)), func(_ context.Context, r record) (record, error) {
+		if r.ID == 50 {
+			return r, boom
+		}
+		return r, nil
+	})
+	is.True(errors.Is(parquet.Write(context.Background(), d, data.LocalFiles(path)), boom))
+	_, err := os.Stat(path)
+	is.True(errors.Is(err, os.ErrNotExist))
+}
