@@ -123,7 +123,7 @@ type node struct {
 	restarting bool
 	// draining: alive, but takes no new work; lost once idle.
 	draining bool
-	running  map[*task]struct{}
+	running  taskSet
 	actors   map[*actor]struct{}
 	bundles  map[*bundle]struct{}
 }

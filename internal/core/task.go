@@ -33,6 +33,13 @@ type task struct {
 	node    *node
 	bundle  *bundle
 	run     *taskCtx // the running attempt
+	// nodeIdx and bundleIdx are t's places in its node's and bundle's
+	// running sets (taskset.go).
+	nodeIdx, bundleIdx int
+	// ctx0 is the storage of the first attempt's context, saving an
+	// allocation; a retry allocates its own, since code of the previous
+	// attempt may still hold the old one.
+	ctx0 taskCtx
 }
 
 // SubmitTask implements backend.Backend.
@@ -110,18 +117,21 @@ func (b *Runtime) start(t *task) {
 		return
 	}
 	t.state = stateRunning
-	t.node.running[t] = struct{}{}
+	t.node.running.add(t)
 	if t.bundle != nil {
-		if t.bundle.running == nil {
-			t.bundle.running = map[*task]struct{}{}
-		}
-		t.bundle.running[t] = struct{}{}
+		t.bundle.running.add(t)
 	}
 	b.running++
 	// The context has no backend-wide parent, so starting a task does
 	// not register it anywhere shared; Close cancels running tasks one by
 	// one.
-	ctx := &taskCtx{b: b, t: t, attempt: t.attempt}
+	var ctx *taskCtx
+	if t.attempt == 0 {
+		ctx = &t.ctx0
+	} else {
+		ctx = new(taskCtx)
+	}
+	ctx.b, ctx.t, ctx.attempt = b, t, t.attempt
 	b.fillRuntimeInfo(&ctx.info, t.spec.Name, t.attempt, t.node, t.bundle, t.cls)
 	t.run = ctx
 	if b.inline && b.inlineNext == nil {
@@ -221,9 +231,9 @@ func (b *Runtime) abortTask(t *task, err error, retry bool) {
 // stopRunning takes a running task off its node and bundle and releases its
 // resources. b.mu must be held.
 func (b *Runtime) stopRunning(t *task) {
-	delete(t.node.running, t)
+	t.node.running.remove(t)
 	if t.bundle != nil {
-		delete(t.bundle.running, t)
+		t.bundle.running.remove(t)
 	}
 	b.running--
 	b.release(t)
