@@ -24,18 +24,12 @@ type refState struct {
 	id       backend.ObjectID
 	err      error // submission error, reported by Get
 	released atomic.Bool
-	cleanup  runtime.Cleanup
-}
-
-type freeArg struct {
-	r  *reaper
-	id backend.ObjectID
+	led      *refLedger // the cleanup that frees id (refblock.go)
+	slot     uint8      // id's slot in led
 }
 
 func newRef[T any](c *Cluster, id backend.ObjectID) ObjectRef[T] {
-	s := &refState{c: c, id: id}
-	s.cleanup = runtime.AddCleanup(s, func(a freeArg) { a.r.free(a.id) }, freeArg{c.reap, id})
-	return ObjectRef[T]{s: s}
+	return ObjectRef[T]{s: c.refs.newState(c, id)}
 }
 
 func errRef[T any](c *Cluster, err error) ObjectRef[T] {
@@ -105,7 +99,7 @@ func (r ObjectRef[T]) Release() {
 	if r.s == nil || r.s.err != nil || r.s.released.Swap(true) {
 		return
 	}
-	r.s.cleanup.Stop()
+	r.s.forget()
 	r.s.c.b.Free(r.s.id)
 }
 
