@@ -86,8 +86,12 @@ type Runtime struct {
 	classSweepAt int // sweep idle classes when there are this many (sched.go)
 	active       []*class
 	seq          uint64
-	queued       int
-	running      int
+	// schedBlockers and schedWaiting are schedule's scratch lists, in use
+	// while scheduling is set.
+	schedBlockers, schedWaiting []blocker
+	scheduling                  bool
+	queued                      int
+	running                     int
 
 	slices *sliceIndex
 	pool   *pool
@@ -100,6 +104,7 @@ type Runtime struct {
 	inlineCalls bool
 	inlineCall  *callRun
 	ops         map[opKey]string // cached operation names for errors
+	lastSubmit  [2]string        // the last task name submitted and its op (submitOp)
 }
 
 var _ backend.Backend = (*Runtime)(nil)
@@ -254,6 +259,18 @@ func (b *Runtime) op(prefix, name, method string) string {
 }
 
 type opKey struct{ prefix, name, method string }
+
+// submitOp is b.op("submit task ", spec.Name, ""), with the last one kept
+// at hand: submissions come in runs of one task. b.mu must be held.
+func (b *Runtime) submitOp(spec *backend.TaskSpec) string {
+	if spec == nil {
+		return "submit task"
+	}
+	if spec.Name != b.lastSubmit[0] || b.lastSubmit[1] == "" {
+		b.lastSubmit = [2]string{spec.Name, b.op("submit task ", spec.Name, "")}
+	}
+	return b.lastSubmit[1]
+}
 
 const maxCachedOps = 4096
 

@@ -450,6 +450,20 @@ func (b *Runtime) schedule() {
 	}
 	var bl []blocker
 	var waiting []blocker // unplaced, older than what is placed next
+	// Both lists reuse the runtime's buffers, so a pass that leaves work
+	// queued (every pass while the cluster is full) allocates nothing. A
+	// pass started from within a pass (starting work can schedule) uses
+	// lists of its own.
+	if !b.scheduling {
+		b.scheduling = true
+		bl, waiting = b.schedBlockers[:0], b.schedWaiting[:0]
+		defer func() {
+			clear(bl)
+			clear(waiting)
+			b.schedBlockers, b.schedWaiting = bl[:0], waiting[:0]
+			b.scheduling = false
+		}()
+	}
 	bump := func(seq uint64) {
 		for _, w := range waiting {
 			if w.t != nil && w.t.seq < seq {

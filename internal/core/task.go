@@ -49,7 +49,7 @@ func (b *Runtime) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backe
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	op := b.op("submit task ", spec.Name, "")
+	op := b.submitOp(spec)
 	if err := b.precheck(op); err != nil {
 		return 0, err
 	}
