@@ -83,7 +83,8 @@ type Runtime struct {
 	pendingPGs []*pgroup
 
 	classes      map[string]*class
-	classSweepAt int // sweep idle classes when there are this many (sched.go)
+	classSweepAt int        // sweep idle classes when there are this many (sched.go)
+	lastClass    classCache // the class of the last plain request (classcache.go)
 	active       []*class
 	seq          uint64
 	// schedBlockers and schedWaiting are schedule's scratch lists, in use

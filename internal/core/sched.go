@@ -69,6 +69,18 @@ func (c *class) remove(t *task) bool {
 
 // classFor finds or creates the class of a request. b.mu must be held.
 func (b *Runtime) classFor(op string, s *backend.Scheduling) (*class, error) {
+	if c := b.lastClass.lookup(s); c != nil {
+		return c, nil
+	}
+	c, err := b.findClass(op, s)
+	if err == nil {
+		b.lastClass.remember(s, c)
+	}
+	return c, err
+}
+
+// findClass is classFor without the cache.
+func (b *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 	var buf [96]byte
 	key := buf[:0]
 	var demand [16]int64
