@@ -220,7 +220,7 @@ func (b *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 	if spec.Arg.Ref != 0 {
 		dep, err := b.lookupDep(op, spec.Arg.Ref)
 		if err != nil {
-			delete(b.objects, cl.obj.id)
+			b.objects.del(cl.obj.id)
 			return 0, err
 		}
 		if !dep.done {

@@ -144,7 +144,7 @@ func (b *Runtime) Close() error {
 		}
 	}
 	closedErr := backend.Errorf(backend.FailedPrecondition, "close cluster", "%w", backend.ErrClosed)
-	for _, o := range b.objects {
+	for _, o := range b.objects.all() {
 		if !o.done {
 			b.completeLocked(o, backend.Value{}, closedErr)
 		}

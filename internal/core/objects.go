@@ -37,7 +37,7 @@ type waiter struct {
 
 func (b *Runtime) newObject() *object {
 	o := &object{id: backend.ObjectID(b.newID()), owner: true}
-	b.objects[o.id] = o
+	b.objects.put(o)
 	return o
 }
 
@@ -71,7 +71,7 @@ func (b *Runtime) completeLocked(o *object, v backend.Value, err error) {
 
 func (b *Runtime) maybeDelete(o *object) {
 	if o.done && !o.owner && o.deps == 0 {
-		delete(b.objects, o.id)
+		b.objects.del(o.id)
 	}
 }
 
@@ -97,7 +97,7 @@ func (b *Runtime) Get(ctx context.Context, id backend.ObjectID) (backend.Value, 
 		b.mu.Unlock()
 		return backend.Value{}, backend.Errorf(backend.FailedPrecondition, "get object", "%w", backend.ErrClosed)
 	}
-	o := b.objects[id]
+	o := b.objects.get(id)
 	if o == nil {
 		b.mu.Unlock()
 		return backend.Value{}, backend.Errorf(backend.NotFound, "get object", "object %s does not exist (never created, or freed)", id)
@@ -130,7 +130,7 @@ func (b *Runtime) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bo
 	objs := make([]*object, len(ids))
 	count := 0
 	for i, id := range ids {
-		o := b.objects[id]
+		o := b.objects.get(id)
 		if o == nil {
 			b.mu.Unlock()
 			return ready, backend.Errorf(backend.NotFound, "wait for objects", "object %s does not exist (never created, or freed)", id)
@@ -179,7 +179,7 @@ func (b *Runtime) Free(ids ...backend.ObjectID) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, id := range ids {
-		if o := b.objects[id]; o != nil && o.owner {
+		if o := b.objects.get(id); o != nil && o.owner {
 			o.owner = false
 			b.maybeDelete(o)
 		}
@@ -188,7 +188,7 @@ func (b *Runtime) Free(ids ...backend.ObjectID) {
 
 // lookupDep finds a dependency object for a submission.
 func (b *Runtime) lookupDep(op string, id backend.ObjectID) (*object, error) {
-	o := b.objects[id]
+	o := b.objects.get(id)
 	if o == nil {
 		return nil, backend.Errorf(backend.NotFound, op, "input object %s does not exist (never created, or freed)", id)
 	}

@@ -72,7 +72,7 @@ type Runtime struct {
 	epoch    uint64 // bumped whenever the set of live nodes changes
 
 	nextID  uint64
-	objects map[backend.ObjectID]*object
+	objects objTable
 
 	actors     map[backend.ActorID]*actor
 	actorNames map[string]*actor
@@ -153,7 +153,6 @@ func New(source NodeSource, runner Runner, opts Options) (*Runtime, error) {
 		shutdown:     make(chan struct{}),
 		resIndex:     map[string]int{},
 		byName:       map[string]*node{},
-		objects:      map[backend.ObjectID]*object{},
 		actors:       map[backend.ActorID]*actor{},
 		actorNames:   map[string]*actor{},
 		pgs:          map[backend.PlacementGroupID]*pgroup{},

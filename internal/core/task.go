@@ -170,7 +170,7 @@ func (b *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attemp
 func (b *Runtime) newTaskObject(t *task) *object {
 	o := &t.objData
 	*o = object{id: backend.ObjectID(b.newID()), owner: true, task: t}
-	b.objects[o.id] = o
+	b.objects.put(o)
 	return o
 }
 
@@ -248,7 +248,7 @@ func (b *Runtime) CancelTask(ctx context.Context, id backend.ObjectID) error {
 	if err := b.precheck("cancel task"); err != nil {
 		return err
 	}
-	o := b.objects[id]
+	o := b.objects.get(id)
 	if o == nil || o.task == nil {
 		return backend.Errorf(backend.NotFound, "cancel task", "%s is not the result of a live task", id)
 	}
