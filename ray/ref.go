@@ -15,8 +15,13 @@ import (
 //
 // A ref is a small value, safe to copy and to use from many goroutines. The
 // backend keeps the object while any copy of the ref is reachable (or a
-// queued task depends on it); [ObjectRef.Release] drops it earlier. The zero
-// ObjectRef is invalid: Get returns an InvalidArgument error.
+// queued task depends on it); [ObjectRef.Release] drops it at once. Without
+// Release, the object of an unreachable ref is freed by a cleanup that the
+// garbage collector runs, shared by refs made together: groups of 16 refs of
+// one cluster are freed together, once all of them are unreachable, so a
+// long-lived ref can keep up to 15 dropped refs' objects. Release what you
+// are done with when objects are large. The zero ObjectRef is invalid: Get
+// returns an InvalidArgument error.
 type ObjectRef[T any] struct{ s *refState }
 
 type refState struct {
