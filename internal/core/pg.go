@@ -52,7 +52,7 @@ type bundle struct {
 	env     map[string]string
 	node    *node
 	free    []int64
-	running taskSet
+	running *taskSet // made on the first task, as most bundles run none
 	actors  map[*actor]struct{}
 }
 
@@ -119,7 +119,6 @@ func (b *Runtime) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, e
 		}
 		pg.bundles = append(pg.bundles, &bundle{
 			pg: pg, index: i, demand: b.vector(bs.Resources), sel: m, env: bs.Env,
-			running: taskSet{inBundle: true},
 		})
 	}
 	return pg, nil

@@ -119,6 +119,9 @@ func (b *Runtime) start(t *task) {
 	t.state = stateRunning
 	t.node.running.add(t)
 	if t.bundle != nil {
+		if t.bundle.running == nil {
+			t.bundle.running = &taskSet{inBundle: true}
+		}
 		t.bundle.running.add(t)
 	}
 	b.running++

@@ -23,7 +23,11 @@ func (s *taskSet) add(t *task) {
 	s.ts = append(s.ts, t)
 }
 
+// remove, len and snapshot take a nil set as empty.
 func (s *taskSet) remove(t *task) {
+	if s == nil {
+		return
+	}
 	i := *s.idx(t)
 	if i < 0 || i >= len(s.ts) || s.ts[i] != t {
 		return
@@ -38,7 +42,17 @@ func (s *taskSet) remove(t *task) {
 	*s.idx(t) = -1
 }
 
-func (s *taskSet) len() int { return len(s.ts) }
+func (s *taskSet) len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.ts)
+}
 
 // snapshot returns the tasks in a new slice, for loops that remove them.
-func (s *taskSet) snapshot() []*task { return slices.Clone(s.ts) }
+func (s *taskSet) snapshot() []*task {
+	if s == nil {
+		return nil
+	}
+	return slices.Clone(s.ts)
+}
