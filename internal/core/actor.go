@@ -226,7 +226,7 @@ func (b *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 		if !dep.done {
 			cl.dep = dep
 			dep.deps++
-			dep.dependents = append(dep.dependents, dependent{c: cl})
+			dep.waits().dependents = append(dep.waits().dependents, dependent{c: cl})
 		} else if dep.err != nil {
 			b.completeLocked(cl.obj, backend.Value{}, dep.err)
 			return cl.obj.id, nil

@@ -369,7 +369,7 @@ func (b *Runtime) enqueue(t *task) {
 
 func (b *Runtime) anyStarving() bool {
 	for _, c := range b.active {
-		if c.len() > 0 && c.peek().bypass > b.starveLimit {
+		if c.len() > 0 && int(c.peek().bypass) > b.starveLimit {
 			return true
 		}
 	}
@@ -530,7 +530,7 @@ func (b *Runtime) schedule() {
 			t := c.peek()
 			if !b.tryPlace(t, bl) {
 				waiting = append(waiting, blocker{t: t})
-				if t.bypass > b.starveLimit {
+				if int(t.bypass) > b.starveLimit {
 					bl = append(bl, blocker{t: t})
 				}
 				break

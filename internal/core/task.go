@@ -6,7 +6,7 @@ import (
 	"github.com/goray-dev/goray/backend"
 )
 
-type taskState int
+type taskState uint8
 
 const (
 	stateWaitingDeps taskState = iota
@@ -26,16 +26,16 @@ type task struct {
 	dep     *object // unresolved input
 	cls     *class
 	seq     uint64
-	bypass  int
 
 	attempt int
-	state   taskState
 	node    *node
 	bundle  *bundle
 	run     *taskCtx // the running attempt
 	// nodeIdx and bundleIdx are t's places in its node's and bundle's
 	// running sets (taskset.go).
-	nodeIdx, bundleIdx int
+	nodeIdx, bundleIdx int32
+	bypass             int32 // times younger work was placed first (starvation)
+	state              taskState
 	// ctx0 is the storage of the first attempt's context, saving an
 	// allocation; a retry allocates its own, since code of the previous
 	// attempt may still hold the old one.
@@ -86,7 +86,7 @@ func (b *Runtime) addTaskDep(t *task, dep *object) {
 	t.state = stateWaitingDeps
 	t.dep = dep
 	dep.deps++
-	dep.dependents = append(dep.dependents, dependent{t: t})
+	dep.waits().dependents = append(dep.waits().dependents, dependent{t: t})
 	b.queued++
 }
 

@@ -11,7 +11,7 @@ type taskSet struct {
 	inBundle bool // the set is a bundle's: indices live in task.bundleIdx
 }
 
-func (s *taskSet) idx(t *task) *int {
+func (s *taskSet) idx(t *task) *int32 {
 	if s.inBundle {
 		return &t.bundleIdx
 	}
@@ -19,7 +19,7 @@ func (s *taskSet) idx(t *task) *int {
 }
 
 func (s *taskSet) add(t *task) {
-	*s.idx(t) = len(s.ts)
+	*s.idx(t) = int32(len(s.ts))
 	s.ts = append(s.ts, t)
 }
 
@@ -28,14 +28,14 @@ func (s *taskSet) remove(t *task) {
 	if s == nil {
 		return
 	}
-	i := *s.idx(t)
+	i := int(*s.idx(t))
 	if i < 0 || i >= len(s.ts) || s.ts[i] != t {
 		return
 	}
 	last := len(s.ts) - 1
 	if i != last {
 		s.ts[i] = s.ts[last]
-		*s.idx(s.ts[i]) = i
+		*s.idx(s.ts[i]) = int32(i)
 	}
 	s.ts[last] = nil
 	s.ts = s.ts[:last]
