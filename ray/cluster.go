@@ -37,6 +37,7 @@ type Cluster struct {
 	log    *slog.Logger
 	closed atomic.Bool
 	reap   *reaper
+	refs   refAllocator
 }
 
 // NewCluster starts b and returns a cluster on it. The cluster owns b:
@@ -67,6 +68,7 @@ func NewCluster(ctx context.Context, b Backend, opts *Options) (*Cluster, error)
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.reap = &reaper{b: b, log: c.log}
+	c.refs.reap = c.reap
 	if err := b.Start(ctx, NewExecutor(c.codec)); err != nil {
 		return nil, backend.Wrap(backend.CodeOf(err), op, err)
 	}

@@ -74,7 +74,15 @@ func decode[T any](c Codec, v backend.Value) (T, error) {
 	if _, ok := c.(jsonCodec); ok && fastUnmarshal(v.Data, &out) {
 		return out, nil
 	}
-	if err := c.Unmarshal(v.Data, &out); err != nil {
+	return decodeSlow[T](c, v.Data)
+}
+
+// decodeSlow decodes with the codec itself. It is apart from decode so that
+// the value it hands the codec, which escapes, is not decode's: the fast
+// path then does not allocate.
+func decodeSlow[T any](c Codec, data []byte) (T, error) {
+	var out T
+	if err := c.Unmarshal(data, &out); err != nil {
 		return out, fmt.Errorf("decode %T with %s codec: %w", out, c.Name(), err)
 	}
 	return out, nil

@@ -31,11 +31,11 @@ type reaper struct {
 	wg      sync.WaitGroup     // the drainer
 }
 
-// free queues a Free of id. It never blocks on the backend.
-func (r *reaper) free(id backend.ObjectID) {
+// free queues a Free of ids. It never blocks on the backend.
+func (r *reaper) free(ids ...backend.ObjectID) {
 	r.mu.Lock()
 	if !r.closed {
-		r.frees = append(r.frees, id)
+		r.frees = append(r.frees, ids...)
 	}
 	r.kickLocked()
 }

@@ -15,8 +15,13 @@ import (
 //
 // A ref is a small value, safe to copy and to use from many goroutines. The
 // backend keeps the object while any copy of the ref is reachable (or a
-// queued task depends on it); [ObjectRef.Release] drops it earlier. The zero
-// ObjectRef is invalid: Get returns an InvalidArgument error.
+// queued task depends on it); [ObjectRef.Release] drops it at once. Without
+// Release, the object of an unreachable ref is freed by a cleanup that the
+// garbage collector runs, shared by refs made together: groups of 16 refs of
+// one cluster are freed together, once all of them are unreachable, so a
+// long-lived ref can keep up to 15 dropped refs' objects. Release what you
+// are done with when objects are large. The zero ObjectRef is invalid: Get
+// returns an InvalidArgument error.
 type ObjectRef[T any] struct{ s *refState }
 
 type refState struct {
@@ -24,18 +29,12 @@ type refState struct {
 	id       backend.ObjectID
 	err      error // submission error, reported by Get
 	released atomic.Bool
-	cleanup  runtime.Cleanup
-}
-
-type freeArg struct {
-	r  *reaper
-	id backend.ObjectID
+	led      *refLedger // the cleanup that frees id (refblock.go)
+	slot     uint8      // id's slot in led
 }
 
 func newRef[T any](c *Cluster, id backend.ObjectID) ObjectRef[T] {
-	s := &refState{c: c, id: id}
-	s.cleanup = runtime.AddCleanup(s, func(a freeArg) { a.r.free(a.id) }, freeArg{c.reap, id})
-	return ObjectRef[T]{s: s}
+	return ObjectRef[T]{s: c.refs.newState(c, id)}
 }
 
 func errRef[T any](c *Cluster, err error) ObjectRef[T] {
@@ -105,7 +104,7 @@ func (r ObjectRef[T]) Release() {
 	if r.s == nil || r.s.err != nil || r.s.released.Swap(true) {
 		return
 	}
-	r.s.cleanup.Stop()
+	r.s.forget()
 	r.s.c.b.Free(r.s.id)
 }
 

@@ -3,10 +3,12 @@ package ray
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goray-dev/goray/backend"
 )
@@ -18,6 +20,10 @@ var registry = struct {
 	sync.RWMutex
 	tasks   map[string]*taskEntry
 	classes map[string]*classEntry
+	// taskView is a copy of tasks that the task hot path (admission and
+	// every run) reads without a lock. A registration drops it; the next
+	// lookup makes it again.
+	taskView atomic.Pointer[map[string]*taskEntry]
 }{tasks: map[string]*taskEntry{}, classes: map[string]*classEntry{}}
 
 type runFunc func(ctx context.Context, c Codec, arg backend.Value) (backend.Value, error)
@@ -55,6 +61,7 @@ func registerTask(e *taskEntry) {
 		panic(fmt.Sprintf("ray: NewTask: task name %q is already an actor class name", e.name))
 	}
 	registry.tasks[e.name] = e
+	registry.taskView.Store(nil)
 }
 
 func registerClass(e *classEntry) {
@@ -86,9 +93,14 @@ func registerMethod(class string, m *methodEntry) {
 }
 
 func lookupTask(name string) *taskEntry {
-	registry.RLock()
-	defer registry.RUnlock()
-	return registry.tasks[name]
+	if view := registry.taskView.Load(); view != nil {
+		return (*view)[name]
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	view := maps.Clone(registry.tasks)
+	registry.taskView.Store(&view)
+	return view[name]
 }
 
 func lookupClass(name string) *classEntry {

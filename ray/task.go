@@ -107,7 +107,7 @@ func (t *Task[I, O]) RemoteRef(ctx context.Context, c *Cluster, in ObjectRef[I],
 }
 
 func (t *Task[I, O]) submit(ctx context.Context, c *Cluster, arg backend.Arg, opts []TaskOption) ObjectRef[O] {
-	if err := optionsErr("submit task "+t.name, opts); err != nil {
+	if err := optionsErr(t.op, opts); err != nil {
 		return errRef[O](c, err)
 	}
 	spec := &backend.TaskSpec{

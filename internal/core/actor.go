@@ -220,13 +220,13 @@ func (b *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 	if spec.Arg.Ref != 0 {
 		dep, err := b.lookupDep(op, spec.Arg.Ref)
 		if err != nil {
-			delete(b.objects, cl.obj.id)
+			b.objects.del(cl.obj.id)
 			return 0, err
 		}
 		if !dep.done {
 			cl.dep = dep
 			dep.deps++
-			dep.dependents = append(dep.dependents, dependent{c: cl})
+			dep.waits().dependents = append(dep.waits().dependents, dependent{c: cl})
 		} else if dep.err != nil {
 			b.completeLocked(cl.obj, backend.Value{}, dep.err)
 			return cl.obj.id, nil

@@ -51,7 +51,7 @@ func (b *Runtime) taskSummaries() []backend.TaskSummary {
 		}
 	}
 	for _, n := range b.nodes {
-		for t := range n.running {
+		for _, t := range n.running.ts {
 			get(t).Running++
 		}
 	}

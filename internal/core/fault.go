@@ -70,7 +70,7 @@ func (b *Runtime) nodeLostLocked(n *node, cause error, restarting bool) {
 			b.breakSliceGroup(bu.pg, n)
 		}
 	}
-	for t := range n.running {
+	for _, t := range n.running.snapshot() {
 		b.abortTask(t, lost, true)
 	}
 	for a := range n.actors {
@@ -135,7 +135,7 @@ func (b *Runtime) breakSliceGroup(pg *pgroup, n *node) {
 	pg.lost = backend.Errorf(backend.Unavailable, "slice reservation "+pg.id.String(),
 		"host %s%s died; all work on the reservation was stopped, as a slice cannot run with a host missing: release it and reserve again", n.name, slice)
 	for _, bu := range pg.bundles {
-		for t := range bu.running {
+		for _, t := range bu.running.snapshot() {
 			b.abortTask(t, pg.lost, false)
 		}
 		for a := range bu.actors {

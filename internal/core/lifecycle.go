@@ -134,7 +134,7 @@ func (b *Runtime) Close() error {
 	close(b.closedCh)
 	// Cancel the contexts of all running user code.
 	for _, n := range b.nodes {
-		for t := range n.running {
+		for _, t := range n.running.ts {
 			t.run.cancel()
 		}
 	}
@@ -144,7 +144,7 @@ func (b *Runtime) Close() error {
 		}
 	}
 	closedErr := backend.Errorf(backend.FailedPrecondition, "close cluster", "%w", backend.ErrClosed)
-	for _, o := range b.objects {
+	for _, o := range b.objects.all() {
 		if !o.done {
 			b.completeLocked(o, backend.Value{}, closedErr)
 		}

@@ -7,21 +7,39 @@ import (
 )
 
 // object is an entry of the object store.
+//
+// Objects of tasks are stored in the task, so the fields are ordered to
+// leave no padding.
 type object struct {
-	id   backend.ObjectID
-	done bool
-	ch   chan struct{} // created on the first wait before done; closed when done
-	val  backend.Value
-	err  error
+	id  backend.ObjectID
+	ch  chan struct{} // created on the first wait before done; closed when done
+	val backend.Value
+	err error
 	// owner is true while the caller's ref holds the object; deps counts
 	// queued work that will read it.
+	deps  int32
 	owner bool
-	deps  int
+	done  bool
+	// wait holds the work and the Wait calls waiting for the object; nil
+	// while there are none, as for most objects, which keeps the object
+	// (and the task it is stored in) small.
+	wait *objWait
+	// task is the task whose result this is, or nil.
+	task *task
+}
+
+type objWait struct {
 	// dependents run when the object is done.
 	dependents []dependent
 	waiters    []*waiter
-	// task is the task whose result this is, or nil.
-	task *task
+}
+
+// waits returns o.wait, making it if need be.
+func (o *object) waits() *objWait {
+	if o.wait == nil {
+		o.wait = &objWait{}
+	}
+	return o.wait
 }
 
 // dependent is work waiting for an object.
@@ -37,7 +55,7 @@ type waiter struct {
 
 func (b *Runtime) newObject() *object {
 	o := &object{id: backend.ObjectID(b.newID()), owner: true}
-	b.objects[o.id] = o
+	b.objects.put(o)
 	return o
 }
 
@@ -50,16 +68,19 @@ func (b *Runtime) completeLocked(o *object, v backend.Value, err error) {
 	if o.ch != nil {
 		close(o.ch)
 	}
-	for _, w := range o.waiters {
+	wait := o.wait
+	o.wait = nil
+	if wait == nil {
+		b.maybeDelete(o)
+		return
+	}
+	for _, w := range wait.waiters {
 		w.left--
 		if w.left == 0 {
 			close(w.ch)
 		}
 	}
-	o.waiters = nil
-	deps := o.dependents
-	o.dependents = nil
-	for _, d := range deps {
+	for _, d := range wait.dependents {
 		if d.t != nil {
 			b.resolveTaskDep(d.t, o)
 		} else {
@@ -71,7 +92,7 @@ func (b *Runtime) completeLocked(o *object, v backend.Value, err error) {
 
 func (b *Runtime) maybeDelete(o *object) {
 	if o.done && !o.owner && o.deps == 0 {
-		delete(b.objects, o.id)
+		b.objects.del(o.id)
 	}
 }
 
@@ -97,7 +118,7 @@ func (b *Runtime) Get(ctx context.Context, id backend.ObjectID) (backend.Value, 
 		b.mu.Unlock()
 		return backend.Value{}, backend.Errorf(backend.FailedPrecondition, "get object", "%w", backend.ErrClosed)
 	}
-	o := b.objects[id]
+	o := b.objects.get(id)
 	if o == nil {
 		b.mu.Unlock()
 		return backend.Value{}, backend.Errorf(backend.NotFound, "get object", "object %s does not exist (never created, or freed)", id)
@@ -130,7 +151,7 @@ func (b *Runtime) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bo
 	objs := make([]*object, len(ids))
 	count := 0
 	for i, id := range ids {
-		o := b.objects[id]
+		o := b.objects.get(id)
 		if o == nil {
 			b.mu.Unlock()
 			return ready, backend.Errorf(backend.NotFound, "wait for objects", "object %s does not exist (never created, or freed)", id)
@@ -145,7 +166,7 @@ func (b *Runtime) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bo
 		w = &waiter{left: n - count, ch: make(chan struct{})}
 		for _, o := range objs {
 			if !o.done {
-				o.waiters = append(o.waiters, w)
+				o.waits().waiters = append(o.waits().waiters, w)
 			}
 		}
 	}
@@ -161,10 +182,10 @@ func (b *Runtime) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bo
 	b.mu.Lock()
 	for i, o := range objs {
 		ready[i] = o.done
-		if w != nil && !o.done {
-			for j, x := range o.waiters {
+		if w != nil && !o.done && o.wait != nil {
+			for j, x := range o.wait.waiters {
 				if x == w {
-					o.waiters = append(o.waiters[:j], o.waiters[j+1:]...)
+					o.wait.waiters = append(o.wait.waiters[:j], o.wait.waiters[j+1:]...)
 					break
 				}
 			}
@@ -179,7 +200,7 @@ func (b *Runtime) Free(ids ...backend.ObjectID) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, id := range ids {
-		if o := b.objects[id]; o != nil && o.owner {
+		if o := b.objects.get(id); o != nil && o.owner {
 			o.owner = false
 			b.maybeDelete(o)
 		}
@@ -188,7 +209,7 @@ func (b *Runtime) Free(ids ...backend.ObjectID) {
 
 // lookupDep finds a dependency object for a submission.
 func (b *Runtime) lookupDep(op string, id backend.ObjectID) (*object, error) {
-	o := b.objects[id]
+	o := b.objects.get(id)
 	if o == nil {
 		return nil, backend.Errorf(backend.NotFound, op, "input object %s does not exist (never created, or freed)", id)
 	}

@@ -52,7 +52,7 @@ type bundle struct {
 	env     map[string]string
 	node    *node
 	free    []int64
-	running map[*task]struct{}
+	running *taskSet // made on the first task, as most bundles run none
 	actors  map[*actor]struct{}
 }
 
@@ -487,10 +487,10 @@ func (b *Runtime) removePGLocked(pg *pgroup) {
 	b.removedPGs.add(pg.id, cmp.Or(pg.lost, backend.PlacementGroupRemovedError(pg.id)))
 	var err error
 	for _, bu := range pg.bundles {
-		if err == nil && (len(bu.running) > 0 || len(bu.actors) > 0) {
+		if err == nil && (bu.running.len() > 0 || len(bu.actors) > 0) {
 			err = backend.PlacementGroupRemovedError(pg.id)
 		}
-		for t := range bu.running {
+		for _, t := range bu.running.snapshot() {
 			b.abortTask(t, err, false)
 		}
 		for a := range bu.actors {

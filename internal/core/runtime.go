@@ -72,7 +72,7 @@ type Runtime struct {
 	epoch    uint64 // bumped whenever the set of live nodes changes
 
 	nextID  uint64
-	objects map[backend.ObjectID]*object
+	objects objTable
 
 	actors     map[backend.ActorID]*actor
 	actorNames map[string]*actor
@@ -83,12 +83,17 @@ type Runtime struct {
 	pendingPGs []*pgroup
 
 	classes      map[string]*class
-	classSweepAt int // sweep idle classes when there are this many (sched.go)
+	classSweepAt int        // sweep idle classes when there are this many (sched.go)
+	lastClass    classCache // the class of the last plain request (classcache.go)
 	active       []*class
 	seq          uint64
-	queued       int
-	running      int
-	failures     backend.FailureRing // recent failed attempts (failures.go)
+	// schedBlockers and schedWaiting are schedule's scratch lists, in use
+	// while scheduling is set.
+	schedBlockers, schedWaiting []blocker
+	scheduling                  bool
+	queued                      int
+	running                     int
+	failures                    backend.FailureRing // recent failed attempts (failures.go)
 
 	slices *sliceIndex
 	pool   *pool
@@ -101,6 +106,7 @@ type Runtime struct {
 	inlineCalls bool
 	inlineCall  *callRun
 	ops         map[opKey]string // cached operation names for errors
+	lastSubmit  [2]string        // the last task name submitted and its op (submitOp)
 }
 
 var _ backend.Backend = (*Runtime)(nil)
@@ -124,7 +130,7 @@ type node struct {
 	restarting bool
 	// draining: alive, but takes no new work; lost once idle.
 	draining bool
-	running  map[*task]struct{}
+	running  taskSet
 	actors   map[*actor]struct{}
 	bundles  map[*bundle]struct{}
 }
@@ -148,7 +154,6 @@ func New(source NodeSource, runner Runner, opts Options) (*Runtime, error) {
 		shutdown:     make(chan struct{}),
 		resIndex:     map[string]int{},
 		byName:       map[string]*node{},
-		objects:      map[backend.ObjectID]*object{},
 		actors:       map[backend.ActorID]*actor{},
 		actorNames:   map[string]*actor{},
 		pgs:          map[backend.PlacementGroupID]*pgroup{},
@@ -255,6 +260,18 @@ func (b *Runtime) op(prefix, name, method string) string {
 }
 
 type opKey struct{ prefix, name, method string }
+
+// submitOp is b.op("submit task ", spec.Name, ""), with the last one kept
+// at hand: submissions come in runs of one task. b.mu must be held.
+func (b *Runtime) submitOp(spec *backend.TaskSpec) string {
+	if spec == nil {
+		return "submit task"
+	}
+	if spec.Name != b.lastSubmit[0] || b.lastSubmit[1] == "" {
+		b.lastSubmit = [2]string{spec.Name, b.op("submit task ", spec.Name, "")}
+	}
+	return b.lastSubmit[1]
+}
 
 const maxCachedOps = 4096
 

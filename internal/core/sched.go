@@ -69,6 +69,18 @@ func (c *class) remove(t *task) bool {
 
 // classFor finds or creates the class of a request. b.mu must be held.
 func (b *Runtime) classFor(op string, s *backend.Scheduling) (*class, error) {
+	if c := b.lastClass.lookup(s); c != nil {
+		return c, nil
+	}
+	c, err := b.findClass(op, s)
+	if err == nil {
+		b.lastClass.remember(s, c)
+	}
+	return c, err
+}
+
+// findClass is classFor without the cache.
+func (b *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 	var buf [96]byte
 	key := buf[:0]
 	var demand [16]int64
@@ -357,7 +369,7 @@ func (b *Runtime) enqueue(t *task) {
 
 func (b *Runtime) anyStarving() bool {
 	for _, c := range b.active {
-		if c.len() > 0 && c.peek().bypass > b.starveLimit {
+		if c.len() > 0 && int(c.peek().bypass) > b.starveLimit {
 			return true
 		}
 	}
@@ -450,6 +462,20 @@ func (b *Runtime) schedule() {
 	}
 	var bl []blocker
 	var waiting []blocker // unplaced, older than what is placed next
+	// Both lists reuse the runtime's buffers, so a pass that leaves work
+	// queued (every pass while the cluster is full) allocates nothing. A
+	// pass started from within a pass (starting work can schedule) uses
+	// lists of its own.
+	if !b.scheduling {
+		b.scheduling = true
+		bl, waiting = b.schedBlockers[:0], b.schedWaiting[:0]
+		defer func() {
+			clear(bl)
+			clear(waiting)
+			b.schedBlockers, b.schedWaiting = bl[:0], waiting[:0]
+			b.scheduling = false
+		}()
+	}
 	bump := func(seq uint64) {
 		for _, w := range waiting {
 			if w.t != nil && w.t.seq < seq {
@@ -504,7 +530,7 @@ func (b *Runtime) schedule() {
 			t := c.peek()
 			if !b.tryPlace(t, bl) {
 				waiting = append(waiting, blocker{t: t})
-				if t.bypass > b.starveLimit {
+				if int(t.bypass) > b.starveLimit {
 					bl = append(bl, blocker{t: t})
 				}
 				break

@@ -65,8 +65,8 @@ func (b *Runtime) addNodeLocked(spec Node) *node {
 	}
 	n := &node{
 		idx: len(b.nodes), name: spec.Name, labels: spec.Labels, env: spec.Env, spec: spec, alive: true,
-		capac:   b.vector(spec.Resources),
-		running: map[*task]struct{}{}, actors: map[*actor]struct{}{}, bundles: map[*bundle]struct{}{},
+		capac:  b.vector(spec.Resources),
+		actors: map[*actor]struct{}{}, bundles: map[*bundle]struct{}{},
 	}
 	if n.labels == nil {
 		n.labels = map[string]string{}
@@ -100,7 +100,7 @@ func (b *Runtime) nodeDraining(name string) {
 // drainCheck loses a draining node once nothing runs there. b.mu must be
 // held.
 func (b *Runtime) drainCheck(n *node) {
-	if n.draining && n.alive && len(n.running) == 0 && len(n.actors) == 0 && len(n.bundles) == 0 {
+	if n.draining && n.alive && n.running.len() == 0 && len(n.actors) == 0 && len(n.bundles) == 0 {
 		b.nodeLostLocked(n, backend.Errorf(backend.Unavailable, "drain node "+n.name, "node drained"), false)
 	}
 }

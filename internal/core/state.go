@@ -19,9 +19,9 @@ func (b *Runtime) Snapshot(ctx context.Context) (*backend.State, error) {
 	for _, n := range b.nodes {
 		ns := backend.NodeState{
 			Name: n.name, Labels: maps.Clone(n.labels), Alive: n.alive,
-			Capacity: b.resources(n.capac), Free: b.resources(n.free), Running: len(n.running),
+			Capacity: b.resources(n.capac), Free: b.resources(n.free), Running: n.running.len(),
 		}
-		for t := range n.running {
+		for _, t := range n.running.ts {
 			ns.Tasks = append(ns.Tasks, taskName(t))
 		}
 		slices.Sort(ns.Tasks)

@@ -6,7 +6,7 @@ import (
 	"github.com/goray-dev/goray/backend"
 )
 
-type taskState int
+type taskState uint8
 
 const (
 	stateWaitingDeps taskState = iota
@@ -26,13 +26,20 @@ type task struct {
 	dep     *object // unresolved input
 	cls     *class
 	seq     uint64
-	bypass  int
 
 	attempt int
-	state   taskState
 	node    *node
 	bundle  *bundle
 	run     *taskCtx // the running attempt
+	// nodeIdx and bundleIdx are t's places in its node's and bundle's
+	// running sets (taskset.go).
+	nodeIdx, bundleIdx int32
+	bypass             int32 // times younger work was placed first (starvation)
+	state              taskState
+	// ctx0 is the storage of the first attempt's context, saving an
+	// allocation; a retry allocates its own, since code of the previous
+	// attempt may still hold the old one.
+	ctx0 taskCtx
 }
 
 // SubmitTask implements backend.Backend.
@@ -42,7 +49,7 @@ func (b *Runtime) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backe
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	op := b.op("submit task ", spec.Name, "")
+	op := b.submitOp(spec)
 	if err := b.precheck(op); err != nil {
 		return 0, err
 	}
@@ -79,7 +86,7 @@ func (b *Runtime) addTaskDep(t *task, dep *object) {
 	t.state = stateWaitingDeps
 	t.dep = dep
 	dep.deps++
-	dep.dependents = append(dep.dependents, dependent{t: t})
+	dep.waits().dependents = append(dep.waits().dependents, dependent{t: t})
 	b.queued++
 }
 
@@ -110,18 +117,24 @@ func (b *Runtime) start(t *task) {
 		return
 	}
 	t.state = stateRunning
-	t.node.running[t] = struct{}{}
+	t.node.running.add(t)
 	if t.bundle != nil {
 		if t.bundle.running == nil {
-			t.bundle.running = map[*task]struct{}{}
+			t.bundle.running = &taskSet{inBundle: true}
 		}
-		t.bundle.running[t] = struct{}{}
+		t.bundle.running.add(t)
 	}
 	b.running++
 	// The context has no backend-wide parent, so starting a task does
 	// not register it anywhere shared; Close cancels running tasks one by
 	// one.
-	ctx := &taskCtx{b: b, t: t, attempt: t.attempt}
+	var ctx *taskCtx
+	if t.attempt == 0 {
+		ctx = &t.ctx0
+	} else {
+		ctx = new(taskCtx)
+	}
+	ctx.b, ctx.t, ctx.attempt = b, t, t.attempt
 	b.fillRuntimeInfo(&ctx.info, t.spec.Name, t.attempt, t.node, t.bundle, t.cls)
 	t.run = ctx
 	if b.inline && b.inlineNext == nil {
@@ -160,7 +173,7 @@ func (b *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attemp
 func (b *Runtime) newTaskObject(t *task) *object {
 	o := &t.objData
 	*o = object{id: backend.ObjectID(b.newID()), owner: true, task: t}
-	b.objects[o.id] = o
+	b.objects.put(o)
 	return o
 }
 
@@ -227,9 +240,9 @@ func (b *Runtime) abortTask(t *task, err error, retry bool) {
 // stopRunning takes a running task off its node and bundle and releases its
 // resources. b.mu must be held.
 func (b *Runtime) stopRunning(t *task) {
-	delete(t.node.running, t)
+	t.node.running.remove(t)
 	if t.bundle != nil {
-		delete(t.bundle.running, t)
+		t.bundle.running.remove(t)
 	}
 	b.running--
 	b.release(t)
@@ -244,7 +257,7 @@ func (b *Runtime) CancelTask(ctx context.Context, id backend.ObjectID) error {
 	if err := b.precheck("cancel task"); err != nil {
 		return err
 	}
-	o := b.objects[id]
+	o := b.objects.get(id)
 	if o == nil || o.task == nil {
 		return backend.Errorf(backend.NotFound, "cancel task", "%s is not the result of a live task", id)
 	}
