@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/worker"
 )
 
 // Config configures the Kubernetes backend. Only Worker.Image is
@@ -83,6 +84,12 @@ type WorkerConfig struct {
 	// LogLevel is the workers' log level (debug, info, warn, error, off);
 	// "" means warn.
 	LogLevel string
+	// CertValidity is how long the cluster handle's TLS CA and
+	// certificates are valid, from New; 0 means 24 hours. Connections
+	// made before they expire stay up, but a worker pod started after
+	// that cannot connect: a handle that lives longer (and starts pods
+	// later) needs a longer validity.
+	CertValidity time.Duration
 }
 
 // CPUPool selects the Kubernetes nodes that count as CPU nodes of the
@@ -157,6 +164,7 @@ func (c Config) withDefaults() Config {
 	c.Worker.Port = cmp.Or(c.Worker.Port, DefaultWorkerPort)
 	c.Worker.StartTimeout = cmp.Or(c.Worker.StartTimeout, DefaultStartTimeout)
 	c.Worker.IdleTimeout = cmp.Or(c.Worker.IdleTimeout, DefaultIdleTimeout)
+	c.Worker.CertValidity = cmp.Or(c.Worker.CertValidity, worker.DefaultCertValidity)
 	c.CPUPool.Max = cmp.Or(c.CPUPool.Max, DefaultCPUPoolMax)
 	c.Lease.Duration = cmp.Or(c.Lease.Duration, DefaultLeaseDuration)
 	c.Lease.RenewEvery = cmp.Or(c.Lease.RenewEvery, c.Lease.Duration/3)
@@ -197,6 +205,9 @@ func (c Config) Validate() error {
 	}
 	if c.Worker.StartTimeout < 0 || c.Worker.IdleTimeout < 0 {
 		bad("Worker.StartTimeout %v and Worker.IdleTimeout %v: want >= 0 (0 means the default)", c.Worker.StartTimeout, c.Worker.IdleTimeout)
+	}
+	if c.Worker.CertValidity < time.Minute {
+		bad("Worker.CertValidity %v: want at least 1m (0 means %v)", c.Worker.CertValidity, worker.DefaultCertValidity)
 	}
 	if !slices.Contains([]string{"", "debug", "info", "warn", "error", "off"}, c.Worker.LogLevel) {
 		bad("Worker.LogLevel %q: want debug, info, warn, error or off", c.Worker.LogLevel)

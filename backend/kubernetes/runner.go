@@ -115,9 +115,27 @@ func (r *Runner) Start(ctx context.Context, exec backend.Executor, lost core.Los
 		return nil, backend.Errorf(backend.InvalidArgument, op, "worker pods need a codec: values cross to the pods as bytes (do not set ray.Options.DisableCodec)")
 	}
 	r.local, r.lost, r.token = exec, lost, worker.NewToken()
-	r.copts = worker.ClientOptions{Token: r.token, Manifest: m, Logger: r.log}
+	// The cluster's CA lives in this process only; the workers get its
+	// certificate and one worker certificate through the Secret.
+	ca, err := worker.NewCA(r.pt.cluster, r.cfg.Worker.CertValidity)
+	if err != nil {
+		return nil, backend.Errorf(backend.Internal, op, "generate the cluster's TLS CA: %w", err)
+	}
+	workerCreds, err := ca.Issue(worker.RoleWorker)
+	if err != nil {
+		return nil, backend.Errorf(backend.Internal, op, "issue the workers' TLS certificate: %w", err)
+	}
+	driverCreds, err := ca.Issue(worker.RoleDriver)
+	if err != nil {
+		return nil, backend.Errorf(backend.Internal, op, "issue the driver's TLS certificate: %w", err)
+	}
+	tlsConfig, err := driverCreds.ClientConfig()
+	if err != nil {
+		return nil, backend.Errorf(backend.Internal, op, "%w", err)
+	}
+	r.copts = worker.ClientOptions{Token: r.token, TLS: tlsConfig, Manifest: m, Logger: r.log}
 	ns := r.cfg.Namespace
-	secret, err := r.client.CoreV1().Secrets(ns).Create(ctx, newSecret(r.pt.secret, ns, r.pt.cluster, r.token), metav1.CreateOptions{})
+	secret, err := r.client.CoreV1().Secrets(ns).Create(ctx, newSecret(r.pt.secret, ns, r.pt.cluster, r.token, workerCreds), metav1.CreateOptions{})
 	if err != nil {
 		return nil, backend.Wrap(apiCode(err), op+": create token Secret "+ns+"/"+r.pt.secret, err)
 	}
@@ -509,10 +527,21 @@ func (r *Runner) Close() error {
 	r.mu.Unlock()
 	r.cancelRun()
 	r.bg.Wait() // pod starts in flight end (and clean up) first
-	r.deleteWorkers(all)
+	var wg sync.WaitGroup
+	for _, w := range all {
+		select {
+		case <-w.ready:
+			if w.client != nil {
+				wg.Go(func() { w.client.Close() })
+			}
+		default:
+		}
+	}
+	wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// Pods of this handle that a start left behind.
+	// Every pod of this handle in one call (DeleteCollection on the
+	// cluster label), including those a start left behind.
 	err := deletePods(ctx, r.client, r.cfg.Namespace, labels.Set{LabelCluster: r.pt.cluster}.String())
 	r.deleteShared()
 	if r.stop != nil {

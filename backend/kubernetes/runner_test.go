@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/internal/core"
@@ -35,7 +38,7 @@ func (l *lostRecorder) report(node string, cause error) {
 // startRunner starts a runner on a fake clientset with a fake kubelet.
 func startRunner(t *testing.T, image string) (*Runner, backend.Executor, *fake.Clientset, *lostRecorder) {
 	t.Helper()
-	client := fake.NewClientset()
+	client := newFakeClient()
 	k := startKubelet(t, client, "default")
 	cfg := testConfig()
 	cfg.Worker.Image = image
@@ -188,7 +191,7 @@ func TestRunnerReservedFailsWholeOnBadImage(t *testing.T) {
 
 func TestRunnerNeedsManifest(t *testing.T) {
 	is := is.New(t)
-	r, err := NewRunner(fake.NewClientset(), testConfig(), "c1")
+	r, err := NewRunner(newFakeClient(), testConfig(), "c1")
 	is.NoErr(err)
 	_, err = r.Start(context.Background(), plainExec{}, nil)
 	is.Equal(backend.CodeOf(err), backend.InvalidArgument)
@@ -198,3 +201,50 @@ func TestRunnerNeedsManifest(t *testing.T) {
 type plainExec struct{ echoExec }
 
 func (plainExec) WorkerManifest() {} // hides echoExec's: not a worker.Describer
+
+// TestRunnerCloseDeletesCollection: Close deletes the handle's pods with
+// one DeleteCollection on the cluster label, and one by one when the
+// identity may not delete collections.
+func TestRunnerCloseDeletesCollection(t *testing.T) {
+	for _, forbidden := range []bool{false, true} {
+		t.Run(map[bool]string{false: "DeleteCollection", true: "Forbidden"}[forbidden], func(t *testing.T) {
+			is := is.New(t)
+			r, exec, client, _ := startRunner(t, "example.com/app")
+			ctx := t.Context()
+			hosts := v6eHosts(r, t, "a")
+			is.NoErr(r.Reserved(ctx, core.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}, hostEnv(hosts)))
+			is.NoErr(r.NodeUp(ctx, cpuNode(cpuNodeObj("cpu-1"))))
+			_, err := exec.RunTask(ctx, "echo", backend.Value{}, &backend.RuntimeInfo{Node: "cpu-1"})
+			is.NoErr(err)
+			if forbidden {
+				client.PrependReactor("delete-collection", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), "", errors.New("no deletecollection verb"))
+				})
+			}
+			before := len(client.Actions())
+			is.NoErr(r.Close())
+			var collections, deletes int
+			for _, a := range client.Actions()[before:] {
+				if a.GetResource().Resource != "pods" {
+					continue
+				}
+				switch a.GetVerb() {
+				case "delete-collection":
+					collections++
+					is.Equal(a.(clienttesting.DeleteCollectionAction).GetListRestrictions().Labels.String(), LabelCluster+"=c1")
+				case "delete":
+					deletes++
+				}
+			}
+			pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+			is.NoErr(err)
+			is.Equal(len(pods.Items), 0) // nothing left
+			is.Equal(collections, 1)
+			if forbidden {
+				is.Equal(deletes, 5) // the fallback: 4 TPU pods and a CPU pod, one by one
+			} else {
+				is.Equal(deletes, 0) // one call, not one per pod
+			}
+		})
+	}
+}

@@ -13,9 +13,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/goray-dev/goray/backend"
@@ -488,15 +490,32 @@ func (s *Source) claimLost(slice string, cause error) {
 	}
 }
 
-// deletePods deletes the pods matching selector at once (no grace).
+// deletePods deletes the pods matching selector at once (no grace): one
+// DeleteCollection call, retried on transient API errors. An identity
+// that may not delete collections (a Role from before the deletecollection
+// verb) falls back to listing the pods and deleting them one by one.
+// apiBackoff retries transient API errors of one call.
+var apiBackoff = wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 2 * time.Second}
+
 func deletePods(ctx context.Context, client kubernetes.Interface, ns, selector string) error {
-	list, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	pods := client.CoreV1().Pods(ns)
+	del := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
+	err := retry.OnError(apiBackoff, retriable, func() error {
+		return pods.DeleteCollection(ctx, del, metav1.ListOptions{LabelSelector: selector})
+	})
+	switch {
+	case err == nil:
+		return nil
+	case !apierrors.IsForbidden(err):
+		return backend.Wrap(apiCode(err), "delete pods "+selector, err)
+	}
+	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return backend.Wrap(apiCode(err), "list pods "+selector, err)
 	}
 	var errs []error
 	for _, p := range list.Items {
-		err := client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		err := pods.Delete(ctx, p.Name, del)
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}

@@ -24,7 +24,7 @@ func testConfig() Config {
 // returns it with its sink; the source stops when the test ends.
 func runSource(t *testing.T, cfg Config, objs ...runtime.Object) (*Source, *fake.Clientset, *recordSink) {
 	t.Helper()
-	client := fake.NewClientset(objs...)
+	client := newFakeClient(objs...)
 	src, err := NewSource(client, cfg, "c1", nil)
 	if err != nil {
 		t.Fatal(err)
