@@ -61,7 +61,8 @@ type Runner struct {
 	runCtx    context.Context
 	cancelRun context.CancelFunc
 
-	created atomic.Int64 // pods created, for tests
+	created  atomic.Int64 // pods created, for tests
+	kubeNode func(string) string
 
 	mu       sync.Mutex
 	closed   bool
@@ -274,12 +275,29 @@ func (r *Runner) cpuPodLocked(node string) *podWorker {
 	return w
 }
 
-// kubeNodeLocked is the Kubernetes node of a runtime node (r.mu held).
+// kubeNodeLocked is the Kubernetes node of a runtime node (r.mu held):
+// the source's current mapping when the runner has one (a replaced TPU
+// host keeps its runtime name on a new node), else the node's label.
 func (r *Runner) kubeNodeLocked(node string) string {
+	if r.kubeNode != nil {
+		if k := r.kubeNode(node); k != node {
+			return k
+		}
+	}
 	if n, ok := r.nodes[node]; ok {
 		return kubeNode(n)
 	}
 	return node
+}
+
+// ResolveNodesWith makes the runner pin pods to the Kubernetes node that
+// kubeNode names for a runtime node (Source.KubeNode), rather than the
+// one the node was first reported on. NewFromParts wires it; call it
+// before Start. kubeNode must not block on the runtime.
+func (r *Runner) ResolveNodesWith(kubeNode func(runtimeName string) string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.kubeNode = kubeNode
 }
 
 func (r *Runner) newWorkerLocked(name, node string) *podWorker {
