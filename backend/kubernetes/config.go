@@ -106,6 +106,11 @@ type CPUPool struct {
 	// Max caps the CPU nodes the cluster uses; 0 means 16. Nodes past the
 	// cap (in name order) are ignored until one in use goes away.
 	Max int
+	// IdleTimeout scales the pool down: a CPU worker pod that has had no
+	// work (no task or call in flight, no actor living in it) for this
+	// long is deleted, as long as more than Min CPU pods run; work placed
+	// on its node later starts a new one. 0 means 1 minute.
+	IdleTimeout time.Duration
 }
 
 // PodOverrides adds to every worker pod's template.
@@ -138,12 +143,14 @@ type LeaseConfig struct {
 
 // Defaults.
 const (
-	DefaultNamespace     = "default"
-	DefaultWorkerPort    = 7077
-	DefaultStartTimeout  = 5 * time.Minute
-	DefaultIdleTimeout   = 2 * time.Minute
-	DefaultCPUPoolMax    = 16
-	DefaultLeaseDuration = 15 * time.Second
+	DefaultNamespace    = "default"
+	DefaultWorkerPort   = 7077
+	DefaultStartTimeout = 5 * time.Minute
+	DefaultIdleTimeout  = 2 * time.Minute
+	DefaultCPUPoolMax   = 16
+	// DefaultCPUPoolIdleTimeout is CPUPool.IdleTimeout's default.
+	DefaultCPUPoolIdleTimeout = time.Minute
+	DefaultLeaseDuration      = 15 * time.Second
 )
 
 // inClusterNamespaceFile is where a pod finds its own namespace.
@@ -166,6 +173,7 @@ func (c Config) withDefaults() Config {
 	c.Worker.IdleTimeout = cmp.Or(c.Worker.IdleTimeout, DefaultIdleTimeout)
 	c.Worker.CertValidity = cmp.Or(c.Worker.CertValidity, worker.DefaultCertValidity)
 	c.CPUPool.Max = cmp.Or(c.CPUPool.Max, DefaultCPUPoolMax)
+	c.CPUPool.IdleTimeout = cmp.Or(c.CPUPool.IdleTimeout, DefaultCPUPoolIdleTimeout)
 	c.Lease.Duration = cmp.Or(c.Lease.Duration, DefaultLeaseDuration)
 	c.Lease.RenewEvery = cmp.Or(c.Lease.RenewEvery, c.Lease.Duration/3)
 	if c.Logger == nil {
@@ -214,6 +222,9 @@ func (c Config) Validate() error {
 	}
 	if c.CPUPool.Min < 0 || c.CPUPool.Max < 0 || c.CPUPool.Min > c.CPUPool.Max {
 		bad("CPUPool.Min %d, Max %d: want 0 <= Min <= Max (Max 0 means %d)", c.CPUPool.Min, c.CPUPool.Max, DefaultCPUPoolMax)
+	}
+	if c.CPUPool.IdleTimeout < 0 {
+		bad("CPUPool.IdleTimeout %v: want >= 0 (0 means %v)", c.CPUPool.IdleTimeout, DefaultCPUPoolIdleTimeout)
 	}
 	checkLabels := func(field string, m map[string]string, values bool) {
 		for _, k := range sortedKeys(m) {

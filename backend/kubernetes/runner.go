@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,9 @@ import (
 //     TPU_WORKER_HOSTNAMES as DNS names of the headless Service,
 //     MEGASCALE_*). Released deletes them.
 //   - Other work on a node runs in one CPU pod per node, started when work
-//     is first placed there (or with the cluster, for CPUPool.Min nodes).
+//     is first placed there (or with the cluster, for CPUPool.Min nodes),
+//     and deleted once idle for CPUPool.IdleTimeout while more than
+//     CPUPool.Min run: the pool follows the demand between Min and Max.
 //
 // Every object carries LabelCluster and is owned by the cluster's token
 // Secret, so one cluster handle's objects can be listed and collected.
@@ -83,6 +86,10 @@ type podWorker struct {
 	err        error
 	released   bool // deleted on purpose: not a loss
 	lostOnce   sync.Once
+	// busy counts the calls in flight and the actors living in a CPU
+	// pod; idleSince is when it last went to 0 (r.mu guards both).
+	busy      int
+	idleSince time.Time
 }
 
 // NewRunner returns the pod runner for cfg on client; cluster is the
@@ -162,6 +169,7 @@ func (r *Runner) Start(ctx context.Context, exec backend.Executor, lost core.Los
 		return nil, backend.Errorf(backend.Internal, op, "watch pods: %w", err)
 	}
 	r.factory.Start(wctx.Done())
+	r.bg.Go(r.scaleDown)
 	for _, ok := range r.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			r.Close()
@@ -269,6 +277,7 @@ func (r *Runner) cpuPodLocked(node string) *podWorker {
 		return w
 	}
 	w := r.newWorkerLocked(dnsName("goray", r.pt.cluster, "node", node, randomSuffix()[:5]), node)
+	w.idleSince = time.Now()
 	r.cpuPods[node] = w
 	pod := r.pt.pod(podSpec{name: w.name, node: r.kubeNodeLocked(node)})
 	r.bg.Go(func() { r.launch(w, pod) })
@@ -582,42 +591,108 @@ func (r *Runner) deleteShared() {
 	}
 }
 
-// workerFor returns the worker that runs work on node.
-func (r *Runner) workerFor(ctx context.Context, node string) (*worker.Client, error) {
+// workerFor returns the worker that runs work on node, marked busy until
+// the caller calls done (a CPU pod is not scaled down while busy).
+func (r *Runner) workerFor(ctx context.Context, node string) (_ *worker.Client, done func(), _ error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, backend.Errorf(backend.Unavailable, "run on node "+node, "%w", backend.ErrClosed)
+		return nil, nil, backend.Errorf(backend.Unavailable, "run on node "+node, "%w", backend.ErrClosed)
 	}
 	w := r.reserved[node]
 	if w == nil {
 		w = r.cpuPodLocked(node)
 	}
+	w.busy++
 	r.mu.Unlock()
+	done = sync.OnceFunc(func() {
+		r.mu.Lock()
+		if w.busy--; w.busy == 0 {
+			w.idleSince = time.Now()
+		}
+		r.mu.Unlock()
+	})
 	c, err := w.wait(ctx)
 	if err != nil {
-		return nil, backend.Wrap(backend.Unavailable, "run on node "+node, err)
+		done()
+		return nil, nil, backend.Wrap(backend.Unavailable, "run on node "+node, err)
 	}
-	return c, nil
+	return c, done, nil
+}
+
+// scaleDown deletes, every period until Close, the CPU pods idle for
+// CPUPool.IdleTimeout, longest idle first, while more than CPUPool.Min
+// run. Work placed on their nodes later starts new ones (at first use),
+// so the pool follows the demand between Min and Max.
+func (r *Runner) scaleDown() {
+	idle := r.cfg.CPUPool.IdleTimeout
+	t := time.NewTicker(max(idle/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-r.runCtx.Done():
+			return
+		case now := <-t.C:
+			r.scaleDownIdle(now)
+		}
+	}
+}
+
+// scaleDownIdle deletes the CPU pods idle for CPUPool.IdleTimeout at now,
+// longest idle first, down to CPUPool.Min pods, and returns how many.
+func (r *Runner) scaleDownIdle(now time.Time) int {
+	r.mu.Lock()
+	var idlePods []*podWorker
+	for _, w := range r.cpuPods {
+		select {
+		case <-w.ready:
+		default:
+			continue // starting
+		}
+		if w.busy == 0 && w.client != nil && now.Sub(w.idleSince) >= r.cfg.CPUPool.IdleTimeout {
+			idlePods = append(idlePods, w)
+		}
+	}
+	slices.SortFunc(idlePods, func(a, b *podWorker) int { return a.idleSince.Compare(b.idleSince) })
+	idlePods = idlePods[:min(len(idlePods), max(len(r.cpuPods)-r.cfg.CPUPool.Min, 0))]
+	for _, w := range idlePods {
+		delete(r.cpuPods, w.node)
+		w.released = true
+	}
+	r.mu.Unlock()
+	if len(idlePods) > 0 {
+		r.log.Debug("CPU pool scaled down", "pods", len(idlePods))
+		r.deleteWorkers(idlePods)
+	}
+	return len(idlePods)
 }
 
 // podExecutor runs each call in the worker pod of its node.
 type podExecutor struct{ r *Runner }
 
 func (x podExecutor) RunTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
-	c, err := x.r.workerFor(ctx, info.Node)
+	c, done, err := x.r.workerFor(ctx, info.Node)
 	if err != nil {
 		return backend.Value{}, err
 	}
+	defer done()
 	return c.RunTask(ctx, name, arg, info)
 }
 
+// NewActor creates the actor in its node's pod, which stays busy (not
+// scaled down) for the actor's life.
 func (x podExecutor) NewActor(ctx context.Context, class string, arg backend.Value, info *backend.RuntimeInfo) (backend.ActorInstance, error) {
-	c, err := x.r.workerFor(ctx, info.Node)
+	c, done, err := x.r.workerFor(ctx, info.Node)
 	if err != nil {
 		return nil, err
 	}
-	return c.NewActor(ctx, class, arg, info)
+	a, err := c.NewActor(ctx, class, arg, info)
+	if err != nil {
+		done()
+		return nil, err
+	}
+	context.AfterFunc(ctx, done)
+	return a, nil
 }
 
 func (x podExecutor) HasTask(name string) bool { return x.r.local.HasTask(name) }

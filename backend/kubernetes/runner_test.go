@@ -248,3 +248,57 @@ func TestRunnerCloseDeletesCollection(t *testing.T) {
 		})
 	}
 }
+
+// TestRunnerCPUPoolFollowsDemand: CPU pods start when work is placed on
+// their node and are deleted once idle for CPUPool.IdleTimeout, down to
+// CPUPool.Min; a pod with work in flight stays.
+func TestRunnerCPUPoolFollowsDemand(t *testing.T) {
+	is := is.New(t)
+	client := newFakeClient()
+	k := startKubelet(t, client, "default")
+	cfg := testConfig()
+	cfg.Worker.Port, cfg.Worker.StartTimeout = int32(k.port), 10*time.Second
+	cfg.CPUPool.Min, cfg.CPUPool.IdleTimeout = 1, time.Hour // scaled by hand below
+	r, err := NewRunner(client, cfg, "c1")
+	is.NoErr(err)
+	exec, err := r.Start(t.Context(), echoExec{}, func(string, error) {})
+	is.NoErr(err)
+	t.Cleanup(func() { _ = r.Close() })
+	ctx := t.Context()
+	countPods := func() int {
+		pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		is.NoErr(err)
+		return len(pods.Items)
+	}
+	nodes := []string{"cpu-1", "cpu-2", "cpu-3"}
+	for _, n := range nodes {
+		is.NoErr(r.NodeUp(ctx, cpuNode(cpuNodeObj(n))))
+	}
+	// Demand on every node: a pod each (cpu-1's started with the cluster).
+	for _, n := range nodes {
+		_, err := exec.RunTask(ctx, "echo", backend.Value{}, &backend.RuntimeInfo{Node: n})
+		is.NoErr(err)
+	}
+	is.Equal(countPods(), 3)
+	is.Equal(r.scaleDownIdle(time.Now()), 0) // not idle long enough
+
+	// Work in flight on cpu-2 and cpu-3 keeps their pods; the idle one goes.
+	_, done2, err := r.workerFor(ctx, "cpu-2")
+	is.NoErr(err)
+	_, done3, err := r.workerFor(ctx, "cpu-3")
+	is.NoErr(err)
+	is.Equal(r.scaleDownIdle(time.Now().Add(2*time.Hour)), 1)
+	is.Equal(countPods(), 2)
+	done2()
+	done3()
+	is.Equal(r.scaleDownIdle(time.Now().Add(4*time.Hour)), 1) // down to Min 1
+	is.Equal(countPods(), 1)
+	is.Equal(r.scaleDownIdle(time.Now().Add(8*time.Hour)), 0)
+
+	// Demand again: pods start again on the nodes it is placed on.
+	for _, n := range nodes {
+		_, err := exec.RunTask(ctx, "echo", backend.Value{}, &backend.RuntimeInfo{Node: n})
+		is.NoErr(err)
+	}
+	is.Equal(countPods(), 3)
+}
