@@ -57,7 +57,10 @@
 // read), all or nothing across the slices of a multislice reservation, and
 // deleted on release. A slice held elsewhere fails the claim with a
 // *core.HeldError (ResourceExhausted) and the runtime tries other slices
-// or waits. A driver that crashed leaves Leases that expire.
+// or waits. A driver that crashed leaves Leases that expire. A claim of
+// part of a slice (a sub-slice) holds the slice's Lease in shared mode:
+// the driver's sub-slices of the slice share it, other drivers are kept
+// off the whole slice.
 //
 // # Worker pods
 //
@@ -94,8 +97,10 @@
 //
 // # Not done
 //
-// Sub-slice reservations are not claimed with Leases: the runtime claims
-// only whole slices (docs/kubernetes.md gives the design).
+// Sub-slice reservations are not claimed with Leases yet: [Source] claims
+// a sub-slice (the slice's Lease in shared mode, [Leases.ClaimSubslice])
+// when the runtime asks, but the runtime asks only for whole slices
+// (docs/kubernetes.md).
 //
 // # Tests
 //

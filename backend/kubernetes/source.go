@@ -493,6 +493,9 @@ func (s *Source) ClaimSlices(ctx context.Context, c core.Claim) error {
 	if s.leases == nil {
 		return nil
 	}
+	if slice, ok := s.subsliceOf(c.Slices, c.Hosts); ok {
+		return s.leases.ClaimSubslice(ctx, c.ID, slice)
+	}
 	return s.leases.Claim(ctx, c.ID, c.Slices)
 }
 
@@ -502,7 +505,12 @@ func (s *Source) ReleaseSlices(ctx context.Context, c core.Claim) error {
 	if s.leases == nil {
 		return nil
 	}
-	err := s.leases.Release(ctx, c.Slices)
+	var err error
+	if slice, ok := s.subsliceOf(c.Slices, c.Hosts); ok {
+		err = s.leases.ReleaseSubslice(ctx, c.ID, slice)
+	} else {
+		err = s.leases.Release(ctx, c.Slices)
+	}
 	s.mu.Lock()
 	for _, name := range c.Slices {
 		if st := s.slices[name]; st != nil && st.claimLost {
