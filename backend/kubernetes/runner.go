@@ -233,8 +233,9 @@ func (r *Runner) workerLost(w *podWorker, cause error) {
 		if r.lost != nil {
 			r.lost(w.node, cause)
 		}
-		// An ended pod is kept by nobody. Not here: this may run in the
-		// client's OnLost, which its Close waits for.
+		// An ended pod is kept by nobody. In the background: this may run
+		// in the client's OnLost, whose reader should not wait for API
+		// calls (worker.Client.Close itself may be called there).
 		r.mu.Lock()
 		if !r.closed {
 			r.bg.Go(func() { r.deleteWorkers([]*podWorker{w}) })
