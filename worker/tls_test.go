@@ -209,3 +209,55 @@ func TestCloseFromOnLost(t *testing.T) {
 	_, err = c.RunTask(context.Background(), "echo", backend.Value{}, nil)
 	is.Equal(backend.CodeOf(err), backend.Unavailable) // the loss, not ErrClosed
 }
+
+// BenchmarkDial: the cost of mutual TLS on connecting to a worker
+// (handshake included), against plain TCP in the same run.
+func BenchmarkDial(b *testing.B) {
+	ca, err := NewCA("bench", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wc, err := ca.Issue(RoleWorker)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dc, err := ca.Issue(RoleDriver)
+	if err != nil {
+		b.Fatal(err)
+	}
+	scfg, err := wc.ServerConfig()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ccfg, err := dc.ClientConfig()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name     string
+		srv, cli *tls.Config
+	}{{"plain", nil, nil}, {"mTLS", scfg, ccfg}} {
+		b.Run(bc.name, func(b *testing.B) {
+			srv, err := NewServer(fakeRegistry{}, &ServerOptions{Token: testToken, TLS: bc.srv})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- srv.Serve(ctx, ln) }()
+			defer func() { cancel(); <-done }()
+			opts := &ClientOptions{Token: testToken, Manifest: fakeManifest, TLS: bc.cli}
+			for b.Loop() {
+				c, err := Dial(ctx, ln.Addr().String(), opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			}
+		})
+	}
+}
