@@ -235,11 +235,11 @@ func (c Credentials) ServerConfig() (*tls.Config, error) {
 		return nil, err
 	}
 	return &tls.Config{
-		MinVersion:       tls.VersionTLS13,
-		Certificates:     []tls.Certificate{pair},
-		ClientCAs:        pool,
-		ClientAuth:       tls.RequireAndVerifyClientCert,
-		NextProtos:       []string{"http/1.1"},
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{pair},
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		NextProtos:   []string{"http/1.1"},
 	}, nil
 }
 
@@ -252,11 +252,11 @@ func (c Credentials) ClientConfig() (*tls.Config, error) {
 		return nil, err
 	}
 	return &tls.Config{
-		MinVersion:       tls.VersionTLS13,
-		Certificates:     []tls.Certificate{pair},
-		RootCAs:          pool,
-		ServerName:       TLSServerName,
-		NextProtos:       []string{"http/1.1"},
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{pair},
+		RootCAs:      pool,
+		ServerName:   TLSServerName,
+		NextProtos:   []string{"http/1.1"},
 	}, nil
 }
 
