@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,11 @@ import (
 type ClientOptions struct {
 	// Token is the worker's token.
 	Token string
+	// TLS, if set, makes the connection mutual TLS: the driver verifies
+	// the worker's certificate with it and presents its own (see
+	// [Credentials.ClientConfig]). nil means plain TCP, which a worker
+	// with ServerOptions.TLS refuses.
+	TLS *tls.Config
 	// Manifest describes the driver's code; the worker refuses a driver
 	// whose manifest differs from its own. Get it from the cluster's
 	// executor with [ManifestOf].
@@ -67,6 +73,7 @@ type Client struct {
 	pending map[uint64]*pendingCall
 	lost    error // set once the reader has ended
 	closed  atomic.Bool
+	inLost  atomic.Bool // OnLost is running
 	readEnd chan struct{}
 }
 
@@ -116,11 +123,17 @@ func Dial(ctx context.Context, addr string, opts *ClientOptions) (*Client, error
 		}
 		return nil, backend.Errorf(backend.Unavailable, op, "%w", err)
 	}
+	if opts.TLS != nil {
+		nc = tls.Client(nc, opts.TLS)
+	}
 	br, hdr, err := handshake(ctx, nc, addr, opts, limit, hb)
 	if err != nil {
 		nc.Close()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if tlsRefusal(err) {
+			return nil, backend.Errorf(backend.FailedPrecondition, op, "TLS: %w (driver and worker need certificates of the same cluster CA, and both must use TLS)", err)
 		}
 		var be *backend.Error
 		if errors.As(err, &be) {
@@ -162,11 +175,18 @@ func handshake(ctx context.Context, nc net.Conn, addr string, opts *ClientOption
 
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) }) //nolint:errcheck
 	defer stop()
+	scheme := "http://"
+	if tc, ok := nc.(*tls.Conn); ok {
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, nil, err
+		}
+		scheme = "https://"
+	}
 	body, err := json.Marshal(helloRequest{Fingerprint: opts.Manifest.Fingerprint(), Manifest: opts.Manifest, MaxMsg: limit, Heartbeat: hb.Milliseconds()})
 	if err != nil {
 		return nil, nil, err
 	}
-	req, err := http.NewRequest(http.MethodPost, "http://"+addr+connectPath, bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, scheme+addr+connectPath, bytes.NewReader(body))
 	if err != nil {
 		return nil, nil, backend.Errorf(backend.InvalidArgument, "", "bad worker address: %w", err)
 	}
@@ -220,6 +240,10 @@ func refusal(resp *http.Response, mine Manifest) error {
 		code = backend.ResourceExhausted
 	case http.StatusBadRequest:
 		code = backend.InvalidArgument
+		if strings.Contains(msg, "HTTPS server") { // net/http's answer to plain HTTP on a TLS port
+			code = backend.FailedPrecondition
+			msg += " (the worker requires TLS: set ClientOptions.TLS)"
+		}
 	}
 	return backend.Errorf(code, "", "worker refused the connection (%s): %s", resp.Status, msg)
 }
@@ -243,12 +267,18 @@ func (c *Client) Err() error {
 // Close closes the connection: calls in flight fail with FailedPrecondition
 // (ErrClosed), the worker cancels their work and drops the actors created
 // through this client. OnLost is not called. Close waits for the client's
-// goroutines and is idempotent.
+// goroutines and is idempotent. It may be called from OnLost: a Close
+// that finds OnLost running (a lost connection, already closed) does not
+// wait for OnLost to return, only for the connection's other goroutines;
+// the calls in flight fail with the loss once OnLost returns.
 func (c *Client) Close() error {
 	c.closed.Store(true)
 	c.conn.close(backend.ErrClosed)
-	<-c.readEnd
 	c.conn.wg.Wait()
+	if c.inLost.Load() {
+		return nil
+	}
+	<-c.readEnd
 	return nil
 }
 
@@ -263,7 +293,9 @@ func (c *Client) readLoop() {
 		err = c.lostError(cause)
 		c.conn.log.Warn("goray: worker connection lost", "worker", c.addr, "pid", c.pid, "cause", cause)
 		if c.onLost != nil {
+			c.inLost.Store(true)
 			c.onLost(err)
+			c.inLost.Store(false)
 		}
 	}
 	c.pmu.Lock()

@@ -85,6 +85,26 @@
 // registered names: a request for anything else fails with NotFound
 // without running code.
 //
+// Mutual TLS is optional on both ends (ServerOptions.TLS and
+// ClientOptions.TLS). A backend that runs workers on a network it does not
+// control creates a per-cluster [CA] (ECDSA P-256, valid for a day by
+// default, its key only in the driver's memory), issues a worker
+// certificate ([RoleWorker], for server authentication, named
+// [TLSServerName]) and a driver certificate ([RoleDriver], for client
+// authentication), and configures both ends with [Credentials.ServerConfig]
+// and [Credentials.ClientConfig]: TLS 1.3, each side verifying that the
+// other's certificate was signed by the cluster's CA for its role. A
+// worker with TLS refuses a plain TCP driver and a driver whose
+// certificate is missing or of another CA, before reading any HTTP (the
+// refusals count in the bounded refusal log); a driver refuses a worker
+// whose certificate is of another CA or for another role. These refusals
+// fail Dial with FailedPrecondition, since retrying does not fix them. The
+// token is still checked inside TLS. A launched worker serves TLS when its
+// environment names credentials ([EnvTLSDir], or [EnvTLSCA], [EnvTLSCert]
+// and [EnvTLSKey]); the Kubernetes backend sets them from its Secret.
+// backend/local's worker processes use plain TCP on loopback with the
+// token: their traffic never leaves the host.
+//
 // What another process on the same host can do: any local user can
 // connect to the worker's loopback port, but without the token it is
 // refused (and refusals are logged at a bounded rate). Other users cannot
@@ -96,15 +116,16 @@
 // user), or open the token pipe through /proc/<pid>/fd in the moment
 // between the worker's start and its read. Run workers of different trust
 // levels as different users. The token authenticates; it does not
-// encrypt: run workers on loopback or inside a trusted network, as Ray
-// does.
+// encrypt: without TLS, run workers on loopback or inside a trusted
+// network, as Ray does.
 //
 // # Faults
 //
 // A call whose connection is lost (the worker process died, the network
 // failed, heartbeats stopped for 5 intervals) fails with Unavailable;
 // [ClientOptions].OnLost runs first, so that a backend can mark the
-// worker's nodes dead and have the work retried per its options. Cancelling
+// worker's nodes dead and have the work retried per its options. OnLost
+// may close its own client. Cancelling
 // a call's context cancels the work in the worker. A worker exits when its
 // driver goes away: at once when a launched worker's lifeline pipe closes
 // (the driver process died or stopped it), and otherwise when no driver has

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +36,19 @@ const (
 	// the process's life, so prefer EnvTokenFD or EnvTokenFile. Exactly
 	// one of the three is required.
 	EnvToken = "GORAY_WORKER_TOKEN"
+	// EnvTLSDir names a directory holding the worker's TLS credentials
+	// (FileCA, FileCert, FileKey; a mounted Kubernetes Secret works). When
+	// it, or the three EnvTLS* variables below, are set the worker serves
+	// mutual TLS only ([Credentials.ServerConfig]); otherwise plain TCP.
+	EnvTLSDir = "GORAY_WORKER_TLS_DIR"
+	// EnvTLSCA, EnvTLSCert and EnvTLSKey are the worker's TLS credentials
+	// themselves, PEM-encoded (a Kubernetes secretKeyRef puts them there
+	// without a literal in the pod spec): the cluster CA's certificate and
+	// the worker's certificate and key. Like EnvToken, the key stays in
+	// /proc/<pid>/environ for the worker's user; EnvTLSDir avoids that.
+	EnvTLSCA   = "GORAY_WORKER_TLS_CA"
+	EnvTLSCert = "GORAY_WORKER_TLS_CERT"
+	EnvTLSKey  = "GORAY_WORKER_TLS_KEY"
 	// EnvReadyFD, if set, is an inherited file descriptor on which the
 	// worker writes "goray-worker ready <addr>\n" once it listens, then
 	// closes it. It is how a launcher learns a port chosen by the kernel.
@@ -75,7 +89,7 @@ func Launched() bool { return os.Getenv(EnvAddr) != "" }
 // Errors go to stderr. Package ray's Main calls it; programs do not.
 func ServeLaunched(reg Registry) int {
 	env := map[string]string{}
-	for _, k := range []string{EnvAddr, EnvToken, EnvTokenFD, EnvTokenFile, EnvReadyFD, EnvLifelineFD, EnvMaxMessageSize, EnvIdleTimeout, EnvLogLevel} {
+	for _, k := range []string{EnvAddr, EnvToken, EnvTokenFD, EnvTokenFile, EnvTLSDir, EnvTLSCA, EnvTLSCert, EnvTLSKey, EnvReadyFD, EnvLifelineFD, EnvMaxMessageSize, EnvIdleTimeout, EnvLogLevel} {
 		env[k] = os.Getenv(k)
 		os.Unsetenv(k)
 	}
@@ -165,7 +179,11 @@ func serveLaunched(reg Registry, env map[string]string, log *slog.Logger) error 
 	if err != nil {
 		return err
 	}
-	opts := &ServerOptions{Token: token, IdleTimeout: DefaultIdleTimeout, Logger: log}
+	tlsConfig, err := launchedTLS(env)
+	if err != nil {
+		return err
+	}
+	opts := &ServerOptions{Token: token, TLS: tlsConfig, IdleTimeout: DefaultIdleTimeout, Logger: log}
 	if s := env[EnvMaxMessageSize]; s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -228,6 +246,32 @@ func serveLaunched(reg Registry, env map[string]string, log *slog.Logger) error 
 		err = c
 	}
 	return err
+}
+
+// launchedTLS is the worker's TLS config from EnvTLSDir or the three
+// EnvTLS* variables, or nil when none is set.
+func launchedTLS(env map[string]string) (*tls.Config, error) {
+	var creds Credentials
+	pem := env[EnvTLSCA] != "" || env[EnvTLSCert] != "" || env[EnvTLSKey] != ""
+	switch {
+	case env[EnvTLSDir] != "" && pem:
+		return nil, fmt.Errorf("set %s or %s, %s and %s, not both", EnvTLSDir, EnvTLSCA, EnvTLSCert, EnvTLSKey)
+	case env[EnvTLSDir] != "":
+		c, err := LoadCredentials(env[EnvTLSDir])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvTLSDir, err)
+		}
+		creds = c
+	case pem:
+		creds = Credentials{CA: []byte(env[EnvTLSCA]), Cert: []byte(env[EnvTLSCert]), Key: []byte(env[EnvTLSKey])}
+	default:
+		return nil, nil
+	}
+	cfg, err := creds.ServerConfig()
+	if err != nil && pem {
+		return nil, fmt.Errorf("%s, %s and %s: %w", EnvTLSCA, EnvTLSCert, EnvTLSKey, err)
+	}
+	return cfg, err
 }
 
 func inheritedFile(env map[string]string, key string) (*os.File, error) {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -36,6 +38,12 @@ type ServerOptions struct {
 	// Token authenticates the driver: the handshake must carry it. It is
 	// required; a backend generates a random one per cluster.
 	Token string
+	// TLS, if set, makes the worker serve mutual TLS only: it presents its
+	// certificate and, with [Credentials.ServerConfig], requires a driver
+	// certificate signed by the cluster's CA. A plain TCP driver, or one
+	// whose certificate the config does not verify, is refused before any
+	// HTTP is read. nil means plain TCP (the token still authenticates).
+	TLS *tls.Config
 	// MaxMessageSize bounds one message in either direction; 0 means
 	// DefaultMaxMessageSize. A connection uses the smaller of the
 	// driver's and the worker's bounds.
@@ -73,6 +81,7 @@ type Server struct {
 	idle    time.Duration
 	log     *slog.Logger
 	refused *refusalLog
+	tls     *tls.Config
 
 	mu      sync.Mutex
 	closed  bool
@@ -110,6 +119,10 @@ func NewServer(reg Registry, opts *ServerOptions) (*Server, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.refused = newRefusalLog(s.log, opts.RefusalLogPeriod)
+	if opts.TLS != nil {
+		s.tls = opts.TLS.Clone()
+		s.tls.NextProtos = []string{"http/1.1"} // the upgrade needs HTTP/1.1, never h2
+	}
 	return s, nil
 }
 
@@ -146,7 +159,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:          log.New(serverLogWriter{s}, "", 0),
+	}
+	if s.tls != nil {
+		ln = tls.NewListener(ln, s.tls)
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
@@ -177,6 +193,22 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.wg.Wait()
 	return err
+}
+
+// serverLogWriter takes net/http's log lines: a failed TLS handshake (a
+// driver without TLS or with a certificate of another CA) counts as a
+// refusal, logged at a bounded rate; other lines are warnings.
+type serverLogWriter struct{ s *Server }
+
+func (w serverLogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	if rest, ok := strings.CutPrefix(line, "http: TLS handshake error from "); ok {
+		remote, reason, _ := strings.Cut(rest, ": ")
+		w.s.refused.note(remote, 0, "TLS handshake: "+reason)
+		return len(p), nil
+	}
+	w.s.log.Warn("goray worker: " + line)
+	return len(p), nil
 }
 
 // helloRequest is the body of the handshake request.

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/worker"
 )
 
 // Config configures the Kubernetes backend. Only Worker.Image is
@@ -83,6 +84,12 @@ type WorkerConfig struct {
 	// LogLevel is the workers' log level (debug, info, warn, error, off);
 	// "" means warn.
 	LogLevel string
+	// CertValidity is how long the cluster handle's TLS CA and
+	// certificates are valid, from New; 0 means 24 hours. Connections
+	// made before they expire stay up, but a worker pod started after
+	// that cannot connect: a handle that lives longer (and starts pods
+	// later) needs a longer validity.
+	CertValidity time.Duration
 }
 
 // CPUPool selects the Kubernetes nodes that count as CPU nodes of the
@@ -99,6 +106,11 @@ type CPUPool struct {
 	// Max caps the CPU nodes the cluster uses; 0 means 16. Nodes past the
 	// cap (in name order) are ignored until one in use goes away.
 	Max int
+	// IdleTimeout scales the pool down: a CPU worker pod that has had no
+	// work (no task or call in flight, no actor living in it) for this
+	// long is deleted, as long as more than Min CPU pods run; work placed
+	// on its node later starts a new one. 0 means 1 minute.
+	IdleTimeout time.Duration
 }
 
 // PodOverrides adds to every worker pod's template.
@@ -131,12 +143,14 @@ type LeaseConfig struct {
 
 // Defaults.
 const (
-	DefaultNamespace     = "default"
-	DefaultWorkerPort    = 7077
-	DefaultStartTimeout  = 5 * time.Minute
-	DefaultIdleTimeout   = 2 * time.Minute
-	DefaultCPUPoolMax    = 16
-	DefaultLeaseDuration = 15 * time.Second
+	DefaultNamespace    = "default"
+	DefaultWorkerPort   = 7077
+	DefaultStartTimeout = 5 * time.Minute
+	DefaultIdleTimeout  = 2 * time.Minute
+	DefaultCPUPoolMax   = 16
+	// DefaultCPUPoolIdleTimeout is CPUPool.IdleTimeout's default.
+	DefaultCPUPoolIdleTimeout = time.Minute
+	DefaultLeaseDuration      = 15 * time.Second
 )
 
 // inClusterNamespaceFile is where a pod finds its own namespace.
@@ -157,7 +171,9 @@ func (c Config) withDefaults() Config {
 	c.Worker.Port = cmp.Or(c.Worker.Port, DefaultWorkerPort)
 	c.Worker.StartTimeout = cmp.Or(c.Worker.StartTimeout, DefaultStartTimeout)
 	c.Worker.IdleTimeout = cmp.Or(c.Worker.IdleTimeout, DefaultIdleTimeout)
+	c.Worker.CertValidity = cmp.Or(c.Worker.CertValidity, worker.DefaultCertValidity)
 	c.CPUPool.Max = cmp.Or(c.CPUPool.Max, DefaultCPUPoolMax)
+	c.CPUPool.IdleTimeout = cmp.Or(c.CPUPool.IdleTimeout, DefaultCPUPoolIdleTimeout)
 	c.Lease.Duration = cmp.Or(c.Lease.Duration, DefaultLeaseDuration)
 	c.Lease.RenewEvery = cmp.Or(c.Lease.RenewEvery, c.Lease.Duration/3)
 	if c.Logger == nil {
@@ -198,11 +214,17 @@ func (c Config) Validate() error {
 	if c.Worker.StartTimeout < 0 || c.Worker.IdleTimeout < 0 {
 		bad("Worker.StartTimeout %v and Worker.IdleTimeout %v: want >= 0 (0 means the default)", c.Worker.StartTimeout, c.Worker.IdleTimeout)
 	}
+	if c.Worker.CertValidity < time.Minute {
+		bad("Worker.CertValidity %v: want at least 1m (0 means %v)", c.Worker.CertValidity, worker.DefaultCertValidity)
+	}
 	if !slices.Contains([]string{"", "debug", "info", "warn", "error", "off"}, c.Worker.LogLevel) {
 		bad("Worker.LogLevel %q: want debug, info, warn, error or off", c.Worker.LogLevel)
 	}
 	if c.CPUPool.Min < 0 || c.CPUPool.Max < 0 || c.CPUPool.Min > c.CPUPool.Max {
 		bad("CPUPool.Min %d, Max %d: want 0 <= Min <= Max (Max 0 means %d)", c.CPUPool.Min, c.CPUPool.Max, DefaultCPUPoolMax)
+	}
+	if c.CPUPool.IdleTimeout < 0 {
+		bad("CPUPool.IdleTimeout %v: want >= 0 (0 means %v)", c.CPUPool.IdleTimeout, DefaultCPUPoolIdleTimeout)
 	}
 	checkLabels := func(field string, m map[string]string, values bool) {
 		for _, k := range sortedKeys(m) {

@@ -42,7 +42,10 @@
 // the same in every driver. A host deleted, NotReady or cordoned is lost
 // (its work fails with Unavailable and is retried; the runtime hands the
 // slice out again only when it is whole); when it is back it is reported
-// again. Other nodes are CPU nodes ([CPUPool]). Custom runtime resources
+// again; a node of the pool's shape with a new name (GKE recreating a
+// failed VM) replaces a host whose node is gone, under that host's worker
+// ID and runtime name, so the slice is whole again. Other nodes are CPU
+// nodes ([CPUPool]). Custom runtime resources
 // come from the node annotation goray.dev/resources ([AnnotationResources]),
 // and a node may carry a runtime name of its own ([LabelName]).
 //
@@ -54,7 +57,10 @@
 // read), all or nothing across the slices of a multislice reservation, and
 // deleted on release. A slice held elsewhere fails the claim with a
 // *core.HeldError (ResourceExhausted) and the runtime tries other slices
-// or waits. A driver that crashed leaves Leases that expire.
+// or waits. A driver that crashed leaves Leases that expire. A claim of
+// part of a slice (a sub-slice) holds the slice's Lease in shared mode:
+// the driver's sub-slices of the slice share it, other drivers are kept
+// off the whole slice.
 //
 // # Worker pods
 //
@@ -66,21 +72,35 @@
 // MEGASCALE_* for multislice), TPU_WORKER_HOSTNAMES and
 // MEGASCALE_COORDINATOR_ADDRESS rewritten to the pods' DNS names in a
 // headless Service. Work that needs no reserved slice runs in one CPU pod
-// per node, started at first use. The driver dials each worker through
-// package worker with a per-cluster token that the pods read from a Secret
-// the backend creates (a secretKeyRef, never a literal). Every object
-// carries the label goray.dev/cluster=<id> ([Backend.ClusterID]) and is
-// owned by that Secret, so one handle's objects can be listed and
-// garbage-collected. A pod that is deleted, evicted or fails, or whose
+// per node, started when work is first placed there and deleted once idle
+// for CPUPool.IdleTimeout while more than CPUPool.Min run, so the pool
+// follows the demand between Min and Max. Every object carries the label
+// goray.dev/cluster=<id> ([Backend.ClusterID]) and is owned by the
+// handle's Secret, so one handle's objects can be listed and
+// garbage-collected; Close deletes its pods with one DeleteCollection on
+// that label. A pod that is deleted, evicted or fails, or whose
 // connection drops, loses its node.
+//
+// # Security
+//
+// The driver dials each worker through package worker over mutual TLS
+// with a per-handle token. The backend generates a CA per cluster handle
+// (ECDSA P-256, valid for Worker.CertValidity, its key only in the
+// driver's memory) and issues a worker certificate and a driver
+// certificate; the Secret it creates holds the token, the CA certificate
+// and the worker certificate and key, which the pods read through
+// secretKeyRefs (never literals in the pod spec). Each side verifies that
+// the other's certificate was signed by the CA for its role: a worker
+// refuses a plaintext driver or one of another CA, a driver refuses a
+// worker of another handle. docs/kubernetes.md (Security) has the details
+// and deploy/rbac.yaml the driver's least privilege.
 //
 // # Not done
 //
-// Traffic between the driver and its workers is not encrypted (the token
-// authenticates; it does not encrypt): keep the driver and its workers in
-// one trusted network. The CPU pool does not scale with queued demand:
-// CPUPool.Min pods start with the cluster, others at first use, up to
-// CPUPool.Max nodes.
+// Sub-slice reservations are not claimed with Leases yet: [Source] claims
+// a sub-slice (the slice's Lease in shared mode, [Leases.ClaimSubslice])
+// when the runtime asks, but the runtime asks only for whole slices
+// (docs/kubernetes.md).
 //
 // # Tests
 //

@@ -7,8 +7,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/tpu"
@@ -127,3 +132,40 @@ func (r *recordSink) waitForEvent(t *testing.T, want string) event {
 }
 
 func (r *recordSink) waitForB(b *testing.B, n int) []event { return r.waitFor(b, n) }
+
+// newFakeClient is the client-go fake clientset with DeleteCollection of pods,
+// which its object tracker does not implement: it deletes the objects of
+// the namespace that match the label selector.
+func newFakeClient(objs ...runtime.Object) *fake.Clientset {
+	client := fake.NewClientset(objs...)
+	client.PrependReactor("delete-collection", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		dc := a.(clienttesting.DeleteCollectionAction)
+		sel, err := labels.Parse(dc.GetListRestrictions().Labels.String())
+		if err != nil {
+			return true, nil, err
+		}
+		gvr := dc.GetResource()
+		gvk := gvr.GroupVersion().WithKind("Pod")
+		list, err := client.Tracker().List(gvr, gvk, dc.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			return true, nil, err
+		}
+		for _, o := range items {
+			m, err := meta.Accessor(o)
+			if err != nil {
+				return true, nil, err
+			}
+			if sel.Matches(labels.Set(m.GetLabels())) {
+				if err := client.Tracker().Delete(gvr, m.GetNamespace(), m.GetName()); err != nil {
+					return true, nil, err
+				}
+			}
+		}
+		return true, nil, nil
+	})
+	return client
+}

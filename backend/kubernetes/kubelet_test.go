@@ -136,7 +136,15 @@ func (k *fakeKubelet) run(ctx context.Context, t *testing.T, p *corev1.Pod) {
 		t.Errorf("pod %s: %v", p.Name, err)
 		return
 	}
-	srv, err := worker.NewServer(echoRegistry{env: env}, &worker.ServerOptions{Token: env[worker.EnvToken]})
+	// The worker serves mutual TLS with the credentials the pod's env
+	// takes from the Secret, as ray.Main does in a real pod.
+	tlsConfig, err := worker.Credentials{CA: []byte(env[worker.EnvTLSCA]), Cert: []byte(env[worker.EnvTLSCert]), Key: []byte(env[worker.EnvTLSKey])}.ServerConfig()
+	if err != nil {
+		t.Errorf("pod %s: %v", p.Name, err)
+		ln.Close()
+		return
+	}
+	srv, err := worker.NewServer(echoRegistry{env: env}, &worker.ServerOptions{Token: env[worker.EnvToken], TLS: tlsConfig})
 	if err != nil {
 		t.Errorf("pod %s: %v", p.Name, err)
 		ln.Close()

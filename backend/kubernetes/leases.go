@@ -51,7 +51,8 @@ type Leases struct {
 	onLost   func(slice string, cause error)
 
 	mu   sync.Mutex
-	held map[string]*coordv1.Lease // by slice: the last version written
+	held map[string]*coordv1.Lease  // by slice: the last version written
+	subs map[string]map[string]bool // by slice: its sub-slice claims (leases_subslice.go)
 }
 
 // NewLeases returns the slice claimer of one driver for cfg (its
@@ -67,6 +68,7 @@ func NewLeases(client kubernetes.Interface, cfg Config) (*Leases, error) {
 		log: cfg.Logger, now: time.Now,
 		backoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 2 * time.Second},
 		held:    map[string]*coordv1.Lease{},
+		subs:    map[string]map[string]bool{},
 	}, nil
 }
 

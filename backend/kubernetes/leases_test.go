@@ -97,7 +97,7 @@ func getLease(t *testing.T, client *fake.Clientset, slice string) (*coordv1.Leas
 
 func TestLeasesClaimIsExclusive(t *testing.T) {
 	is := is.New(t)
-	client := checkVersions(fake.NewClientset())
+	client := checkVersions(newFakeClient())
 	clk := &clock{t: time.Unix(1e9, 0)}
 	a, b := newTestLeases(t, client, "driver-a", clk), newTestLeases(t, client, "driver-b", clk)
 	ctx := t.Context()
@@ -136,7 +136,7 @@ func TestLeasesClaimIsExclusive(t *testing.T) {
 
 func TestLeasesTakenOverOnlyAfterExpiry(t *testing.T) {
 	is := is.New(t)
-	client := checkVersions(fake.NewClientset())
+	client := checkVersions(newFakeClient())
 	clk := &clock{t: time.Unix(1e9, 0)}
 	a, b := newTestLeases(t, client, "driver-a", clk), newTestLeases(t, client, "driver-b", clk)
 	var lost []string
@@ -199,7 +199,7 @@ func TestLeasesRetryConflictsAndAPIErrors(t *testing.T) {
 			// claim of s2 an update.
 			old := metav1.NewMicroTime(clk.now().Add(-time.Hour))
 			secs := int32(10)
-			client := checkVersions(fake.NewClientset(&coordv1.Lease{
+			client := checkVersions(newFakeClient(&coordv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Name: LeaseName("s2"), Namespace: "default"},
 				Spec:       coordv1.LeaseSpec{HolderIdentity: new("crashed"), RenewTime: &old, LeaseDurationSeconds: &secs},
 			}))
@@ -253,7 +253,7 @@ func TestLeasesLoseRaceForExpiredLease(t *testing.T) {
 	clk := &clock{t: time.Unix(1e9, 0)}
 	old := metav1.NewMicroTime(clk.now().Add(-time.Hour))
 	secs := int32(10)
-	client := checkVersions(fake.NewClientset(&coordv1.Lease{
+	client := checkVersions(newFakeClient(&coordv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: LeaseName("s1"), Namespace: "default", ResourceVersion: "1"},
 		Spec:       coordv1.LeaseSpec{HolderIdentity: new("crashed"), RenewTime: &old, LeaseDurationSeconds: &secs},
 	}))
@@ -285,7 +285,7 @@ func TestLeasesLoseRaceForExpiredLease(t *testing.T) {
 
 func TestLeasesReleaseAfterCancel(t *testing.T) {
 	is := is.New(t)
-	client := checkVersions(fake.NewClientset())
+	client := checkVersions(newFakeClient())
 	clk := &clock{t: time.Unix(1e9, 0)}
 	a := newTestLeases(t, client, "driver-a", clk)
 	is.NoErr(a.Claim(t.Context(), "pg", []string{"s1"}))
@@ -298,7 +298,7 @@ func TestLeasesReleaseAfterCancel(t *testing.T) {
 
 func TestLeasesRenewalFindsDeletedLease(t *testing.T) {
 	is := is.New(t)
-	client := checkVersions(fake.NewClientset())
+	client := checkVersions(newFakeClient())
 	clk := &clock{t: time.Unix(1e9, 0)}
 	a := newTestLeases(t, client, "driver-a", clk)
 	var lost []string

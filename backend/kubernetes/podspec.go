@@ -17,8 +17,17 @@ import (
 // This file builds the objects the runner creates: the token Secret, the
 // headless Service and the worker pods.
 
-// secretTokenKey is the key of the token in the cluster's Secret.
-const secretTokenKey = "token"
+// The keys of the cluster's Secret: the worker token and the workers' TLS
+// credentials (the CA's certificate, and the certificate and key every
+// worker of the handle serves with). The names of the TLS keys are those
+// of a kubernetes.io/tls Secret, so that the Secret can also be mounted
+// as a directory for worker.EnvTLSDir.
+const (
+	secretTokenKey = "token"
+	secretCAKey    = worker.FileCA
+	secretCertKey  = worker.FileCert
+	secretKeyKey   = worker.FileKey
+)
 
 // podTemplate is what every worker pod of one cluster handle shares.
 type podTemplate struct {
@@ -34,13 +43,14 @@ func (pt *podTemplate) baseLabels() map[string]string {
 	return map[string]string{LabelCluster: pt.cluster, labelManagedBy: managedBy}
 }
 
-func newSecret(name, ns, cluster, token string) *corev1.Secret {
+func newSecret(name, ns, cluster, token string, creds worker.Credentials) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
 			Labels: map[string]string{LabelCluster: cluster, labelManagedBy: managedBy}},
 		Type:      corev1.SecretTypeOpaque,
 		Immutable: new(true),
-		Data:      map[string][]byte{secretTokenKey: []byte(token)},
+		Data: map[string][]byte{secretTokenKey: []byte(token),
+			secretCAKey: creds.CA, secretCertKey: creds.Cert, secretKeyKey: creds.Key},
 	}
 }
 
@@ -58,6 +68,13 @@ func (pt *podTemplate) headlessService() *corev1.Service {
 			Ports:                    []corev1.ServicePort{{Name: "worker", Port: pt.cfg.Worker.Port}},
 		},
 	}
+}
+
+// fromSecret is the env variable name taking the value of key in the
+// cluster's Secret: a secretKeyRef, never a literal in the pod spec.
+func (pt *podTemplate) fromSecret(name, key string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: pt.secret}, Key: key}}}
 }
 
 // podSpec describes one worker pod.
@@ -85,8 +102,10 @@ func (pt *podTemplate) pod(s podSpec) *corev1.Pod {
 		{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: worker.EnvAddr, Value: "$(POD_IP):" + strconv.Itoa(int(w.Port))},
-		{Name: worker.EnvToken, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: pt.secret}, Key: secretTokenKey}}},
+		pt.fromSecret(worker.EnvToken, secretTokenKey),
+		pt.fromSecret(worker.EnvTLSCA, secretCAKey),
+		pt.fromSecret(worker.EnvTLSCert, secretCertKey),
+		pt.fromSecret(worker.EnvTLSKey, secretKeyKey),
 		{Name: worker.EnvIdleTimeout, Value: w.IdleTimeout.String()},
 	}
 	if w.LogLevel != "" {

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/goray-dev/goray/tpu"
+	"github.com/goray-dev/goray/worker"
 )
 
 func TestPodEnvRewritesHostnamesAndCoordinator(t *testing.T) {
@@ -61,6 +62,33 @@ func TestPodProblem(t *testing.T) {
 				return
 			}
 			is.True(strings.Contains(got, tt.want))
+		})
+	}
+}
+
+// TestPodSecretsAreReferences: the token and the TLS credentials reach the
+// pods as references to the cluster's Secret, never as literals.
+func TestPodSecretsAreReferences(t *testing.T) {
+	pt := &podTemplate{cfg: testConfig().withDefaults(), cluster: "c1", secret: "goray-c1", service: "goray-c1"}
+	pod := pt.pod(podSpec{name: "p", node: "n", chips: 4, env: map[string]string{tpu.EnvWorkerID: "0"}})
+	refs := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			refs[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+		}
+		if strings.Contains(e.Value, "PRIVATE KEY") || strings.Contains(e.Value, "CERTIFICATE") {
+			t.Errorf("env %s holds a literal credential", e.Name)
+		}
+	}
+	for _, tt := range []struct{ env, want string }{
+		{worker.EnvToken, "goray-c1/token"},
+		{worker.EnvTLSCA, "goray-c1/ca.crt"},
+		{worker.EnvTLSCert, "goray-c1/tls.crt"},
+		{worker.EnvTLSKey, "goray-c1/tls.key"},
+	} {
+		t.Run(tt.env, func(t *testing.T) {
+			is := is.New(t)
+			is.Equal(refs[tt.env], tt.want)
 		})
 	}
 }

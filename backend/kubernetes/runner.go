@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,9 @@ import (
 //     TPU_WORKER_HOSTNAMES as DNS names of the headless Service,
 //     MEGASCALE_*). Released deletes them.
 //   - Other work on a node runs in one CPU pod per node, started when work
-//     is first placed there (or with the cluster, for CPUPool.Min nodes).
+//     is first placed there (or with the cluster, for CPUPool.Min nodes),
+//     and deleted once idle for CPUPool.IdleTimeout while more than
+//     CPUPool.Min run: the pool follows the demand between Min and Max.
 //
 // Every object carries LabelCluster and is owned by the cluster's token
 // Secret, so one cluster handle's objects can be listed and collected.
@@ -61,7 +64,8 @@ type Runner struct {
 	runCtx    context.Context
 	cancelRun context.CancelFunc
 
-	created atomic.Int64 // pods created, for tests
+	created  atomic.Int64 // pods created, for tests
+	kubeNode func(string) string
 
 	mu       sync.Mutex
 	closed   bool
@@ -82,6 +86,10 @@ type podWorker struct {
 	err        error
 	released   bool // deleted on purpose: not a loss
 	lostOnce   sync.Once
+	// busy counts the calls in flight and the actors living in a CPU
+	// pod; idleSince is when it last went to 0 (r.mu guards both).
+	busy      int
+	idleSince time.Time
 }
 
 // NewRunner returns the pod runner for cfg on client; cluster is the
@@ -115,9 +123,27 @@ func (r *Runner) Start(ctx context.Context, exec backend.Executor, lost core.Los
 		return nil, backend.Errorf(backend.InvalidArgument, op, "worker pods need a codec: values cross to the pods as bytes (do not set ray.Options.DisableCodec)")
 	}
 	r.local, r.lost, r.token = exec, lost, worker.NewToken()
-	r.copts = worker.ClientOptions{Token: r.token, Manifest: m, Logger: r.log}
+	// The cluster's CA lives in this process only; the workers get its
+	// certificate and one worker certificate through the Secret.
+	ca, err := worker.NewCA(r.pt.cluster, r.cfg.Worker.CertValidity)
+	if err != nil {
+		return nil, backend.Errorf(backend.Internal, op, "generate the cluster's TLS CA: %w", err)
+	}
+	workerCreds, err := ca.Issue(worker.RoleWorker)
+	if err != nil {
+		return nil, backend.Errorf(backend.Internal, op, "issue the workers' TLS certificate: %w", err)
+	}
+	driverCreds, err := ca.Issue(worker.RoleDriver)
+	if err != nil {
+		return nil, backend.Errorf(backend.Internal, op, "issue the driver's TLS certificate: %w", err)
+	}
+	tlsConfig, err := driverCreds.ClientConfig()
+	if err != nil {
+		return nil, backend.Errorf(backend.Internal, op, "%w", err)
+	}
+	r.copts = worker.ClientOptions{Token: r.token, TLS: tlsConfig, Manifest: m, Logger: r.log}
 	ns := r.cfg.Namespace
-	secret, err := r.client.CoreV1().Secrets(ns).Create(ctx, newSecret(r.pt.secret, ns, r.pt.cluster, r.token), metav1.CreateOptions{})
+	secret, err := r.client.CoreV1().Secrets(ns).Create(ctx, newSecret(r.pt.secret, ns, r.pt.cluster, r.token, workerCreds), metav1.CreateOptions{})
 	if err != nil {
 		return nil, backend.Wrap(apiCode(err), op+": create token Secret "+ns+"/"+r.pt.secret, err)
 	}
@@ -143,6 +169,7 @@ func (r *Runner) Start(ctx context.Context, exec backend.Executor, lost core.Los
 		return nil, backend.Errorf(backend.Internal, op, "watch pods: %w", err)
 	}
 	r.factory.Start(wctx.Done())
+	r.bg.Go(r.scaleDown)
 	for _, ok := range r.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			r.Close()
@@ -206,8 +233,9 @@ func (r *Runner) workerLost(w *podWorker, cause error) {
 		if r.lost != nil {
 			r.lost(w.node, cause)
 		}
-		// An ended pod is kept by nobody. Not here: this may run in the
-		// client's OnLost, which its Close waits for.
+		// An ended pod is kept by nobody. In the background: this may run
+		// in the client's OnLost, whose reader should not wait for API
+		// calls (worker.Client.Close itself may be called there).
 		r.mu.Lock()
 		if !r.closed {
 			r.bg.Go(func() { r.deleteWorkers([]*podWorker{w}) })
@@ -250,18 +278,36 @@ func (r *Runner) cpuPodLocked(node string) *podWorker {
 		return w
 	}
 	w := r.newWorkerLocked(dnsName("goray", r.pt.cluster, "node", node, randomSuffix()[:5]), node)
+	w.idleSince = time.Now()
 	r.cpuPods[node] = w
 	pod := r.pt.pod(podSpec{name: w.name, node: r.kubeNodeLocked(node)})
 	r.bg.Go(func() { r.launch(w, pod) })
 	return w
 }
 
-// kubeNodeLocked is the Kubernetes node of a runtime node (r.mu held).
+// kubeNodeLocked is the Kubernetes node of a runtime node (r.mu held):
+// the source's current mapping when the runner has one (a replaced TPU
+// host keeps its runtime name on a new node), else the node's label.
 func (r *Runner) kubeNodeLocked(node string) string {
+	if r.kubeNode != nil {
+		if k := r.kubeNode(node); k != node {
+			return k
+		}
+	}
 	if n, ok := r.nodes[node]; ok {
 		return kubeNode(n)
 	}
 	return node
+}
+
+// ResolveNodesWith makes the runner pin pods to the Kubernetes node that
+// kubeNode names for a runtime node (Source.KubeNode), rather than the
+// one the node was first reported on. NewFromParts wires it; call it
+// before Start. kubeNode must not block on the runtime.
+func (r *Runner) ResolveNodesWith(kubeNode func(runtimeName string) string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.kubeNode = kubeNode
 }
 
 func (r *Runner) newWorkerLocked(name, node string) *podWorker {
@@ -509,10 +555,21 @@ func (r *Runner) Close() error {
 	r.mu.Unlock()
 	r.cancelRun()
 	r.bg.Wait() // pod starts in flight end (and clean up) first
-	r.deleteWorkers(all)
+	var wg sync.WaitGroup
+	for _, w := range all {
+		select {
+		case <-w.ready:
+			if w.client != nil {
+				wg.Go(func() { w.client.Close() })
+			}
+		default:
+		}
+	}
+	wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// Pods of this handle that a start left behind.
+	// Every pod of this handle in one call (DeleteCollection on the
+	// cluster label), including those a start left behind.
 	err := deletePods(ctx, r.client, r.cfg.Namespace, labels.Set{LabelCluster: r.pt.cluster}.String())
 	r.deleteShared()
 	if r.stop != nil {
@@ -535,42 +592,108 @@ func (r *Runner) deleteShared() {
 	}
 }
 
-// workerFor returns the worker that runs work on node.
-func (r *Runner) workerFor(ctx context.Context, node string) (*worker.Client, error) {
+// workerFor returns the worker that runs work on node, marked busy until
+// the caller calls done (a CPU pod is not scaled down while busy).
+func (r *Runner) workerFor(ctx context.Context, node string) (_ *worker.Client, done func(), _ error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, backend.Errorf(backend.Unavailable, "run on node "+node, "%w", backend.ErrClosed)
+		return nil, nil, backend.Errorf(backend.Unavailable, "run on node "+node, "%w", backend.ErrClosed)
 	}
 	w := r.reserved[node]
 	if w == nil {
 		w = r.cpuPodLocked(node)
 	}
+	w.busy++
 	r.mu.Unlock()
+	done = sync.OnceFunc(func() {
+		r.mu.Lock()
+		if w.busy--; w.busy == 0 {
+			w.idleSince = time.Now()
+		}
+		r.mu.Unlock()
+	})
 	c, err := w.wait(ctx)
 	if err != nil {
-		return nil, backend.Wrap(backend.Unavailable, "run on node "+node, err)
+		done()
+		return nil, nil, backend.Wrap(backend.Unavailable, "run on node "+node, err)
 	}
-	return c, nil
+	return c, done, nil
+}
+
+// scaleDown deletes, every period until Close, the CPU pods idle for
+// CPUPool.IdleTimeout, longest idle first, while more than CPUPool.Min
+// run. Work placed on their nodes later starts new ones (at first use),
+// so the pool follows the demand between Min and Max.
+func (r *Runner) scaleDown() {
+	idle := r.cfg.CPUPool.IdleTimeout
+	t := time.NewTicker(max(idle/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-r.runCtx.Done():
+			return
+		case now := <-t.C:
+			r.scaleDownIdle(now)
+		}
+	}
+}
+
+// scaleDownIdle deletes the CPU pods idle for CPUPool.IdleTimeout at now,
+// longest idle first, down to CPUPool.Min pods, and returns how many.
+func (r *Runner) scaleDownIdle(now time.Time) int {
+	r.mu.Lock()
+	var idlePods []*podWorker
+	for _, w := range r.cpuPods {
+		select {
+		case <-w.ready:
+		default:
+			continue // starting
+		}
+		if w.busy == 0 && w.client != nil && now.Sub(w.idleSince) >= r.cfg.CPUPool.IdleTimeout {
+			idlePods = append(idlePods, w)
+		}
+	}
+	slices.SortFunc(idlePods, func(a, b *podWorker) int { return a.idleSince.Compare(b.idleSince) })
+	idlePods = idlePods[:min(len(idlePods), max(len(r.cpuPods)-r.cfg.CPUPool.Min, 0))]
+	for _, w := range idlePods {
+		delete(r.cpuPods, w.node)
+		w.released = true
+	}
+	r.mu.Unlock()
+	if len(idlePods) > 0 {
+		r.log.Debug("CPU pool scaled down", "pods", len(idlePods))
+		r.deleteWorkers(idlePods)
+	}
+	return len(idlePods)
 }
 
 // podExecutor runs each call in the worker pod of its node.
 type podExecutor struct{ r *Runner }
 
 func (x podExecutor) RunTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
-	c, err := x.r.workerFor(ctx, info.Node)
+	c, done, err := x.r.workerFor(ctx, info.Node)
 	if err != nil {
 		return backend.Value{}, err
 	}
+	defer done()
 	return c.RunTask(ctx, name, arg, info)
 }
 
+// NewActor creates the actor in its node's pod, which stays busy (not
+// scaled down) for the actor's life.
 func (x podExecutor) NewActor(ctx context.Context, class string, arg backend.Value, info *backend.RuntimeInfo) (backend.ActorInstance, error) {
-	c, err := x.r.workerFor(ctx, info.Node)
+	c, done, err := x.r.workerFor(ctx, info.Node)
 	if err != nil {
 		return nil, err
 	}
-	return c.NewActor(ctx, class, arg, info)
+	a, err := c.NewActor(ctx, class, arg, info)
+	if err != nil {
+		done()
+		return nil, err
+	}
+	context.AfterFunc(ctx, done)
+	return a, nil
 }
 
 func (x podExecutor) HasTask(name string) bool { return x.r.local.HasTask(name) }

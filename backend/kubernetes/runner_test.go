@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/internal/core"
@@ -35,7 +38,7 @@ func (l *lostRecorder) report(node string, cause error) {
 // startRunner starts a runner on a fake clientset with a fake kubelet.
 func startRunner(t *testing.T, image string) (*Runner, backend.Executor, *fake.Clientset, *lostRecorder) {
 	t.Helper()
-	client := fake.NewClientset()
+	client := newFakeClient()
 	k := startKubelet(t, client, "default")
 	cfg := testConfig()
 	cfg.Worker.Image = image
@@ -188,7 +191,7 @@ func TestRunnerReservedFailsWholeOnBadImage(t *testing.T) {
 
 func TestRunnerNeedsManifest(t *testing.T) {
 	is := is.New(t)
-	r, err := NewRunner(fake.NewClientset(), testConfig(), "c1")
+	r, err := NewRunner(newFakeClient(), testConfig(), "c1")
 	is.NoErr(err)
 	_, err = r.Start(context.Background(), plainExec{}, nil)
 	is.Equal(backend.CodeOf(err), backend.InvalidArgument)
@@ -198,3 +201,104 @@ func TestRunnerNeedsManifest(t *testing.T) {
 type plainExec struct{ echoExec }
 
 func (plainExec) WorkerManifest() {} // hides echoExec's: not a worker.Describer
+
+// TestRunnerCloseDeletesCollection: Close deletes the handle's pods with
+// one DeleteCollection on the cluster label, and one by one when the
+// identity may not delete collections.
+func TestRunnerCloseDeletesCollection(t *testing.T) {
+	for _, forbidden := range []bool{false, true} {
+		t.Run(map[bool]string{false: "DeleteCollection", true: "Forbidden"}[forbidden], func(t *testing.T) {
+			is := is.New(t)
+			r, exec, client, _ := startRunner(t, "example.com/app")
+			ctx := t.Context()
+			hosts := v6eHosts(r, t, "a")
+			is.NoErr(r.Reserved(ctx, core.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}, hostEnv(hosts)))
+			is.NoErr(r.NodeUp(ctx, cpuNode(cpuNodeObj("cpu-1"))))
+			_, err := exec.RunTask(ctx, "echo", backend.Value{}, &backend.RuntimeInfo{Node: "cpu-1"})
+			is.NoErr(err)
+			if forbidden {
+				client.PrependReactor("delete-collection", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), "", errors.New("no deletecollection verb"))
+				})
+			}
+			before := len(client.Actions())
+			is.NoErr(r.Close())
+			var collections, deletes int
+			for _, a := range client.Actions()[before:] {
+				if a.GetResource().Resource != "pods" {
+					continue
+				}
+				switch a.GetVerb() {
+				case "delete-collection":
+					collections++
+					is.Equal(a.(clienttesting.DeleteCollectionAction).GetListRestrictions().Labels.String(), LabelCluster+"=c1")
+				case "delete":
+					deletes++
+				}
+			}
+			pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+			is.NoErr(err)
+			is.Equal(len(pods.Items), 0) // nothing left
+			is.Equal(collections, 1)
+			if forbidden {
+				is.Equal(deletes, 5) // the fallback: 4 TPU pods and a CPU pod, one by one
+			} else {
+				is.Equal(deletes, 0) // one call, not one per pod
+			}
+		})
+	}
+}
+
+// TestRunnerCPUPoolFollowsDemand: CPU pods start when work is placed on
+// their node and are deleted once idle for CPUPool.IdleTimeout, down to
+// CPUPool.Min; a pod with work in flight stays.
+func TestRunnerCPUPoolFollowsDemand(t *testing.T) {
+	is := is.New(t)
+	client := newFakeClient()
+	k := startKubelet(t, client, "default")
+	cfg := testConfig()
+	cfg.Worker.Port, cfg.Worker.StartTimeout = int32(k.port), 10*time.Second
+	cfg.CPUPool.Min, cfg.CPUPool.IdleTimeout = 1, time.Hour // scaled by hand below
+	r, err := NewRunner(client, cfg, "c1")
+	is.NoErr(err)
+	exec, err := r.Start(t.Context(), echoExec{}, func(string, error) {})
+	is.NoErr(err)
+	t.Cleanup(func() { _ = r.Close() })
+	ctx := t.Context()
+	countPods := func() int {
+		pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		is.NoErr(err)
+		return len(pods.Items)
+	}
+	nodes := []string{"cpu-1", "cpu-2", "cpu-3"}
+	for _, n := range nodes {
+		is.NoErr(r.NodeUp(ctx, cpuNode(cpuNodeObj(n))))
+	}
+	// Demand on every node: a pod each (cpu-1's started with the cluster).
+	for _, n := range nodes {
+		_, err := exec.RunTask(ctx, "echo", backend.Value{}, &backend.RuntimeInfo{Node: n})
+		is.NoErr(err)
+	}
+	is.Equal(countPods(), 3)
+	is.Equal(r.scaleDownIdle(time.Now()), 0) // not idle long enough
+
+	// Work in flight on cpu-2 and cpu-3 keeps their pods; the idle one goes.
+	_, done2, err := r.workerFor(ctx, "cpu-2")
+	is.NoErr(err)
+	_, done3, err := r.workerFor(ctx, "cpu-3")
+	is.NoErr(err)
+	is.Equal(r.scaleDownIdle(time.Now().Add(2*time.Hour)), 1)
+	is.Equal(countPods(), 2)
+	done2()
+	done3()
+	is.Equal(r.scaleDownIdle(time.Now().Add(4*time.Hour)), 1) // down to Min 1
+	is.Equal(countPods(), 1)
+	is.Equal(r.scaleDownIdle(time.Now().Add(8*time.Hour)), 0)
+
+	// Demand again: pods start again on the nodes it is placed on.
+	for _, n := range nodes {
+		_, err := exec.RunTask(ctx, "echo", backend.Value{}, &backend.RuntimeInfo{Node: n})
+		is.NoErr(err)
+	}
+	is.Equal(countPods(), 3)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -13,13 +14,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/tpu"
 )
 
 // Source is the node source of the Kubernetes backend (a core.NodeSource
@@ -32,8 +36,10 @@ import (
 // hosts as its topology needs, each Ready, schedulable and offering its
 // chips. From then on a host that is deleted, NotReady or cordoned is
 // reported lost, and reported again when it is back; a replacement node
-// (a new name in the same pool) takes the worker ID of the host it
-// replaces. Worker IDs are fixed when the slice is first reported.
+// (a new name in the same pool, of the slice's shape) takes the worker ID
+// and the runtime name of the host it replaces, so the runtime sees that
+// host come back and the slice whole again. Worker IDs are fixed when the
+// slice is first reported.
 type Source struct {
 	client   kubernetes.Interface
 	ns       string
@@ -58,12 +64,20 @@ type Source struct {
 	// The state above is keyed by Kubernetes node names; the runtime knows
 	// nodes by their runtime names (LabelName, usually the same).
 	rt, kube map[string]string // Kubernetes → runtime name, and back
+	// kubeNames is kube (runtime → Kubernetes name) for the runner, read
+	// without s.mu.
+	kubeNames sync.Map
 }
 
 // sliceState is what the source has reported of one slice.
 type sliceState struct {
-	plan    slicePlan
-	hosts   []string        // node names by worker ID; nil until reported
+	plan  slicePlan
+	hosts []string // node names by worker ID; nil until reported
+	// names are the hosts' runtime names by worker ID, fixed when the
+	// slice is first reported: a replacement node takes the runtime name
+	// of the host it replaces, so the runtime sees that host come back
+	// and the slice whole again.
+	names   []string
 	alive   map[string]bool // reported hosts that are alive
 	problem string          // why the slice is not (or no longer) whole
 	// claimLost holds the slice's hosts down after its Lease was lost,
@@ -234,20 +248,24 @@ func (s *Source) reconcileSlice(pool string) {
 		st.plan, st.problem = plan, ""
 		for _, n := range plan.hosts {
 			st.hosts = append(st.hosts, n.Name)
+			st.names = append(st.names, runtimeName(n))
 		}
 	}
 	byName := map[string]*corev1.Node{}
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
-	// A node of the pool that is not one of the hosts replaces a host
-	// whose node is gone.
+	// A node of the pool that is not one of the hosts, of the slice's
+	// shape, replaces a host whose node is gone (GKE recreates a failed
+	// TPU VM under a new name): the one labelled with that host's worker
+	// ID if any, else the first in natural order.
 	var spare []*corev1.Node
 	for _, n := range nodes {
-		if !slices.Contains(st.hosts, n.Name) {
+		if !slices.Contains(st.hosts, n.Name) && sameShape(n, st.plan) {
 			spare = append(spare, n)
 		}
 	}
+	slices.SortFunc(spare, func(a, b *corev1.Node) int { return naturalCompare(a.Name, b.Name) })
 	for wid, name := range st.hosts {
 		n := byName[name]
 		if n == nil && len(spare) > 0 {
@@ -255,7 +273,12 @@ func (s *Source) reconcileSlice(pool string) {
 				s.lost(name, fmt.Errorf("node %s of TPU slice %q was deleted", name, pool))
 				delete(st.alive, name)
 			}
-			n, spare = spare[0], spare[1:]
+			i := slices.IndexFunc(spare, func(n *corev1.Node) bool { return n.Labels[tpu.LabelWorkerID] == strconv.Itoa(wid) })
+			i = max(i, 0)
+			n = spare[i]
+			spare = slices.Delete(spare, i, i+1)
+			s.log.Info("TPU host replaced", "slice", pool, "worker", wid, "old", name, "new", n.Name, "runtimeName", st.names[wid])
+			delete(s.rt, name)
 			st.hosts[wid] = n.Name
 			name = n.Name
 		}
@@ -275,7 +298,9 @@ func (s *Source) reconcileSlice(pool string) {
 		switch {
 		case why == "" && !st.alive[name]:
 			st.alive[name] = true
-			s.added(hostNode(st.plan.shape, pool, wid, n))
+			hn := hostNode(st.plan.shape, pool, wid, n)
+			hn.Name = st.names[wid]
+			s.added(hn)
 		case why != "" && st.alive[name]:
 			delete(st.alive, name)
 			s.lost(name, errors.New(why))
@@ -339,7 +364,27 @@ func (s *Source) added(n core.Node) {
 		delete(s.kube, old)
 	}
 	s.rt[k], s.kube[n.Name] = n.Name, k
+	s.kubeNames.Store(n.Name, k)
 	s.sink.NodeAdded(n)
+}
+
+// KubeNode returns the Kubernetes node that the runtime node named name
+// runs on now (a replaced TPU host's runtime name maps to its new node),
+// or name itself. It takes no lock the runtime may hold: the runner calls
+// it to pin pods.
+func (s *Source) KubeNode(name string) string {
+	if k, ok := s.kubeNames.Load(name); ok {
+		return k.(string)
+	}
+	return name
+}
+
+// sameShape reports whether n can be a host of plan's slice: the same
+// accelerator, topology and chips.
+func sameShape(n *corev1.Node, plan slicePlan) bool {
+	return len(plan.hosts) > 0 && n.Labels[tpu.LabelGKEAccelerator] == plan.hosts[0].Labels[tpu.LabelGKEAccelerator] &&
+		n.Labels[tpu.LabelGKETopology] == plan.hosts[0].Labels[tpu.LabelGKETopology] &&
+		(plan.shape.ChipsPerHost == 0 || tpuChips(n) == plan.shape.ChipsPerHost)
 }
 
 // lost reports the Kubernetes node name lost (s.mu held).
@@ -448,6 +493,9 @@ func (s *Source) ClaimSlices(ctx context.Context, c core.Claim) error {
 	if s.leases == nil {
 		return nil
 	}
+	if slice, ok := s.subsliceOf(c.Slices, c.Hosts); ok {
+		return s.leases.ClaimSubslice(ctx, c.ID, slice)
+	}
 	return s.leases.Claim(ctx, c.ID, c.Slices)
 }
 
@@ -457,7 +505,12 @@ func (s *Source) ReleaseSlices(ctx context.Context, c core.Claim) error {
 	if s.leases == nil {
 		return nil
 	}
-	err := s.leases.Release(ctx, c.Slices)
+	var err error
+	if slice, ok := s.subsliceOf(c.Slices, c.Hosts); ok {
+		err = s.leases.ReleaseSubslice(ctx, c.ID, slice)
+	} else {
+		err = s.leases.Release(ctx, c.Slices)
+	}
 	s.mu.Lock()
 	for _, name := range c.Slices {
 		if st := s.slices[name]; st != nil && st.claimLost {
@@ -488,15 +541,32 @@ func (s *Source) claimLost(slice string, cause error) {
 	}
 }
 
-// deletePods deletes the pods matching selector at once (no grace).
+// deletePods deletes the pods matching selector at once (no grace): one
+// DeleteCollection call, retried on transient API errors. An identity
+// that may not delete collections (a Role from before the deletecollection
+// verb) falls back to listing the pods and deleting them one by one.
+// apiBackoff retries transient API errors of one call.
+var apiBackoff = wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 2 * time.Second}
+
 func deletePods(ctx context.Context, client kubernetes.Interface, ns, selector string) error {
-	list, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	pods := client.CoreV1().Pods(ns)
+	del := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
+	err := retry.OnError(apiBackoff, retriable, func() error {
+		return pods.DeleteCollection(ctx, del, metav1.ListOptions{LabelSelector: selector})
+	})
+	switch {
+	case err == nil:
+		return nil
+	case !apierrors.IsForbidden(err):
+		return backend.Wrap(apiCode(err), "delete pods "+selector, err)
+	}
+	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return backend.Wrap(apiCode(err), "list pods "+selector, err)
 	}
 	var errs []error
 	for _, p := range list.Items {
-		err := client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		err := pods.Delete(ctx, p.Name, del)
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}

@@ -24,7 +24,7 @@ func testConfig() Config {
 // returns it with its sink; the source stops when the test ends.
 func runSource(t *testing.T, cfg Config, objs ...runtime.Object) (*Source, *fake.Clientset, *recordSink) {
 	t.Helper()
-	client := fake.NewClientset(objs...)
+	client := newFakeClient(objs...)
 	src, err := NewSource(client, cfg, "c1", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func TestSourceReportsWholeSlicesAndCPUNodes(t *testing.T) {
 func TestSourceReportsLostAndReturningHosts(t *testing.T) {
 	is := is.New(t)
 	nodes := tpuNodes("a", "tpu-v6e-slice", "4x4", 4, 4)
-	_, client, sink := runSource(t, testConfig(), objects(nodes)...)
+	src, client, sink := runSource(t, testConfig(), objects(nodes)...)
 	sink.waitFor(t, 4)
 	ctx := t.Context()
 
@@ -113,7 +113,8 @@ func TestSourceReportsLostAndReturningHosts(t *testing.T) {
 	is.Equal(ev[5].node.Labels[tpu.LabelWorkerID], "1")
 
 	// Deleted, then replaced by a node of another name: the new node is
-	// worker 2.
+	// worker 2, under the runtime name of the host it replaces (the
+	// runtime sees a-2 come back), on Kubernetes node a-new.
 	is.NoErr(client.CoreV1().Nodes().Delete(ctx, "a-2", metav1.DeleteOptions{}))
 	ev = sink.waitFor(t, 7)
 	is.Equal(ev[6].String(), "lost a-2")
@@ -123,8 +124,45 @@ func TestSourceReportsLostAndReturningHosts(t *testing.T) {
 	_, err = client.CoreV1().Nodes().Create(ctx, repl, metav1.CreateOptions{})
 	is.NoErr(err)
 	ev = sink.waitFor(t, 8)
-	is.Equal(ev[7].String(), "added a-new")
+	is.Equal(ev[7].String(), "added a-2")
 	is.Equal(ev[7].node.Labels[tpu.LabelWorkerID], "2")
+	is.Equal(ev[7].node.Labels[LabelNode], "a-new")
+	is.Equal(src.KubeNode("a-2"), "a-new")
+
+	// The replacement goes NotReady: a-2 is lost again.
+	nr = repl.DeepCopy()
+	nr.Status.Conditions[0].Status = corev1.ConditionFalse
+	_, err = client.CoreV1().Nodes().UpdateStatus(ctx, nr, metav1.UpdateOptions{})
+	is.NoErr(err)
+	ev = sink.waitFor(t, 9)
+	is.Equal(ev[8].String(), "lost a-2")
+}
+
+// TestSourceReplacementPrefersWorkerLabel: of the spare nodes, the one
+// labelled with the lost host's worker ID replaces it; a node of another
+// shape in the pool never does.
+func TestSourceReplacementPrefersWorkerLabel(t *testing.T) {
+	is := is.New(t)
+	nodes := tpuNodes("a", "tpu-v6e-slice", "4x4", 4, 4)
+	src, client, sink := runSource(t, testConfig(), objects(nodes)...)
+	sink.waitFor(t, 4)
+	ctx := t.Context()
+	wrong := tpuNodes("a", "tpu-v5p-slice", "2x2x1", 1, 4)[0]
+	wrong.Name = "a-0-other-shape"
+	other := nodes[0].DeepCopy()
+	other.Name, other.Labels[tpu.LabelWorkerID] = "a-10", "3"
+	mine := nodes[1].DeepCopy()
+	mine.Name, mine.Labels[tpu.LabelWorkerID] = "a-11", "1"
+	for _, n := range []*corev1.Node{wrong, other, mine} {
+		_, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		is.NoErr(err)
+	}
+	// The spares wait (the slice is whole) until a host's node is gone.
+	is.NoErr(client.CoreV1().Nodes().Delete(ctx, "a-1", metav1.DeleteOptions{}))
+	ev := sink.waitFor(t, 6)
+	is.Equal(names(ev[4:6]), []string{"lost a-1", "added a-1"})
+	is.Equal(ev[5].node.Labels[LabelNode], "a-11")
+	is.Equal(src.KubeNode("a-1"), "a-11")
 }
 
 func TestSourceKillRestoreDrain(t *testing.T) {

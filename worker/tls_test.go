@@ -1,0 +1,263 @@
+package worker
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// testCreds issues the credentials of role from ca.
+func testCreds(t *testing.T, ca *CA, role Role) Credentials {
+	t.Helper()
+	c, err := ca.Issue(role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func serverTLS(t *testing.T, c Credentials) *tls.Config {
+	t.Helper()
+	cfg, err := c.ServerConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func clientTLS(t *testing.T, c Credentials) *tls.Config {
+	t.Helper()
+	cfg, err := c.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func newTestCA(t *testing.T, name string) *CA {
+	t.Helper()
+	ca, err := NewCA(name, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+func TestMutualTLS(t *testing.T) {
+	ca, other := newTestCA(t, "cluster"), newTestCA(t, "other")
+	workerCreds := testCreds(t, ca, RoleWorker)
+	addr, _ := startServer(t, &ServerOptions{TLS: serverTLS(t, workerCreds)})
+	plainAddr, _ := startServer(t, nil)
+	otherAddr, _ := startServer(t, &ServerOptions{TLS: serverTLS(t, testCreds(t, other, RoleWorker))})
+	// A driver certificate cannot serve as a worker's (client auth only).
+	swappedAddr, _ := startServer(t, &ServerOptions{TLS: serverTLS(t, testCreds(t, ca, RoleDriver))})
+	driver := clientTLS(t, testCreds(t, ca, RoleDriver))
+
+	t.Run("HappyPath", func(t *testing.T) {
+		is := is.New(t)
+		c := dialTest(t, addr, &ClientOptions{TLS: driver})
+		echoWorks(t, c)
+		is.Equal(c.Addr(), addr)
+	})
+	refused := []struct {
+		name, addr string
+		tls        *tls.Config
+		want       string
+	}{
+		{"WorkerOfAnotherCA", otherAddr, driver, "certificate signed by unknown authority"},
+		{"WorkerWithDriverCertificate", swappedAddr, driver, "certificate"},
+		{"DriverOfAnotherCA", addr, clientTLS(t, testCreds(t, other, RoleDriver)), "TLS"},
+		{"DriverWithWorkerCertificate", addr, clientTLS(t, workerCreds), "TLS"},
+		{"DriverWithoutCertificate", addr, &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: driver.RootCAs, ServerName: TLSServerName}, "TLS"},
+		{"PlaintextDriver", addr, nil, "the worker requires TLS"},
+		{"PlaintextWorker", plainAddr, driver, "TLS"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			is := is.New(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := Dial(ctx, tt.addr, &ClientOptions{Token: testToken, Manifest: fakeManifest, TLS: tt.tls})
+			if err == nil {
+				c.Close()
+			}
+			is.True(err != nil)                                       // refused
+			is.Equal(backend.CodeOf(err), backend.FailedPrecondition) // final: no retry fixes it
+			is.True(strings.Contains(err.Error(), tt.want))           // names the problem
+		})
+	}
+	t.Run("StillServes", func(t *testing.T) {
+		echoWorks(t, dialTest(t, addr, &ClientOptions{TLS: driver}))
+	})
+}
+
+func TestCredentials(t *testing.T) {
+	ca := newTestCA(t, "c")
+	good := testCreds(t, ca, RoleWorker)
+	tests := []struct {
+		name    string
+		creds   Credentials
+		wantErr string
+	}{
+		{"ok", good, ""},
+		{"no key", Credentials{CA: good.CA, Cert: good.Cert}, "missing key"},
+		{"nothing", Credentials{}, "missing CA, certificate, key"},
+		{"bad CA", Credentials{CA: []byte("nope"), Cert: good.Cert, Key: good.Key}, "not a PEM-encoded certificate"},
+		{"mismatched key", Credentials{CA: good.CA, Cert: good.Cert, Key: testCreds(t, ca, RoleWorker).Key}, "private key does not match"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			is := is.New(t)
+			_, err := tt.creds.ServerConfig()
+			if tt.wantErr == "" {
+				is.NoErr(err)
+				return
+			}
+			is.True(err != nil && strings.Contains(err.Error(), tt.wantErr)) // names what is wrong
+		})
+	}
+	t.Run("BadValidity", func(t *testing.T) {
+		is := is.New(t)
+		_, err := NewCA("x", -time.Second)
+		is.True(err != nil && strings.Contains(err.Error(), "want a positive duration"))
+	})
+	t.Run("ShortLived", func(t *testing.T) {
+		is := is.New(t)
+		ca, err := NewCA("x", 0)
+		is.NoErr(err)
+		is.True(time.Until(ca.NotAfter()) <= DefaultCertValidity)
+	})
+}
+
+func TestLaunchedTLS(t *testing.T) {
+	ca := newTestCA(t, "c")
+	creds := testCreds(t, ca, RoleWorker)
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{FileCA: creds.CA, FileCert: creds.Cert, FileKey: creds.Key} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pemEnv := map[string]string{EnvTLSCA: string(creds.CA), EnvTLSCert: string(creds.Cert), EnvTLSKey: string(creds.Key)}
+	tests := []struct {
+		name    string
+		env     map[string]string
+		want    bool
+		wantErr string
+	}{
+		{"none", map[string]string{}, false, ""},
+		{"dir", map[string]string{EnvTLSDir: dir}, true, ""},
+		{"pem", pemEnv, true, ""},
+		{"both", map[string]string{EnvTLSDir: dir, EnvTLSCA: "x"}, false, "not both"},
+		{"partial", map[string]string{EnvTLSCA: string(creds.CA)}, false, "missing certificate, key"},
+		{"missing dir", map[string]string{EnvTLSDir: filepath.Join(dir, "nope")}, false, EnvTLSDir},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			is := is.New(t)
+			cfg, err := launchedTLS(tt.env)
+			if tt.wantErr != "" {
+				is.True(err != nil && strings.Contains(err.Error(), tt.wantErr)) // names what is wrong
+				return
+			}
+			is.NoErr(err)
+			is.Equal(cfg != nil, tt.want)
+		})
+	}
+}
+
+// TestCloseFromOnLost: Close called in the client's own OnLost returns
+// (it used to wait for the reader goroutine, which was running OnLost).
+func TestCloseFromOnLost(t *testing.T) {
+	is := is.New(t)
+	srv, err := NewServer(fakeRegistry{}, &ServerOptions{Token: testToken})
+	is.NoErr(err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	is.NoErr(err)
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	defer func() { stop(); <-served }()
+
+	clients := make(chan *Client, 1)
+	closed := make(chan error, 1)
+	// Not dialTest: its cleanup's Close would hang on the deadlock this
+	// test looks for.
+	c, err := Dial(ctx, ln.Addr().String(), &ClientOptions{Token: testToken, Manifest: fakeManifest, OnLost: func(error) {
+		closed <- (<-clients).Close()
+	}})
+	is.NoErr(err)
+	clients <- c
+	stop() // the worker goes away: the connection is lost
+	select {
+	case err := <-closed:
+		is.NoErr(err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close called from OnLost did not return (deadlock)")
+	}
+	<-c.Done()
+	is.NoErr(c.Close()) // idempotent
+	_, err = c.RunTask(context.Background(), "echo", backend.Value{}, nil)
+	is.Equal(backend.CodeOf(err), backend.Unavailable) // the loss, not ErrClosed
+}
+
+// BenchmarkDial: the cost of mutual TLS on connecting to a worker
+// (handshake included), against plain TCP in the same run.
+func BenchmarkDial(b *testing.B) {
+	ca, err := NewCA("bench", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wc, err := ca.Issue(RoleWorker)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dc, err := ca.Issue(RoleDriver)
+	if err != nil {
+		b.Fatal(err)
+	}
+	scfg, err := wc.ServerConfig()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ccfg, err := dc.ClientConfig()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name     string
+		srv, cli *tls.Config
+	}{{"plain", nil, nil}, {"mTLS", scfg, ccfg}} {
+		b.Run(bc.name, func(b *testing.B) {
+			srv, err := NewServer(fakeRegistry{}, &ServerOptions{Token: testToken, TLS: bc.srv})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- srv.Serve(ctx, ln) }()
+			defer func() { cancel(); <-done }()
+			opts := &ClientOptions{Token: testToken, Manifest: fakeManifest, TLS: bc.cli}
+			for b.Loop() {
+				c, err := Dial(ctx, ln.Addr().String(), opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			}
+		})
+	}
+}
