@@ -16,7 +16,7 @@ import (
 func (s *suite) testActors(t *testing.T) {
 	t.Run("SequentialState", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, 10)
 		is.NoErr(h.Ready(ctx))
 		var refs []ray.ObjectRef[[]string]
@@ -36,7 +36,7 @@ func (s *suite) testActors(t *testing.T) {
 	})
 	t.Run("CallWithRef", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, 0)
 		v, err := counterAdd.RemoteRef(ctx, h, add1.Remote(ctx, c, 4)).Get(ctx)
 		is.NoErr(err)
@@ -45,7 +45,7 @@ func (s *suite) testActors(t *testing.T) {
 	t.Run("MaxConcurrency", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.Concurrent, "Concurrent")
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, 0, ray.MaxConcurrency(4))
 		name, g := newGate(4)
 		var refs []ray.ObjectRef[string]
@@ -61,7 +61,7 @@ func (s *suite) testActors(t *testing.T) {
 	t.Run("Sequential", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.Concurrent, "Concurrent")
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, 0)
 		name, g := newGate(1)
 		first := counterBlock.Remote(ctx, h, name)
@@ -78,7 +78,7 @@ func (s *suite) testActors(t *testing.T) {
 	})
 	t.Run("ConstructorError", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, -1)
 		err := h.Ready(ctx)
 		is.Equal(ray.Code(err), ray.ActorDied)
@@ -88,7 +88,7 @@ func (s *suite) testActors(t *testing.T) {
 	})
 	t.Run("MethodPanic", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, 1)
 		_, err := counterPanic.Remote(ctx, h, "method boom").Get(ctx)
 		is.Equal(ray.Code(err), ray.TaskFailed)
@@ -102,7 +102,7 @@ func (s *suite) testActors(t *testing.T) {
 	})
 	t.Run("Kill", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, 1)
 		is.NoErr(h.Ready(ctx))
 		is.NoErr(h.Kill(ctx))
@@ -114,7 +114,7 @@ func (s *suite) testActors(t *testing.T) {
 	t.Run("KillWithQueuedCalls", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.Concurrent, "Concurrent")
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, 1)
 		name, g := newGate(1)
 		defer g.release()
@@ -130,7 +130,7 @@ func (s *suite) testActors(t *testing.T) {
 	})
 	t.Run("Named", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, 3, ray.Name("the-counter"))
 		is.NoErr(h.Ready(ctx))
 		h2, err := ray.GetActor(ctx, c, counterClass, "the-counter")
@@ -147,7 +147,7 @@ func (s *suite) testActors(t *testing.T) {
 	})
 	t.Run("WrongClass", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		// otherCounter shares counter's Go type, so the compiler cannot
 		// tell them apart; the backend must.
 		h := otherCounterClass.Remote(ctx, c, 0)
@@ -157,7 +157,7 @@ func (s *suite) testActors(t *testing.T) {
 	})
 	t.Run("RuntimeContext", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, 0)
 		w, err := counterWhere.Remote(ctx, h, "X").Get(ctx)
 		is.NoErr(err)

@@ -12,8 +12,8 @@ import (
 	"github.com/goray-dev/goray/ray"
 )
 
-// patience bounds every wait of the suite, so a broken backend fails a test
-// instead of hanging it.
+// patience bounds every wait of the suite by default, so a broken backend
+// fails a test instead of hanging it (see Harness.Patience).
 const patience = 20 * time.Second
 
 // RunConformanceTests runs the suite against the backend h builds.
@@ -37,6 +37,14 @@ func RunConformanceTests(t *testing.T, h Harness) {
 }
 
 type suite struct{ h Harness }
+
+// patience is the harness's Patience, or the default.
+func (s *suite) patience() time.Duration {
+	if s.h.Patience > 0 {
+		return s.h.Patience
+	}
+	return patience
+}
 
 func (s *suite) need(t *testing.T, ok bool, what string) {
 	t.Helper()
@@ -63,8 +71,9 @@ func (s *suite) cluster(t *testing.T, nodes []Node) *ray.Cluster {
 	return c
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
+// ctxT is a test's context: it ends after the harness's Patience.
+func (s *suite) ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), s.patience())
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -81,14 +90,14 @@ func waitChan(t *testing.T, ch <-chan struct{}, what string) {
 func (s *suite) testTasks(t *testing.T) {
 	t.Run("RoundTrip", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		v, err := echo.Remote(ctx, c, "hello").Get(ctx)
 		is.NoErr(err)
 		is.Equal(v, "hello")
 	})
 	t.Run("ManyTasks", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		var refs []ray.ObjectRef[int]
 		for i := range 200 {
 			refs = append(refs, add1.Remote(ctx, c, i))
@@ -101,7 +110,7 @@ func (s *suite) testTasks(t *testing.T) {
 	})
 	t.Run("Chain", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		ref := add1.Remote(ctx, c, 0)
 		for range 20 {
 			ref = add1.RemoteRef(ctx, c, ref)
@@ -112,7 +121,7 @@ func (s *suite) testTasks(t *testing.T) {
 	})
 	t.Run("StructThroughCodec", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		v, err := structTask.Remote(ctx, c, point{X: 1, Y: 2, Tags: []string{"a"}}).Get(ctx)
 		is.NoErr(err)
 		is.Equal(v.X, 2)
@@ -121,7 +130,7 @@ func (s *suite) testTasks(t *testing.T) {
 	})
 	t.Run("RetryOnError", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		v, err := failUntil.Remote(ctx, c, 2, ray.Retries(2), ray.RetryOnError(true)).Get(ctx)
 		is.NoErr(err)
 		is.Equal(v, 2) // succeeded on attempt 2
@@ -137,7 +146,7 @@ func (s *suite) testTasks(t *testing.T) {
 	})
 	t.Run("RuntimeContext", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		w, err := whereAmI.Remote(ctx, c, "NOPE").Get(ctx)
 		is.NoErr(err)
 		is.True(w.Node != "")
@@ -153,7 +162,7 @@ func (s *suite) testTasks(t *testing.T) {
 func (s *suite) testErrors(t *testing.T) {
 	t.Run("UserError", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := fail.Remote(ctx, c, "bad input 42").Get(ctx)
 		is.True(err != nil)
 		is.Equal(ray.Code(err), ray.TaskFailed)
@@ -167,7 +176,7 @@ func (s *suite) testErrors(t *testing.T) {
 	})
 	t.Run("Panic", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := boom.Remote(ctx, c, "kaboom").Get(ctx)
 		is.Equal(ray.Code(err), ray.TaskFailed)
 		var te *ray.TaskError
@@ -182,7 +191,7 @@ func (s *suite) testErrors(t *testing.T) {
 	})
 	t.Run("FailedDependency", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		bad := fail.Remote(ctx, c, "upstream")
 		_, err := add1.RemoteRef(ctx, c, bad).Get(ctx)
 		is.Equal(ray.Code(err), ray.TaskFailed)
@@ -190,7 +199,7 @@ func (s *suite) testErrors(t *testing.T) {
 	})
 	t.Run("UnencodableValue", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := chanOut.Remote(ctx, c, 1).Get(ctx)
 		is.True(err != nil)
 		is.Equal(ray.Code(err), ray.InvalidArgument)
@@ -206,14 +215,14 @@ func (s *suite) testErrors(t *testing.T) {
 		is.Equal(ray.Code(err), ray.InvalidArgument)
 		tk, err := ray.LookupTask[int, int]("backendtest.add1")
 		is.NoErr(err)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		v, err := tk.Remote(ctx, c, 1).Get(ctx)
 		is.NoErr(err)
 		is.Equal(v, 2)
 	})
 	t.Run("NilCluster", func(t *testing.T) {
 		is := is.New(t)
-		ctx := ctxT(t)
+		ctx := s.ctxT(t)
 		_, err := add1.Remote(ctx, nil, 1).Get(ctx)
 		is.Equal(ray.Code(err), ray.InvalidArgument)
 		_, err = ray.NewCluster(ctx, nil, nil)
@@ -221,7 +230,7 @@ func (s *suite) testErrors(t *testing.T) {
 	})
 	t.Run("ClosedCluster", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		ref := add1.Remote(ctx, c, 1)
 		_, err := ref.Get(ctx)
 		is.NoErr(err)
@@ -244,7 +253,7 @@ func (s *suite) testErrors(t *testing.T) {
 	})
 	t.Run("NegativeResources", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := add1.Remote(ctx, c, 1, ray.Resources{ray.CPU: -1}).Get(ctx)
 		is.Equal(ray.Code(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), "CPU"))
@@ -253,13 +262,13 @@ func (s *suite) testErrors(t *testing.T) {
 	})
 	t.Run("BadSelector", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := add1.Remote(ctx, c, 1, ray.NodeSelector{"zone": "in(a,"}).Get(ctx)
 		is.Equal(ray.Code(err), ray.InvalidArgument)
 	})
 	t.Run("BadPlacementGroup", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{})
 		is.Equal(ray.Code(err), ray.InvalidArgument)
 		_, err = ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Strategy: 42, Bundles: []ray.Bundle{{Resources: ray.Resources{ray.CPU: 1}}}})
@@ -271,7 +280,7 @@ func (s *suite) testErrors(t *testing.T) {
 func (s *suite) testObjects(t *testing.T) {
 	t.Run("PutGet", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		ref := ray.Put(ctx, c, point{X: 7})
 		v, err := ref.Get(ctx)
 		is.NoErr(err)
@@ -282,7 +291,7 @@ func (s *suite) testObjects(t *testing.T) {
 	})
 	t.Run("Release", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		ref := ray.Put(ctx, c, 1)
 		ref.Release()
 		ref.Release()
@@ -291,7 +300,7 @@ func (s *suite) testObjects(t *testing.T) {
 	})
 	t.Run("Wait", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		refs := []ray.ObjectRef[int]{add1.Remote(ctx, c, 1), add1.Remote(ctx, c, 2), add1.Remote(ctx, c, 3)}
 		ready, notReady, err := ray.Wait(ctx, refs, 3)
 		is.NoErr(err)
@@ -301,7 +310,7 @@ func (s *suite) testObjects(t *testing.T) {
 	t.Run("WaitTimeout", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.Concurrent, "Concurrent")
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		name, g := newGate(1)
 		defer g.release()
 		blocked := block.Remote(ctx, c, name)
@@ -323,7 +332,7 @@ func (s *suite) testObjects(t *testing.T) {
 	t.Run("GetContextDeadline", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.Concurrent, "Concurrent")
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		name, g := newGate(1)
 		defer g.release()
 		ref := block.Remote(ctx, c, name)

@@ -20,6 +20,7 @@ package backendtest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/goray-dev/goray/backend"
 )
@@ -71,6 +72,11 @@ type Harness struct {
 	New func(t *testing.T, nodes []Node) backend.Backend
 	// Capabilities of the backend.
 	Capabilities Capabilities
+	// Patience bounds each test's context; 0 means 20s. A backend whose
+	// workers are real processes started by someone else (pods) may need
+	// more for the tests that reserve and run on many slices in a row
+	// (TPUSlices/Contention: 40 reservations, each running on every host).
+	Patience time.Duration
 }
 
 // DefaultNodes is the cluster most tests use: three nodes of 4 CPUs and

@@ -16,7 +16,7 @@ import (
 func (s *suite) testPlacementGroups(t *testing.T) {
 	t.Run("ReadyAndBundles", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		pg, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{
 			Name: "pg", Strategy: ray.Pack,
 			Bundles: []ray.Bundle{{Resources: ray.Resources{ray.CPU: 1}, Env: map[string]string{"WHO": "zero"}}, {Resources: ray.Resources{ray.CPU: 1}, Env: map[string]string{"WHO": "one"}}},
@@ -44,7 +44,7 @@ func (s *suite) testPlacementGroups(t *testing.T) {
 	})
 	t.Run("BadBundleIndex", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		pg, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Bundles: []ray.Bundle{{Resources: ray.Resources{ray.CPU: 1}}}})
 		is.NoErr(err)
 		defer pg.Remove(ctx)
@@ -54,7 +54,7 @@ func (s *suite) testPlacementGroups(t *testing.T) {
 	t.Run("RemoveRunning", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.Concurrent, "Concurrent")
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		pg, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Bundles: []ray.Bundle{{Resources: ray.Resources{ray.CPU: 1}}}})
 		is.NoErr(err)
 		is.NoErr(pg.Ready(ctx))
@@ -87,7 +87,7 @@ func (s *suite) testPlacementGroups(t *testing.T) {
 		} {
 			t.Run(fmt.Sprintf("%s-%dx%v", tc.strategy, tc.bundles, tc.cpu), func(t *testing.T) {
 				is := is.New(t)
-				c, ctx := s.cluster(t, nil), ctxT(t)
+				c, ctx := s.cluster(t, nil), s.ctxT(t)
 				bundles := make([]ray.Bundle, tc.bundles)
 				for i := range bundles {
 					bundles[i] = ray.Bundle{Resources: ray.Resources{ray.CPU: tc.cpu}}
@@ -116,7 +116,7 @@ func (s *suite) testPlacementGroups(t *testing.T) {
 	t.Run("GangIsAtomic", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.ResourceAccounting && s.h.Capabilities.Snapshot, "ResourceAccounting and Snapshot")
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		// Fill node-0 and node-1 with a group, so a STRICT_SPREAD group of
 		// three 2-CPU bundles cannot place: it must take nothing.
 		hog, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Strategy: ray.StrictSpread, Bundles: []ray.Bundle{
@@ -144,7 +144,7 @@ func (s *suite) testPlacementGroups(t *testing.T) {
 	t.Run("InfeasibleBundle", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.ResourceAccounting, "ResourceAccounting")
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Bundles: []ray.Bundle{{Resources: ray.Resources{ray.CPU: 1}}, {Resources: ray.Resources{ray.CPU: 64}}}})
 		is.Equal(ray.Code(err), ray.Infeasible)
 		is.True(errors.Is(err, ray.ErrInfeasible))

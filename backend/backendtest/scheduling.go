@@ -16,7 +16,7 @@ func (s *suite) testScheduling(t *testing.T) {
 	t.Run("QueueBeyondCapacity", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.ResourceAccounting && s.h.Capabilities.Concurrent, "ResourceAccounting and Concurrent")
 		is := is.New(t)
-		c, ctx := s.cluster(t, []Node{{Name: "solo", Resources: backend.Resources{ray.CPU: 2}}}), ctxT(t)
+		c, ctx := s.cluster(t, []Node{{Name: "solo", Resources: backend.Resources{ray.CPU: 2}}}), s.ctxT(t)
 		name, g := newGate(2)
 		var refs []ray.ObjectRef[string]
 		for range 4 {
@@ -38,7 +38,7 @@ func (s *suite) testScheduling(t *testing.T) {
 	t.Run("Infeasible", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.ResourceAccounting, "ResourceAccounting")
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := add1.Remote(ctx, c, 1, ray.Resources{ray.CPU: 5}).Get(ctx)
 		is.Equal(ray.Code(err), ray.Infeasible)
 		is.True(strings.Contains(err.Error(), "CPU: 5"))
@@ -51,7 +51,7 @@ func (s *suite) testScheduling(t *testing.T) {
 	t.Run("CustomResource", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.ResourceAccounting, "ResourceAccounting")
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		w, err := whereAmI.Remote(ctx, c, "", ray.Resources{"special": 1}).Get(ctx)
 		is.NoErr(err)
 		is.Equal(w.Node, "node-2")
@@ -59,7 +59,7 @@ func (s *suite) testScheduling(t *testing.T) {
 	t.Run("NodeSelector", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.Labels, "Labels")
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		for range 5 {
 			w, err := whereAmI.Remote(ctx, c, "", ray.NodeSelector{"zone": "b"}).Get(ctx)
 			is.NoErr(err)
@@ -76,7 +76,7 @@ func (s *suite) testScheduling(t *testing.T) {
 	t.Run("DependencyHoldsNoResources", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.ResourceAccounting && s.h.Capabilities.Concurrent, "ResourceAccounting and Concurrent")
 		is := is.New(t)
-		c, ctx := s.cluster(t, []Node{{Name: "solo", Resources: backend.Resources{ray.CPU: 1}}}), ctxT(t)
+		c, ctx := s.cluster(t, []Node{{Name: "solo", Resources: backend.Resources{ray.CPU: 1}}}), s.ctxT(t)
 		// The input is a put value that a gate-blocked... instead: a
 		// dependent waiting on an unfinished task must not hold the only
 		// CPU, or its input could never run.
@@ -96,7 +96,7 @@ func (s *suite) testScheduling(t *testing.T) {
 	t.Run("NoStarvation", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.ResourceAccounting && s.h.Capabilities.Concurrent, "ResourceAccounting and Concurrent")
 		is := is.New(t)
-		c, ctx := s.cluster(t, []Node{{Name: "solo", Resources: backend.Resources{ray.CPU: 4}}}), ctxT(t)
+		c, ctx := s.cluster(t, []Node{{Name: "solo", Resources: backend.Resources{ray.CPU: 4}}}), s.ctxT(t)
 		// A stream of 1-CPU tasks keeps the node busy; a 4-CPU task queued
 		// behind them must still run while the stream goes on.
 		stop := make(chan struct{})
@@ -128,7 +128,7 @@ func (s *suite) testScheduling(t *testing.T) {
 	t.Run("ZeroResources", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.ResourceAccounting && s.h.Capabilities.Concurrent, "ResourceAccounting and Concurrent")
 		is := is.New(t)
-		c, ctx := s.cluster(t, []Node{{Name: "solo", Resources: backend.Resources{ray.CPU: 1}}}), ctxT(t)
+		c, ctx := s.cluster(t, []Node{{Name: "solo", Resources: backend.Resources{ray.CPU: 1}}}), s.ctxT(t)
 		name, g := newGate(3)
 		var refs []ray.ObjectRef[string]
 		for range 3 {
@@ -155,7 +155,7 @@ func (s *suite) testFaults(t *testing.T) {
 	}
 	t.Run("TaskRetriedOnNodeDeath", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		name, g := newGate(1)
 		defer g.release()
 		ref := block.Remote(ctx, c, name, ray.NodeSelector{"zone": "in(a,b)"}, ray.Retries(1))
@@ -170,7 +170,7 @@ func (s *suite) testFaults(t *testing.T) {
 	})
 	t.Run("TaskUnavailableWithoutRetries", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		name, g := newGate(1)
 		defer g.release()
 		ref := block.Remote(ctx, c, name, ray.NodeSelector{"zone": "c"}, ray.Retries(0))
@@ -186,7 +186,7 @@ func (s *suite) testFaults(t *testing.T) {
 	})
 	t.Run("ActorRestarts", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, 0, ray.MaxRestarts(1))
 		w, err := counterWhere.Remote(ctx, h, "").Get(ctx)
 		is.NoErr(err)
@@ -204,7 +204,7 @@ func (s *suite) testFaults(t *testing.T) {
 	})
 	t.Run("PlacementGroupRescheduled", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		pg, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Strategy: ray.StrictSpread, Bundles: []ray.Bundle{{Resources: ray.Resources{ray.CPU: 1}}, {Resources: ray.Resources{ray.CPU: 1}}}})
 		is.NoErr(err)
 		is.NoErr(pg.Ready(ctx))

@@ -52,7 +52,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 	}
 	t.Run("HostLossFailsAllPinnedWorkAtOnce", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, DefaultTPUNodes()), ctxT(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
 		spg, err := ray.NewSlicePlacementGroup(ctx, c, one)
 		is.NoErr(err)
 		name, g := newGate(4)
@@ -104,7 +104,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 	})
 	t.Run("RunOnSliceReturnsHostLoss", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, DefaultTPUNodes()), ctxT(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
 		spg, err := ray.NewSlicePlacementGroup(ctx, c, two)
 		is.NoErr(err)
 		defer spg.Release(ctx)
@@ -129,7 +129,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 	})
 	t.Run("RunOnSliceCancelsOtherHostsOnFailure", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, DefaultTPUNodes()), ctxT(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
 		spg, err := ray.NewSlicePlacementGroup(ctx, c, one)
 		is.NoErr(err)
 		defer spg.Release(ctx)
@@ -156,7 +156,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 	})
 	t.Run("DispatchRetriesOnFreshReservation", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, DefaultTPUNodes()), ctxT(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
 		name, g := newGate(4)
 		defer g.release()
 		type result struct {
@@ -198,7 +198,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 	})
 	t.Run("DispatchWithoutRetriesFails", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, DefaultTPUNodes()), ctxT(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
 		name, g := newGate(4)
 		defer g.release()
 		done := make(chan error, 1)

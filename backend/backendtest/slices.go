@@ -71,7 +71,7 @@ func (s *suite) testSlices(t *testing.T) {
 	}
 	t.Run("ReserveAndRun", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, DefaultTPUNodes()), ctxT(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
 		spg, err := ray.NewSlicePlacementGroup(ctx, c, one)
 		is.NoErr(err)
 		is.Equal(spg.NumHosts(), 4)
@@ -97,7 +97,7 @@ func (s *suite) testSlices(t *testing.T) {
 	})
 	t.Run("Multislice", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, DefaultTPUNodes()), ctxT(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
 		spg, err := ray.NewSlicePlacementGroup(ctx, c, two)
 		is.NoErr(err)
 		defer spg.Release(ctx)
@@ -115,7 +115,7 @@ func (s *suite) testSlices(t *testing.T) {
 	t.Run("BusyWaitsThenTimesOut", func(t *testing.T) {
 		s.need(t, finite, "TPUSlices")
 		is := is.New(t)
-		c, ctx := s.cluster(t, DefaultTPUNodes()), ctxT(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
 		held, err := ray.NewSlicePlacementGroup(ctx, c, one)
 		is.NoErr(err)
 		// One slice is free, two are asked for: wait, then nothing held.
@@ -144,7 +144,7 @@ func (s *suite) testSlices(t *testing.T) {
 	t.Run("FailFast", func(t *testing.T) {
 		s.need(t, finite, "TPUSlices")
 		is := is.New(t)
-		c, ctx := s.cluster(t, DefaultTPUNodes()), ctxT(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
 		_, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: 3})
 		is.Equal(ray.Code(err), ray.Infeasible)
 		_, err = ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "8x8", AcceleratorVersion: "v6e"})
@@ -156,7 +156,7 @@ func (s *suite) testSlices(t *testing.T) {
 	})
 	t.Run("Contention", func(t *testing.T) {
 		s.need(t, finite, "TPUSlices")
-		c, ctx := s.cluster(t, DefaultTPUNodes()), ctxT(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
 		var mu sync.Mutex
 		holder := map[string]int{}
 		var wg sync.WaitGroup

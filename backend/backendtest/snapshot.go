@@ -20,7 +20,7 @@ func (s *suite) testSnapshot(t *testing.T) {
 	s.need(t, s.h.Capabilities.Snapshot, "Snapshot")
 	t.Run("ActorsAndGroups", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, 0, ray.Name("snap-counter"))
 		is.NoErr(h.Ready(ctx))
 		pg, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Name: "snap-group", Bundles: []ray.Bundle{
@@ -70,7 +70,7 @@ func (s *suite) testSnapshot(t *testing.T) {
 	})
 	t.Run("RecentFailures", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := fail.Remote(ctx, c, "snap-broken-input", ray.Name("snap-failing")).Get(ctx)
 		is.Equal(ray.Code(err), ray.TaskFailed)
 		_, err = add1.Remote(ctx, c, 1).Get(ctx)
@@ -104,7 +104,7 @@ func (s *suite) testSnapshot(t *testing.T) {
 	t.Run("TasksPerName", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.ResourceAccounting && s.h.Capabilities.Concurrent, "ResourceAccounting and Concurrent")
 		is := is.New(t)
-		c, ctx := s.cluster(t, []Node{{Name: "solo", Resources: backend.Resources{ray.CPU: 2}}}), ctxT(t)
+		c, ctx := s.cluster(t, []Node{{Name: "solo", Resources: backend.Resources{ray.CPU: 2}}}), s.ctxT(t)
 		name, g := newGate(2)
 		var refs []ray.ObjectRef[string]
 		for range 3 {

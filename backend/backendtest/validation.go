@@ -31,7 +31,7 @@ func (s *suite) testValidation(t *testing.T) {
 	for _, a := range amounts {
 		t.Run("ResourceAmount/"+a.name, func(t *testing.T) {
 			is := is.New(t)
-			c, ctx := s.cluster(t, nil), ctxT(t)
+			c, ctx := s.cluster(t, nil), s.ctxT(t)
 			res := ray.Resources{ray.CPU: a.amount}
 			_, err := echo.Remote(ctx, c, "x", res).Get(ctx)
 			is.Equal(ray.Code(err), ray.InvalidArgument) // task
@@ -51,7 +51,7 @@ func (s *suite) testValidation(t *testing.T) {
 	}
 	t.Run("TooManyBundles", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		bundles := make([]ray.Bundle, backend.MaxBundles+1)
 		for i := range bundles {
 			bundles[i] = ray.Bundle{Resources: ray.Resources{ray.CPU: 0.001}}
@@ -62,7 +62,7 @@ func (s *suite) testValidation(t *testing.T) {
 	})
 	t.Run("NilContext", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		var nilCtx context.Context
 		_, err := echo.Remote(nilCtx, c, "x").Get(ctx)
 		is.Equal(ray.Code(err), ray.InvalidArgument) // Task.Remote
@@ -87,7 +87,7 @@ func (s *suite) testValidation(t *testing.T) {
 	})
 	t.Run("BadOptions", func(t *testing.T) {
 		is := is.New(t)
-		c, ctx := s.cluster(t, nil), ctxT(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := echo.Remote(ctx, c, "x", ray.InBundle(nil, 0)).Get(ctx)
 		is.Equal(ray.Code(err), ray.InvalidArgument) // InBundle(nil, i) on a task
 		is.True(strings.Contains(err.Error(), "InBundle(nil, 0)"))

@@ -58,6 +58,9 @@ func TestE2EConformance(t *testing.T) {
 			return b
 		},
 		Capabilities: backendtest.AllCapabilities,
+		// Every reservation starts real worker pods (processes built with
+		// -race, dialled over mutual TLS): Contention runs 40 of them.
+		Patience: time.Minute,
 	})
 }
 
