@@ -71,5 +71,7 @@ func (b *Backend) ClusterID() ClusterID { return b.id }
 func (b *Backend) Client() kubernetes.Interface { return b.source.client }
 
 // BackendSet is Set plus the last step, NewFromParts: the whole backend
-// from a Config.
-var BackendSet = wire.NewSet(Set, NewFromParts)
+// from a Config, bound to the backend interface ray.Set consumes. An
+// injector is wire.Build(kubernetes.BackendSet, ray.Set); see
+// examples/wire in this module.
+var BackendSet = wire.NewSet(Set, NewFromParts, wire.Bind(new(backend.Backend), new(*Backend)))

@@ -28,7 +28,10 @@
 // overrides (tolerations, priority class, labels, annotations, node
 // selector) and the Lease times. [Config.Validate] reports every wrong
 // field at once, naming what is valid. [New] builds the backend by hand;
-// [Set] is the same construction as a github.com/google/wire provider set.
+// [Set] is the same construction as a github.com/google/wire provider set,
+// and [BackendSet] the whole backend: an injector is
+// wire.Build(kubernetes.BackendSet, ray.Set) (examples/wire in this
+// module is one).
 //
 // # Discovery
 //
