@@ -85,7 +85,7 @@ type testSource struct {
 	granted  map[string]core.Claim // by claim ID, not yet released
 	claimed  map[string]bool       // hosts of granted claims
 	grants   int
-	history  []core.Claim // granted claims, in order
+	history  []core.Claim   // granted claims, in order
 	releases map[string]int // by claim ID
 }
 
