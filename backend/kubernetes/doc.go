@@ -61,15 +61,17 @@
 // deleted on release. A slice held elsewhere fails the claim with a
 // *core.HeldError (ResourceExhausted) and the runtime tries other slices
 // or waits. A driver that crashed leaves Leases that expire. A claim of
-// part of a slice (a sub-slice) holds the slice's Lease in shared mode:
-// the driver's sub-slices of the slice share it, other drivers are kept
-// off the whole slice.
+// part of a slice (a sub-slice: the runtime claims a sub-slice
+// reservation as its parent slice with the sub-slice's hosts) holds the
+// slice's Lease in shared mode: the driver's sub-slices of the slice
+// share it, other drivers are kept off the whole slice.
 //
 // # Worker pods
 //
-// A reservation starts one pod per host ([Runner.Reserved]), pinned to its
-// node by node affinity on metadata.name (so kube-scheduler still accounts
-// for the chips), requesting google.com/tpu equal to the host's chips
+// A reservation, of whole slices or a sub-slice, starts one pod per host
+// ([Runner.Reserved]), pinned to its node by node affinity on
+// metadata.name (so kube-scheduler still accounts for the chips),
+// requesting google.com/tpu equal to the host's chips
 // (requests = limits), with the host's env from the runtime
 // (TPU_WORKER_ID, TPU_NAME, the topology and bounds variables,
 // MEGASCALE_* for multislice), TPU_WORKER_HOSTNAMES and
@@ -97,13 +99,6 @@
 // refuses a plaintext driver or one of another CA, a driver refuses a
 // worker of another handle. docs/kubernetes.md (Security) has the details
 // and deploy/rbac.yaml the driver's least privilege.
-//
-// # Not done
-//
-// Sub-slice reservations are not claimed with Leases yet: [Source] claims
-// a sub-slice (the slice's Lease in shared mode, [Leases.ClaimSubslice])
-// when the runtime asks, but the runtime asks only for whole slices
-// (docs/kubernetes.md).
 //
 // # Tests
 //

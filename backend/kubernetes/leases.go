@@ -53,6 +53,9 @@ type Leases struct {
 	mu   sync.Mutex
 	held map[string]*coordv1.Lease  // by slice: the last version written
 	subs map[string]map[string]bool // by slice: its sub-slice claims (leases_subslice.go)
+	// subOps serializes the sub-slice claims and releases of a slice
+	// (leases_subslice.go); one per slice ever sub-sliced.
+	subOps map[string]*sync.Mutex
 }
 
 // NewLeases returns the slice claimer of one driver for cfg (its
@@ -69,6 +72,7 @@ func NewLeases(client kubernetes.Interface, cfg Config) (*Leases, error) {
 		backoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 2 * time.Second},
 		held:    map[string]*coordv1.Lease{},
 		subs:    map[string]map[string]bool{},
+		subOps:  map[string]*sync.Mutex{},
 	}, nil
 }
 

@@ -1,6 +1,9 @@
 package kubernetes
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // Sub-slice claims. A sub-slice reservation (some hosts of a slice) takes
 // the slice's Lease in shared mode: the Lease's claim annotation is
@@ -25,6 +28,7 @@ const subsliceClaim = "subslices"
 // claim, shared with this driver's other sub-slice reservations of the
 // slice. Errors are those of Claim.
 func (l *Leases) ClaimSubslice(ctx context.Context, claim, slice string) error {
+	defer l.lockSubslices(slice)()
 	l.mu.Lock()
 	if set := l.subs[slice]; set != nil && l.held[slice] != nil {
 		set[claim] = true
@@ -47,6 +51,7 @@ func (l *Leases) ClaimSubslice(ctx context.Context, claim, slice string) error {
 // ReleaseSubslice ends the sub-slice reservation claim of slice; the
 // slice's Lease is deleted with the last of them.
 func (l *Leases) ReleaseSubslice(ctx context.Context, claim, slice string) error {
+	defer l.lockSubslices(slice)()
 	l.mu.Lock()
 	set := l.subs[slice]
 	delete(set, claim)
@@ -59,6 +64,23 @@ func (l *Leases) ReleaseSubslice(ctx context.Context, claim, slice string) error
 		return nil
 	}
 	return l.Release(ctx, []string{slice})
+}
+
+// lockSubslices serializes the sub-slice claims and releases of slice and
+// returns the unlock: a claim that joins (or re-creates) the slice's
+// Lease must not interleave with the release that deletes it, or the
+// release would delete the Lease the claim just took. The runtime claims
+// a sub-slice while another of the same slice is being released.
+func (l *Leases) lockSubslices(slice string) (unlock func()) {
+	l.mu.Lock()
+	m := l.subOps[slice]
+	if m == nil {
+		m = &sync.Mutex{}
+		l.subOps[slice] = m
+	}
+	l.mu.Unlock()
+	m.Lock()
+	return m.Unlock
 }
 
 // SubsliceClaims returns this driver's sub-slice reservations of slice.

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/matryer/is"
+	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/goray-dev/goray/internal/core"
 )
@@ -111,4 +116,83 @@ func TestSourceSubsliceClaimsAreExclusive(t *testing.T) {
 			is.True(apierrors.IsNotFound(err)) // nothing left
 		})
 	}
+}
+
+// TestLeasesSubsliceClaimWaitsForRelease: a sub-slice claim of a slice
+// whose last sub-slice claim is being released waits for the release (the
+// runtime claims a sub-slice while another of its slice is released), so
+// the release cannot delete the Lease the new claim took: the claim ends
+// holding a Lease that exists.
+func TestLeasesSubsliceClaimWaitsForRelease(t *testing.T) {
+	is := is.New(t)
+	fc := checkVersions(newFakeClient())
+	// The release's first look at the Lease waits, outside the fake
+	// clientset's lock, until the test lets it go.
+	inRelease, letGo := make(chan struct{}), make(chan struct{})
+	var gets atomic.Int32
+	hook := func() {
+		if gets.Add(1) == 1 {
+			close(inRelease)
+			<-letGo
+		}
+	}
+	cfg := testConfig()
+	cfg.Identity = "driver-a"
+	a, err := NewLeases(hookClient{fc, hook}, cfg)
+	is.NoErr(err)
+	a.backoff.Duration = time.Millisecond
+	ctx := t.Context()
+	is.NoErr(a.ClaimSubslice(ctx, "pg-1", "s1")) // a create: no get
+
+	released := make(chan error, 1)
+	go func() { released <- a.ReleaseSubslice(ctx, "pg-1", "s1") }()
+	<-inRelease
+	claimed := make(chan error, 1)
+	go func() { claimed <- a.ClaimSubslice(ctx, "pg-2", "s1") }()
+	select {
+	case err := <-claimed:
+		t.Fatalf("the claim returned (%v) while the slice's last sub-slice claim was being released", err)
+	case <-time.After(100 * time.Millisecond): // a negative check: the claim must not finish at all
+	}
+	close(letGo)
+	is.NoErr(<-released)
+	is.NoErr(<-claimed)
+	l, err := getLease(t, fc, "s1")
+	is.NoErr(err) // the new claim's Lease is there
+	is.Equal(*l.Spec.HolderIdentity, "driver-a")
+	is.Equal(a.Held(), []string{"s1"}) // and renewed
+	is.Equal(a.SubsliceClaims("s1"), []string{"pg-2"})
+	is.NoErr(a.ReleaseSubslice(ctx, "pg-2", "s1"))
+	_, err = getLease(t, fc, "s1")
+	is.True(apierrors.IsNotFound(err))
+}
+
+// hookClient is a fake clientset whose Lease Gets call onGet first,
+// outside the fake's lock.
+type hookClient struct {
+	*fake.Clientset
+	onGet func()
+}
+
+func (c hookClient) CoordinationV1() coordinationv1.CoordinationV1Interface {
+	return hookCoord{c.Clientset.CoordinationV1(), c.onGet}
+}
+
+type hookCoord struct {
+	coordinationv1.CoordinationV1Interface
+	onGet func()
+}
+
+func (c hookCoord) Leases(ns string) coordinationv1.LeaseInterface {
+	return hookLeases{c.CoordinationV1Interface.Leases(ns), c.onGet}
+}
+
+type hookLeases struct {
+	coordinationv1.LeaseInterface
+	onGet func()
+}
+
+func (l hookLeases) Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordv1.Lease, error) {
+	l.onGet()
+	return l.LeaseInterface.Get(ctx, name, opts)
 }

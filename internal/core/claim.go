@@ -21,21 +21,54 @@ type claimHold struct {
 	reserved bool // ClaimRunner.Reserved succeeded: Released is owed
 }
 
-// claimPicked claims, outside b.mu, the slices serveSlices picked for w
-// (the source is a SliceClaimer), tells the runner (a ClaimRunner), then
-// grants the reservation. If another driver holds some of the slices, it
-// marks them held, queues w again at the head of its pool and reports
-// again; any other error releases what was claimed and fails the request.
+// pickedClaim is what a request picked under b.mu (whole slices or one
+// sub-slice) needs to be claimed outside it and then granted.
+type pickedClaim struct {
+	op    string
+	id    backend.PlacementGroupID // the reservation's group
+	claim Claim
+	env   map[string]map[string]string // each host's env, for ClaimRunner.Reserved
+	// unpick makes what was picked pickable again and serves the pool;
+	// grant grants it as the group id; gaveUp is the error of a caller
+	// that gave up or of a closed cluster, or nil. b.mu is held for all.
+	unpick func()
+	grant  func() *backend.SliceReservation
+	gaveUp func() error
+}
+
+// claimPicked claims, outside b.mu, the whole slices serveSlices picked
+// for w (the source is a SliceClaimer), then grants them (claimAndGrant).
 // b.mu is held on entry and on return.
 func (b *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *sliceWait) (_ *backend.SliceReservation, _ error, again bool) {
 	picked := w.picked
 	w.picked = nil
-	if err := b.gaveUpClaim(ctx, op, p, w); err != nil {
-		b.unpick(p, picked)
-		return nil, err, false
-	}
 	id := backend.PlacementGroupID(b.newID())
 	claim, env := claimOf(id, picked)
+	return b.claimAndGrant(ctx, p, w, &pickedClaim{
+		op: op, id: id, claim: claim, env: env,
+		unpick: func() { b.unpick(p, picked) },
+		grant: func() *backend.SliceReservation {
+			for _, s := range picked {
+				s.claiming = false
+			}
+			return b.grantSlices(w, picked, id)
+		},
+		gaveUp: func() error { return b.gaveUpClaim(ctx, op, p, w) },
+	})
+}
+
+// claimAndGrant claims pc outside b.mu, tells the runner (a ClaimRunner),
+// then grants the reservation. If another driver holds some of the
+// slices, it marks them held, queues w again at the head of its pool and
+// reports again; any other error releases what was claimed and fails the
+// request. What was picked stays unpickable until the claim has ended.
+// b.mu is held on entry and on return.
+func (b *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait, pc *pickedClaim) (_ *backend.SliceReservation, _ error, again bool) {
+	if err := pc.gaveUp(); err != nil {
+		pc.unpick()
+		return nil, err, false
+	}
+	claim := pc.claim
 	// Close waits for the claim (and its release, if the cluster closed
 	// meanwhile) before it closes the runner, and cuts it short.
 	b.bg.Add(1)
@@ -47,25 +80,24 @@ func (b *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *s
 	err := b.claimer.ClaimSlices(cctx, claim)
 	reserved := false
 	if err == nil && b.claimRunner != nil && cctx.Err() == nil {
-		if err = b.claimRunner.Reserved(cctx, claim, env); err != nil {
+		if err = b.claimRunner.Reserved(cctx, claim, pc.env); err != nil {
 			b.releaseClaim(claim, false)
 		}
 		reserved = err == nil
 	}
 	b.mu.Lock()
 	if err == nil {
-		if gerr := b.gaveUpClaim(ctx, op, p, w); gerr != nil {
-			b.unpick(p, picked)
+		if gerr := pc.gaveUp(); gerr != nil {
+			// Released before it is pickable again, so that this driver
+			// never claims what its previous claim still holds.
 			b.mu.Unlock()
 			b.releaseClaim(claim, reserved)
 			b.mu.Lock()
+			pc.unpick()
 			return nil, gerr, false
 		}
-		for _, s := range picked {
-			s.claiming = false
-		}
-		r := b.grantSlices(w, picked, id)
-		b.pgs[id].claim = &claimHold{claim: claim, reserved: reserved}
+		r := pc.grant()
+		b.pgs[pc.id].claim = &claimHold{claim: claim, reserved: reserved}
 		return r, nil, false
 	}
 	if backend.CodeOf(err) == backend.ResourceExhausted && !b.closed && ctx.Err() == nil {
@@ -85,14 +117,14 @@ func (b *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *s
 		// slices at once.
 		w.done = make(chan struct{})
 		p.waiting = slices.Insert(p.waiting, 0, w)
-		b.unpick(p, picked)
+		pc.unpick()
 		return nil, nil, true
 	}
-	b.unpick(p, picked)
-	if gerr := b.gaveUpClaim(ctx, op, p, w); gerr != nil {
+	pc.unpick()
+	if gerr := pc.gaveUp(); gerr != nil {
 		return nil, gerr, false
 	}
-	return nil, backend.Wrap(backend.CodeOf(err), op+": claim slices", err), false
+	return nil, backend.Wrap(backend.CodeOf(err), pc.op+": claim slices", err), false
 }
 
 // gaveUpClaim is the error of a claimed request whose caller gave up or
@@ -160,24 +192,24 @@ func (b *Runtime) armHeldRetry() {
 	})
 }
 
-// endClaimLocked ends the claim of a released slice reservation, on a
-// goroutine Close waits for, and reports whether it did: the slices are
-// then free again only once the claim has ended, so that this driver
-// never claims a slice whose previous claim is still being released.
-// b.mu must be held.
-func (b *Runtime) endClaimLocked(pg *pgroup) bool {
+// endClaimLocked ends the claim of a released reservation (of whole
+// slices or a sub-slice), on a goroutine Close waits for, and reports
+// whether it did: free, which makes what the reservation held pickable
+// again, is then called under b.mu once the claim has ended (unless the
+// cluster closed meanwhile), so that this driver never claims a slice or
+// host whose previous claim is still being released. b.mu must be held.
+func (b *Runtime) endClaimLocked(pg *pgroup, free func()) bool {
 	h := pg.claim
 	if h == nil || b.closed { // once closed, Close has taken the claims
 		return false
 	}
 	pg.claim = nil
-	ss := pg.slices
 	b.bg.Go(func() {
 		b.releaseClaim(h.claim, h.reserved)
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if !b.closed {
-			b.freeSlices(ss)
+			free()
 		}
 	})
 	return true

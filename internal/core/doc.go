@@ -58,16 +58,18 @@
 // # Shared slices
 //
 // A source whose TPU slices other drivers share implements
-// [SliceClaimer]: a whole-slice reservation picks free slices from the
-// index, claims them (ClaimSlices) outside the runtime's lock, and is
-// granted only if the claim succeeds. A [HeldError] (ResourceExhausted)
+// [SliceClaimer]: a slice reservation picks free slices (or one free
+// sub-slice) from the index, claims them (ClaimSlices; a sub-slice as its
+// parent slice with the sub-slice's hosts) outside the runtime's lock,
+// and is granted only if the claim succeeds; until then nothing else
+// picks what it picked. A [HeldError] (ResourceExhausted)
 // marks the slices it names as held elsewhere for Options.ClaimRetry; the
 // request is queued again at the head and takes other intact slices, or
 // waits, within its context. Any other error fails the request.
 // ReleaseSlices is called exactly once per granted claim, on every path
 // (RemovePlacementGroup, a caller that gave up after the claim, Close);
-// the released slices are reserved again only after it has returned.
-// Sub-slice reservations are not claimed.
+// the released slices and sub-slice hosts are reserved again only after
+// it has returned.
 //
 // A runner that starts a worker per reserved host implements
 // [ClaimRunner]: Reserved is called after the claim and before the grant

@@ -38,10 +38,38 @@ func tpuHosts(n int) []core.Node {
 	return out
 }
 
+// shape4x4 is the sub-sliced test clusters' slice shape: v6e 4x4, four
+// hosts of 4 chips; its 2x4 sub-slices are workers 0 and 2, and 1 and 3.
+var shape4x4 = func() tpu.SliceShape {
+	s, err := tpu.NewSliceShape(tpu.V6e, "4x4", 0)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// tpuHosts4x4 returns the four hosts of each slice s0, s1, ... of
+// shape4x4, named s<i>-w<worker>.
+func tpuHosts4x4(n int) []core.Node {
+	var out []core.Node
+	for i := range n {
+		name := fmt.Sprintf("s%d", i)
+		for w := range shape4x4.Hosts() {
+			out = append(out, core.Node{
+				Name:      fmt.Sprintf("%s-w%d", name, w),
+				Resources: backend.Resources{backend.CPU: 8, backend.TPU: 4},
+				Labels:    tpu.HostLabels(shape4x4, name, "pool-"+name, w),
+			})
+		}
+	}
+	return out
+}
+
 // testSource is a static NodeSource that is also a Syncer and a
 // SliceClaimer whose slices other drivers may hold. It fails the test on
-// a claim of a slice it already granted, or a release of a claim it did
-// not grant.
+// a claim of a host that a granted claim holds (a claim holds the hosts
+// it names: all of a slice's, or a sub-slice's), or a release of a claim
+// it did not grant.
 type testSource struct {
 	t      *testing.T
 	nodes  []core.Node
@@ -55,8 +83,9 @@ type testSource struct {
 	waitCtx  bool // ClaimSlices returns only once its ctx ends
 	attempts int
 	granted  map[string]core.Claim // by claim ID, not yet released
-	claimed  map[string]bool       // slices of granted claims
+	claimed  map[string]bool       // hosts of granted claims
 	grants   int
+	history  []core.Claim   // granted claims, in order
 	releases map[string]int // by claim ID
 }
 
@@ -127,9 +156,6 @@ func (s *testSource) ClaimSlices(ctx context.Context, c core.Claim) error {
 		if s.held[name] {
 			held = append(held, name)
 		}
-		if s.claimed[name] {
-			s.t.Errorf("slice %s claimed twice", name)
-		}
 	}
 	if err == nil && len(held) > 0 {
 		err = &core.HeldError{Slices: held, Holder: "other"}
@@ -137,8 +163,14 @@ func (s *testSource) ClaimSlices(ctx context.Context, c core.Claim) error {
 	if err == nil {
 		s.granted[c.ID] = c
 		s.grants++
-		for _, name := range c.Slices {
-			s.claimed[name] = true
+		s.history = append(s.history, c)
+		for _, hosts := range c.Hosts {
+			for _, h := range hosts {
+				if s.claimed[h] {
+					s.t.Errorf("host %s claimed twice (claim %s of %v)", h, c.ID, c.Slices)
+				}
+				s.claimed[h] = true
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -160,8 +192,10 @@ func (s *testSource) ReleaseSlices(ctx context.Context, c core.Claim) error {
 		return nil
 	}
 	delete(s.granted, c.ID)
-	for _, name := range c.Slices {
-		delete(s.claimed, name)
+	for _, hosts := range c.Hosts {
+		for _, h := range hosts {
+			delete(s.claimed, h)
+		}
 	}
 	return nil
 }

@@ -103,7 +103,9 @@ type Claim struct {
 	ID string
 	// Slices are the slice names (tpu.LabelSlice values), in the order of
 	// the request's slice indices; Hosts are the node names of each slice,
-	// in worker-ID order.
+	// in worker-ID order. A sub-slice reservation is one slice, its parent,
+	// with only the sub-slice's hosts, in the sub-slice's worker-ID order:
+	// fewer hosts than the slice has.
 	Slices []string
 	Hosts  [][]string
 }
@@ -112,8 +114,12 @@ type Claim struct {
 // shared with other drivers (Kubernetes: one coordination.k8s.io Lease per
 // slice). The runtime picks free slices from its index, then claims them
 // outside its locks before it grants the reservation; a claim never
-// blocks the runtime's other work. Whole-slice reservations are claimed;
-// sub-slice reservations (SliceRequest.Subslice) are not.
+// blocks the runtime's other work. Sub-slice reservations
+// (SliceRequest.Subslice) are claimed too, as their parent slice with the
+// sub-slice's hosts (see Claim): the runtime may hold several sub-slice
+// claims of one slice at once, on disjoint hosts, but never one with a
+// whole-slice claim of the same slice, and it claims no host again until
+// the release of its previous claim has returned.
 type SliceClaimer interface {
 	// ClaimSlices claims every slice of c for this driver, all or nothing:
 	// on error nothing is held. An error with code backend.ResourceExhausted
@@ -150,7 +156,9 @@ func (e *HeldError) Unwrap() error { return backend.ErrResourceExhausted }
 // per reserved host (Kubernetes: one pod per host, pinned to its node).
 // The runtime calls Reserved after the claim and before it grants the
 // reservation, with each host's env as the reservation gives it
-// (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, MEGASCALE_*, ...); an error fails
+// (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, MEGASCALE_*, ...; for a sub-slice,
+// its env as a slice of its own: the sub-slice's worker IDs, hosts and
+// ID as TPU_NAME); an error fails
 // the reservation (the claim is released). Released is called once the
 // reservation ends, on every path, after Reserved succeeded.
 type ClaimRunner interface {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/tpu"
@@ -61,17 +62,29 @@ func (b *Runtime) reserveSubslice(ctx context.Context, op string, req *backend.S
 		b.mu.Unlock()
 		return nil, backend.Errorf(backend.Infeasible, op, "%d bundles of %s do not fit a %s host, which has %s", rr.BundlesPerHost, rr.BundleResources, rr.Shape, has)
 	}
-	w := &sliceWait{req: req, n: 1, sub: rr.Subslice, shape: rr.Shape, demand: demand, perHost: rr.BundlesPerHost, res: rr.BundleResources, done: make(chan struct{})}
+	w := &sliceWait{req: req, n: 1, sub: rr.Subslice, shape: rr.Shape, demand: demand, perHost: rr.BundlesPerHost, res: rr.BundleResources, since: time.Now(), done: make(chan struct{})}
 	p.waiting = append(p.waiting, w)
 	b.serveSlices(p)
 	b.mu.Unlock()
 
-	select {
-	case <-w.done:
-	case <-ctx.Done():
-	case <-b.closedCh:
+	for {
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+		case <-b.closedCh:
+		}
+		b.mu.Lock()
+		if w.pickedSub != nil {
+			// Picked for a claim: claim outside the lock.
+			r, err, again := b.claimSubslice(ctx, op, p, w)
+			b.mu.Unlock()
+			if again {
+				continue
+			}
+			return r, err
+		}
+		break
 	}
-	b.mu.Lock()
 	defer b.mu.Unlock()
 	if w.result == nil {
 		// Not granted: leave the queue holding nothing.
@@ -98,7 +111,8 @@ func (b *Runtime) reserveSubslice(ctx context.Context, op string, req *backend.S
 }
 
 // pickSubslice returns the first free sub-slice of a slice of pool p, or
-// nil.
+// nil: all its hosts alive and idle, none of them in a sub-slice whose
+// claim is in flight.
 func (b *Runtime) pickSubslice(p *shapePool, sub tpu.Subslice) (*tpuSlice, int) {
 	for _, s := range p.all {
 		if s.unavailable() {
@@ -108,7 +122,7 @@ func (b *Runtime) pickSubslice(p *shapePool, sub tpu.Subslice) (*tpuSlice, int) 
 			ws, _ := sub.Workers(i)
 			if !slices.ContainsFunc(ws, func(w int) bool {
 				h := s.hosts[w]
-				return !h.alive || !slices.Equal(h.free, h.capac)
+				return !h.alive || s.subBusy[w] || !slices.Equal(h.free, h.capac)
 			}) {
 				return s, i
 			}
@@ -117,37 +131,132 @@ func (b *Runtime) pickSubslice(p *shapePool, sub tpu.Subslice) (*tpuSlice, int) 
 	return nil, 0
 }
 
-// grantSubslice pins a placement group to the hosts of sub-slice index of
-// s, each bundle's env rewritten to the sub-slice as the GKE device plugin
-// does. b.mu must be held.
-func (b *Runtime) grantSubslice(w *sliceWait, s *tpuSlice, index int) *backend.SliceReservation {
+// setSubBusy marks the hosts of sub-slice index of s as being claimed or
+// released (busy), or not. b.mu must be held.
+func (s *tpuSlice) setSubBusy(sub tpu.Subslice, index int, busy bool) {
+	ws, _ := sub.Workers(index)
+	for _, w := range ws {
+		if busy {
+			if s.subBusy == nil {
+				s.subBusy = map[int]bool{}
+			}
+			s.subBusy[w] = true
+		} else {
+			delete(s.subBusy, w)
+		}
+	}
+}
+
+// subsliceGrant is a picked sub-slice as its reservation gives it.
+type subsliceGrant struct {
+	slice *tpuSlice
+	index int
+	rs    backend.ReservedSlice // its ID and hosts, in sub-slice worker order
+	hosts []*node               // each bundle's host
+	env   []map[string]string   // each bundle's env
+}
+
+// subsliceGrantOf builds the grant of sub-slice index of s for w, each
+// bundle's env rewritten to the sub-slice as the GKE device plugin does.
+// b.mu must be held.
+func subsliceGrantOf(w *sliceWait, s *tpuSlice, index int) *subsliceGrant {
 	ws, _ := w.sub.Workers(index)
 	id := SubsliceID(s.name, w.sub.Shape.Topology, index)
-	rs := backend.ReservedSlice{Name: s.name, Subslice: w.sub.Shape.Topology.String(), SubsliceIndex: index, SubsliceID: id}
+	g := &subsliceGrant{slice: s, index: index}
+	g.rs = backend.ReservedSlice{Name: s.name, Subslice: w.sub.Shape.Topology.String(), SubsliceIndex: index, SubsliceID: id}
 	for _, wid := range ws {
-		rs.Hosts = append(rs.Hosts, s.hosts[wid].name)
+		g.rs.Hosts = append(g.rs.Hosts, s.hosts[wid].name)
 	}
-	rs.Hostnames = rs.Hosts
-	r := &backend.SliceReservation{ChipsPerHost: w.sub.Shape.ChipsPerHost, BundlesPerHost: w.perHost, BundleResources: w.res, Slices: []backend.ReservedSlice{rs}}
-	hosts := make([]*node, 0, len(ws)*w.perHost)
+	g.rs.Hostnames = g.rs.Hosts
 	for sw, wid := range ws {
 		for j := range w.perHost {
 			// TPU_NAME is the sub-slice's ID: each sub-slice is a slice of
 			// its own to libtpu and to Ray's slice labels.
-			env, err := backend.SliceBundleEnv(w.sub.Shape, id, rs.Hostnames, sw, j, w.perHost, "", 1, 0)
+			env, err := backend.SliceBundleEnv(w.sub.Shape, id, g.rs.Hostnames, sw, j, w.perHost, "", 1, 0)
 			if err != nil {
 				// The sub-slice shape was validated; fall back to no env
 				// rather than fail a granted reservation.
 				env = map[string]string{}
 			}
-			hosts = append(hosts, s.hosts[wid])
-			r.Env = append(r.Env, env)
+			g.hosts = append(g.hosts, s.hosts[wid])
+			g.env = append(g.env, env)
 		}
 	}
-	pg := b.pinGroup(0, w.req.Name, hosts, r.Env, w.demand, w.res)
-	b.slices.subs[pg] = &subHold{slice: s, sub: w.sub, index: index, id: id, pg: pg}
+	return g
+}
+
+// hostEnv returns each host's env (not each bundle's), for
+// ClaimRunner.Reserved.
+func (g *subsliceGrant) hostEnv(w *sliceWait) map[string]map[string]string {
+	out := make(map[string]map[string]string, len(g.rs.Hosts))
+	for sw, h := range g.rs.Hosts {
+		env, err := tpu.WorkerEnv(w.sub.Shape, g.rs.SubsliceID, g.rs.Hostnames, sw)
+		if err != nil {
+			env = map[string]string{}
+		}
+		out[h] = env
+	}
+	return out
+}
+
+// grantSubslice pins a placement group (id, or a new one for 0) to the
+// hosts of g. b.mu must be held.
+func (b *Runtime) grantSubslice(w *sliceWait, g *subsliceGrant, id backend.PlacementGroupID) *backend.SliceReservation {
+	r := &backend.SliceReservation{ChipsPerHost: w.sub.Shape.ChipsPerHost, BundlesPerHost: w.perHost, BundleResources: w.res, Slices: []backend.ReservedSlice{g.rs}, Env: g.env}
+	pg := b.pinGroup(id, w.req.Name, g.hosts, r.Env, w.demand, w.res)
+	b.slices.subs[pg] = &subHold{slice: g.slice, sub: w.sub, index: g.index, id: g.rs.SubsliceID, pg: pg}
 	r.Group = pg.id
 	return r
+}
+
+// claimSubslice claims, outside b.mu, the sub-slice serveSlices picked for
+// w (the source is a SliceClaimer): the parent slice, with the
+// sub-slice's hosts in worker order, which the source takes as a claim of
+// part of the slice. Then it grants it (claimAndGrant); a HeldError marks
+// the parent slice held. b.mu is held on entry and on return.
+func (b *Runtime) claimSubslice(ctx context.Context, op string, p *shapePool, w *sliceWait) (_ *backend.SliceReservation, _ error, again bool) {
+	s, index := w.pickedSub, w.pickedIndex
+	w.pickedSub = nil
+	g := subsliceGrantOf(w, s, index)
+	id := backend.PlacementGroupID(b.newID())
+	pc := &pickedClaim{
+		op: op, id: id,
+		claim: Claim{ID: id.String(), Slices: []string{s.name}, Hosts: [][]string{slices.Clone(g.rs.Hosts)}},
+		unpick: func() {
+			s.setSubBusy(w.sub, index, false)
+			b.serveSlices(p)
+		},
+		grant: func() *backend.SliceReservation {
+			s.setSubBusy(w.sub, index, false)
+			return b.grantSubslice(w, g, id)
+		},
+		gaveUp: func() error {
+			if b.closed {
+				return backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
+			}
+			return ctx.Err()
+		},
+	}
+	if b.claimRunner != nil {
+		pc.env = g.hostEnv(w)
+	}
+	return b.claimAndGrant(ctx, p, w, pc)
+}
+
+// releaseSubslice forgets the sub-slice reservation pg held and serves the
+// pool; with a claim, its hosts stay busy until the claim has ended
+// (claim.go). b.mu must be held.
+func (b *Runtime) releaseSubslice(pg *pgroup, hold *subHold) {
+	delete(b.slices.subs, pg)
+	p := b.slices.pools[hold.slice.key]
+	s := hold.slice
+	if b.endClaimLocked(pg, func() {
+		s.setSubBusy(hold.sub, hold.index, false)
+		b.serveSlices(p)
+	}) {
+		s.setSubBusy(hold.sub, hold.index, true)
+	}
+	b.serveSlices(p)
 }
 
 // subsliceStates reports the sub-slices of s that are reserved, by index.

@@ -24,6 +24,7 @@ type tpuSlice struct {
 	dead       int // hosts not alive
 	reservedBy *pgroup
 	claiming   bool                // picked for a reservation whose claim is in flight (claim.go)
+	subBusy    map[int]bool        // workers of sub-slices whose claim is in flight (subslice.go)
 	held       bool                // held by another driver, as its last claim said (claim.go)
 	heapPos    int                 // position in its shape's free heap, or -1
 	env        []map[string]string // single-slice worker env per host, built once
@@ -52,7 +53,7 @@ func (s *tpuSlice) workerEnv(wid int, hostnames []string) map[string]string {
 }
 
 func (s *tpuSlice) idle() bool {
-	if s.unavailable() {
+	if s.unavailable() || len(s.subBusy) > 0 {
 		return false
 	}
 	for _, n := range s.hosts {
@@ -127,6 +128,10 @@ type sliceWait struct {
 	done    chan struct{}
 	result  *backend.SliceReservation
 	picked  []*tpuSlice // to claim (claim.go); set with done closed
+	// pickedSub is the slice of sub-slice pickedIndex to claim
+	// (subslice.go); set with done closed.
+	pickedSub   *tpuSlice
+	pickedIndex int
 }
 
 func shapeKey(s tpu.SliceShape) string {
@@ -367,7 +372,13 @@ func (b *Runtime) serveSlices(p *shapePool) {
 				return
 			}
 			p.waiting = p.waiting[1:]
-			w.result = b.grantSubslice(w, s, index)
+			if b.claimer != nil {
+				// The waiter claims it outside the lock (subslice.go).
+				s.setSubBusy(w.sub, index, true)
+				w.pickedSub, w.pickedIndex = s, index
+			} else {
+				w.result = b.grantSubslice(w, subsliceGrantOf(w, s, index), 0)
+			}
 			close(w.done)
 			continue
 		}
@@ -509,24 +520,23 @@ func (b *Runtime) pinGroup(id backend.PlacementGroupID, name string, hosts []*no
 // heaps and serves waiting requests. b.mu must be held.
 func (b *Runtime) releaseSlices(pg *pgroup) {
 	if hold := b.slices.subs[pg]; hold != nil {
-		delete(b.slices.subs, pg)
-		b.serveSlices(b.slices.pools[hold.slice.key])
+		b.releaseSubslice(pg, hold)
 		return
 	}
-	if len(pg.slices) == 0 {
+	ss := pg.slices
+	if len(ss) == 0 {
 		return
 	}
-	if b.endClaimLocked(pg) {
+	pg.slices = nil
+	if b.endClaimLocked(pg, func() { b.freeSlices(ss) }) {
 		// The slices come back once the claim has ended (claim.go).
-		for _, s := range pg.slices {
+		for _, s := range ss {
 			s.reservedBy = nil
 			s.claiming = true
 		}
-		pg.slices = nil
 		return
 	}
-	b.freeSlices(pg.slices)
-	pg.slices = nil
+	b.freeSlices(ss)
 }
 
 // freeSlices returns released slices to their free heaps and serves
