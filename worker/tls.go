@@ -132,7 +132,20 @@ func (ca *CA) NotAfter() time.Time { return ca.notAfter }
 // Issue returns new credentials for role, signed by the CA and valid as
 // long as the CA: a fresh ECDSA P-256 key and its certificate, with the
 // CA's certificate.
-func (ca *CA) Issue(role Role) (Credentials, error) {
+func (ca *CA) Issue(role Role) (Credentials, error) { return ca.IssueFor(role, 0) }
+
+// IssueFor is Issue with a certificate valid for validity from now, or
+// until the CA expires if that is sooner; 0 means until the CA expires.
+// Short-lived certificates renewed from a longer-lived CA keep working
+// together: each end verifies the other against the CA only.
+func (ca *CA) IssueFor(role Role, validity time.Duration) (Credentials, error) {
+	if validity < 0 {
+		return Credentials{}, fmt.Errorf("certificate validity %v: want a positive duration (0 means the CA's)", validity)
+	}
+	notAfter := ca.notAfter
+	if end := time.Now().Add(validity); validity > 0 && end.Before(notAfter) {
+		notAfter = end
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Credentials{}, err
@@ -141,7 +154,7 @@ func (ca *CA) Issue(role Role) (Credentials, error) {
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: "goray-" + role.String(), Organization: []string{"goray"}},
 		NotBefore:    time.Now().Add(-clockSkew),
-		NotAfter:     ca.notAfter,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 	}
 	switch role {

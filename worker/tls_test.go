@@ -100,6 +100,41 @@ func TestMutualTLS(t *testing.T) {
 	})
 }
 
+// TestRenewedCertificates: certificates issued later by the same CA work
+// with earlier ones in both directions (what a backend that renews its
+// short-lived certificates relies on), and IssueFor never outlives the CA.
+func TestRenewedCertificates(t *testing.T) {
+	ca := newTestCA(t, "cluster")
+	issue := func(t *testing.T, role Role, d time.Duration) Credentials {
+		t.Helper()
+		c, err := ca.IssueFor(role, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	oldWorker, _ := startServer(t, &ServerOptions{TLS: serverTLS(t, issue(t, RoleWorker, time.Minute))})
+	newWorker, _ := startServer(t, &ServerOptions{TLS: serverTLS(t, issue(t, RoleWorker, time.Minute))})
+	oldDriver := clientTLS(t, issue(t, RoleDriver, time.Minute))
+	newDriver := clientTLS(t, issue(t, RoleDriver, time.Minute))
+	for _, tt := range []struct {
+		name   string
+		addr   string
+		driver *tls.Config
+	}{{"old driver, new worker", newWorker, oldDriver}, {"new driver, old worker", oldWorker, newDriver}} {
+		t.Run(tt.name, func(t *testing.T) { echoWorks(t, dialTest(t, tt.addr, &ClientOptions{TLS: tt.driver})) })
+	}
+	t.Run("capped by the CA", func(t *testing.T) {
+		is := is.New(t)
+		c := issue(t, RoleWorker, 100*time.Hour)
+		_, pair, err := c.parse(RoleWorker)
+		is.NoErr(err)
+		is.True(!pair.Leaf.NotAfter.After(ca.NotAfter()))
+		_, err = ca.IssueFor(RoleWorker, -time.Second)
+		is.True(err != nil)
+	})
+}
+
 func TestCredentials(t *testing.T) {
 	ca := newTestCA(t, "c")
 	good := testCreds(t, ca, RoleWorker)

@@ -84,11 +84,10 @@ type WorkerConfig struct {
 	// LogLevel is the workers' log level (debug, info, warn, error, off);
 	// "" means warn.
 	LogLevel string
-	// CertValidity is how long the cluster handle's TLS CA and
-	// certificates are valid, from New; 0 means 24 hours. Connections
-	// made before they expire stay up, but a worker pod started after
-	// that cannot connect: a handle that lives longer (and starts pods
-	// later) needs a longer validity.
+	// CertValidity is how long the workers' and the driver's TLS
+	// certificates are valid; 0 means 24 hours. The backend renews them at
+	// half of it (a new Secret generation for new pods), from a CA that is
+	// valid for a year, so a long-lived handle keeps starting pods.
 	CertValidity time.Duration
 }
 

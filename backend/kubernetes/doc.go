@@ -90,9 +90,10 @@
 //
 // The driver dials each worker through package worker over mutual TLS
 // with a per-handle token. The backend generates a CA per cluster handle
-// (ECDSA P-256, valid for Worker.CertValidity, its key only in the
-// driver's memory) and issues a worker certificate and a driver
-// certificate; the Secret it creates holds the token, the CA certificate
+// (ECDSA P-256, valid for a year, its key only in the driver's memory)
+// and issues a worker certificate and a driver certificate, valid for
+// Worker.CertValidity and renewed at half of it (a new Secret generation
+// that new pods read); the Secret it creates holds the token, the CA certificate
 // and the worker certificate and key, which the pods read through
 // secretKeyRefs (never literals in the pod spec). Each side verifies that
 // the other's certificate was signed by the CA for its role: a worker

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -33,9 +34,20 @@ const (
 type podTemplate struct {
 	cfg     Config
 	cluster string
-	secret  string // the token Secret's name
+	secret  string // the first token Secret's name
 	service string // the headless Service's name
 	owner   metav1.OwnerReference
+	// renewed is the Secret with the newest certificates, once the runner
+	// has renewed them (renew.go); new pods take their credentials from it.
+	renewed atomic.Pointer[string]
+}
+
+// secretName is the Secret new pods take their token and credentials from.
+func (pt *podTemplate) secretName() string {
+	if n := pt.renewed.Load(); n != nil {
+		return *n
+	}
+	return pt.secret
 }
 
 // baseLabels are the labels of every object of the cluster handle.
@@ -74,7 +86,7 @@ func (pt *podTemplate) headlessService() *corev1.Service {
 // cluster's Secret: a secretKeyRef, never a literal in the pod spec.
 func (pt *podTemplate) fromSecret(name, key string) corev1.EnvVar {
 	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-		LocalObjectReference: corev1.LocalObjectReference{Name: pt.secret}, Key: key}}}
+		LocalObjectReference: corev1.LocalObjectReference{Name: pt.secretName()}, Key: key}}}
 }
 
 // podSpec describes one worker pod.

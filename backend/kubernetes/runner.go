@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,6 +65,13 @@ type Runner struct {
 	runCtx    context.Context
 	cancelRun context.CancelFunc
 
+	// ca signs the handle's TLS certificates; driverCert is the one new
+	// dials present, renewed with the workers' (renew.go).
+	ca         *worker.CA
+	driverCert atomic.Pointer[tls.Certificate]
+	secretGen  int      // guarded by mu: the last renewed Secret generation
+	secrets    []string // guarded by mu: renewed Secrets still kept
+
 	created  atomic.Int64 // pods created, for tests
 	kubeNode func(string) string
 
@@ -125,22 +133,21 @@ func (r *Runner) Start(ctx context.Context, exec backend.Executor, lost core.Los
 	r.local, r.lost, r.token = exec, lost, worker.NewToken()
 	// The cluster's CA lives in this process only; the workers get its
 	// certificate and one worker certificate through the Secret.
-	ca, err := worker.NewCA(r.pt.cluster, r.cfg.Worker.CertValidity)
+	ca, err := worker.NewCA(r.pt.cluster, caValidity)
 	if err != nil {
 		return nil, backend.Errorf(backend.Internal, op, "generate the cluster's TLS CA: %w", err)
 	}
-	workerCreds, err := ca.Issue(worker.RoleWorker)
+	r.ca = ca
+	// Short-lived certificates, renewed at half their life (renew.go).
+	workerCreds, driverCreds, err := r.issueCredentials()
 	if err != nil {
-		return nil, backend.Errorf(backend.Internal, op, "issue the workers' TLS certificate: %w", err)
-	}
-	driverCreds, err := ca.Issue(worker.RoleDriver)
-	if err != nil {
-		return nil, backend.Errorf(backend.Internal, op, "issue the driver's TLS certificate: %w", err)
+		return nil, backend.Errorf(backend.Internal, op, "%w", err)
 	}
 	tlsConfig, err := driverCreds.ClientConfig()
 	if err != nil {
 		return nil, backend.Errorf(backend.Internal, op, "%w", err)
 	}
+	r.presentDriverCert(tlsConfig)
 	r.copts = worker.ClientOptions{Token: r.token, TLS: tlsConfig, Manifest: m, Logger: r.log}
 	ns := r.cfg.Namespace
 	secret, err := r.client.CoreV1().Secrets(ns).Create(ctx, newSecret(r.pt.secret, ns, r.pt.cluster, r.token, workerCreds), metav1.CreateOptions{})
@@ -170,6 +177,7 @@ func (r *Runner) Start(ctx context.Context, exec backend.Executor, lost core.Los
 	}
 	r.factory.Start(wctx.Done())
 	r.bg.Go(r.scaleDown)
+	r.bg.Go(r.renewLoop)
 	for _, ok := range r.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			r.Close()
@@ -587,6 +595,7 @@ func (r *Runner) deleteShared() {
 	if err := r.client.CoreV1().Services(ns).Delete(ctx, r.pt.service, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		r.log.Warn("delete headless Service", "err", err)
 	}
+	r.deleteRenewedSecrets(ctx)
 	if err := r.client.CoreV1().Secrets(ns).Delete(ctx, r.pt.secret, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		r.log.Warn("delete token Secret", "err", err)
 	}
