@@ -14,36 +14,43 @@ import (
 	"github.com/goray-dev/goray/tpu"
 )
 
-// TestClaimReleasedOnEveryPath reserves one slice of a shared cluster and
-// ends the reservation on each path: every granted claim is released
-// exactly once, and the runner is told of the release of every
-// reservation it was told of.
-func TestClaimReleasedOnEveryPath(t *testing.T) {
-	errBoom := errors.New("boom")
-	tests := []struct {
-		name             string
-		claimErr         error        // the source fails claims
-		reservedErr      error        // the runner fails Reserved
-		cancelOnClaim    bool         // the caller gives up while its claim is in flight
-		cancelOnReserved bool         // the caller gives up as the runner is told
-		closeOnClaim     bool         // the cluster closes while a claim is in flight
-		remove           bool         // the reservation is removed before Close
-		wantCode         backend.Code // of ReserveSlices
-		wantGrants       int          // claims granted by the source
-		wantReserved     int          // reservations told to the runner
-	}{
-		{name: "removed", remove: true, wantCode: backend.OK, wantGrants: 1, wantReserved: 1},
-		{name: "released by Close", wantCode: backend.OK, wantGrants: 1, wantReserved: 1},
-		{name: "claim fails", claimErr: backend.Errorf(backend.FailedPrecondition, "lease", "forbidden"), wantCode: backend.FailedPrecondition},
-		{name: "runner fails", reservedErr: backend.Errorf(backend.Unavailable, "pod", "%w", errBoom), wantCode: backend.Unavailable, wantGrants: 1},
-		{name: "caller gives up after the claim", cancelOnClaim: true, wantCode: backend.Canceled, wantGrants: 1},
-		{name: "caller gives up after Reserved", cancelOnReserved: true, wantCode: backend.Canceled, wantGrants: 1, wantReserved: 1},
-		{name: "closed during the claim", closeOnClaim: true, wantCode: backend.FailedPrecondition, wantGrants: 1},
-	}
-	for _, tt := range tests {
+var errBoom = errors.New("boom")
+
+// claimPath is one way a claimed reservation can end.
+type claimPath struct {
+	name             string
+	claimErr         error        // the source fails claims
+	reservedErr      error        // the runner fails Reserved
+	cancelOnClaim    bool         // the caller gives up while its claim is in flight
+	cancelOnReserved bool         // the caller gives up as the runner is told
+	closeOnClaim     bool         // the cluster closes while a claim is in flight
+	remove           bool         // the reservation is removed before Close
+	wantCode         backend.Code // of ReserveSlices
+	wantGrants       int          // claims granted by the source
+	wantReserved     int          // reservations told to the runner
+}
+
+var claimPaths = []claimPath{
+	{name: "removed", remove: true, wantCode: backend.OK, wantGrants: 1, wantReserved: 1},
+	{name: "released by Close", wantCode: backend.OK, wantGrants: 1, wantReserved: 1},
+	{name: "claim fails", claimErr: backend.Errorf(backend.FailedPrecondition, "lease", "forbidden"), wantCode: backend.FailedPrecondition},
+	{name: "runner fails", reservedErr: backend.Errorf(backend.Unavailable, "pod", "%w", errBoom), wantCode: backend.Unavailable, wantGrants: 1},
+	{name: "caller gives up after the claim", cancelOnClaim: true, wantCode: backend.Canceled, wantGrants: 1},
+	{name: "caller gives up after Reserved", cancelOnReserved: true, wantCode: backend.Canceled, wantGrants: 1, wantReserved: 1},
+	{name: "closed during the claim", closeOnClaim: true, wantCode: backend.FailedPrecondition, wantGrants: 1},
+}
+
+// runClaimPaths reserves req on a shared cluster of nodes and ends the
+// reservation on each claim path: every granted claim is released exactly
+// once, and the runner is told of the release of every reservation it was
+// told of. check inspects each outcome (res is nil on error) and returns
+// how many more claims and reservations it made.
+func runClaimPaths(t *testing.T, nodes func() []core.Node, req *backend.SliceRequest,
+	check func(is *is.I, tt claimPath, rt *core.Runtime, src *testSource, r *testRunner, res *backend.SliceReservation) (moreGrants, moreReserved int)) {
+	for _, tt := range claimPaths {
 		t.Run(tt.name, func(t *testing.T) {
 			is := is.New(t)
-			src := newTestSource(t, tpuHosts(2))
+			src := newTestSource(t, nodes())
 			src.claimErr = tt.claimErr
 			r := newTestRunner()
 			r.reservedErr = tt.reservedErr
@@ -61,7 +68,7 @@ func TestClaimReleasedOnEveryPath(t *testing.T) {
 				src.waitCtx = true
 				src.onClaim = func(core.Claim) { go func() { closed <- rt.Close() }() }
 			}
-			res, err := rt.ReserveSlices(ctx, request("r"))
+			res, err := rt.ReserveSlices(ctx, req)
 			if tt.closeOnClaim {
 				is.NoErr(<-closed) // Close returned after the claim was released
 				src.checkReleased(t, tt.wantGrants)
@@ -70,21 +77,35 @@ func TestClaimReleasedOnEveryPath(t *testing.T) {
 			if tt.reservedErr != nil {
 				is.True(errors.Is(err, errBoom)) // the runner's error is kept
 			}
-			if err == nil {
-				is.Equal(len(res.Slices), 1)
-				r.mu.Lock()
-				env := r.reserved[res.Group.String()]
-				r.mu.Unlock()
-				is.Equal(env[res.Slices[0].Hosts[0]][tpu.EnvWorkerID], "0") // the runner got each host's env
-				if tt.remove {
-					is.NoErr(rt.RemovePlacementGroup(context.Background(), res.Group))
-				}
+			if err != nil {
+				res = nil
 			}
+			moreGrants, moreReserved := check(is, tt, rt, src, r, res)
 			is.NoErr(rt.Close())
-			src.checkReleased(t, tt.wantGrants)
-			r.checkReleased(t, tt.wantReserved)
+			src.checkReleased(t, tt.wantGrants+moreGrants)
+			r.checkReleased(t, tt.wantReserved+moreReserved)
 		})
 	}
+}
+
+// TestClaimReleasedOnEveryPath reserves one whole slice on every claim
+// path; the runner gets each host's env.
+func TestClaimReleasedOnEveryPath(t *testing.T) {
+	runClaimPaths(t, func() []core.Node { return tpuHosts(2) }, request("r"),
+		func(is *is.I, tt claimPath, rt *core.Runtime, _ *testSource, r *testRunner, res *backend.SliceReservation) (int, int) {
+			if res == nil {
+				return 0, 0
+			}
+			is.Equal(len(res.Slices), 1)
+			r.mu.Lock()
+			env := r.reserved[res.Group.String()]
+			r.mu.Unlock()
+			is.Equal(env[res.Slices[0].Hosts[0]][tpu.EnvWorkerID], "0") // the runner got each host's env
+			if tt.remove {
+				is.NoErr(rt.RemovePlacementGroup(context.Background(), res.Group))
+			}
+			return 0, 0
+		})
 }
 
 // TestClaimHeldElsewhere: slices another driver holds are skipped for

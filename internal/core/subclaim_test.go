@@ -30,57 +30,8 @@ func wholeRequest(name string) *backend.SliceRequest {
 // runner is told of the release of every reservation it was told of, and
 // the whole slice can be claimed afterwards.
 func TestSubsliceClaimReleasedOnEveryPath(t *testing.T) {
-	errBoom := errors.New("boom")
-	tests := []struct {
-		name             string
-		claimErr         error        // the source fails claims
-		reservedErr      error        // the runner fails Reserved
-		cancelOnClaim    bool         // the caller gives up while its claim is in flight
-		cancelOnReserved bool         // the caller gives up as the runner is told
-		closeOnClaim     bool         // the cluster closes while a claim is in flight
-		remove           bool         // the reservation is removed before Close
-		wantCode         backend.Code // of ReserveSlices
-		wantGrants       int          // sub-slice claims granted by the source
-		wantReserved     int          // reservations told to the runner
-	}{
-		{name: "removed", remove: true, wantCode: backend.OK, wantGrants: 1, wantReserved: 1},
-		{name: "released by Close", wantCode: backend.OK, wantGrants: 1, wantReserved: 1},
-		{name: "claim fails", claimErr: backend.Errorf(backend.FailedPrecondition, "lease", "forbidden"), wantCode: backend.FailedPrecondition},
-		{name: "runner fails", reservedErr: backend.Errorf(backend.Unavailable, "pod", "%w", errBoom), wantCode: backend.Unavailable, wantGrants: 1},
-		{name: "caller gives up after the claim", cancelOnClaim: true, wantCode: backend.Canceled, wantGrants: 1},
-		{name: "caller gives up after Reserved", cancelOnReserved: true, wantCode: backend.Canceled, wantGrants: 1, wantReserved: 1},
-		{name: "closed during the claim", closeOnClaim: true, wantCode: backend.FailedPrecondition, wantGrants: 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			is := is.New(t)
-			src := newTestSource(t, tpuHosts4x4(1))
-			src.claimErr = tt.claimErr
-			r := newTestRunner()
-			r.reservedErr = tt.reservedErr
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			if tt.cancelOnClaim {
-				src.onClaim = func(core.Claim) { cancel() }
-			}
-			if tt.cancelOnReserved {
-				r.onReserved = cancel
-			}
-			rt := start(t, src, r)
-			closed := make(chan error, 1)
-			if tt.closeOnClaim {
-				src.waitCtx = true
-				src.onClaim = func(core.Claim) { go func() { closed <- rt.Close() }() }
-			}
-			res, err := rt.ReserveSlices(ctx, subRequest("sub"))
-			if tt.closeOnClaim {
-				is.NoErr(<-closed) // Close returned after the claim was released
-				src.checkReleased(t, tt.wantGrants)
-			}
-			is.Equal(backend.CodeOf(err), tt.wantCode)
-			if tt.reservedErr != nil {
-				is.True(errors.Is(err, errBoom)) // the runner's error is kept
-			}
+	runClaimPaths(t, func() []core.Node { return tpuHosts4x4(1) }, subRequest("sub"),
+		func(is *is.I, tt claimPath, rt *core.Runtime, src *testSource, r *testRunner, res *backend.SliceReservation) (moreGrants, moreReserved int) {
 			src.mu.Lock()
 			history := append([]core.Claim(nil), src.history...)
 			src.mu.Unlock()
@@ -88,35 +39,31 @@ func TestSubsliceClaimReleasedOnEveryPath(t *testing.T) {
 				is.Equal(history[0].Slices, []string{"s0"})                // the parent slice
 				is.Equal(history[0].Hosts, [][]string{{"s0-w0", "s0-w2"}}) // sub-slice 0's hosts, in its worker order
 			}
-			if err == nil {
-				is.Equal(len(res.Slices), 1)
-				is.Equal(res.Slices[0].SubsliceIndex, 0)
-				is.Equal(history[0].ID, res.Group.String()) // claimed as its group
-				r.mu.Lock()
-				env := r.reserved[res.Group.String()]
-				r.mu.Unlock()
-				is.Equal(len(env), 2)                                                // one env per host of the sub-slice
-				is.Equal(env["s0-w2"][tpu.EnvWorkerID], "1")                         // its worker ID in the sub-slice
-				is.Equal(env["s0-w2"][tpu.EnvWorkerHostnames], "s0-w0,s0-w2")        // the sub-slice's hosts
-				is.Equal(env["s0-w2"][tpu.EnvName], res.Slices[0].SubsliceID)        // a slice of its own
-				is.Equal(env["s0-w0"][tpu.EnvWorkerID], res.Env[0][tpu.EnvWorkerID]) // the bundles' env
-				if tt.remove {
-					is.NoErr(rt.RemovePlacementGroup(context.Background(), res.Group))
-					// The whole slice is claimed only once the sub-slice's
-					// claim has ended (the source fails the test on a host
-					// claimed twice).
-					whole, err := rt.ReserveSlices(context.Background(), wholeRequest("whole"))
-					is.NoErr(err)
-					is.Equal(sliceNames(whole), []string{"s0"})
-					tt.wantGrants++
-					tt.wantReserved++
-				}
+			if res == nil {
+				return 0, 0
 			}
-			is.NoErr(rt.Close())
-			src.checkReleased(t, tt.wantGrants)
-			r.checkReleased(t, tt.wantReserved)
+			is.Equal(len(res.Slices), 1)
+			is.Equal(res.Slices[0].SubsliceIndex, 0)
+			is.Equal(history[0].ID, res.Group.String()) // claimed as its group
+			r.mu.Lock()
+			env := r.reserved[res.Group.String()]
+			r.mu.Unlock()
+			is.Equal(len(env), 2)                                                // one env per host of the sub-slice
+			is.Equal(env["s0-w2"][tpu.EnvWorkerID], "1")                         // its worker ID in the sub-slice
+			is.Equal(env["s0-w2"][tpu.EnvWorkerHostnames], "s0-w0,s0-w2")        // the sub-slice's hosts
+			is.Equal(env["s0-w2"][tpu.EnvName], res.Slices[0].SubsliceID)        // a slice of its own
+			is.Equal(env["s0-w0"][tpu.EnvWorkerID], res.Env[0][tpu.EnvWorkerID]) // the bundles' env
+			if !tt.remove {
+				return 0, 0
+			}
+			is.NoErr(rt.RemovePlacementGroup(context.Background(), res.Group))
+			// The whole slice is claimed only once the sub-slice's claim has
+			// ended (the source fails the test on a host claimed twice).
+			whole, err := rt.ReserveSlices(context.Background(), wholeRequest("whole"))
+			is.NoErr(err)
+			is.Equal(sliceNames(whole), []string{"s0"})
+			return 1, 1
 		})
-	}
 }
 
 // TestSubsliceClaimHeldElsewhere: a sub-slice of a slice another driver
