@@ -9,6 +9,7 @@ import (
 
 	"github.com/matryer/is"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
 )
 
@@ -34,6 +35,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	t.Run("Snapshot", s.testSnapshot)
 	t.Run("TPUSlices", s.testSlices)
 	t.Run("TPUSliceFaults", s.testSliceFaults)
+	t.Run("TPUSubslices", s.testSubslices)
 }
 
 type suite struct{ h Harness }
@@ -55,6 +57,13 @@ func (s *suite) need(t *testing.T, ok bool, what string) {
 
 func (s *suite) cluster(t *testing.T, nodes []Node) *ray.Cluster {
 	t.Helper()
+	c, _ := s.clusterOf(t, nodes)
+	return c
+}
+
+// clusterOf is cluster, also returning the backend it runs on.
+func (s *suite) clusterOf(t *testing.T, nodes []Node) (*ray.Cluster, backend.Backend) {
+	t.Helper()
 	if nodes == nil {
 		nodes = DefaultNodes()
 	}
@@ -68,7 +77,7 @@ func (s *suite) cluster(t *testing.T, nodes []Node) *ray.Cluster {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return c
+	return c, b
 }
 
 // ctxT is a test's context: it ends after the harness's Patience.

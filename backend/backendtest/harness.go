@@ -57,11 +57,16 @@ type Capabilities struct {
 	// requests wait for busy slices and fails requests no slice could
 	// serve.
 	TPUSlices bool
+	// Subslices: TPUSlices, and sub-slice reservations
+	// (SliceRequest.Subslice) are granted from idle slices, as Ray's
+	// subslice_placement_group does.
+	Subslices bool
 }
 
 // AllCapabilities is every capability.
 var AllCapabilities = Capabilities{
 	Concurrent: true, ResourceAccounting: true, Labels: true, FaultInjection: true, Snapshot: true, SliceReservations: true, TPUSlices: true,
+	Subslices: true,
 }
 
 // Harness builds backends for the suite.
