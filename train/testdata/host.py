@@ -48,6 +48,10 @@ elif mode == "fail":
     if rank == 1:
         print("rank 1 gives up", flush=True)
         sys.exit(3)
-    with open(os.path.join(sys.argv[2], "pid-%d" % rank), "w") as f:
+    # Written to a temporary name and renamed, so that the test never reads
+    # the file of a program stopped between creating it and writing it.
+    tmp = os.path.join(sys.argv[2], ".tmp-%d" % rank)
+    with open(tmp, "w") as f:
         f.write(str(os.getpid()))
+    os.rename(tmp, os.path.join(sys.argv[2], "pid-%d" % rank))
     time.sleep(300)
