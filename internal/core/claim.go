@@ -29,11 +29,9 @@ type pickedClaim struct {
 	claim Claim
 	env   map[string]map[string]string // each host's env, for ClaimRunner.Reserved
 	// unpick makes what was picked pickable again and serves the pool;
-	// grant grants it as the group id; gaveUp is the error of a caller
-	// that gave up or of a closed cluster, or nil. b.mu is held for all.
+	// grant grants it as the group id. b.mu is held for both.
 	unpick func()
 	grant  func() *backend.SliceReservation
-	gaveUp func() error
 }
 
 // claimPicked claims, outside b.mu, the whole slices serveSlices picked
@@ -53,7 +51,6 @@ func (b *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *s
 			}
 			return b.grantSlices(w, picked, id)
 		},
-		gaveUp: func() error { return b.gaveUpClaim(ctx, op, p, w) },
 	})
 }
 
@@ -64,7 +61,7 @@ func (b *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *s
 // request. What was picked stays unpickable until the claim has ended.
 // b.mu is held on entry and on return.
 func (b *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait, pc *pickedClaim) (_ *backend.SliceReservation, _ error, again bool) {
-	if err := pc.gaveUp(); err != nil {
+	if err := b.gaveUpClaim(ctx, pc.op, p, w); err != nil {
 		pc.unpick()
 		return nil, err, false
 	}
@@ -87,7 +84,7 @@ func (b *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait,
 	}
 	b.mu.Lock()
 	if err == nil {
-		if gerr := pc.gaveUp(); gerr != nil {
+		if gerr := b.gaveUpClaim(ctx, pc.op, p, w); gerr != nil {
 			// Released before it is pickable again, so that this driver
 			// never claims what its previous claim still holds.
 			b.mu.Unlock()
@@ -121,7 +118,7 @@ func (b *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait,
 		return nil, nil, true
 	}
 	pc.unpick()
-	if gerr := pc.gaveUp(); gerr != nil {
+	if gerr := b.gaveUpClaim(ctx, pc.op, p, w); gerr != nil {
 		return nil, gerr, false
 	}
 	return nil, backend.Wrap(backend.CodeOf(err), pc.op+": claim slices", err), false

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,59 +111,81 @@ func TestClaimReleasedOnEveryPath(t *testing.T) {
 
 // TestClaimHeldElsewhere: slices another driver holds are skipped for
 // other intact slices, or waited for until the caller's deadline or until
-// the other driver lets go.
+// the other driver lets go; for whole slices and sub-slices alike.
 func TestClaimHeldElsewhere(t *testing.T) {
-	t.Run("other slice", func(t *testing.T) {
-		is := is.New(t)
-		src := newTestSource(t, tpuHosts(2))
-		src.setHeld("s0", true)
-		r := newTestRunner()
-		rt := start(t, src, r)
-		res, err := rt.ReserveSlices(context.Background(), request("r"))
-		is.NoErr(err)
-		is.Equal(sliceNames(res), []string{"s1"})
-		is.NoErr(rt.Close())
-		src.checkReleased(t, 1)
-		r.checkReleased(t, 1)
-	})
-	t.Run("deadline", func(t *testing.T) {
-		is := is.New(t)
-		src := newTestSource(t, tpuHosts(1))
-		src.setHeld("s0", true)
-		r := newTestRunner()
-		rt := start(t, src, r)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		defer cancel()
-		_, err := rt.ReserveSlices(ctx, request("r"))
-		is.Equal(backend.CodeOf(err), backend.DeadlineExceeded)
-		is.True(errors.Is(err, context.DeadlineExceeded))
-		st, err := rt.Slices(context.Background())
-		is.NoErr(err)
-		is.True(st[0].ReservedBy == 0) // nothing is left reserved
-		is.NoErr(rt.Close())
-		src.checkReleased(t, 0)
-		r.checkReleased(t, 0)
-	})
-	t.Run("let go", func(t *testing.T) {
-		is := is.New(t)
-		src := newTestSource(t, tpuHosts(1))
-		src.setHeld("s0", true)
-		tried := make(chan struct{})
-		var once sync.Once
-		src.onClaim = func(core.Claim) { once.Do(func() { close(tried) }) }
-		r := newTestRunner()
-		rt := start(t, src, r)
-		go func() {
-			<-tried
-			src.setHeld("s0", false) // the other driver lets go
-		}()
-		res, err := rt.ReserveSlices(context.Background(), request("r"))
-		is.NoErr(err)
-		is.Equal(sliceNames(res), []string{"s0"})
-		is.NoErr(rt.Close())
-		src.checkReleased(t, 1)
-		r.checkReleased(t, 1)
-	})
+	kinds := []struct {
+		name       string
+		hosts      func(n int) []core.Node
+		req        *backend.SliceRequest
+		otherHosts []string // the hosts granted from the other slice
+		asked      string   // what the give-up error says was asked
+	}{
+		{"whole", tpuHosts, request("r"), []string{"s1-w0"}, "waiting for 1 × v6e 2x2"},
+		{"sub-slice", tpuHosts4x4, subRequest("sub"), []string{"s1-w0", "s1-w2"}, "waiting for the sub-slice v6e 2x4 (4 chips per host) in v6e 4x4"},
+	}
+	for _, k := range kinds {
+		t.Run(k.name+"/other slice", func(t *testing.T) {
+			is := is.New(t)
+			src := newTestSource(t, k.hosts(2))
+			src.setHeld("s0", true)
+			r := newTestRunner()
+			rt := start(t, src, r)
+			res, err := rt.ReserveSlices(context.Background(), k.req)
+			is.NoErr(err)
+			is.Equal(sliceNames(res), []string{"s1"})
+			is.Equal(res.Slices[0].Hosts, k.otherHosts)
+			is.NoErr(rt.Close())
+			src.checkReleased(t, 1)
+			r.checkReleased(t, 1)
+		})
+		t.Run(k.name+"/deadline", func(t *testing.T) {
+			is := is.New(t)
+			src := newTestSource(t, k.hosts(1))
+			src.setHeld("s0", true)
+			r := newTestRunner()
+			rt := start(t, src, r)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			_, err := rt.ReserveSlices(ctx, k.req)
+			is.Equal(backend.CodeOf(err), backend.DeadlineExceeded)
+			is.True(errors.Is(err, context.DeadlineExceeded))
+			is.True(strings.Contains(err.Error(), k.asked)) // says what was asked
+			st, err := rt.Slices(context.Background())
+			is.NoErr(err)
+			is.True(st[0].ReservedBy == 0)    // nothing is left reserved
+			is.Equal(len(st[0].Subslices), 0) // whole or in part
+			pending, err := rt.PendingSliceRequests(context.Background())
+			is.NoErr(err)
+			is.Equal(len(pending), 0) // nor queued
+			is.NoErr(rt.Close())
+			src.checkReleased(t, 0)
+			r.checkReleased(t, 0)
+		})
+		t.Run(k.name+"/let go", func(t *testing.T) {
+			is := is.New(t)
+			src := newTestSource(t, k.hosts(1))
+			src.setHeld("s0", true)
+			tried := make(chan struct{})
+			var once sync.Once
+			src.onClaim = func(core.Claim) { once.Do(func() { close(tried) }) }
+			r := newTestRunner()
+			rt := start(t, src, r)
+			go func() {
+				<-tried
+				src.setHeld("s0", false) // the other driver lets go
+			}()
+			res, err := rt.ReserveSlices(context.Background(), k.req)
+			is.NoErr(err)
+			is.Equal(sliceNames(res), []string{"s0"})
+			src.mu.Lock()
+			attempts := src.attempts
+			src.mu.Unlock()
+			is.True(attempts >= 2) // refused, then retried
+			is.NoErr(rt.Close())
+			src.checkReleased(t, 1)
+			r.checkReleased(t, 1)
+		})
+	}
 }
 
 // TestClaimsDoNotConflict: concurrent reservations of one driver never

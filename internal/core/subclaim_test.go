@@ -2,7 +2,6 @@ package core_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -64,71 +63,6 @@ func TestSubsliceClaimReleasedOnEveryPath(t *testing.T) {
 			is.Equal(sliceNames(whole), []string{"s0"})
 			return 1, 1
 		})
-}
-
-// TestSubsliceClaimHeldElsewhere: a sub-slice of a slice another driver
-// holds is taken from another slice, or waited for until the caller's
-// deadline or until the other driver lets go.
-func TestSubsliceClaimHeldElsewhere(t *testing.T) {
-	t.Run("other slice", func(t *testing.T) {
-		is := is.New(t)
-		src := newTestSource(t, tpuHosts4x4(2))
-		src.setHeld("s0", true)
-		r := newTestRunner()
-		rt := start(t, src, r)
-		res, err := rt.ReserveSlices(context.Background(), subRequest("sub"))
-		is.NoErr(err)
-		is.Equal(sliceNames(res), []string{"s1"})
-		is.Equal(res.Slices[0].Hosts, []string{"s1-w0", "s1-w2"})
-		is.NoErr(rt.Close())
-		src.checkReleased(t, 1)
-		r.checkReleased(t, 1)
-	})
-	t.Run("deadline", func(t *testing.T) {
-		is := is.New(t)
-		src := newTestSource(t, tpuHosts4x4(1))
-		src.setHeld("s0", true)
-		r := newTestRunner()
-		rt := start(t, src, r)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		defer cancel()
-		_, err := rt.ReserveSlices(ctx, subRequest("sub"))
-		is.Equal(backend.CodeOf(err), backend.DeadlineExceeded)
-		is.True(errors.Is(err, context.DeadlineExceeded))
-		st, err := rt.Slices(context.Background())
-		is.NoErr(err)
-		is.Equal(len(st[0].Subslices), 0) // nothing is left reserved
-		n, err := rt.PendingSliceRequests(context.Background())
-		is.NoErr(err)
-		is.Equal(len(n), 0) // nor queued
-		is.NoErr(rt.Close())
-		src.checkReleased(t, 0)
-		r.checkReleased(t, 0)
-	})
-	t.Run("let go", func(t *testing.T) {
-		is := is.New(t)
-		src := newTestSource(t, tpuHosts4x4(1))
-		src.setHeld("s0", true)
-		tried := make(chan struct{})
-		var once sync.Once
-		src.onClaim = func(core.Claim) { once.Do(func() { close(tried) }) }
-		r := newTestRunner()
-		rt := start(t, src, r)
-		go func() {
-			<-tried
-			src.setHeld("s0", false) // the other driver lets go
-		}()
-		res, err := rt.ReserveSlices(context.Background(), subRequest("sub"))
-		is.NoErr(err)
-		is.Equal(sliceNames(res), []string{"s0"})
-		src.mu.Lock()
-		attempts := src.attempts
-		src.mu.Unlock()
-		is.True(attempts >= 2) // refused, then retried
-		is.NoErr(rt.Close())
-		src.checkReleased(t, 1)
-		r.checkReleased(t, 1)
-	})
 }
 
 // TestSubslicesOfOneSliceBothClaimed: while the claim of one sub-slice is

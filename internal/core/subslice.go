@@ -53,61 +53,12 @@ func (b *Runtime) reserveSubslice(ctx context.Context, op string, req *backend.S
 		return nil, backend.Errorf(backend.Infeasible, op, "want %s but the cluster has no %s slice (%s)", rr.Subslice, rr.Shape, shapes)
 	}
 	demand := b.vector(rr.BundleResources)
-	perHostTotal := make([]int64, len(demand))
-	for range rr.BundlesPerHost {
-		add(perHostTotal, demand)
-	}
-	if !fits(perHostTotal, p.all[0].hosts[0].capac) {
-		has := b.resources(p.all[0].hosts[0].capac)
+	if err := b.hostFitError(op, p, demand, rr.BundlesPerHost, rr.BundleResources, rr.Shape); err != nil {
 		b.mu.Unlock()
-		return nil, backend.Errorf(backend.Infeasible, op, "%d bundles of %s do not fit a %s host, which has %s", rr.BundlesPerHost, rr.BundleResources, rr.Shape, has)
+		return nil, err
 	}
 	w := &sliceWait{req: req, n: 1, sub: rr.Subslice, shape: rr.Shape, demand: demand, perHost: rr.BundlesPerHost, res: rr.BundleResources, since: time.Now(), done: make(chan struct{})}
-	p.waiting = append(p.waiting, w)
-	b.serveSlices(p)
-	b.mu.Unlock()
-
-	for {
-		select {
-		case <-w.done:
-		case <-ctx.Done():
-		case <-b.closedCh:
-		}
-		b.mu.Lock()
-		if w.pickedSub != nil {
-			// Picked for a claim: claim outside the lock.
-			r, err, again := b.claimSubslice(ctx, op, p, w)
-			b.mu.Unlock()
-			if again {
-				continue
-			}
-			return r, err
-		}
-		break
-	}
-	defer b.mu.Unlock()
-	if w.result == nil {
-		// Not granted: leave the queue holding nothing.
-		if i := slices.Index(p.waiting, w); i >= 0 {
-			p.waiting = slices.Delete(p.waiting, i, i+1)
-		}
-		if b.closed {
-			return nil, backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
-		}
-		b.serveSlices(p) // requests behind it may fit now
-		return nil, ctx.Err()
-	}
-	if ctx.Err() != nil || b.closed {
-		// Granted as the caller gave up: release, so nothing leaks.
-		if pg := b.pgs[w.result.Group]; pg != nil {
-			b.removePGLocked(pg)
-		}
-		if b.closed {
-			return nil, backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
-		}
-		return nil, ctx.Err()
-	}
-	return w.result, nil
+	return b.awaitSlices(ctx, op, p, w)
 }
 
 // pickSubslice returns the first free sub-slice of a slice of pool p, or
@@ -229,12 +180,6 @@ func (b *Runtime) claimSubslice(ctx context.Context, op string, p *shapePool, w 
 		grant: func() *backend.SliceReservation {
 			s.setSubBusy(w.sub, index, false)
 			return b.grantSubslice(w, g, id)
-		},
-		gaveUp: func() error {
-			if b.closed {
-				return backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
-			}
-			return ctx.Err()
 		},
 	}
 	if b.claimRunner != nil {

@@ -257,6 +257,17 @@ func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		return nil, backend.Errorf(backend.Infeasible, op, "want %d × %s but the cluster has only %d of that shape (%s)", n, shape, have, shapes)
 	}
 	demand := b.vector(res)
+	if err := b.hostFitError(op, p, demand, perHost, res, shape); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	w := &sliceWait{req: req, n: n, shape: shape, demand: demand, perHost: perHost, res: res, since: time.Now(), done: make(chan struct{})}
+	return b.awaitSlices(ctx, op, p, w)
+}
+
+// hostFitError is the Infeasible error of perHost bundles of demand that
+// do not fit one host of pool p's shape, or nil. b.mu must be held.
+func (b *Runtime) hostFitError(op string, p *shapePool, demand []int64, perHost int, res backend.Resources, shape tpu.SliceShape) error {
 	// A stack buffer: the head resources make the vectors a little longer
 	// than the compiler stack-allocates on its own.
 	var buf [16]int64
@@ -269,16 +280,22 @@ func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 	for range perHost {
 		add(perHostTotal, demand)
 	}
-	if !fits(perHostTotal, p.all[0].hosts[0].capac) {
-		has := b.resources(p.all[0].hosts[0].capac)
-		b.mu.Unlock()
-		return nil, backend.Errorf(backend.Infeasible, op, "%d bundles of %s do not fit a %s host, which has %s", perHost, res, shape, has)
+	if fits(perHostTotal, p.all[0].hosts[0].capac) {
+		return nil
 	}
-	w := &sliceWait{req: req, n: n, shape: shape, demand: demand, perHost: perHost, res: res, since: time.Now(), done: make(chan struct{})}
+	has := b.resources(p.all[0].hosts[0].capac)
+	return backend.Errorf(backend.Infeasible, op, "%d bundles of %s do not fit a %s host, which has %s", perHost, res, shape, has)
+}
+
+// awaitSlices queues w (whole slices or a sub-slice) on pool p and waits
+// until it is granted, claiming what serveSlices picked outside the lock
+// when the source is a SliceClaimer, or until ctx ends or the runtime
+// closes; nothing stays queued or reserved when it gives up. b.mu is held
+// on entry and released on return.
+func (b *Runtime) awaitSlices(ctx context.Context, op string, p *shapePool, w *sliceWait) (*backend.SliceReservation, error) {
 	p.waiting = append(p.waiting, w)
 	b.serveSlices(p)
 	b.mu.Unlock()
-
 	for {
 		select {
 		case <-w.done:
@@ -286,17 +303,17 @@ func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		case <-b.closedCh:
 		}
 		b.mu.Lock()
-		if w.picked != nil {
-			// Picked for a claim (claim.go): claim outside the lock.
-			r, err, again := b.claimPicked(ctx, op, p, w)
-			if again {
-				b.mu.Unlock()
-				continue
-			}
-			b.mu.Unlock()
+		claim := b.claimPicked // claim.go
+		if w.pickedSub != nil {
+			claim = b.claimSubslice // subslice.go
+		} else if w.picked == nil {
+			break
+		}
+		r, err, again := claim(ctx, op, p, w)
+		b.mu.Unlock()
+		if !again {
 			return r, err
 		}
-		break
 	}
 	defer b.mu.Unlock()
 	if w.result == nil {
@@ -347,9 +364,13 @@ func gaveUp(op string, p *shapePool, w *sliceWait, ahead int, ctxErr error) erro
 	if ahead > 0 {
 		queue = fmt.Sprintf(", %d earlier %s still waiting", ahead, plural(ahead, "request", "requests"))
 	}
+	asked := fmt.Sprintf("%d × %s", w.n, w.shape)
+	if w.sub.Count() > 0 {
+		asked = "the sub-slice " + w.sub.String() // "v6e 2x4 (4 chips per host) in v6e 4x4"
+	}
 	return backend.Errorf(backend.CodeOf(ctxErr), op,
-		"gave up after %v waiting for %d × %s: of the cluster's %d slices of that shape %d free, %d busy, %d broken%s: %w",
-		time.Since(w.since).Round(time.Millisecond), w.n, w.shape, len(p.all), free, busy, broken, queue, ctxErr)
+		"gave up after %v waiting for %s: of the cluster's %d slices of that shape %d free, %d busy, %d broken%s: %w",
+		time.Since(w.since).Round(time.Millisecond), asked, len(p.all), free, busy, broken, queue, ctxErr)
 }
 
 func plural(n int, one, many string) string {
