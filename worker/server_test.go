@@ -72,7 +72,7 @@ var blockStarted = make(chan struct{})
 
 var fakeManifest = Manifest{Codec: "raw", Entries: fakeEntries}
 
-func startServer(t *testing.T, opts *ServerOptions) (addr string, srv *Server) {
+func startServer(t testing.TB, opts *ServerOptions) (addr string, srv *Server) {
 	t.Helper()
 	if opts == nil {
 		opts = &ServerOptions{}

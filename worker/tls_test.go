@@ -16,7 +16,7 @@ import (
 )
 
 // testCreds issues the credentials of role from ca.
-func testCreds(t *testing.T, ca *CA, role Role) Credentials {
+func testCreds(t testing.TB, ca *CA, role Role) Credentials {
 	t.Helper()
 	c, err := ca.Issue(role)
 	if err != nil {
@@ -25,7 +25,7 @@ func testCreds(t *testing.T, ca *CA, role Role) Credentials {
 	return c
 }
 
-func serverTLS(t *testing.T, c Credentials) *tls.Config {
+func serverTLS(t testing.TB, c Credentials) *tls.Config {
 	t.Helper()
 	cfg, err := c.ServerConfig()
 	if err != nil {
@@ -34,7 +34,7 @@ func serverTLS(t *testing.T, c Credentials) *tls.Config {
 	return cfg
 }
 
-func clientTLS(t *testing.T, c Credentials) *tls.Config {
+func clientTLS(t testing.TB, c Credentials) *tls.Config {
 	t.Helper()
 	cfg, err := c.ClientConfig()
 	if err != nil {
@@ -43,7 +43,7 @@ func clientTLS(t *testing.T, c Credentials) *tls.Config {
 	return cfg
 }
 
-func newTestCA(t *testing.T, name string) *CA {
+func newTestCA(t testing.TB, name string) *CA {
 	t.Helper()
 	ca, err := NewCA(name, time.Hour)
 	if err != nil {
@@ -248,46 +248,19 @@ func TestCloseFromOnLost(t *testing.T) {
 // BenchmarkDial: the cost of mutual TLS on connecting to a worker
 // (handshake included), against plain TCP in the same run.
 func BenchmarkDial(b *testing.B) {
-	ca, err := NewCA("bench", time.Hour)
-	if err != nil {
-		b.Fatal(err)
-	}
-	wc, err := ca.Issue(RoleWorker)
-	if err != nil {
-		b.Fatal(err)
-	}
-	dc, err := ca.Issue(RoleDriver)
-	if err != nil {
-		b.Fatal(err)
-	}
-	scfg, err := wc.ServerConfig()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ccfg, err := dc.ClientConfig()
-	if err != nil {
-		b.Fatal(err)
-	}
+	ca := newTestCA(b, "bench")
 	for _, bc := range []struct {
 		name     string
 		srv, cli *tls.Config
-	}{{"plain", nil, nil}, {"mTLS", scfg, ccfg}} {
+	}{
+		{"plain", nil, nil},
+		{"mTLS", serverTLS(b, testCreds(b, ca, RoleWorker)), clientTLS(b, testCreds(b, ca, RoleDriver))},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
-			srv, err := NewServer(fakeRegistry{}, &ServerOptions{Token: testToken, TLS: bc.srv})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- srv.Serve(ctx, ln) }()
-			defer func() { cancel(); <-done }()
+			addr, _ := startServer(b, &ServerOptions{TLS: bc.srv})
 			opts := &ClientOptions{Token: testToken, Manifest: fakeManifest, TLS: bc.cli}
 			for b.Loop() {
-				c, err := Dial(ctx, ln.Addr().String(), opts)
+				c, err := Dial(context.Background(), addr, opts)
 				if err != nil {
 					b.Fatal(err)
 				}
