@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 )
 
 // Backend is goray's cluster runtime on a Kubernetes cluster: the shared
@@ -17,7 +17,7 @@ import (
 // runner. Pass it to ray.NewCluster; it implements backend.Backend,
 // backend.Snapshotter, backend.FaultInjector and backend.SliceReserver.
 type Backend struct {
-	*core.Runtime
+	*cluster.Runtime
 	source *Source
 	runner *Runner
 	id     ClusterID
@@ -55,7 +55,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 // set's last step; New does the same by hand).
 func NewFromParts(cfg Config, id ClusterID, src *Source, r *Runner) (*Backend, error) {
 	r.ResolveNodesWith(src.KubeNode)
-	rt, err := core.New(src, r, core.Options{Logger: cfg.withDefaults().Logger})
+	rt, err := cluster.New(src, r, cluster.Options{Logger: cfg.withDefaults().Logger})
 	if err != nil {
 		return nil, backend.Wrap(backend.CodeOf(err), "create Kubernetes backend", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/tpu"
 )
 
@@ -174,7 +174,7 @@ func digitPrefix(s string) string {
 // plan: the Kubernetes node's labels plus the TPU labels of package tpu
 // (the slice name is the node pool), and Ray's TPU resources plus the
 // node's allocatable CPU and memory.
-func hostNode(shape tpu.SliceShape, slice string, wid int, n *corev1.Node) core.Node {
+func hostNode(shape tpu.SliceShape, slice string, wid int, n *corev1.Node) cluster.Node {
 	lbl := maps.Clone(n.Labels)
 	if lbl == nil {
 		lbl = map[string]string{}
@@ -186,7 +186,7 @@ func hostNode(shape tpu.SliceShape, slice string, wid int, n *corev1.Node) core.
 		res[k] = v
 	}
 	addCPUMemory(res, n)
-	return core.Node{Name: runtimeName(n), Resources: res, Labels: lbl}
+	return cluster.Node{Name: runtimeName(n), Resources: res, Labels: lbl}
 }
 
 // runtimeName is the name of n in the runtime: its LabelName, else its
@@ -199,7 +199,7 @@ func runtimeName(n *corev1.Node) string {
 }
 
 // kubeNode is the Kubernetes node of a runtime node.
-func kubeNode(n core.Node) string {
+func kubeNode(n cluster.Node) string {
 	if v := n.Labels[LabelNode]; v != "" {
 		return v
 	}
@@ -207,7 +207,7 @@ func kubeNode(n core.Node) string {
 }
 
 // cpuNode returns the runtime node of a CPU node.
-func cpuNode(n *corev1.Node) core.Node {
+func cpuNode(n *corev1.Node) cluster.Node {
 	res := backend.Resources{}
 	addCPUMemory(res, n)
 	lbl := maps.Clone(n.Labels)
@@ -215,7 +215,7 @@ func cpuNode(n *corev1.Node) core.Node {
 		lbl = map[string]string{}
 	}
 	lbl[LabelNode] = n.Name
-	return core.Node{Name: runtimeName(n), Resources: res, Labels: lbl}
+	return cluster.Node{Name: runtimeName(n), Resources: res, Labels: lbl}
 }
 
 // AnnotationResources on a node adds custom resources of the runtime to

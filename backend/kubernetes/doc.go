@@ -2,7 +2,7 @@
 // pools as TPU slices and the user's own program, in worker mode, as the
 // worker pods.
 //
-// The backend is goray's shared cluster runtime (internal/core: the
+// The backend is goray's shared cluster runtime (backend/cluster: the
 // scheduler, object store, actors, placement groups and TPU slice index,
 // the same code as backend/local) with Kubernetes as its node source
 // ([Source]) and pods as its runner ([Runner]); it is not a second
@@ -59,7 +59,7 @@
 // driver only after it expired (an update carrying the resourceVersion
 // read), all or nothing across the slices of a multislice reservation, and
 // deleted on release. A slice held elsewhere fails the claim with a
-// *core.HeldError (ResourceExhausted) and the runtime tries other slices
+// *cluster.HeldError (ResourceExhausted) and the runtime tries other slices
 // or waits. A driver that crashed leaves Leases that expire. A claim of
 // part of a slice (a sub-slice: the runtime claims a sub-slice
 // reservation as its parent slice with the sub-slice's hosts) holds the

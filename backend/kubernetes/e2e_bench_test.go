@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
 
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/internal/kubeharness"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/tpu"
@@ -79,7 +79,7 @@ func BenchmarkE2EReserveV6e4x4(b *testing.B) {
 	b.Run("goray", func(b *testing.B) {
 		for b.Loop() {
 			round++
-			claim := core.Claim{ID: fmt.Sprint("pg-", round), Slices: []string{"bench"}, Hosts: [][]string{hosts}}
+			claim := cluster.Claim{ID: fmt.Sprint("pg-", round), Slices: []string{"bench"}, Hosts: [][]string{hosts}}
 			if err := src.ClaimSlices(ctx, claim); err != nil {
 				b.Fatal(err)
 			}
@@ -174,7 +174,7 @@ func BenchmarkE2EClaimSlice(b *testing.B) {
 		before := calls.Load()
 		defer func() { b.ReportMetric(float64(calls.Load()-before)/float64(b.N), "api-calls/op") }()
 		for b.Loop() {
-			c := core.Claim{ID: fmt.Sprint("pg-", i), Slices: []string{slices[i%len(slices)]}}
+			c := cluster.Claim{ID: fmt.Sprint("pg-", i), Slices: []string{slices[i%len(slices)]}}
 			i++
 			if err := src.ClaimSlices(ctx, c); err != nil {
 				b.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 )
 
 func newE2ELeases(t *testing.T, client k8s.Interface, identity string, d time.Duration) *Leases {
@@ -69,7 +69,7 @@ func TestE2ECompetingDrivers(t *testing.T) {
 					}
 					err := l.Claim(ctx, fmt.Sprintf("%s-%d", id, i), want)
 					if err != nil {
-						var held *core.HeldError
+						var held *cluster.HeldError
 						if !errors.As(err, &held) {
 							t.Errorf("%s: claim %v: %v", id, want, err)
 							return
@@ -129,7 +129,7 @@ func TestE2ECompetingDrivers(t *testing.T) {
 		is.NoErr(a.Claim(ctx, "pg-a", []string{"s1"}))
 
 		err := b.Claim(ctx, "pg-b", []string{"s0", "s1"})
-		var held *core.HeldError
+		var held *cluster.HeldError
 		is.True(errors.As(err, &held))
 		is.Equal(held.Holder, "driver-a")
 		is.Equal(backend.CodeOf(err), backend.ResourceExhausted)

@@ -16,7 +16,7 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/internal/kubeharness"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/tpu"
@@ -77,7 +77,7 @@ func TestE2EWorkerPods(t *testing.T) {
 	wg.Go(func() { _ = src.Run(sctx, sink) })
 	defer func() { stop(); wg.Wait() }()
 	ev := sink.waitFor(t, 4)
-	nodes := map[string]core.Node{}
+	nodes := map[string]cluster.Node{}
 	for _, e := range ev {
 		nodes[e.name] = e.node
 	}
@@ -97,7 +97,7 @@ func TestE2EWorkerPods(t *testing.T) {
 
 	// Claim and reserve the slice with the env the runtime would give.
 	hosts := []string{"slice-a-0", "slice-a-1"}
-	claim := core.Claim{ID: "pg-1", Slices: []string{"slice-a"}, Hosts: [][]string{hosts}}
+	claim := cluster.Claim{ID: "pg-1", Slices: []string{"slice-a"}, Hosts: [][]string{hosts}}
 	is.NoErr(src.ClaimSlices(ctx, claim))
 	shape, err := tpu.NewSliceShape(tpu.V6e, "2x4", 4)
 	is.NoErr(err)

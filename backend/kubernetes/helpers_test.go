@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/tpu"
 )
 
@@ -54,7 +54,7 @@ func cpuNodeObj(name string) *corev1.Node {
 // event is one report of a source to its sink.
 type event struct {
 	kind string // added, draining, lost
-	node core.Node
+	node cluster.Node
 	name string
 	err  error
 }
@@ -66,7 +66,7 @@ func (e event) String() string {
 	return e.kind + " " + e.name
 }
 
-// recordSink is a core.NodeSink that records its reports in order.
+// recordSink is a cluster.NodeSink that records its reports in order.
 type recordSink struct {
 	mu     sync.Mutex
 	events []event
@@ -85,7 +85,7 @@ func (r *recordSink) add(e event) {
 	}
 }
 
-func (r *recordSink) NodeAdded(n core.Node)    { r.add(event{kind: "added", node: n, name: n.Name}) }
+func (r *recordSink) NodeAdded(n cluster.Node)    { r.add(event{kind: "added", node: n, name: n.Name}) }
 func (r *recordSink) NodeDraining(name string) { r.add(event{kind: "draining", name: name}) }
 func (r *recordSink) NodeLost(name string, cause error) {
 	r.add(event{kind: "lost", name: name, err: cause})

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 )
 
 // Leases claims TPU slices for one driver with coordination.k8s.io
@@ -120,17 +120,17 @@ func apiCode(err error) backend.Code {
 
 // Claim takes the Lease of every slice for claim (a reservation ID, kept
 // in the Leases' annotations), all or nothing. When another driver holds
-// one, it returns a *core.HeldError (code ResourceExhausted) naming the
+// one, it returns a *cluster.HeldError (code ResourceExhausted) naming the
 // slices held elsewhere and their holder; any other failure is returned
 // with its code. On error no Lease of slices is held.
 func (l *Leases) Claim(ctx context.Context, claim string, slices []string) error {
 	op := "claim TPU slices"
 	var got []string
-	var held *core.HeldError
+	var held *cluster.HeldError
 	for i, s := range slices {
 		holder, err := l.acquire(ctx, claim, s)
 		if err == nil && holder != "" {
-			held = &core.HeldError{Slices: []string{s}, Holder: holder}
+			held = &cluster.HeldError{Slices: []string{s}, Holder: holder}
 			// Name every other slice held elsewhere too, so that the
 			// runtime skips them all at once.
 			for _, rest := range slices[i+1:] {

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 )
 
 // TestLeasesSubsliceClaims: a driver's sub-slice claims share the slice's
@@ -36,7 +36,7 @@ func TestLeasesSubsliceClaims(t *testing.T) {
 	is.NoErr(a.ClaimSubslice(ctx, "pg-2", "s1")) // a's second sub-slice joins
 	is.Equal(a.SubsliceClaims("s1"), []string{"pg-1", "pg-2"})
 
-	var held *core.HeldError
+	var held *cluster.HeldError
 	is.True(errors.As(b.ClaimSubslice(ctx, "pg-9", "s1"), &held)) // b's sub-slice: refused
 	is.Equal(held.Holder, "driver-a")
 	is.True(errors.As(b.Claim(ctx, "pg-9", []string{"s1"}), &held)) // b's whole slice: refused
@@ -59,7 +59,7 @@ func TestLeasesSubsliceClaims(t *testing.T) {
 
 // TestSourceSubsliceClaimsAreExclusive: two drivers' sources on one
 // cluster race for sub-slices and whole slices of one v6e 4x4 (through
-// core.SliceClaimer, as the runtime calls it); a host is never held by
+// cluster.SliceClaimer, as the runtime calls it); a host is never held by
 // both.
 func TestSourceSubsliceClaimsAreExclusive(t *testing.T) {
 	nodes := tpuNodes("a", "tpu-v6e-slice", "4x4", 4, 4)
@@ -87,13 +87,13 @@ func TestSourceSubsliceClaimsAreExclusive(t *testing.T) {
 		srcs = append(srcs, src)
 	}
 	hosts := []string{"a-0", "a-1", "a-2", "a-3"}
-	sub := func(id string, hs ...string) core.Claim {
-		return core.Claim{ID: id, Slices: []string{"a"}, Hosts: [][]string{hs}}
+	sub := func(id string, hs ...string) cluster.Claim {
+		return cluster.Claim{ID: id, Slices: []string{"a"}, Hosts: [][]string{hs}}
 	}
-	whole := core.Claim{ID: "pg-w", Slices: []string{"a"}, Hosts: [][]string{hosts}}
+	whole := cluster.Claim{ID: "pg-w", Slices: []string{"a"}, Hosts: [][]string{hosts}}
 	tests := []struct {
 		name string
-		a, b core.Claim
+		a, b cluster.Claim
 	}{
 		{"same sub-slice", sub("pg-1", "a-0", "a-1"), sub("pg-2", "a-0", "a-1")},
 		{"other sub-slice of the slice", sub("pg-1", "a-0", "a-1"), sub("pg-2", "a-2", "a-3")}, // coarse: per slice
@@ -106,7 +106,7 @@ func TestSourceSubsliceClaimsAreExclusive(t *testing.T) {
 			ctx := t.Context()
 			is.NoErr(srcs[0].ClaimSlices(ctx, tt.a))
 			err := srcs[1].ClaimSlices(ctx, tt.b)
-			var held *core.HeldError
+			var held *cluster.HeldError
 			is.True(errors.As(err, &held)) // b may not hold what a holds
 			is.Equal(held.Holder, "driver-a")
 			is.NoErr(srcs[0].ReleaseSlices(ctx, tt.a))

@@ -20,7 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 )
 
 // clock is a settable time source shared by the claimers of a test.
@@ -112,7 +112,7 @@ func TestLeasesClaimIsExclusive(t *testing.T) {
 	// b wants s3 and s2: s2 is a's, so b holds nothing, and the error
 	// names the slice and its holder.
 	err = b.Claim(ctx, "pg-9", []string{"s3", "s2", "s1"})
-	var held *core.HeldError
+	var held *cluster.HeldError
 	is.True(errors.As(err, &held))
 	is.Equal(held.Slices, []string{"s2", "s1"})
 	is.Equal(held.Holder, "driver-a")
@@ -278,7 +278,7 @@ func TestLeasesLoseRaceForExpiredLease(t *testing.T) {
 	})
 	a := newTestLeases(t, client, "driver-a", clk)
 	err := a.Claim(t.Context(), "pg", []string{"s1"})
-	var held *core.HeldError
+	var held *cluster.HeldError
 	is.True(errors.As(err, &held))
 	is.Equal(held.Holder, "driver-c")
 }

@@ -24,12 +24,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/worker"
 )
 
-// Runner is the runner of the Kubernetes backend (a core.Runner and
-// core.ClaimRunner): work runs in worker pods that run the user's own
+// Runner is the runner of the Kubernetes backend (a cluster.Runner and
+// cluster.ClaimRunner): work runs in worker pods that run the user's own
 // image in worker mode (its main calls ray.Main first), dialled through
 // package worker.
 //
@@ -46,7 +46,7 @@ import (
 // Every object carries LabelCluster and is owned by the cluster's token
 // Secret, so one cluster handle's objects can be listed and collected.
 // A worker pod that is deleted, evicted or fails, or whose connection is
-// lost, loses its node (core.LostFunc).
+// lost, loses its node (cluster.LostFunc).
 type Runner struct {
 	client kubernetes.Interface
 	cfg    Config
@@ -56,7 +56,7 @@ type Runner struct {
 
 	local   backend.Executor
 	copts   worker.ClientOptions
-	lost    core.LostFunc
+	lost    cluster.LostFunc
 	pods    listersv1.PodLister
 	factory informers.SharedInformerFactory
 	stop    context.CancelFunc
@@ -77,7 +77,7 @@ type Runner struct {
 
 	mu       sync.Mutex
 	closed   bool
-	nodes    map[string]core.Node
+	nodes    map[string]cluster.Node
 	reserved map[string]*podWorker   // by node: the reservation's pod
 	cpuPods  map[string]*podWorker   // by node
 	claims   map[string][]*podWorker // by claim ID
@@ -100,28 +100,28 @@ type podWorker struct {
 	idleSince time.Time
 }
 
-// NewRunner returns the pod runner for cfg on client; cluster is the
+// NewRunner returns the pod runner for cfg on client; id is the
 // cluster handle's ID (LabelCluster and the object names).
-func NewRunner(client kubernetes.Interface, cfg Config, cluster ClusterID) (*Runner, error) {
+func NewRunner(client kubernetes.Interface, cfg Config, id ClusterID) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	name := dnsName("goray", string(cluster))
+	name := dnsName("goray", string(id))
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	return &Runner{
 		runCtx: runCtx, cancelRun: cancelRun,
 		client: client, cfg: cfg, log: cfg.Logger,
-		pt:    podTemplate{cfg: cfg, cluster: string(cluster), secret: name, service: name},
-		nodes: map[string]core.Node{}, reserved: map[string]*podWorker{}, cpuPods: map[string]*podWorker{},
+		pt:    podTemplate{cfg: cfg, cluster: string(id), secret: name, service: name},
+		nodes: map[string]cluster.Node{}, reserved: map[string]*podWorker{}, cpuPods: map[string]*podWorker{},
 		claims: map[string][]*podWorker{}, byPod: map[string]*podWorker{},
 	}, nil
 }
 
 // Start creates the token Secret and the headless Service, starts
 // watching the cluster's pods and returns the executor that runs work in
-// them (core.Runner).
-func (r *Runner) Start(ctx context.Context, exec backend.Executor, lost core.LostFunc) (backend.Executor, error) {
+// them (cluster.Runner).
+func (r *Runner) Start(ctx context.Context, exec backend.Executor, lost cluster.LostFunc) (backend.Executor, error) {
 	const op = "start Kubernetes workers"
 	m, ok := worker.ManifestOf(exec)
 	switch {
@@ -253,7 +253,7 @@ func (r *Runner) workerLost(w *podWorker, cause error) {
 }
 
 // NodeUp records a node; CPU nodes up to CPUPool.Min start their pod now.
-func (r *Runner) NodeUp(ctx context.Context, n core.Node) error {
+func (r *Runner) NodeUp(ctx context.Context, n cluster.Node) error {
 	r.mu.Lock()
 	r.nodes[n.Name] = n
 	eager := n.Resources[backend.TPU] == 0 && len(r.cpuPods) < r.cfg.CPUPool.Min && !r.closed
@@ -425,9 +425,9 @@ func (w *podWorker) wait(ctx context.Context) (*worker.Client, error) {
 }
 
 // Reserved starts one pod per host of the claim with that host's env and
-// returns once every worker is connected (core.ClaimRunner). On error
+// returns once every worker is connected (cluster.ClaimRunner). On error
 // every pod it created is deleted.
-func (r *Runner) Reserved(ctx context.Context, c core.Claim, env map[string]map[string]string) error {
+func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]map[string]string) error {
 	op := "start worker pods of reservation " + c.ID
 	r.mu.Lock()
 	if r.closed {
@@ -488,8 +488,8 @@ func (r *Runner) Reserved(ctx context.Context, c core.Claim, env map[string]map[
 	return nil
 }
 
-// Released deletes the reservation's pods (core.ClaimRunner).
-func (r *Runner) Released(c core.Claim) {
+// Released deletes the reservation's pods (cluster.ClaimRunner).
+func (r *Runner) Released(c cluster.Claim) {
 	r.mu.Lock()
 	workers := r.claims[c.ID]
 	delete(r.claims, c.ID)
@@ -545,7 +545,7 @@ func (r *Runner) deleteWorker(ctx context.Context, w *podWorker) {
 }
 
 // Close deletes every pod, the Service and the Secret of the cluster
-// handle and stops watching (core.Runner).
+// handle and stops watching (cluster.Runner).
 func (r *Runner) Close() error {
 	r.mu.Lock()
 	if r.closed {

@@ -18,7 +18,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/tpu"
 )
 
@@ -89,7 +89,7 @@ func TestRunnerReservedStartsOnePodPerHost(t *testing.T) {
 	r, exec, client, _ := startRunner(t, "example.com/app")
 	ctx := t.Context()
 	hosts := v6eHosts(r, t, "a")
-	claim := core.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}
+	claim := cluster.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}
 	is.NoErr(r.Reserved(ctx, claim, hostEnv(hosts)))
 
 	secret, err := client.CoreV1().Secrets("default").Get(ctx, "goray-c1", metav1.GetOptions{})
@@ -180,7 +180,7 @@ func TestRunnerReservedFailsWholeOnBadImage(t *testing.T) {
 	r, _, client, _ := startRunner(t, "bad")
 	ctx := t.Context()
 	hosts := v6eHosts(r, t, "a")
-	err := r.Reserved(ctx, core.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}, hostEnv(hosts))
+	err := r.Reserved(ctx, cluster.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}, hostEnv(hosts))
 	is.True(err != nil)
 	is.Equal(backend.CodeOf(err), backend.Unavailable)
 	is.True(strings.Contains(err.Error(), "ErrImagePull: no such image")) // names the pod's problem
@@ -212,7 +212,7 @@ func TestRunnerCloseDeletesCollection(t *testing.T) {
 			r, exec, client, _ := startRunner(t, "example.com/app")
 			ctx := t.Context()
 			hosts := v6eHosts(r, t, "a")
-			is.NoErr(r.Reserved(ctx, core.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}, hostEnv(hosts)))
+			is.NoErr(r.Reserved(ctx, cluster.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}, hostEnv(hosts)))
 			is.NoErr(r.NodeUp(ctx, cpuNode(cpuNodeObj("cpu-1"))))
 			_, err := exec.RunTask(ctx, "echo", backend.Value{}, &backend.RuntimeInfo{Node: "cpu-1"})
 			is.NoErr(err)

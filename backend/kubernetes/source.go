@@ -22,12 +22,12 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/tpu"
 )
 
-// Source is the node source of the Kubernetes backend (a core.NodeSource
-// and core.SliceClaimer): it reports the cluster's TPU hosts, grouped into
+// Source is the node source of the Kubernetes backend (a cluster.NodeSource
+// and cluster.SliceClaimer): it reports the cluster's TPU hosts, grouped into
 // slices by their GKE labels, and its CPU nodes, from one shared Node
 // informer (a watch, never a list per request), and claims slices with
 // Leases (see Leases).
@@ -56,7 +56,7 @@ type Source struct {
 	runErr   error
 	synced   chan struct{}
 	mu       sync.Mutex
-	sink     core.NodeSink
+	sink     cluster.NodeSink
 	slices   map[string]*sliceState
 	cpu      map[string]bool // reported CPU nodes: alive
 	killed   map[string]bool // nodes killed by Kill until Restore
@@ -146,7 +146,7 @@ func (s *Source) enqueue(obj any) {
 
 // Run reports every current node to sink, then each change, until ctx
 // ends. It is called once.
-func (s *Source) Run(ctx context.Context, sink core.NodeSink) error {
+func (s *Source) Run(ctx context.Context, sink cluster.NodeSink) error {
 	first := false
 	s.runOnce.Do(func() { first = true })
 	if !first {
@@ -202,7 +202,7 @@ func (s *Source) Run(ctx context.Context, sink core.NodeSink) error {
 }
 
 // Synced returns once Run has reported every node that existed when it
-// started (core.Syncer), or with ctx's error.
+// started (cluster.Syncer), or with ctx's error.
 func (s *Source) Synced(ctx context.Context) error {
 	select {
 	case <-s.synced:
@@ -358,7 +358,7 @@ func (s *Source) cpuCount() int {
 }
 
 // added reports a node (s.mu held).
-func (s *Source) added(n core.Node) {
+func (s *Source) added(n cluster.Node) {
 	k := kubeNode(n)
 	if old, ok := s.rt[k]; ok && old != n.Name {
 		delete(s.kube, old)
@@ -409,7 +409,7 @@ func (s *Source) kubeOf(runtime string) string {
 
 // Add is not supported: nodes come from the cluster (its node pools and
 // their autoscaler), not from the driver.
-func (s *Source) Add(ctx context.Context, n core.Node) error {
+func (s *Source) Add(ctx context.Context, n cluster.Node) error {
 	return backend.Errorf(backend.Unimplemented, "add node "+n.Name, "the Kubernetes backend uses the cluster's nodes; add a node pool instead")
 }
 
@@ -488,8 +488,8 @@ func (s *Source) knownLocked(name string) bool {
 	return false
 }
 
-// ClaimSlices claims the slices of c with Leases (core.SliceClaimer).
-func (s *Source) ClaimSlices(ctx context.Context, c core.Claim) error {
+// ClaimSlices claims the slices of c with Leases (cluster.SliceClaimer).
+func (s *Source) ClaimSlices(ctx context.Context, c cluster.Claim) error {
 	if s.leases == nil {
 		return nil
 	}
@@ -499,9 +499,9 @@ func (s *Source) ClaimSlices(ctx context.Context, c core.Claim) error {
 	return s.leases.Claim(ctx, c.ID, c.Slices)
 }
 
-// ReleaseSlices deletes the Leases of c (core.SliceClaimer). Slices whose
+// ReleaseSlices deletes the Leases of c (cluster.SliceClaimer). Slices whose
 // Lease was lost meanwhile come back once they are whole.
-func (s *Source) ReleaseSlices(ctx context.Context, c core.Claim) error {
+func (s *Source) ReleaseSlices(ctx context.Context, c cluster.Claim) error {
 	if s.leases == nil {
 		return nil
 	}

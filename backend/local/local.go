@@ -1,7 +1,7 @@
 // Package local is an in-process simulator of a cluster of CPU nodes and GKE
 // TPU node pools, and the default goray backend for examples and tests.
 //
-// A Backend is goray's cluster runtime (internal/core, shared by every
+// A Backend is goray's cluster runtime (backend/cluster, shared by every
 // backend) fed by a static node source, the nodes a [ClusterSpec] expands
 // to, and run by one of two runners: goroutines of this process, behind
 // the message-size limit, or worker processes (see [ProcessOptions]).
@@ -79,7 +79,7 @@ import (
 	"github.com/google/wire"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 )
 
 // Options configures a Backend. A nil *Options means the defaults.
@@ -106,7 +106,7 @@ type Options struct {
 // TombstoneWindow is how many dead actors and removed placement groups
 // keep their cause of death for errors; older ones answer with the right
 // code but no cause.
-const TombstoneWindow = core.TombstoneWindow
+const TombstoneWindow = cluster.TombstoneWindow
 
 // Set is the Wire provider set of this backend: it provides a *Backend from a
 // ClusterSpec and *Options, bound to backend.Backend.
@@ -118,7 +118,7 @@ var Set = wire.NewSet(New, wire.Bind(new(backend.Backend), new(*Backend)))
 // backend.FaultInjector (through the static node source), backend.TaskCanceler
 // and backend.SliceReserver.
 type Backend struct {
-	*core.Runtime
+	*cluster.Runtime
 	procs *procRunner // multi-process mode; nil in process
 }
 
@@ -138,25 +138,25 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	nodes := make([]core.Node, len(defs))
+	nodes := make([]cluster.Node, len(defs))
 	names := make([]string, len(defs))
 	for i, d := range defs {
-		nodes[i] = core.Node{Name: d.name, Resources: d.resources, Labels: d.labels, Env: d.env}
+		nodes[i] = cluster.Node{Name: d.name, Resources: d.resources, Labels: d.labels, Env: d.env}
 		names[i] = d.name
 	}
-	if err := core.CheckSlices("create local cluster", nodes); err != nil {
+	if err := cluster.CheckSlices("create local cluster", nodes); err != nil {
 		return nil, err
 	}
 	src := newStaticSource(nodes)
 	b := &Backend{}
-	var runner core.Runner = goroutineRunner{limit: opts.MaxMessageSize}
+	var runner cluster.Runner = goroutineRunner{limit: opts.MaxMessageSize}
 	if opts.Processes != nil {
 		if b.procs, err = newProcRunner(*opts.Processes, opts.Logger, names, src.Restore); err != nil {
 			return nil, err
 		}
 		runner = b.procs
 	}
-	rt, err := core.New(src, runner, core.Options{Logger: opts.Logger, StarvationLimit: opts.StarvationLimit, NativeValues: true, Nodes: nodes})
+	rt, err := cluster.New(src, runner, cluster.Options{Logger: opts.Logger, StarvationLimit: opts.StarvationLimit, NativeValues: true, Nodes: nodes})
 	if err != nil {
 		return nil, err
 	}

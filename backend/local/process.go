@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/worker"
 )
 
@@ -30,7 +30,7 @@ import (
 //
 // A worker process that dies (or whose connection is lost) takes its nodes
 // down with it, as a host failure does: the runner reports them lost to
-// the runtime (core.LostFunc) before the work that was running there
+// the runtime (cluster.LostFunc) before the work that was running there
 // fails, so tasks are retried per their retry options and actors restart
 // on other nodes per their max restarts. The runner then starts a new
 // worker process after a backoff (RestartBackoff, doubling per
@@ -94,7 +94,7 @@ const (
 // lifeline closed, before it kills it.
 const stopTimeout = 5 * time.Second
 
-// procRunner is the core.Runner of the multi-process mode; Start returns
+// procRunner is the cluster.Runner of the multi-process mode; Start returns
 // the procExecutor that runs work placed on a node in that node's worker
 // process.
 type procRunner struct {
@@ -107,7 +107,7 @@ type procRunner struct {
 type procExecutor struct {
 	o       ProcessOptions
 	log     *slog.Logger
-	lostFn  core.LostFunc                                // set by Start
+	lostFn  cluster.LostFunc                                // set by Start
 	restore func(ctx context.Context, node string) error // brings a node back (the static source's Restore)
 	local   backend.Executor
 	opts    worker.ProcessOptions
@@ -185,10 +185,10 @@ func newProcRunner(o ProcessOptions, log *slog.Logger, nodes []string, restore f
 	return &procRunner{pe: pe}, nil
 }
 
-// Start implements core.Runner: it checks that the program can run
+// Start implements cluster.Runner: it checks that the program can run
 // workers and returns the executor that runs work in them. Worker
 // processes start in NodeUp.
-func (r *procRunner) Start(ctx context.Context, exec backend.Executor, lost core.LostFunc) (backend.Executor, error) {
+func (r *procRunner) Start(ctx context.Context, exec backend.Executor, lost cluster.LostFunc) (backend.Executor, error) {
 	const op = "start backend"
 	pe := r.pe
 	m, ok := worker.ManifestOf(exec)
@@ -213,9 +213,9 @@ func (r *procRunner) Start(ctx context.Context, exec backend.Executor, lost core
 	return pe, nil
 }
 
-// NodeUp implements core.Runner: it starts the worker process serving the
+// NodeUp implements cluster.Runner: it starts the worker process serving the
 // node, if it is not running (nodes share their process's start).
-func (r *procRunner) NodeUp(ctx context.Context, n core.Node) error {
+func (r *procRunner) NodeUp(ctx context.Context, n cluster.Node) error {
 	w := r.pe.worker(n.Name)
 	if _, err := w.start(ctx); err != nil {
 		return backend.Wrap(backend.CodeOf(err), "start worker process for node "+n.Name, err)
@@ -223,11 +223,11 @@ func (r *procRunner) NodeUp(ctx context.Context, n core.Node) error {
 	return nil
 }
 
-// NodeDown implements core.Runner. A node killed by fault injection keeps
+// NodeDown implements cluster.Runner. A node killed by fault injection keeps
 // its process, as before the runner moved: its work failed already.
 func (r *procRunner) NodeDown(name string) {}
 
-// Close implements core.Runner: it stops every worker process.
+// Close implements cluster.Runner: it stops every worker process.
 func (r *procRunner) Close() error {
 	r.pe.close()
 	return nil
@@ -433,14 +433,14 @@ func (pe *procExecutor) spawn(f func()) bool {
 	return true
 }
 
-// killNodes reports the worker's nodes lost (core.LostFunc); restarting
-// marks them as coming back (core.ErrRestarting).
+// killNodes reports the worker's nodes lost (cluster.LostFunc); restarting
+// marks them as coming back (cluster.ErrRestarting).
 func (w *procWorker) killNodes(cause error, restarting bool) {
 	if !w.pe.live.Load() || w.pe.closed.Load() {
 		return
 	}
 	if restarting {
-		cause = errors.Join(core.ErrRestarting, cause)
+		cause = errors.Join(cluster.ErrRestarting, cause)
 	}
 	for _, n := range w.pe.nodesOf(w) {
 		w.pe.lostFn(n, cause)

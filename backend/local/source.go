@@ -5,37 +5,37 @@ import (
 	"sync"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 )
 
-// staticSource is the core.NodeSource of a ClusterSpec: its nodes are
+// staticSource is the cluster.NodeSource of a ClusterSpec: its nodes are
 // reported once, when the runtime starts, and change only by fault
 // injection (Kill, Restore, Drain) and the process runner's restarts.
 type staticSource struct {
-	nodes  []core.Node
-	byName map[string]core.Node
+	nodes  []cluster.Node
+	byName map[string]cluster.Node
 	synced chan struct{} // closed once Run has reported every node
 
 	mu   sync.Mutex // orders reports; guards sink
-	sink core.NodeSink
+	sink cluster.NodeSink
 }
 
 var (
-	_ core.NodeSource = (*staticSource)(nil)
-	_ core.Syncer     = (*staticSource)(nil)
+	_ cluster.NodeSource = (*staticSource)(nil)
+	_ cluster.Syncer     = (*staticSource)(nil)
 )
 
-func newStaticSource(nodes []core.Node) *staticSource {
-	s := &staticSource{nodes: nodes, byName: make(map[string]core.Node, len(nodes)), synced: make(chan struct{})}
+func newStaticSource(nodes []cluster.Node) *staticSource {
+	s := &staticSource{nodes: nodes, byName: make(map[string]cluster.Node, len(nodes)), synced: make(chan struct{})}
 	for _, n := range nodes {
 		s.byName[n.Name] = n
 	}
 	return s
 }
 
-// Run implements core.NodeSource: it reports every node, then waits for
+// Run implements cluster.NodeSource: it reports every node, then waits for
 // ctx to end.
-func (s *staticSource) Run(ctx context.Context, sink core.NodeSink) error {
+func (s *staticSource) Run(ctx context.Context, sink cluster.NodeSink) error {
 	s.mu.Lock()
 	s.sink = sink
 	for _, n := range s.nodes {
@@ -50,7 +50,7 @@ func (s *staticSource) Run(ctx context.Context, sink core.NodeSink) error {
 	return nil
 }
 
-// Synced implements core.Syncer.
+// Synced implements cluster.Syncer.
 func (s *staticSource) Synced(ctx context.Context) error {
 	select {
 	case <-s.synced:
@@ -60,27 +60,27 @@ func (s *staticSource) Synced(ctx context.Context) error {
 	}
 }
 
-// Add implements core.NodeSource: a static cluster does not grow.
-func (s *staticSource) Add(ctx context.Context, n core.Node) error {
+// Add implements cluster.NodeSource: a static cluster does not grow.
+func (s *staticSource) Add(ctx context.Context, n cluster.Node) error {
 	return backend.Errorf(backend.Unimplemented, "add node "+n.Name, "a local cluster's nodes are fixed by its ClusterSpec")
 }
 
-// Drain implements core.NodeSource.
+// Drain implements cluster.NodeSource.
 func (s *staticSource) Drain(ctx context.Context, name string) error {
-	return s.report("drain node "+name, name, func(sink core.NodeSink, _ core.Node) { sink.NodeDraining(name) })
+	return s.report("drain node "+name, name, func(sink cluster.NodeSink, _ cluster.Node) { sink.NodeDraining(name) })
 }
 
-// Kill implements core.NodeSource: the node dies as a failed host does.
+// Kill implements cluster.NodeSource: the node dies as a failed host does.
 func (s *staticSource) Kill(ctx context.Context, name string) error {
-	return s.report("kill node "+name, name, func(sink core.NodeSink, _ core.Node) { sink.NodeLost(name, nil) })
+	return s.report("kill node "+name, name, func(sink cluster.NodeSink, _ cluster.Node) { sink.NodeLost(name, nil) })
 }
 
-// Restore implements core.NodeSource: a dead node comes back, empty.
+// Restore implements cluster.NodeSource: a dead node comes back, empty.
 func (s *staticSource) Restore(ctx context.Context, name string) error {
-	return s.report("restart node "+name, name, func(sink core.NodeSink, n core.Node) { sink.NodeAdded(n) })
+	return s.report("restart node "+name, name, func(sink cluster.NodeSink, n cluster.Node) { sink.NodeAdded(n) })
 }
 
-func (s *staticSource) report(op, name string, f func(core.NodeSink, core.Node)) error {
+func (s *staticSource) report(op, name string, f func(cluster.NodeSink, cluster.Node)) error {
 	n, ok := s.byName[name]
 	if !ok {
 		return backend.Errorf(backend.NotFound, op, "no node named %q", name)

@@ -5,7 +5,7 @@ import (
 	"maps"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/tpu"
 )
 
@@ -131,7 +131,7 @@ func subsliceLabels(slice string, hosts int, subs []tpu.Subslice) []map[string]s
 		for i := range sub.Count() {
 			ws, _ := sub.Workers(i)
 			for _, w := range ws {
-				out[w][sub.GKELabel()] = core.SubsliceID(slice, sub.Shape.Topology, i)
+				out[w][sub.GKELabel()] = cluster.SubsliceID(slice, sub.Shape.Topology, i)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package core
+package cluster
 
 import (
 	"errors"
@@ -51,7 +51,7 @@ func (b *Runtime) nodeAdded(spec Node) {
 func (b *Runtime) nodeUp(spec Node) {
 	b.bg.Go(func() {
 		if err := b.runner.NodeUp(b.runCtx, spec); err != nil {
-			b.log.Warn("core: runner failed to bring up node", "node", spec.Name, "cause", err)
+			b.log.Warn("cluster: runner failed to bring up node", "node", spec.Name, "cause", err)
 		}
 	})
 }
@@ -141,7 +141,7 @@ func (b *Runtime) lost(name string, cause error) bool {
 	}
 	alive := n.alive
 	if alive || n.restarting {
-		b.log.Debug("core: node lost", "node", name, "cause", cause)
+		b.log.Debug("cluster: node lost", "node", name, "cause", cause)
 	}
 	b.nodeLostLocked(n, cause, errors.Is(cause, ErrRestarting))
 	return alive

@@ -1,4 +1,4 @@
-package core_test
+package cluster_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/tpu"
 )
 
@@ -25,11 +25,11 @@ var shape = func() tpu.SliceShape {
 }()
 
 // tpuHosts returns one host per slice s0, s1, ....
-func tpuHosts(n int) []core.Node {
-	var out []core.Node
+func tpuHosts(n int) []cluster.Node {
+	var out []cluster.Node
 	for i := range n {
 		name := fmt.Sprintf("s%d", i)
-		out = append(out, core.Node{
+		out = append(out, cluster.Node{
 			Name:      name + "-w0",
 			Resources: backend.Resources{backend.CPU: 8, backend.TPU: 4},
 			Labels:    tpu.HostLabels(shape, name, "pool-"+name, 0),
@@ -50,12 +50,12 @@ var shape4x4 = func() tpu.SliceShape {
 
 // tpuHosts4x4 returns the four hosts of each slice s0, s1, ... of
 // shape4x4, named s<i>-w<worker>.
-func tpuHosts4x4(n int) []core.Node {
-	var out []core.Node
+func tpuHosts4x4(n int) []cluster.Node {
+	var out []cluster.Node
 	for i := range n {
 		name := fmt.Sprintf("s%d", i)
 		for w := range shape4x4.Hosts() {
-			out = append(out, core.Node{
+			out = append(out, cluster.Node{
 				Name:      fmt.Sprintf("%s-w%d", name, w),
 				Resources: backend.Resources{backend.CPU: 8, backend.TPU: 4},
 				Labels:    tpu.HostLabels(shape4x4, name, "pool-"+name, w),
@@ -72,31 +72,31 @@ func tpuHosts4x4(n int) []core.Node {
 // it did not grant.
 type testSource struct {
 	t      *testing.T
-	nodes  []core.Node
+	nodes  []cluster.Node
 	synced chan struct{}
 
 	mu       sync.Mutex
-	sink     core.NodeSink
+	sink     cluster.NodeSink
 	held     map[string]bool // slices other drivers hold
 	claimErr error           // fails every claim, when set
-	onClaim  func(c core.Claim)
+	onClaim  func(c cluster.Claim)
 	waitCtx  bool // ClaimSlices returns only once its ctx ends
 	attempts int
-	granted  map[string]core.Claim // by claim ID, not yet released
+	granted  map[string]cluster.Claim // by claim ID, not yet released
 	claimed  map[string]bool       // hosts of granted claims
 	grants   int
-	history  []core.Claim   // granted claims, in order
+	history  []cluster.Claim   // granted claims, in order
 	releases map[string]int // by claim ID
 }
 
-func newTestSource(t *testing.T, nodes []core.Node) *testSource {
+func newTestSource(t *testing.T, nodes []cluster.Node) *testSource {
 	return &testSource{
 		t: t, nodes: nodes, synced: make(chan struct{}),
-		held: map[string]bool{}, granted: map[string]core.Claim{}, claimed: map[string]bool{}, releases: map[string]int{},
+		held: map[string]bool{}, granted: map[string]cluster.Claim{}, claimed: map[string]bool{}, releases: map[string]int{},
 	}
 }
 
-func (s *testSource) Run(ctx context.Context, sink core.NodeSink) error {
+func (s *testSource) Run(ctx context.Context, sink cluster.NodeSink) error {
 	s.mu.Lock()
 	s.sink = sink
 	for _, n := range s.nodes {
@@ -117,7 +117,7 @@ func (s *testSource) Synced(ctx context.Context) error {
 	}
 }
 
-func (s *testSource) Add(ctx context.Context, n core.Node) error {
+func (s *testSource) Add(ctx context.Context, n cluster.Node) error {
 	return backend.Errorf(backend.Unimplemented, "add node", "fixed")
 }
 
@@ -146,7 +146,7 @@ func (s *testSource) Restore(ctx context.Context, name string) error {
 	return nil
 }
 
-func (s *testSource) ClaimSlices(ctx context.Context, c core.Claim) error {
+func (s *testSource) ClaimSlices(ctx context.Context, c cluster.Claim) error {
 	s.mu.Lock()
 	s.attempts++
 	onClaim := s.onClaim
@@ -158,7 +158,7 @@ func (s *testSource) ClaimSlices(ctx context.Context, c core.Claim) error {
 		}
 	}
 	if err == nil && len(held) > 0 {
-		err = &core.HeldError{Slices: held, Holder: "other"}
+		err = &cluster.HeldError{Slices: held, Holder: "other"}
 	}
 	if err == nil {
 		s.granted[c.ID] = c
@@ -183,7 +183,7 @@ func (s *testSource) ClaimSlices(ctx context.Context, c core.Claim) error {
 	return err
 }
 
-func (s *testSource) ReleaseSlices(ctx context.Context, c core.Claim) error {
+func (s *testSource) ReleaseSlices(ctx context.Context, c cluster.Claim) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.releases[c.ID]++
@@ -238,14 +238,14 @@ func newTestRunner() *testRunner {
 	return &testRunner{reserved: map[string]map[string]map[string]string{}, released: map[string]int{}}
 }
 
-func (r *testRunner) Start(ctx context.Context, exec backend.Executor, lost core.LostFunc) (backend.Executor, error) {
+func (r *testRunner) Start(ctx context.Context, exec backend.Executor, lost cluster.LostFunc) (backend.Executor, error) {
 	return exec, nil
 }
-func (r *testRunner) NodeUp(ctx context.Context, n core.Node) error { return nil }
+func (r *testRunner) NodeUp(ctx context.Context, n cluster.Node) error { return nil }
 func (r *testRunner) NodeDown(name string)                          {}
 func (r *testRunner) Close() error                                  { return nil }
 
-func (r *testRunner) Reserved(ctx context.Context, c core.Claim, env map[string]map[string]string) error {
+func (r *testRunner) Reserved(ctx context.Context, c cluster.Claim, env map[string]map[string]string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.reservedErr != nil {
@@ -258,7 +258,7 @@ func (r *testRunner) Reserved(ctx context.Context, c core.Claim, env map[string]
 	return nil
 }
 
-func (r *testRunner) Released(c core.Claim) {
+func (r *testRunner) Released(c cluster.Claim) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.released[c.ID]++
@@ -298,9 +298,9 @@ func (nopExec) HasTask(string) bool                { return false }
 func (nopExec) HasActorMethod(string, string) bool { return false }
 
 // start builds and starts a runtime; the caller closes it.
-func start(t *testing.T, src *testSource, r core.Runner) *core.Runtime {
+func start(t *testing.T, src *testSource, r cluster.Runner) *cluster.Runtime {
 	t.Helper()
-	rt, err := core.New(src, r, core.Options{ClaimRetry: 1})
+	rt, err := cluster.New(src, r, cluster.Options{ClaimRetry: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

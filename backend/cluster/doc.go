@@ -1,4 +1,4 @@
-// Package core is goray's cluster runtime, shared by every backend: the
+// Package cluster is goray's cluster runtime, shared by every backend: the
 // scheduler, object store, dependency resolution, retries, actor mailboxes
 // and restarts, the placement-group solver, the TPU slice index and each
 // host's reservation env, behind two seams.
@@ -9,9 +9,11 @@
 // [New] turns the two into a [Runtime], which is a backend.Backend with
 // snapshots, fault injection and TPU slice reservations.
 //
-// The package is internal until a second backend (Kubernetes) has used
-// it; backend/local is the first: its ClusterSpec becomes a static node
-// source, and it has a goroutine runner and a worker-process runner.
+// Two backends are built on it: backend/local (its ClusterSpec becomes a
+// static node source; a goroutine runner or a worker-process runner) and
+// backend/kubernetes (Kubernetes nodes and Leases; a pod runner). It is
+// public so that a backend can be written outside this repository
+// (docs/backends.md).
 //
 // # Life of a runtime
 //
@@ -82,4 +84,4 @@
 // A *Runtime is safe for concurrent use. One mutex guards the scheduler;
 // user code, the source's and the runner's methods never run under it.
 // The sink's methods take it briefly and never block on user code.
-package core
+package cluster

@@ -1,4 +1,4 @@
-package core
+package cluster
 
 import (
 	"container/heap"
@@ -108,7 +108,7 @@ func (b *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait,
 				s.held = true
 			}
 		}
-		b.log.Debug("core: slices held by another driver", "slices", names, "cause", err)
+		b.log.Debug("cluster: slices held by another driver", "slices", names, "cause", err)
 		b.armHeldRetry()
 		// Queued again at the head, w is served first: it may get other
 		// slices at once.
@@ -245,6 +245,6 @@ func (b *Runtime) releaseClaim(c Claim, reserved bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := b.claimer.ReleaseSlices(ctx, c); err != nil {
-		b.log.Warn("core: release slice claim", "claim", c.ID, "slices", c.Slices, "cause", err)
+		b.log.Warn("cluster: release slice claim", "claim", c.ID, "slices", c.Slices, "cause", err)
 	}
 }

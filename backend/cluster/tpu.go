@@ -1,4 +1,4 @@
-package core
+package cluster
 
 import (
 	"container/heap"
@@ -174,7 +174,7 @@ func (x *sliceIndex) addHost(b *Runtime, n *node) {
 		err = fmt.Errorf("TPU slice %q: nodes %q and %q are both worker %d", name, p.hosts[wid].name, n.name, wid)
 	}
 	if err != nil {
-		b.log.Warn("core: node left out of the TPU slice index", "node", n.name, "cause", err)
+		b.log.Warn("cluster: node left out of the TPU slice index", "node", n.name, "cause", err)
 		return
 	}
 	p.hosts[wid] = n

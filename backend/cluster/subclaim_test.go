@@ -1,4 +1,4 @@
-package core_test
+package cluster_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/matryer/is"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/tpu"
 )
 
@@ -29,10 +29,10 @@ func wholeRequest(name string) *backend.SliceRequest {
 // runner is told of the release of every reservation it was told of, and
 // the whole slice can be claimed afterwards.
 func TestSubsliceClaimReleasedOnEveryPath(t *testing.T) {
-	runClaimPaths(t, func() []core.Node { return tpuHosts4x4(1) }, subRequest("sub"),
-		func(is *is.I, tt claimPath, rt *core.Runtime, src *testSource, r *testRunner, res *backend.SliceReservation) (moreGrants, moreReserved int) {
+	runClaimPaths(t, func() []cluster.Node { return tpuHosts4x4(1) }, subRequest("sub"),
+		func(is *is.I, tt claimPath, rt *cluster.Runtime, src *testSource, r *testRunner, res *backend.SliceReservation) (moreGrants, moreReserved int) {
 			src.mu.Lock()
-			history := append([]core.Claim(nil), src.history...)
+			history := append([]cluster.Claim(nil), src.history...)
 			src.mu.Unlock()
 			if tt.wantGrants > 0 {
 				is.Equal(history[0].Slices, []string{"s0"})                // the parent slice
@@ -82,7 +82,7 @@ func TestSubslicesOfOneSliceBothClaimed(t *testing.T) {
 	second := make(chan result, 1)
 	var claims atomic.Int32
 	idleDuring := true
-	src.onClaim = func(core.Claim) {
+	src.onClaim = func(cluster.Claim) {
 		if claims.Add(1) != 1 {
 			return
 		}

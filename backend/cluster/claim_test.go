@@ -1,4 +1,4 @@
-package core_test
+package cluster_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/matryer/is"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/tpu"
 )
 
@@ -46,8 +46,8 @@ var claimPaths = []claimPath{
 // once, and the runner is told of the release of every reservation it was
 // told of. check inspects each outcome (res is nil on error) and returns
 // how many more claims and reservations it made.
-func runClaimPaths(t *testing.T, nodes func() []core.Node, req *backend.SliceRequest,
-	check func(is *is.I, tt claimPath, rt *core.Runtime, src *testSource, r *testRunner, res *backend.SliceReservation) (moreGrants, moreReserved int)) {
+func runClaimPaths(t *testing.T, nodes func() []cluster.Node, req *backend.SliceRequest,
+	check func(is *is.I, tt claimPath, rt *cluster.Runtime, src *testSource, r *testRunner, res *backend.SliceReservation) (moreGrants, moreReserved int)) {
 	for _, tt := range claimPaths {
 		t.Run(tt.name, func(t *testing.T) {
 			is := is.New(t)
@@ -58,7 +58,7 @@ func runClaimPaths(t *testing.T, nodes func() []core.Node, req *backend.SliceReq
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if tt.cancelOnClaim {
-				src.onClaim = func(core.Claim) { cancel() }
+				src.onClaim = func(cluster.Claim) { cancel() }
 			}
 			if tt.cancelOnReserved {
 				r.onReserved = cancel
@@ -67,7 +67,7 @@ func runClaimPaths(t *testing.T, nodes func() []core.Node, req *backend.SliceReq
 			closed := make(chan error, 1)
 			if tt.closeOnClaim {
 				src.waitCtx = true
-				src.onClaim = func(core.Claim) { go func() { closed <- rt.Close() }() }
+				src.onClaim = func(cluster.Claim) { go func() { closed <- rt.Close() }() }
 			}
 			res, err := rt.ReserveSlices(ctx, req)
 			if tt.closeOnClaim {
@@ -92,8 +92,8 @@ func runClaimPaths(t *testing.T, nodes func() []core.Node, req *backend.SliceReq
 // TestClaimReleasedOnEveryPath reserves one whole slice on every claim
 // path; the runner gets each host's env.
 func TestClaimReleasedOnEveryPath(t *testing.T) {
-	runClaimPaths(t, func() []core.Node { return tpuHosts(2) }, request("r"),
-		func(is *is.I, tt claimPath, rt *core.Runtime, _ *testSource, r *testRunner, res *backend.SliceReservation) (int, int) {
+	runClaimPaths(t, func() []cluster.Node { return tpuHosts(2) }, request("r"),
+		func(is *is.I, tt claimPath, rt *cluster.Runtime, _ *testSource, r *testRunner, res *backend.SliceReservation) (int, int) {
 			if res == nil {
 				return 0, 0
 			}
@@ -115,7 +115,7 @@ func TestClaimReleasedOnEveryPath(t *testing.T) {
 func TestClaimHeldElsewhere(t *testing.T) {
 	kinds := []struct {
 		name       string
-		hosts      func(n int) []core.Node
+		hosts      func(n int) []cluster.Node
 		req        *backend.SliceRequest
 		otherHosts []string // the hosts granted from the other slice
 		asked      string   // what the give-up error says was asked
@@ -167,7 +167,7 @@ func TestClaimHeldElsewhere(t *testing.T) {
 			src.setHeld("s0", true)
 			tried := make(chan struct{})
 			var once sync.Once
-			src.onClaim = func(core.Claim) { once.Do(func() { close(tried) }) }
+			src.onClaim = func(cluster.Claim) { once.Do(func() { close(tried) }) }
 			r := newTestRunner()
 			rt := start(t, src, r)
 			go func() {
@@ -237,7 +237,7 @@ func TestNodesAfterStart(t *testing.T) {
 	// The reservation is Infeasible if it runs before the slice exists,
 	// and granted if after.
 	src.mu.Lock()
-	src.nodes = append(tpuHosts(1), core.Node{Name: "cpu", Resources: backend.Resources{backend.CPU: 2, "custom": 1}})
+	src.nodes = append(tpuHosts(1), cluster.Node{Name: "cpu", Resources: backend.Resources{backend.CPU: 2, "custom": 1}})
 	for _, n := range src.nodes {
 		src.sink.NodeAdded(n)
 	}

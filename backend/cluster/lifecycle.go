@@ -1,4 +1,4 @@
-package core
+package cluster
 
 import (
 	"context"
@@ -55,7 +55,7 @@ func (b *Runtime) Start(ctx context.Context, exec backend.Executor) error {
 		err := b.source.Run(b.runCtx, (*sink)(b))
 		runErr <- err
 		if err != nil && b.runCtx.Err() == nil {
-			b.log.Warn("core: node source stopped", "cause", err)
+			b.log.Warn("cluster: node source stopped", "cause", err)
 		}
 	}()
 	fail := func(err error) error {
