@@ -1,6 +1,6 @@
 # test is the README's test command: every package, without the files that
 # import k8s.io (they build only with -tags e2e). ci is what CI runs.
-.PHONY: test race vet modules ci k8s-binaries e2e e2e-bench
+.PHONY: test race vet modules tidy publish-check ci k8s-binaries e2e e2e-bench
 
 test:
 	go test ./...
@@ -9,14 +9,22 @@ test:
 race:
 	go test -race ./...
 
-# vet with and without the e2e tag, so the harness is vetted too.
+# vet the root module; scripts/test-modules.sh vets the nested ones (with
+# and without the e2e tag).
 vet:
 	go vet ./...
-	go vet -tags e2e ./...
 
 # The nested modules (adapters with heavy dependencies): vet and go test -race.
 modules:
 	scripts/test-modules.sh
+
+# go mod tidy in every module (through a local proxy: see the README).
+tidy:
+	scripts/tidy.sh
+
+# go get / go install of every module through a local module proxy.
+publish-check:
+	scripts/check-publish.sh
 
 # gofmt, vet, test, race, modules, then e2e (.ci/run).
 ci:

@@ -4,7 +4,8 @@ go 1.26.0
 
 require (
 	github.com/google/wire v0.7.0
-	github.com/goray-dev/goray v0.0.0
+	github.com/goray-dev/goray v0.1.0
+	github.com/goray-dev/goray/internal/kubeharness v0.1.0
 	github.com/matryer/is v1.4.1
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.25.0
@@ -60,5 +61,3 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-replace github.com/goray-dev/goray => ../..

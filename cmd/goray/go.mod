@@ -3,8 +3,9 @@ module github.com/goray-dev/goray/cmd/goray
 go 1.26.0
 
 require (
-	github.com/goray-dev/goray v0.0.0
-	github.com/goray-dev/goray/backend/kubernetes v0.0.0
+	github.com/goray-dev/goray v0.1.0
+	github.com/goray-dev/goray/backend/kubernetes v0.1.0
+	github.com/goray-dev/goray/internal/kubeharness v0.1.0
 	github.com/matryer/is v1.4.1
 	github.com/spf13/cobra v1.10.2
 	go.uber.org/goleak v1.3.0
@@ -69,9 +70,4 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
-)
-
-replace (
-	github.com/goray-dev/goray => ../..
-	github.com/goray-dev/goray/backend/kubernetes => ../../backend/kubernetes
 )

@@ -3,7 +3,7 @@ module github.com/goray-dev/goray/data/parquet
 go 1.26.0
 
 require (
-	github.com/goray-dev/goray v0.0.0
+	github.com/goray-dev/goray v0.1.0
 	github.com/matryer/is v1.4.1
 	github.com/parquet-go/parquet-go v0.32.1
 )
@@ -21,11 +21,10 @@ require (
 	github.com/samber/lo v1.53.0 // indirect
 	github.com/schollz/progressbar/v3 v3.19.1 // indirect
 	github.com/twpayne/go-geom v1.6.1 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/term v0.47.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/goray-dev/goray => ../..

@@ -3,7 +3,7 @@ module github.com/goray-dev/goray/storage/gocloud
 go 1.26.0
 
 require (
-	github.com/goray-dev/goray v0.0.0
+	github.com/goray-dev/goray v0.1.0
 	github.com/matryer/is v1.4.1
 	gocloud.dev v0.49.0
 )
@@ -30,5 +30,3 @@ require (
 	google.golang.org/grpc v1.84.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/goray-dev/goray => ../..

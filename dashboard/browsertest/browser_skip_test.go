@@ -1,6 +1,6 @@
 //go:build !browser
 
-package dashboard_test
+package browsertest_test
 
 import "testing"
 
