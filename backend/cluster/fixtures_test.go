@@ -83,10 +83,10 @@ type testSource struct {
 	waitCtx  bool // ClaimSlices returns only once its ctx ends
 	attempts int
 	granted  map[string]cluster.Claim // by claim ID, not yet released
-	claimed  map[string]bool       // hosts of granted claims
+	claimed  map[string]bool          // hosts of granted claims
 	grants   int
-	history  []cluster.Claim   // granted claims, in order
-	releases map[string]int // by claim ID
+	history  []cluster.Claim // granted claims, in order
+	releases map[string]int  // by claim ID
 }
 
 func newTestSource(t *testing.T, nodes []cluster.Node) *testSource {
@@ -242,8 +242,8 @@ func (r *testRunner) Start(ctx context.Context, exec backend.Executor, lost clus
 	return exec, nil
 }
 func (r *testRunner) NodeUp(ctx context.Context, n cluster.Node) error { return nil }
-func (r *testRunner) NodeDown(name string)                          {}
-func (r *testRunner) Close() error                                  { return nil }
+func (r *testRunner) NodeDown(name string)                             {}
+func (r *testRunner) Close() error                                     { return nil }
 
 func (r *testRunner) Reserved(ctx context.Context, c cluster.Claim, env map[string]map[string]string) error {
 	r.mu.Lock()

@@ -85,7 +85,7 @@ func (r *recordSink) add(e event) {
 	}
 }
 
-func (r *recordSink) NodeAdded(n cluster.Node)    { r.add(event{kind: "added", node: n, name: n.Name}) }
+func (r *recordSink) NodeAdded(n cluster.Node) { r.add(event{kind: "added", node: n, name: n.Name}) }
 func (r *recordSink) NodeDraining(name string) { r.add(event{kind: "draining", name: name}) }
 func (r *recordSink) NodeLost(name string, cause error) {
 	r.add(event{kind: "lost", name: name, err: cause})

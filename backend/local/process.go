@@ -107,7 +107,7 @@ type procRunner struct {
 type procExecutor struct {
 	o       ProcessOptions
 	log     *slog.Logger
-	lostFn  cluster.LostFunc                                // set by Start
+	lostFn  cluster.LostFunc                             // set by Start
 	restore func(ctx context.Context, node string) error // brings a node back (the static source's Restore)
 	local   backend.Executor
 	opts    worker.ProcessOptions

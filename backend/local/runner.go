@@ -21,5 +21,5 @@ func (r goroutineRunner) Start(ctx context.Context, exec backend.Executor, lost 
 }
 
 func (goroutineRunner) NodeUp(ctx context.Context, n cluster.Node) error { return nil }
-func (goroutineRunner) NodeDown(name string)                          {}
-func (goroutineRunner) Close() error                                  { return nil }
+func (goroutineRunner) NodeDown(name string)                             {}
+func (goroutineRunner) Close() error                                     { return nil }
