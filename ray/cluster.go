@@ -89,8 +89,8 @@ func (c *Cluster) Close() error {
 	return c.b.Close()
 }
 
-// Backend returns the cluster's backend, for optional capabilities such as
-// [FaultInjector] and [SliceReserver].
+// Backend returns the cluster's backend. For a backend's own methods or an
+// optional capability, use [As].
 func (c *Cluster) Backend() Backend {
 	if c == nil {
 		return nil
@@ -143,3 +143,30 @@ func ProvideCluster(ctx context.Context, b Backend, opts *Options) (*Cluster, fu
 // backend.Backend and *Options, closed by Wire's cleanup. Combine it with a
 // backend's set, such as local.Set.
 var Set = wire.NewSet(ProvideCluster)
+
+// As returns the cluster's backend as a T, and whether it is one: a
+// concrete backend for the calls only it has (*local.Backend's
+// PreemptSlice, *kubernetes.Backend's ClusterID) or an optional capability
+// ([FaultInjector], [SliceReserver], backend.Snapshotter):
+//
+//	if lb, ok := ray.As[*local.Backend](c); ok {
+//		err = lb.PreemptSlice(ctx, "v6e-16-0")
+//	}
+//
+// A backend that wraps another can expose what it wraps by implementing
+// interface{ As(target any) bool }, as drivers do in the Go CDK: As calls
+// it with a *T, and the backend sets *target and returns true when it can.
+func As[T any](c *Cluster) (T, bool) {
+	var t T
+	b := c.Backend()
+	if b == nil {
+		return t, false
+	}
+	if v, ok := b.(T); ok {
+		return v, true
+	}
+	if a, ok := b.(interface{ As(target any) bool }); ok && a.As(&t) {
+		return t, true
+	}
+	return t, false
+}

@@ -17,7 +17,7 @@ import (
 // runner. Pass it to ray.NewCluster; it implements backend.Backend,
 // backend.Snapshotter, backend.FaultInjector and backend.SliceReserver.
 type Backend struct {
-	*cluster.Runtime
+	rt     *cluster.Runtime // the runtime every method goes to (runtime_methods.go)
 	source *Source
 	runner *Runner
 	id     ClusterID
@@ -59,7 +59,7 @@ func NewFromParts(cfg Config, id ClusterID, src *Source, r *Runner) (*Backend, e
 	if err != nil {
 		return nil, backend.Wrap(backend.CodeOf(err), "create Kubernetes backend", err)
 	}
-	return &Backend{Runtime: rt, source: src, runner: r, id: id}, nil
+	return &Backend{rt: rt, source: src, runner: r, id: id}, nil
 }
 
 // ClusterID is the value of LabelCluster on every object of this handle:

@@ -118,8 +118,8 @@ var Set = wire.NewSet(New, wire.Bind(new(backend.Backend), new(*Backend)))
 // backend.FaultInjector (through the static node source), backend.TaskCanceler
 // and backend.SliceReserver.
 type Backend struct {
-	*cluster.Runtime
-	procs *procRunner // multi-process mode; nil in process
+	rt    *cluster.Runtime // the runtime every method goes to (runtime_methods.go)
+	procs *procRunner      // multi-process mode; nil in process
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -160,6 +160,6 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.Runtime = rt
+	b.rt = rt
 	return b, nil
 }

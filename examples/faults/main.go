@@ -56,7 +56,7 @@ func main() {
 
 func run(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 	// KillNode and RestartNode: any backend that can simulate failures.
-	fi, ok := c.Backend().(ray.FaultInjector)
+	fi, ok := ray.As[ray.FaultInjector](c)
 	if !ok {
 		return fmt.Errorf("backend %T cannot inject faults", c.Backend())
 	}
@@ -88,7 +88,7 @@ func run(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 		return err
 	}
 	defer spg.Release(ctx)
-	lb, ok := c.Backend().(*local.Backend)
+	lb, ok := ray.As[*local.Backend](c)
 	if !ok {
 		return fmt.Errorf("PreemptSlice needs the local simulator, not %T", c.Backend())
 	}
