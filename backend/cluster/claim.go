@@ -146,6 +146,15 @@ func (b *Runtime) unpick(p *shapePool, picked []*tpuSlice) {
 	b.serveSlices(p)
 }
 
+// handlesOf returns the sources' handles of hosts (Node.Handle).
+func handlesOf(hosts []*node) []any {
+	hs := make([]any, len(hosts))
+	for i, h := range hosts {
+		hs[i] = h.spec.Handle
+	}
+	return hs
+}
+
 // claimOf builds the claim of picked slices and each host's env.
 func claimOf(id backend.PlacementGroupID, picked []*tpuSlice) (Claim, map[string]map[string]string) {
 	c := Claim{ID: id.String(), Slices: make([]string, 0, len(picked)), Hosts: make([][]string, 0, len(picked))}
@@ -155,6 +164,7 @@ func claimOf(id backend.PlacementGroupID, picked []*tpuSlice) (Claim, map[string
 		names := s.hostNames()
 		c.Slices = append(c.Slices, s.name)
 		c.Hosts = append(c.Hosts, slices.Clone(names))
+		c.Handles = append(c.Handles, handlesOf(s.hosts))
 		for wid := range s.hosts {
 			e := maps.Clone(s.workerEnv(wid, names))
 			if len(picked) > 1 {

@@ -35,11 +35,15 @@
 // was lost comes back empty and idle; a node reported after Start is
 // brought up on the runner and joins scheduling at once, with resource
 // names the cluster has not seen before. TPU slices are not reported
-// separately: the runtime groups hosts into slices by the GKE labels
-// package tpu names (tpu.LabelSliceName, tpu.LabelGKEAccelerator,
-// tpu.LabelGKETopology, tpu.LabelWorkerID); a slice joins the index once
-// all its hosts are in. [CheckSlices] runs the same checks on a list of
-// nodes, so a static source can refuse a bad spec when it is built.
+// separately: a TPU host says which host of which slice it is as a typed
+// [TPUHost] (slice name, shape, worker ID), and the runtime groups hosts
+// into slices by it; a slice joins the index once all its hosts are in.
+// The source parses its own world's facts once, at the edge (the
+// Kubernetes source reads GKE's node labels; a static list of TPU VMs
+// would read its file). [CheckSlices] runs the runtime's checks on a list
+// of nodes, so a static source can refuse a bad spec when it is built.
+// A node may carry an opaque Handle for the runner (the Kubernetes node a
+// runtime node is on now); claims carry their hosts' handles.
 //
 // The runtime's KillNode and RestartNode (backend.FaultInjector) and
 // PreemptSlice go through the source (Kill, Restore), which reports the
@@ -61,9 +65,10 @@
 //
 // A source whose TPU slices other drivers share implements
 // [SliceClaimer]: a slice reservation picks free slices (or one free
-// sub-slice) from the index, claims them (ClaimSlices; a sub-slice as its
-// parent slice with the sub-slice's hosts) outside the runtime's lock,
-// and is granted only if the claim succeeds; until then nothing else
+// sub-slice) from the index, claims them (ClaimSlices; a sub-slice as
+// its parent slice with the sub-slice's hosts, Claim.Subslice set)
+// outside the runtime's lock, and is granted only if the claim succeeds;
+// until then nothing else
 // picks what it picked. A [HeldError] (ResourceExhausted)
 // marks the slices it names as held elsewhere for Options.ClaimRetry; the
 // request is queued again at the head and takes other intact slices, or

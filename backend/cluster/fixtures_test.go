@@ -33,6 +33,7 @@ func tpuHosts(n int) []cluster.Node {
 			Name:      name + "-w0",
 			Resources: backend.Resources{backend.CPU: 8, backend.TPU: 4},
 			Labels:    tpu.HostLabels(shape, name, "pool-"+name, 0),
+			TPU:       &cluster.TPUHost{Slice: name, Shape: shape, WorkerID: 0},
 		})
 	}
 	return out
@@ -59,6 +60,7 @@ func tpuHosts4x4(n int) []cluster.Node {
 				Name:      fmt.Sprintf("%s-w%d", name, w),
 				Resources: backend.Resources{backend.CPU: 8, backend.TPU: 4},
 				Labels:    tpu.HostLabels(shape4x4, name, "pool-"+name, w),
+				TPU:       &cluster.TPUHost{Slice: name, Shape: shape4x4, WorkerID: w},
 			})
 		}
 	}

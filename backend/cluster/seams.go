@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/tpu"
 )
 
 // Node is one node as a [NodeSource] reports it.
@@ -14,11 +15,36 @@ type Node struct {
 	// Resources is the node's capacity (backend.CPU, backend.TPU, ...).
 	Resources backend.Resources
 	// Labels are matched by node and bundle label selectors. TPU hosts
-	// carry the GKE labels of package tpu (tpu.HostLabels), from which the
-	// runtime builds its slice index.
+	// should carry the labels GKE and Ray give real hosts
+	// (tpu.HostLabels), so that selectors written for GKE match; the
+	// runtime itself reads the TPU field, not labels.
 	Labels map[string]string
 	// Env is added to the runtime env of all work on the node.
 	Env map[string]string
+	// TPU is set when the node is a host of a TPU slice: the runtime
+	// groups hosts into slices by it, and a slice joins its index once
+	// every host is in. Nil for a node without TPUs.
+	TPU *TPUHost
+	// Handle is the source's own handle of the node, opaque to the
+	// runtime, for the runner: Runner.NodeUp gets it, and a [Claim] has
+	// the handle of each claimed host (Kubernetes: the name of the
+	// Kubernetes node, which changes when a host is replaced). A node
+	// reported again after it was lost comes back with the new report's
+	// Handle; its other fields stay as first reported.
+	Handle any
+}
+
+// TPUHost says which host of which TPU slice a node is.
+type TPUHost struct {
+	// Slice names the slice, unique in the cluster (on GKE, the node
+	// pool; Ray's TPU_NAME).
+	Slice string
+	// Shape is the slice's generation, topology and chips per host; the
+	// node's backend.TPU capacity must equal Shape.ChipsPerHost.
+	Shape tpu.SliceShape
+	// WorkerID is the host's TPU_WORKER_ID, 0..Shape.Hosts()-1: the
+	// hosts of one slice have distinct worker IDs.
+	WorkerID int
 }
 
 // NodeSink receives a [NodeSource]'s reports. The runtime implements it
@@ -101,13 +127,19 @@ type Claim struct {
 	// ID is the reservation's ID (its placement group's ID), unique in the
 	// driver.
 	ID string
-	// Slices are the slice names (tpu.LabelSlice values), in the order of
+	// Slices are the slice names (TPUHost.Slice), in the order of
 	// the request's slice indices; Hosts are the node names of each slice,
 	// in worker-ID order. A sub-slice reservation is one slice, its parent,
 	// with only the sub-slice's hosts, in the sub-slice's worker-ID order:
 	// fewer hosts than the slice has.
 	Slices []string
 	Hosts  [][]string
+	// Handles[i][j] is the [Node.Handle] of Hosts[i][j], as its source
+	// last reported it.
+	Handles [][]any
+	// Subslice says the claim is of one sub-slice (SliceRequest.Subslice):
+	// Slices holds its parent slice and Hosts only the sub-slice's hosts.
+	Subslice bool
 }
 
 // SliceClaimer is an optional interface of a [NodeSource] whose slices are

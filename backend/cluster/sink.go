@@ -34,7 +34,11 @@ func (b *Runtime) nodeAdded(spec Node) {
 	}
 	up := false
 	if n := b.byName[spec.Name]; n != nil {
-		up = b.restoreLocked(n) && b.synced
+		restored := b.restoreLocked(n)
+		if restored {
+			n.spec.Handle = spec.Handle // a replaced host: the source's new handle
+		}
+		up = restored && b.synced
 		spec = n.spec
 	} else {
 		b.addNodeLocked(spec)
@@ -60,6 +64,10 @@ func (b *Runtime) nodeUp(spec Node) {
 func (b *Runtime) addNodeLocked(spec Node) *node {
 	spec.Resources = spec.Resources.Clone()
 	spec.Labels, spec.Env = maps.Clone(spec.Labels), maps.Clone(spec.Env)
+	if spec.TPU != nil {
+		h := *spec.TPU
+		spec.TPU = &h
+	}
 	for _, k := range slices.Sorted(maps.Keys(spec.Resources)) {
 		b.addResourceName(k)
 	}

@@ -2,21 +2,19 @@ package cluster
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/tpu"
 )
 
-// CheckSlices checks that the TPU hosts among nodes make whole slices, as
-// the runtime finds them from their labels: nodes sharing a slice name
-// (tpu.LabelSliceName) form a slice whose generation and topology come
-// from the GKE accelerator and topology labels, whose chips per host is
-// the nodes' TPU capacity, and whose worker IDs (tpu.LabelWorkerID) are
-// exactly 0..hosts-1. A static source calls it before it reports its
-// nodes, so that a bad spec fails when it is built; the runtime leaves
-// out of its slice index (and logs) hosts that fail these checks. Errors
-// are InvalidArgument, naming op.
+// CheckSlices checks that the TPU hosts among nodes (those with a
+// [TPUHost]) make whole slices, as the runtime groups them: nodes sharing
+// TPUHost.Slice form a slice of one shape whose chips per host is the
+// nodes' TPU capacity, and whose worker IDs are exactly 0..hosts-1. A
+// static source calls it before it reports its nodes, so that a bad spec
+// fails when it is built; the runtime leaves out of its slice index (and
+// logs) hosts that fail these checks. Errors are InvalidArgument, naming
+// op.
 func CheckSlices(op string, nodes []Node) error {
 	type pending struct {
 		shape tpu.SliceShape
@@ -25,11 +23,11 @@ func CheckSlices(op string, nodes []Node) error {
 	var order []string
 	found := map[string]*pending{}
 	for _, n := range nodes {
-		name := n.Labels[tpu.LabelSliceName]
-		if name == "" {
+		if n.TPU == nil {
 			continue
 		}
-		shape, wid, err := hostSlice(n.Name, name, n.Labels, int(n.Resources[backend.TPU]))
+		name := n.TPU.Slice
+		shape, wid, err := hostSlice(n)
 		if err != nil {
 			return backend.Errorf(backend.InvalidArgument, op, "%w", err)
 		}
@@ -58,18 +56,27 @@ func CheckSlices(op string, nodes []Node) error {
 	return nil
 }
 
-// hostSlice reads the slice shape and worker ID of TPU host node of slice
-// from its labels and TPU capacity.
-func hostSlice(node, slice string, labels map[string]string, chips int) (tpu.SliceShape, int, error) {
-	shape, err := tpu.NewSliceShape(tpu.Generation(labels[tpu.LabelGKEAccelerator]), labels[tpu.LabelGKETopology], chips)
+// hostSlice checks the TPU host n.TPU (which must be set) against the
+// node's TPU capacity and returns its slice's shape, with the chips per
+// host of that capacity, and its worker ID.
+func hostSlice(n Node) (tpu.SliceShape, int, error) {
+	h := n.TPU
+	chips := int(n.Resources[backend.TPU])
+	if h.Slice == "" {
+		return tpu.SliceShape{}, 0, fmt.Errorf("node %q: its TPUHost has no Slice name", n.Name)
+	}
+	shape, err := tpu.NewSliceShape(h.Shape.Generation, h.Shape.Topology.String(), chips)
 	if err != nil {
-		return tpu.SliceShape{}, 0, fmt.Errorf("node %q of TPU slice %q (labels %s, %s; TPU capacity %d): %w",
-			node, slice, tpu.LabelGKEAccelerator, tpu.LabelGKETopology, chips, err)
+		return tpu.SliceShape{}, 0, fmt.Errorf("node %q of TPU slice %q (%s %s, TPU capacity %d): %w",
+			n.Name, h.Slice, h.Shape.Generation, h.Shape.Topology, chips, err)
 	}
-	wid, err := strconv.Atoi(labels[tpu.LabelWorkerID])
-	if err != nil || wid < 0 || wid >= shape.Hosts() {
-		return tpu.SliceShape{}, 0, fmt.Errorf("node %q of TPU slice %q: label %s=%q is not a worker ID in 0..%d",
-			node, slice, tpu.LabelWorkerID, labels[tpu.LabelWorkerID], shape.Hosts()-1)
+	if h.Shape.ChipsPerHost != 0 && h.Shape.ChipsPerHost != chips {
+		return tpu.SliceShape{}, 0, fmt.Errorf("node %q of TPU slice %q: its shape has %d chips per host but the node's TPU capacity is %d",
+			n.Name, h.Slice, h.Shape.ChipsPerHost, chips)
 	}
-	return shape, wid, nil
+	if h.WorkerID < 0 || h.WorkerID >= shape.Hosts() {
+		return tpu.SliceShape{}, 0, fmt.Errorf("node %q of TPU slice %q (%s): worker ID %d is not in 0..%d",
+			n.Name, h.Slice, shape, h.WorkerID, shape.Hosts()-1)
+	}
+	return shape, h.WorkerID, nil
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/samber/lo"
+
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/tpu"
 )
@@ -172,7 +174,8 @@ func (b *Runtime) claimSubslice(ctx context.Context, op string, p *shapePool, w 
 	id := backend.PlacementGroupID(b.newID())
 	pc := &pickedClaim{
 		op: op, id: id,
-		claim: Claim{ID: id.String(), Slices: []string{s.name}, Hosts: [][]string{slices.Clone(g.rs.Hosts)}},
+		claim: Claim{ID: id.String(), Slices: []string{s.name}, Hosts: [][]string{slices.Clone(g.rs.Hosts)},
+			Handles: [][]any{handlesOf(lo.Map(g.rs.Hosts, func(h string, _ int) *node { return b.byName[h] }))}, Subslice: true},
 		unpick: func() {
 			s.setSubBusy(w.sub, index, false)
 			b.serveSlices(p)

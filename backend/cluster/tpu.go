@@ -14,7 +14,7 @@ import (
 	"github.com/goray-dev/goray/tpu"
 )
 
-// tpuSlice is a TPU slice of the cluster, found from its hosts' labels.
+// tpuSlice is a TPU slice of the cluster, grouped from its hosts' TPUHost.
 type tpuSlice struct {
 	index      int // order of creation, for first-fit
 	name       string
@@ -149,16 +149,16 @@ type pendingSlice struct {
 	have  int
 }
 
-// addHost adds a new node to the slice it is labelled for, if any; the
-// slice joins the index once all its hosts are in. Hosts whose labels do
-// not make a slice are logged and left out of the index (CheckSlices
+// addHost adds a new node to the slice of its TPUHost, if any; the
+// slice joins the index once all its hosts are in. Hosts whose TPUHost
+// does not make a slice are logged and left out of the index (CheckSlices
 // reports the same as errors). b.mu must be held.
 func (x *sliceIndex) addHost(b *Runtime, n *node) {
-	name := n.labels[tpu.LabelSliceName]
-	if name == "" {
+	if n.spec.TPU == nil {
 		return
 	}
-	shape, wid, err := hostSlice(n.name, name, n.labels, int(b.resources(n.capac)[backend.TPU]))
+	name := n.spec.TPU.Slice
+	shape, wid, err := hostSlice(n.spec)
 	if err == nil && x.named(name) {
 		err = fmt.Errorf("TPU slice %q is complete; node %q cannot join it", name, n.name)
 	}

@@ -186,7 +186,20 @@ func hostNode(shape tpu.SliceShape, slice string, wid int, n *corev1.Node) clust
 		res[k] = v
 	}
 	addCPUMemory(res, n)
-	return cluster.Node{Name: runtimeName(n), Resources: res, Labels: lbl}
+	return cluster.Node{Name: runtimeName(n), Resources: res, Labels: lbl,
+		TPU: &cluster.TPUHost{Slice: slice, Shape: shape, WorkerID: wid}, Handle: kubeNodeHandle(n.Name)}
+}
+
+// kubeNodeHandle is the Handle of the runtime's nodes (cluster.Node): the
+// name of the Kubernetes node it is now, which the runner pins pods to.
+type kubeNodeHandle string
+
+// handleAt returns handles[i][j], or nil when there is none.
+func handleAt(handles [][]any, i, j int) any {
+	if i < len(handles) && j < len(handles[i]) {
+		return handles[i][j]
+	}
+	return nil
 }
 
 // runtimeName is the name of n in the runtime: its LabelName, else its
@@ -215,7 +228,7 @@ func cpuNode(n *corev1.Node) cluster.Node {
 		lbl = map[string]string{}
 	}
 	lbl[LabelNode] = n.Name
-	return cluster.Node{Name: runtimeName(n), Resources: res, Labels: lbl}
+	return cluster.Node{Name: runtimeName(n), Resources: res, Labels: lbl, Handle: kubeNodeHandle(n.Name)}
 }
 
 // AnnotationResources on a node adds custom resources of the runtime to

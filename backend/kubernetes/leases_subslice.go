@@ -89,18 +89,3 @@ func (l *Leases) SubsliceClaims(slice string) []string {
 	defer l.mu.Unlock()
 	return sortedKeys(l.subs[slice])
 }
-
-// subsliceOf returns the slice of a claim of part of one slice (a
-// sub-slice reservation: fewer hosts than the slice has), or false.
-func (s *Source) subsliceOf(slices []string, hosts [][]string) (string, bool) {
-	if len(slices) != 1 || len(hosts) != 1 || len(hosts[0]) == 0 {
-		return "", false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.slices[slices[0]]
-	if st == nil || st.hosts == nil || len(hosts[0]) >= len(st.hosts) {
-		return "", false
-	}
-	return slices[0], true
-}

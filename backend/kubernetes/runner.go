@@ -72,8 +72,7 @@ type Runner struct {
 	secretGen  int      // guarded by mu: the last renewed Secret generation
 	secrets    []string // guarded by mu: renewed Secrets still kept
 
-	created  atomic.Int64 // pods created, for tests
-	kubeNode func(string) string
+	created atomic.Int64 // pods created, for tests
 
 	mu       sync.Mutex
 	closed   bool
@@ -288,34 +287,23 @@ func (r *Runner) cpuPodLocked(node string) *podWorker {
 	w := r.newWorkerLocked(dnsName("goray", r.pt.cluster, "node", node, randomSuffix()[:5]), node)
 	w.idleSince = time.Now()
 	r.cpuPods[node] = w
-	pod := r.pt.pod(podSpec{name: w.name, node: r.kubeNodeLocked(node)})
+	pod := r.pt.pod(podSpec{name: w.name, node: r.kubeNodeLocked(node, nil)})
 	r.bg.Go(func() { r.launch(w, pod) })
 	return w
 }
 
 // kubeNodeLocked is the Kubernetes node of a runtime node (r.mu held):
-// the source's current mapping when the runner has one (a replaced TPU
-// host keeps its runtime name on a new node), else the node's label.
-func (r *Runner) kubeNodeLocked(node string) string {
-	if r.kubeNode != nil {
-		if k := r.kubeNode(node); k != node {
-			return k
-		}
+// handle, the source's handle of the node in a claim (a replaced TPU host
+// keeps its runtime name on a new node), else the handle NodeUp recorded,
+// else the runtime name.
+func (r *Runner) kubeNodeLocked(node string, handle any) string {
+	if k, ok := handle.(kubeNodeHandle); ok {
+		return string(k)
 	}
-	if n, ok := r.nodes[node]; ok {
-		return kubeNode(n)
+	if k, ok := r.nodes[node].Handle.(kubeNodeHandle); ok {
+		return string(k)
 	}
 	return node
-}
-
-// ResolveNodesWith makes the runner pin pods to the Kubernetes node that
-// kubeNode names for a runtime node (Source.KubeNode), rather than the
-// one the node was first reported on. NewFromParts wires it; call it
-// before Start. kubeNode must not block on the runtime.
-func (r *Runner) ResolveNodesWith(kubeNode func(runtimeName string) string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.kubeNode = kubeNode
 }
 
 func (r *Runner) newWorkerLocked(name, node string) *podWorker {
@@ -451,7 +439,7 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 			workers = append(workers, w)
 			chips := int(r.nodes[host].Resources[backend.TPU])
 			pods = append(pods, r.pt.pod(podSpec{
-				name: name, node: r.kubeNodeLocked(host), chips: chips, hostname: hostnames[i][j],
+				name: name, node: r.kubeNodeLocked(host, handleAt(c.Handles, i, j)), chips: chips, hostname: hostnames[i][j],
 				labels: map[string]string{LabelReservation: labelValue(c.ID), LabelSlice: labelValue(c.Slices[i]), LabelWorkerID: strconv.Itoa(j)},
 				env:    r.pt.podEnv(env[host], i, hostnames),
 			}))

@@ -370,8 +370,7 @@ func (s *Source) added(n cluster.Node) {
 
 // KubeNode returns the Kubernetes node that the runtime node named name
 // runs on now (a replaced TPU host's runtime name maps to its new node),
-// or name itself. It takes no lock the runtime may hold: the runner calls
-// it to pin pods.
+// or name itself. (The runner learns the same from each node's Handle.)
 func (s *Source) KubeNode(name string) string {
 	if k, ok := s.kubeNames.Load(name); ok {
 		return k.(string)
@@ -493,8 +492,8 @@ func (s *Source) ClaimSlices(ctx context.Context, c cluster.Claim) error {
 	if s.leases == nil {
 		return nil
 	}
-	if slice, ok := s.subsliceOf(c.Slices, c.Hosts); ok {
-		return s.leases.ClaimSubslice(ctx, c.ID, slice)
+	if c.Subslice {
+		return s.leases.ClaimSubslice(ctx, c.ID, c.Slices[0])
 	}
 	return s.leases.Claim(ctx, c.ID, c.Slices)
 }
@@ -506,8 +505,8 @@ func (s *Source) ReleaseSlices(ctx context.Context, c cluster.Claim) error {
 		return nil
 	}
 	var err error
-	if slice, ok := s.subsliceOf(c.Slices, c.Hosts); ok {
-		err = s.leases.ReleaseSubslice(ctx, c.ID, slice)
+	if c.Subslice {
+		err = s.leases.ReleaseSubslice(ctx, c.ID, c.Slices[0])
 	} else {
 		err = s.leases.Release(ctx, c.Slices)
 	}

@@ -141,7 +141,7 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 	nodes := make([]cluster.Node, len(defs))
 	names := make([]string, len(defs))
 	for i, d := range defs {
-		nodes[i] = cluster.Node{Name: d.name, Resources: d.resources, Labels: d.labels, Env: d.env}
+		nodes[i] = cluster.Node{Name: d.name, Resources: d.resources, Labels: d.labels, Env: d.env, TPU: d.tpu}
 		names[i] = d.name
 	}
 	if err := cluster.CheckSlices("create local cluster", nodes); err != nil {

@@ -6,9 +6,12 @@ import (
 	"io"
 	"maps"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/backend/cluster"
+	"github.com/goray-dev/goray/tpu"
 )
 
 // ClusterSpec describes a simulated cluster. Build one in Go, or load a JSON
@@ -126,6 +129,7 @@ type nodeDef struct {
 	resources backend.Resources
 	labels    map[string]string
 	env       map[string]string
+	tpu       *cluster.TPUHost // a host of a TPUSliceSpec's slice
 }
 
 // expand validates the spec and expands counts and TPU slices into nodes.
@@ -161,14 +165,21 @@ func (s ClusterSpec) expand() ([]nodeDef, error) {
 			return nil, backend.Errorf(backend.InvalidArgument, op, "node %q: count %d exceeds the limit of %d nodes in a cluster (local.MaxNodes)", n.Name, n.Count, MaxNodes)
 		}
 		budget -= max(1, n.Count)
+		host, err := labelledHost(n)
+		if err != nil {
+			return nil, backend.Errorf(backend.InvalidArgument, op, "%w", err)
+		}
+		if host != nil && n.Count > 1 {
+			return nil, backend.Errorf(backend.InvalidArgument, op, "node %q: count %d of a TPU host (label %s): each host of a slice is a node of its own", n.Name, n.Count, tpu.LabelSliceName)
+		}
 		if n.Count <= 1 {
-			if err := add(nodeDef{n.Name, n.Resources.Clone(), maps.Clone(n.Labels), maps.Clone(n.Env)}); err != nil {
+			if err := add(nodeDef{name: n.Name, resources: n.Resources.Clone(), labels: maps.Clone(n.Labels), env: maps.Clone(n.Env), tpu: host}); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		for i := range n.Count {
-			if err := add(nodeDef{fmt.Sprintf("%s-%d", n.Name, i), n.Resources.Clone(), maps.Clone(n.Labels), maps.Clone(n.Env)}); err != nil {
+			if err := add(nodeDef{name: fmt.Sprintf("%s-%d", n.Name, i), resources: n.Resources.Clone(), labels: maps.Clone(n.Labels), env: maps.Clone(n.Env)}); err != nil {
 				return nil, err
 			}
 		}
@@ -186,4 +197,28 @@ func (s ClusterSpec) expand() ([]nodeDef, error) {
 		return nil, backend.Errorf(backend.InvalidArgument, op, "cluster spec has no nodes")
 	}
 	return defs, nil
+}
+
+// labelledHost reads the TPU host of a node spec from the labels GKE and
+// Ray put on real hosts (tpu.HostLabels): the slice name
+// (tpu.LabelSliceName), the GKE accelerator and topology, and the worker
+// ID; its chips per host are its TPU resource. A node without a slice
+// name is no TPU host (nil).
+func labelledHost(n NodeSpec) (*cluster.TPUHost, error) {
+	slice := n.Labels[tpu.LabelSliceName]
+	if slice == "" {
+		return nil, nil
+	}
+	chips := int(n.Resources[backend.TPU])
+	shape, err := tpu.NewSliceShape(tpu.Generation(n.Labels[tpu.LabelGKEAccelerator]), n.Labels[tpu.LabelGKETopology], chips)
+	if err != nil {
+		return nil, fmt.Errorf("node %q of TPU slice %q (labels %s, %s; TPU resource %d): %w",
+			n.Name, slice, tpu.LabelGKEAccelerator, tpu.LabelGKETopology, chips, err)
+	}
+	wid, err := strconv.Atoi(n.Labels[tpu.LabelWorkerID])
+	if err != nil || wid < 0 || wid >= shape.Hosts() {
+		return nil, fmt.Errorf("node %q of TPU slice %q: label %s=%q is not a worker ID in 0..%d",
+			n.Name, slice, tpu.LabelWorkerID, n.Labels[tpu.LabelWorkerID], shape.Hosts()-1)
+	}
+	return &cluster.TPUHost{Slice: slice, Shape: shape, WorkerID: wid}, nil
 }

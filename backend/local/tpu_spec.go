@@ -107,6 +107,7 @@ func expandSlices(specs []TPUSliceSpec, budget int) ([]nodeDef, error) {
 					name:      host,
 					resources: res,
 					labels:    hl,
+					tpu:       &cluster.TPUHost{Slice: slice, Shape: shape, WorkerID: w},
 					env: map[string]string{
 						tpu.EnvAcceleratorType: acceleratorEnv(shape),
 						tpu.EnvTopology:        shape.Topology.String(),
