@@ -42,6 +42,13 @@ type SliceSpec struct {
 	Name string
 	// Timeout bounds the wait for free slices; 0 waits as long as ctx.
 	Timeout time.Duration
+	// Subslice, when set, reserves one ICI-contiguous sub-slice of this
+	// topology inside one slice of Topology instead of whole slices, as
+	// Ray's subslice_placement_group does: "4x4" of a v6e 8x8 node pool
+	// whose hosts carry GKE's sub-slice labels. The reservation's hosts,
+	// env (a slice of its own: the sub-slice's worker IDs and topology)
+	// and bundles are the sub-slice's; NumSlices must be 0 or 1.
+	Subslice string
 }
 
 // SlicePlacementGroup is a reservation of whole TPU slices: every host of
@@ -98,6 +105,7 @@ func NewSlicePlacementGroup(ctx context.Context, c *Cluster, spec SliceSpec) (*S
 	}
 	req := &backend.SliceRequest{
 		Shape: parsed, NumSlices: spec.NumSlices, BundleResources: backend.Resources(maps.Clone(spec.ResourcesPerBundle)), Name: spec.Name,
+		Subslice: spec.Subslice,
 	}
 	rr, err := req.Resolve(op)
 	if err != nil {
@@ -129,6 +137,7 @@ func (s *SlicePlacementGroup) reserve(ctx context.Context) (*backend.SliceReserv
 	}
 	return s.c.b.(backend.SliceReserver).ReserveSlices(ctx, &backend.SliceRequest{
 		Shape: s.shape, NumSlices: spec.NumSlices, BundleResources: backend.Resources(maps.Clone(spec.ResourcesPerBundle)), Name: spec.Name,
+		Subslice: spec.Subslice,
 	})
 }
 
@@ -255,6 +264,19 @@ func (s *SlicePlacementGroup) SliceNames() []string {
 	out := make([]string, len(res.Slices))
 	for i, sl := range res.Slices {
 		out[i] = sl.Name
+	}
+	return out
+}
+
+// Slices returns the reserved slices (copies), in MEGASCALE_SLICE_ID
+// order: each one's name, hosts and hostnames, and for a sub-slice
+// reservation the sub-slice's topology, index and GKE sub-slice ID.
+func (s *SlicePlacementGroup) Slices() []ReservedSlice {
+	res, _ := s.current()
+	out := make([]ReservedSlice, len(res.Slices))
+	for i, sl := range res.Slices {
+		sl.Hosts, sl.Hostnames = slices.Clone(sl.Hosts), slices.Clone(sl.Hostnames)
+		out[i] = sl
 	}
 	return out
 }

@@ -31,19 +31,20 @@ type PendingSliceRequest = backend.PendingSliceRequest
 type FaultInjector = backend.FaultInjector
 
 // SliceReserver is implemented by backends that reserve TPU slices; the
-// slice API of this package ([NewSlicePlacementGroup]) uses it, and a
-// program may call it directly for requests that API does not cover, such
-// as a sub-slice ([SliceRequest.Subslice]).
+// slice API of this package ([NewSlicePlacementGroup], whole slices and
+// sub-slices) uses it.
 type SliceReserver = backend.SliceReserver
+
+// ReservedSlice is one slice of a [SlicePlacementGroup] (or a
+// [SliceReservation]): its name, hosts and hostnames, and its sub-slice
+// when the reservation is of one.
+type ReservedSlice = backend.ReservedSlice
 
 // SliceRequest is a request to a [SliceReserver].
 type SliceRequest = backend.SliceRequest
 
 // SliceReservation is what a [SliceReserver] grants.
 type SliceReservation = backend.SliceReservation
-
-// ReservedSlice is one slice of a [SliceReservation].
-type ReservedSlice = backend.ReservedSlice
 
 // ObjectID identifies an object: the value behind an [ObjectRef].
 type ObjectID = backend.ObjectID

@@ -187,18 +187,15 @@ func processes(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 // subslice_placement_group does, and prints the env the device plugin
 // rewrites to the sub-slice and the GKE sub-slice label of its hosts.
 func subslice(ctx context.Context, c *ray.Cluster, w io.Writer) error {
-	sr, ok := c.Backend().(ray.SliceReserver)
-	if !ok {
-		return fmt.Errorf("backend %T has no TPU slices", c.Backend())
-	}
-	r, err := sr.ReserveSlices(ctx, &ray.SliceRequest{Shape: tpu.SliceShape{Generation: tpu.V6e, Topology: tpu.MustParseTopology("8x8")}, Subslice: "4x4", Name: "sub"})
+	spg, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "8x8", Subslice: "4x4", Name: "sub"})
 	if err != nil {
 		return err
 	}
-	defer c.Backend().RemovePlacementGroup(ctx, r.Group)
-	rs := r.Slices[0]
+	defer spg.Release(ctx)
+	rs := spg.Slices()[0]
 	fmt.Fprintf(w, "\nreserved sub-slice %s %d of %s (%s): %v\n", rs.Subslice, rs.SubsliceIndex, rs.Name, rs.SubsliceID, rs.Hosts)
-	for i, env := range r.Env {
+	for i := range spg.NumHosts() {
+		env := spg.WorkerEnv(i)
 		fmt.Fprintf(w, "  worker %s on %s: TPU_TOPOLOGY=%s TPU_ACCELERATOR_TYPE=%s TPU_HOST_BOUNDS=%s\n",
 			env[tpu.EnvWorkerID], rs.Hosts[i], env[tpu.EnvTopology], env[tpu.EnvAcceleratorType], env[tpu.EnvHostBounds])
 	}
