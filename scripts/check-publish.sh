@@ -10,9 +10,13 @@
 #      storage/gocloud, each alone in its own scratch module, and all four
 #      together in one; each builds and runs a small program
 #      (scripts/testdata/publish/<module>/main.go);
-#   2. go install github.com/goray-dev/goray/cmd/goray@<version>, and the
+#   2. a backend written outside the repository on the public runtime
+#      (scripts/testdata/publish/outoftree: a static list of TPU VMs read
+#      from a file, docs/backends.md) passes backendtest's conformance
+#      suite and clustertest's seam tests;
+#   3. go install github.com/goray-dev/goray/cmd/goray@<version>, and the
 #      installed goray runs;
-#   3. skew: the previous version's nested modules (the latest v* tag, or
+#   4. skew: the previous version's nested modules (the latest v* tag, or
 #      HEAD~1 when there is none; GORAY_PREV_REF overrides) built against
 #      the new root. Skew is reported; it fails the check only with
 #      GORAY_STRICT_SKEW=1, since a release may change the seams on
@@ -55,9 +59,9 @@ scratch() {
     go mod init example.com/scratch >/dev/null 2>&1
     for m in "$@"; do go get "$m@$V"; done
     if [ "$name" = all ]; then
-      cp -r "$REPO/scripts/testdata/publish/." .
+      cp -r "$REPO"/scripts/testdata/publish/{root,kubernetes,parquet,gocloud} .
     else
-      cp "$REPO/scripts/testdata/publish/$name/main.go" .
+      cp "$REPO/scripts/testdata/publish/$name/"*.go .
     fi
     go mod tidy
     # The scratch module must have resolved goray from the proxy at $V.
@@ -67,6 +71,8 @@ scratch() {
     done
     if [ "$name" = all ]; then
       for p in root kubernetes parquet gocloud; do go run "./$p"; done
+    elif [ "$name" = outoftree ]; then
+      go vet ./... && go test -count=1 ./...
     else
       go run .
     fi
@@ -78,6 +84,8 @@ scratch root "$M"
 scratch kubernetes "$M/backend/kubernetes"
 scratch parquet "$M/data/parquet"
 scratch gocloud "$M/storage/gocloud"
+echo "== a backend outside the repository (docs/backends.md): backendtest and clustertest"
+scratch outoftree "$M"
 echo "== go get, all together"
 scratch all "$M" "$M/backend/kubernetes" "$M/data/parquet" "$M/storage/gocloud"
 
