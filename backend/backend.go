@@ -15,7 +15,8 @@
 //
 // [Backend] is the small required interface. Optional capabilities are
 // separate interfaces, detected by type assertion as database/sql does:
-// [Snapshotter], [FaultInjector], [SliceReserver], [NativeValues].
+// [Snapshotter], [FaultInjector], [TaskCanceler], [SliceReserver],
+// [NativeValues].
 //
 // # Validation
 //

@@ -2,8 +2,8 @@ package ray
 
 import "github.com/goray-dev/goray/backend"
 
-// Code is the closed set of error codes; see [Code] (the function) to read
-// the code of any error.
+// ErrorCode is the closed set of error codes; [Code] reads the code of
+// any error.
 type ErrorCode = backend.Code
 
 // The error codes. See package backend for their meaning.

@@ -19,8 +19,8 @@ import (
 //	}
 //
 // Go cannot ship closures, so a backend that runs work in other processes
-// (today backend/local with ProcessOptions) starts the program's own
-// executable as a worker: the worker registers the same
+// (backend/local with ProcessOptions, backend/kubernetes's worker pods)
+// starts the program's own executable as a worker: the worker registers the same
 // tasks and actor classes at init, then Main serves them to the driver
 // that launched it and never returns: the process exits when its driver
 // goes away. A driver and a worker built from different code refuse each

@@ -52,7 +52,7 @@ func (s *suite) testActors(t *testing.T) {
 		for range 4 {
 			refs = append(refs, counterBlock.Remote(ctx, h, name))
 		}
-		waitChan(t, g.arrivedCh, "4 concurrent calls") // all four run at once
+		s.waitChan(t, g.arrivedCh, "4 concurrent calls") // all four run at once
 		g.release()
 		vals, err := ray.GetAll(ctx, refs)
 		is.NoErr(err)
@@ -66,7 +66,7 @@ func (s *suite) testActors(t *testing.T) {
 		name, g := newGate(1)
 		first := counterBlock.Remote(ctx, h, name)
 		second := counterAdd.Remote(ctx, h, 1)
-		waitChan(t, g.arrivedCh, "first call")
+		s.waitChan(t, g.arrivedCh, "first call")
 		_, _, err := ray.Wait(timeout(t, ctx, 30*time.Millisecond), []ray.Ref{second}, 1)
 		is.Equal(err, context.DeadlineExceeded) // the second call waits for the first
 		g.release()
@@ -120,13 +120,13 @@ func (s *suite) testActors(t *testing.T) {
 		defer g.release()
 		running := counterBlock.Remote(ctx, h, name)
 		queued := counterAdd.Remote(ctx, h, 1)
-		waitChan(t, g.arrivedCh, "running call")
+		s.waitChan(t, g.arrivedCh, "running call")
 		is.NoErr(h.Kill(ctx))
 		_, err := running.Get(ctx)
 		is.Equal(ray.Code(err), ray.ActorDied)
 		_, err = queued.Get(ctx)
 		is.Equal(ray.Code(err), ray.ActorDied)
-		waitChan(t, g.cancelCh, "the running call's context to be cancelled")
+		s.waitChan(t, g.cancelCh, "the running call's context to be cancelled")
 	})
 	t.Run("Named", func(t *testing.T) {
 		is := is.New(t)

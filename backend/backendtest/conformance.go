@@ -87,12 +87,22 @@ func (s *suite) ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func waitChan(t *testing.T, ch <-chan struct{}, what string) {
+// waitChan waits for ch to close for up to the harness's Patience, and
+// fails the test after that.
+func (s *suite) waitChan(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
+	if !s.waited(ch) {
+		t.Fatalf("timed out after %v waiting for %s", s.patience(), what)
+	}
+}
+
+// waited reports whether ch closed within the harness's Patience.
+func (s *suite) waited(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
-	case <-time.After(patience):
-		t.Fatalf("timed out after %v waiting for %s", patience, what)
+		return true
+	case <-time.After(s.patience()):
+		return false
 	}
 }
 

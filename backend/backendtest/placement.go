@@ -61,11 +61,11 @@ func (s *suite) testPlacementGroups(t *testing.T) {
 		name, g := newGate(1)
 		defer g.release()
 		running := block.Remote(ctx, c, name, ray.InBundle(pg, 0))
-		waitChan(t, g.arrivedCh, "task in bundle")
+		s.waitChan(t, g.arrivedCh, "task in bundle")
 		is.NoErr(pg.Remove(ctx))
 		_, err = running.Get(ctx)
 		is.True(errors.Is(err, ray.ErrPlacementGroupRemoved))
-		waitChan(t, g.cancelCh, "the running task's context to be cancelled")
+		s.waitChan(t, g.cancelCh, "the running task's context to be cancelled")
 	})
 	t.Run("Strategies", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.ResourceAccounting, "ResourceAccounting")

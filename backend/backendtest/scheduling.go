@@ -22,7 +22,7 @@ func (s *suite) testScheduling(t *testing.T) {
 		for range 4 {
 			refs = append(refs, block.Remote(ctx, c, name))
 		}
-		waitChan(t, g.arrivedCh, "two tasks to start")
+		s.waitChan(t, g.arrivedCh, "two tasks to start")
 		if s.h.Capabilities.Snapshot {
 			st, err := c.Snapshot(ctx)
 			is.NoErr(err)
@@ -134,7 +134,7 @@ func (s *suite) testScheduling(t *testing.T) {
 		for range 3 {
 			refs = append(refs, block.Remote(ctx, c, name, ray.Resources{ray.CPU: 0}))
 		}
-		waitChan(t, g.arrivedCh, "three 0-CPU tasks on a 1-CPU node")
+		s.waitChan(t, g.arrivedCh, "three 0-CPU tasks on a 1-CPU node")
 		g.release()
 		_, err := ray.GetAll(ctx, refs)
 		is.NoErr(err)
@@ -159,10 +159,10 @@ func (s *suite) testFaults(t *testing.T) {
 		name, g := newGate(1)
 		defer g.release()
 		ref := block.Remote(ctx, c, name, ray.NodeSelector{"zone": "in(a,b)"}, ray.Retries(1))
-		waitChan(t, g.arrivedCh, "task start")
+		s.waitChan(t, g.arrivedCh, "task start")
 		node := runningNode(t, c)
 		kill(t, c, node)
-		waitChan(t, g.cancelCh, "the lost attempt's context to be cancelled")
+		s.waitChan(t, g.cancelCh, "the lost attempt's context to be cancelled")
 		g.release()
 		v, err := ref.Get(ctx)
 		is.NoErr(err)
@@ -174,7 +174,7 @@ func (s *suite) testFaults(t *testing.T) {
 		name, g := newGate(1)
 		defer g.release()
 		ref := block.Remote(ctx, c, name, ray.NodeSelector{"zone": "c"}, ray.Retries(0))
-		waitChan(t, g.arrivedCh, "task start")
+		s.waitChan(t, g.arrivedCh, "task start")
 		kill(t, c, "node-2")
 		_, err := ref.Get(ctx)
 		is.Equal(ray.Code(err), ray.Unavailable)

@@ -62,7 +62,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 			// Retries left must not make a task wait for its dead host.
 			refs = append(refs, block.Remote(ctx, c, name, ray.InBundle(spg.PlacementGroup(), i), ray.Resources{ray.CPU: 0}, ray.Retries(3)))
 		}
-		waitChan(t, g.arrivedCh, "every host's task to start")
+		s.waitChan(t, g.arrivedCh, "every host's task to start")
 		// An actor on another host of the slice, with restarts left.
 		actor := counterClass.Remote(ctx, c, 0, ray.InBundle(spg.PlacementGroup(), 1), ray.MaxRestarts(5))
 		is.NoErr(actor.Ready(ctx))
@@ -75,7 +75,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 			_, err := r.Get(ctx)
 			unavailableNaming(is, err, lost)
 		}
-		waitChan(t, g.cancelCh, "every host's task to be cancelled")
+		s.waitChan(t, g.cancelCh, "every host's task to be cancelled")
 
 		// Later work on the broken reservation fails the same way.
 		_, err = block.Remote(ctx, c, name, ray.InBundle(spg.PlacementGroup(), 0), ray.Resources{ray.CPU: 0}).Get(ctx)
@@ -115,7 +115,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 			_, err := ray.RunOnSlice(ctx, spg, block, name)
 			done <- err
 		}()
-		waitChan(t, g.arrivedCh, "every host's task to start")
+		s.waitChan(t, g.arrivedCh, "every host's task to start")
 		lost := spg.Hosts()[5]
 		is.NoErr(faults(t, c).KillNode(ctx, lost))
 		select {
@@ -125,7 +125,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 			t.Fatalf("RunOnSlice did not return within %v of losing %s", patience, lost)
 		}
 		// Every host of both slices was stopped, not just the lost one.
-		waitChan(t, g.cancelCh, "every host's task to be cancelled")
+		s.waitChan(t, g.cancelCh, "every host's task to be cancelled")
 	})
 	t.Run("RunOnSliceCancelsOtherHostsOnFailure", func(t *testing.T) {
 		is := is.New(t)
@@ -142,7 +142,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 			_, err := ray.RunOnSlice(ctx, spg, failOnWorker0, gates2{Block: name, Fail: failName})
 			done <- err
 		}()
-		waitChan(t, g.arrivedCh, "workers 1-3 to block")
+		s.waitChan(t, g.arrivedCh, "workers 1-3 to block")
 		fail.release()
 		select {
 		case err := <-done:
@@ -152,7 +152,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 			t.Fatalf("RunOnSlice did not return within %v of a host's failure", patience)
 		}
 		// The other hosts' work is stopped, not left to hang.
-		waitChan(t, g.cancelCh, "the other hosts' tasks to be cancelled")
+		s.waitChan(t, g.cancelCh, "the other hosts' tasks to be cancelled")
 	})
 	t.Run("DispatchRetriesOnFreshReservation", func(t *testing.T) {
 		is := is.New(t)
@@ -168,7 +168,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 			out, err := ray.Dispatch(ctx, c, one, block, name, ray.Retries(1))
 			done <- result{out, err}
 		}()
-		waitChan(t, g.arrivedCh, "the first attempt's tasks to start")
+		s.waitChan(t, g.arrivedCh, "the first attempt's tasks to start")
 		states, err := ray.TPUSlices(ctx, c)
 		is.NoErr(err)
 		var first backend.SliceState
@@ -179,7 +179,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 		}
 		is.True(first.Name != "")
 		is.NoErr(faults(t, c).KillNode(ctx, first.Hosts[1].Node))
-		waitChan(t, g.cancelCh, "the first attempt's tasks to be cancelled")
+		s.waitChan(t, g.cancelCh, "the first attempt's tasks to be cancelled")
 		g.release() // the re-run's tasks return at once
 		var r result
 		select {
@@ -206,7 +206,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 			_, err := ray.Dispatch(ctx, c, one, block, name)
 			done <- err
 		}()
-		waitChan(t, g.arrivedCh, "the tasks to start")
+		s.waitChan(t, g.arrivedCh, "the tasks to start")
 		states, err := ray.TPUSlices(ctx, c)
 		is.NoErr(err)
 		lost := ""

@@ -111,7 +111,7 @@ func (s *suite) testSnapshot(t *testing.T) {
 			refs = append(refs, block.Remote(ctx, c, name, ray.Name("snap-blocked")))
 		}
 		refs = append(refs, block.Remote(ctx, c, name))
-		waitChan(t, g.arrivedCh, "two tasks to start")
+		s.waitChan(t, g.arrivedCh, "two tasks to start")
 
 		st, err := c.Snapshot(ctx)
 		is.NoErr(err)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -155,4 +156,32 @@ func keys(m map[string][]string) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// tempDirName matches the folders t.TempDir makes (TestName123456789).
+var tempDirName = regexp.MustCompile(`^Test\w*\d{6,}$`)
+
+// TestNoTestArtifactsTracked: no tracked file lies under a tmp folder or
+// a folder made by t.TempDir (a test run once left
+// storage/gocloud/tmp/TestOpenWithPrefix3686979308/001/k committed).
+func TestNoTestArtifactsTracked(t *testing.T) {
+	is := is.New(t)
+	root, err := moduleRoot()
+	is.NoErr(err)
+	cmd := exec.Command("git", "ls-files")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Skipf("git ls-files: %v (not a git checkout)", err)
+	}
+	files := strings.Fields(string(out))
+	is.True(len(files) > 100) // listed the repository
+	for _, f := range files {
+		for _, seg := range strings.Split(filepath.Dir(f), "/") {
+			if seg == "tmp" || tempDirName.MatchString(seg) {
+				t.Errorf("%s is tracked but looks like a test's leftover (folder %q): remove it", f, seg)
+				break
+			}
+		}
+	}
 }
