@@ -1,10 +1,5 @@
 package backend
 
-import (
-	"maps"
-	"strconv"
-)
-
 // The checks in this file are the admission rules every backend applies, in
 // one place so that backends agree on what they refuse and on the words of
 // the refusal. Each takes the operation name of the caller, a plain verb
@@ -46,51 +41,4 @@ func (s *ActorSpec) Check(op string, exec Executor, live func(name string) (Acto
 		return Errorf(InvalidArgument, op, "actor constructors take a value, not a ref")
 	}
 	return nil
-}
-
-// PlacementGroupNotFound is the NotFound error of work or a call naming a
-// placement group the backend never had.
-func PlacementGroupNotFound(op string, id PlacementGroupID) error {
-	return Errorf(NotFound, op, "placement group %s does not exist", id)
-}
-
-// PlacementGroupRemovedError is the error of work pinned to, queued in or
-// running in a removed placement group (code FailedPrecondition, matching
-// [ErrPlacementGroupRemoved]).
-func PlacementGroupRemovedError(id PlacementGroupID) error {
-	return Errorf(FailedPrecondition, "placement group "+id.String(), "%w", ErrPlacementGroupRemoved)
-}
-
-// CheckBundleIndex validates the bundle index of work pinned to a group of n
-// bundles: -1 (any bundle) or 0 to n-1.
-func CheckBundleIndex(op string, id PlacementGroupID, i, n int) error {
-	if i >= n || i < -1 {
-		return Errorf(InvalidArgument, op, "bundle index %d out of range: %s has %d bundles (use -1 for any)", i, id, n)
-	}
-	return nil
-}
-
-// BundleMisfit is the Infeasible error of work whose resources fit in no
-// bundle it may use (bundle -1 means any bundle).
-func BundleMisfit(op string, need Resources, bundle int, id PlacementGroupID) error {
-	which := "(any)"
-	if bundle >= 0 {
-		which = strconv.Itoa(bundle)
-	}
-	return Errorf(Infeasible, op, "%s does not fit in bundle %s of %s", need, which, id)
-}
-
-// OverlayEnv returns the runtime env of work in a bundle: base with over's
-// variables added or replaced. It returns base itself when over is empty
-// (callers must not modify the result) and a new map otherwise.
-func OverlayEnv(base, over map[string]string) map[string]string {
-	if len(over) == 0 {
-		return base
-	}
-	env := maps.Clone(base)
-	if env == nil {
-		env = make(map[string]string, len(over))
-	}
-	maps.Copy(env, over)
-	return env
 }

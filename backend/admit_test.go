@@ -57,11 +57,6 @@ func TestAdmission(t *testing.T) {
 		{"unregistered class", (&backend.ActorSpec{Class: "X"}).Check("create actor X", registry{}, live), backend.NotFound, `create actor X: actor class "X" is not registered`},
 		{"name taken", (&backend.ActorSpec{Class: "Counter", Name: "taken"}).Check("create actor Counter", registry{}, live), backend.AlreadyExists, `create actor Counter: an actor named "taken" already exists (actor-7)`},
 		{"ref argument", (&backend.ActorSpec{Class: "Counter", Arg: backend.Arg{Ref: 3}}).Check("create actor Counter", registry{}, live), backend.InvalidArgument, "create actor Counter: actor constructors take a value, not a ref"},
-		{"bundle index", backend.CheckBundleIndex("submit task sq", 4, 2, 2), backend.InvalidArgument, "submit task sq: bundle index 2 out of range: pg-4 has 2 bundles (use -1 for any)"},
-		{"any bundle", backend.CheckBundleIndex("submit task sq", 4, -1, 2), backend.OK, ""},
-		{"misfit", backend.BundleMisfit("submit task sq", backend.Resources{backend.CPU: 2}, -1, 4), backend.Infeasible, "submit task sq: {CPU: 2} does not fit in bundle (any) of pg-4"},
-		{"not found", backend.PlacementGroupNotFound("remove placement group", 4), backend.NotFound, "remove placement group: placement group pg-4 does not exist"},
-		{"removed", backend.PlacementGroupRemovedError(4), backend.FailedPrecondition, "placement group pg-4: placement group removed"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,18 +68,4 @@ func TestAdmission(t *testing.T) {
 			is.Equal(tc.err.Error(), tc.msg)
 		})
 	}
-	t.Run("removed matches its sentinel", func(t *testing.T) {
-		is := is.New(t)
-		is.True(errors.Is(backend.PlacementGroupRemovedError(1), backend.ErrPlacementGroupRemoved))
-	})
-}
-
-func TestOverlayEnv(t *testing.T) {
-	is := is.New(t)
-	base := map[string]string{"A": "1", "B": "2"}
-	is.Equal(backend.OverlayEnv(base, nil)["A"], "1")
-	got := backend.OverlayEnv(base, map[string]string{"B": "3", "C": "4"})
-	is.Equal(got, map[string]string{"A": "1", "B": "3", "C": "4"})
-	is.Equal(base["B"], "2") // base is not modified
-	is.Equal(backend.OverlayEnv(nil, map[string]string{"C": "4"}), map[string]string{"C": "4"})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/admission"
 )
 
 type actorState int
@@ -361,7 +362,7 @@ func (b *Runtime) finishCall(r *callRun, v backend.Value, err error) (next *call
 	delete(a.inflight, cl)
 	b.running--
 	if err != nil {
-		b.failures.Add(backend.NewTaskFailure(r.info.Task, r.info.Attempt, r.info.Node, err))
+		b.failures.Add(admission.NewTaskFailure(r.info.Task, r.info.Attempt, r.info.Node, err))
 	}
 	b.inlineCalls, b.inlineCall = true, nil
 	b.finishCallLocked(cl, v, err)

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/admission"
 )
 
 // recordFailure adds a failed attempt of running task t to the ring of
@@ -16,7 +17,7 @@ func (b *Runtime) recordFailure(t *task, err error) {
 	if t.node != nil {
 		node = t.node.name
 	}
-	b.failures.Add(backend.NewTaskFailure(taskName(t), t.attempt, node, err))
+	b.failures.Add(admission.NewTaskFailure(taskName(t), t.attempt, node, err))
 }
 
 // taskName is the name a task is shown by: its call's display name, else

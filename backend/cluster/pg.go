@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/admission"
 )
 
 type pgState int
@@ -238,7 +239,7 @@ func (b *Runtime) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 			if err, removed := b.removedPG(id); removed {
 				return err
 			}
-			return backend.PlacementGroupNotFound("wait for placement group", id)
+			return admission.PlacementGroupNotFound("wait for placement group", id)
 		}
 		if pg.lost != nil {
 			b.mu.Unlock()
@@ -250,7 +251,7 @@ func (b *Runtime) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 			return nil
 		case pgRemoved:
 			b.mu.Unlock()
-			return backend.PlacementGroupRemovedError(id)
+			return admission.PlacementGroupRemovedError(id)
 		}
 		ch := pg.ready
 		b.mu.Unlock()
@@ -274,7 +275,7 @@ func (b *Runtime) RemovePlacementGroup(ctx context.Context, id backend.Placement
 		if _, removed := b.removedPG(id); removed {
 			return nil
 		}
-		return backend.PlacementGroupNotFound("remove placement group", id)
+		return admission.PlacementGroupNotFound("remove placement group", id)
 	}
 	b.removePGLocked(pg)
 	return nil
@@ -290,11 +291,11 @@ func (b *Runtime) removePGLocked(pg *pgroup) {
 	// A slice reservation broken by a lost host keeps that cause: work
 	// pinned to it fails with the Unavailable error naming the host,
 	// before and after the release.
-	b.removedPGs.add(pg.id, cmp.Or(pg.lost, backend.PlacementGroupRemovedError(pg.id)))
+	b.removedPGs.add(pg.id, cmp.Or(pg.lost, admission.PlacementGroupRemovedError(pg.id)))
 	var err error
 	for _, bu := range pg.bundles {
 		if err == nil && (bu.running.len() > 0 || len(bu.actors) > 0) {
-			err = backend.PlacementGroupRemovedError(pg.id)
+			err = admission.PlacementGroupRemovedError(pg.id)
 		}
 		for _, t := range bu.running.snapshot() {
 			b.abortTask(t, err, false)
@@ -316,7 +317,7 @@ func (b *Runtime) removePGLocked(pg *pgroup) {
 	// Fail queued work pinned to the group and forget its classes.
 	for _, c := range pg.classes {
 		if err == nil && c.len() > 0 {
-			err = backend.PlacementGroupRemovedError(pg.id)
+			err = admission.PlacementGroupRemovedError(pg.id)
 		}
 		for c.len() > 0 {
 			t := c.peek()

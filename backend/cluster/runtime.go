@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/admission"
 )
 
 // Options configures a Runtime.
@@ -93,7 +94,7 @@ type Runtime struct {
 	scheduling                  bool
 	queued                      int
 	running                     int
-	failures                    backend.FailureRing // recent failed attempts (failures.go)
+	failures                    admission.FailureRing // recent failed attempts (failures.go)
 
 	slices *sliceIndex
 	pool   *pool

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/admission"
 )
 
 // class groups queued requests with identical demand, selector and
@@ -221,11 +222,11 @@ func (b *Runtime) feasible(op string, c *class) error {
 			if err, removed := b.removedPG(c.pl.Group); removed {
 				c.feasErr = err
 			} else {
-				c.feasErr = backend.PlacementGroupNotFound(op, c.pl.Group)
+				c.feasErr = admission.PlacementGroupNotFound(op, c.pl.Group)
 			}
 			return c.feasErr
 		}
-		if err := backend.CheckBundleIndex(op, pg.id, c.pl.Bundle, len(pg.bundles)); err != nil {
+		if err := admission.CheckBundleIndex(op, pg.id, c.pl.Bundle, len(pg.bundles)); err != nil {
 			c.feasErr = err
 			return err
 		}
@@ -234,7 +235,7 @@ func (b *Runtime) feasible(op string, c *class) error {
 				return nil
 			}
 		}
-		c.feasErr = backend.BundleMisfit(op, b.resources(c.demand), c.pl.Bundle, pg.id)
+		c.feasErr = admission.BundleMisfit(op, b.resources(c.demand), c.pl.Bundle, pg.id)
 		return c.feasErr
 	}
 	for _, n := range b.nodes {
@@ -341,7 +342,7 @@ func (b *Runtime) enqueue(t *task) {
 		switch {
 		case pg == nil || pg.state == pgRemoved:
 			err, _ := b.removedPG(c.pl.Group)
-			b.failRequest(t, cmp.Or(err, backend.PlacementGroupRemovedError(c.pl.Group)))
+			b.failRequest(t, cmp.Or(err, admission.PlacementGroupRemovedError(c.pl.Group)))
 			return
 		case pg.lost != nil:
 			b.failRequest(t, pg.lost)

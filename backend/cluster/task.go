@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/admission"
 )
 
 type taskState uint8
@@ -165,7 +166,7 @@ func (b *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attemp
 	}
 	if bu != nil {
 		info.Placement = backend.Placement{Group: bu.pg.id, Bundle: bu.index}
-		info.Env = backend.OverlayEnv(n.env, bu.env)
+		info.Env = admission.OverlayEnv(n.env, bu.env)
 	}
 }
 

@@ -1,6 +1,9 @@
 package cluster
 
-import "github.com/goray-dev/goray/backend"
+import (
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/admission"
+)
 
 // TombstoneWindow is how many dead actors and how many removed placement
 // groups the runtime remembers the cause of. Calls naming one of the last
@@ -68,7 +71,7 @@ func (b *Runtime) removedPG(id backend.PlacementGroupID) (err error, ok bool) {
 		return err, true
 	}
 	if id != 0 && uint64(id) <= b.nextID {
-		return backend.PlacementGroupRemovedError(id), true
+		return admission.PlacementGroupRemovedError(id), true
 	}
 	return nil, false
 }

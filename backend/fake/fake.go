@@ -125,6 +125,7 @@ import (
 	"github.com/google/wire"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/admission"
 )
 
 // NodeName is the name of the fake's one virtual node, reported in runtime
@@ -186,7 +187,7 @@ type Backend struct {
 	pendingSlices []*backend.PendingSliceRequest
 	nextSlice     int
 	running       map[*run]struct{}
-	failures      backend.FailureRing // recent failed attempts, for Snapshot
+	failures      admission.FailureRing // recent failed attempts, for Snapshot
 
 	calls    []*Call
 	scripts  map[string]*script
@@ -369,5 +370,5 @@ func runContext(caller, parent context.Context, self backend.ActorID) (context.C
 
 // env returns the runtime env of work in a bundle with the given env.
 func (b *Backend) env(bundle map[string]string) map[string]string {
-	return backend.OverlayEnv(b.opts.Env, bundle)
+	return admission.OverlayEnv(b.opts.Env, bundle)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/admission"
 )
 
 // group is a placement group. The fake places it when it is created.
@@ -44,14 +45,14 @@ func (b *Backend) placeLocked(op string, s *backend.Scheduling) (placement, erro
 	}
 	g := b.groups[s.Placement.Group]
 	if g == nil {
-		return placement{}, backend.PlacementGroupNotFound(op, s.Placement.Group)
+		return placement{}, admission.PlacementGroupNotFound(op, s.Placement.Group)
 	}
 	if g.removed {
-		return placement{}, backend.PlacementGroupRemovedError(g.id)
+		return placement{}, admission.PlacementGroupRemovedError(g.id)
 	}
 	bundles := g.spec.Bundles
 	i := s.Placement.Bundle
-	if err := backend.CheckBundleIndex(op, g.id, i, len(bundles)); err != nil {
+	if err := admission.CheckBundleIndex(op, g.id, i, len(bundles)); err != nil {
 		return placement{}, err
 	}
 	for j, bu := range bundles {
@@ -59,7 +60,7 @@ func (b *Backend) placeLocked(op string, s *backend.Scheduling) (placement, erro
 			return placement{group: g.id, bundle: j, env: b.env(bu.Env)}, nil
 		}
 	}
-	return placement{}, backend.BundleMisfit(op, s.Resources, i, g.id)
+	return placement{}, admission.BundleMisfit(op, s.Resources, i, g.id)
 }
 
 // CreatePlacementGroup implements backend.Backend. It validates the spec as
@@ -120,7 +121,7 @@ func (b *Backend) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 		err = b.precheckLocked(op)
 	}
 	if err == nil && g.removed {
-		err = backend.PlacementGroupRemovedError(id)
+		err = admission.PlacementGroupRemovedError(id)
 	}
 	r.Err = err
 	return err
@@ -143,7 +144,7 @@ func (b *Backend) RemovePlacementGroup(ctx context.Context, id backend.Placement
 	}
 	if err == nil && !g.removed {
 		g.removed = true
-		gone := backend.PlacementGroupRemovedError(id)
+		gone := admission.PlacementGroupRemovedError(id)
 		for run := range b.running {
 			if run.group == id && run.actor == nil {
 				run.abortLocked(gone)

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/admission"
 )
 
 // SubmitTask implements backend.Backend. It validates the spec, runs the
@@ -129,7 +130,7 @@ func (b *Backend) attempt(caller context.Context, w *work) (v backend.Value, err
 	case w.actor != nil && w.actor.state == actorDead:
 		abort = w.actor.deathErr
 	case w.group != 0 && b.groups[w.group].removed:
-		abort = backend.PlacementGroupRemovedError(w.group)
+		abort = admission.PlacementGroupRemovedError(w.group)
 	case w.run == nil:
 		abort = backend.Errorf(backend.Internal, "run "+w.rec.Name, "nothing to run")
 	}
@@ -165,7 +166,7 @@ func (b *Backend) attempt(caller context.Context, w *work) (v backend.Value, err
 		v, err, aborted = backend.Value{}, r.abort, true
 	}
 	if err != nil && backend.CodeOf(err) != backend.Canceled {
-		b.failures.Add(backend.NewTaskFailure(r.name, w.rec.Attempt, NodeName, err))
+		b.failures.Add(admission.NewTaskFailure(r.name, w.rec.Attempt, NodeName, err))
 	}
 	rec.finishLocked(v, err)
 	return v, err, scripted, aborted
