@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
@@ -29,7 +32,9 @@ import (
 //     update that carries the resourceVersion read, so that of two
 //     drivers racing for an expired Lease exactly one wins;
 //   - a renewal loop refreshes every held Lease each RenewEvery; a Lease
-//     found taken over or deleted is reported lost (OnLost);
+//     found taken over or deleted is reported lost (OnLost), and so is a
+//     Lease this driver could not renew for long enough that it can no
+//     longer be sure it holds it (Fence), before that Lease can expire;
 //   - a claim of several slices is all or nothing: when one slice is held
 //     elsewhere or an API call fails, the Leases already taken are
 //     deleted before the claim returns;
@@ -51,8 +56,10 @@ type Leases struct {
 	onLost   func(slice string, cause error)
 
 	mu   sync.Mutex
-	held map[string]*coordv1.Lease  // by slice: the last version written
-	subs map[string]map[string]bool // by slice: its sub-slice claims (leases_subslice.go)
+	held map[string]*coordv1.Lease // by slice: the last version written
+	// renewErr is the last renewal error of a held slice, for Fence.
+	renewErr map[string]error
+	subs     map[string]map[string]bool // by slice: its sub-slice claims (leases_subslice.go)
 	// subOps serializes the sub-slice claims and releases of a slice
 	// (leases_subslice.go); one per slice ever sub-sliced.
 	subOps map[string]*sync.Mutex
@@ -69,10 +76,11 @@ func NewLeases(client kubernetes.Interface, cfg Config) (*Leases, error) {
 		client: client, ns: cfg.Namespace, identity: cfg.Identity,
 		duration: cfg.Lease.Duration, renew: cfg.Lease.RenewEvery,
 		log: cfg.Logger, now: time.Now,
-		backoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 2 * time.Second},
-		held:    map[string]*coordv1.Lease{},
-		subs:    map[string]map[string]bool{},
-		subOps:  map[string]*sync.Mutex{},
+		backoff:  wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 2 * time.Second},
+		held:     map[string]*coordv1.Lease{},
+		renewErr: map[string]error{},
+		subs:     map[string]map[string]bool{},
+		subOps:   map[string]*sync.Mutex{},
 	}, nil
 }
 
@@ -249,6 +257,7 @@ func (l *Leases) expired(lease *coordv1.Lease) bool {
 func (l *Leases) store(slice string, lease *coordv1.Lease) {
 	l.mu.Lock()
 	l.held[slice] = lease
+	delete(l.renewErr, slice)
 	l.mu.Unlock()
 }
 
@@ -303,16 +312,79 @@ func (l *Leases) deleteIfOurs(ctx context.Context, slice string) error {
 	})
 }
 
-// renewLoop renews every held Lease each RenewEvery until ctx ends.
+// renewLoop renews every held Lease each RenewEvery until ctx ends, and
+// fences: between renewals it drops, as lost, every Lease it could not
+// renew for fenceAfter (Fence), so a driver cut off from the API server
+// stops using its slices before another driver may take them. A round of
+// renewals runs on its own goroutine, bounded by RenewEvery, so a hung
+// API call never delays the fence.
 func (l *Leases) renewLoop(ctx context.Context) {
-	t := time.NewTicker(l.renew)
-	defer t.Stop()
+	renew := time.NewTicker(l.renew)
+	defer renew.Stop()
+	fence := time.NewTicker(max(l.renew/4, 10*time.Millisecond))
+	defer fence.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var running atomic.Bool
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			l.RenewAll(ctx)
+		case <-renew.C:
+			if running.CompareAndSwap(false, true) {
+				wg.Go(func() {
+					defer running.Store(false)
+					rctx, cancel := context.WithTimeout(ctx, l.renew)
+					defer cancel()
+					l.RenewAll(rctx)
+				})
+			}
+		case <-fence.C:
+			l.Fence()
+		}
+	}
+}
+
+// fenceAfter is how long a Lease may go unrenewed before this driver
+// stops using its slice: halfway between a renewal period and the Lease's
+// expiry (10 s of the default 15 s), so one failed renewal is tolerated
+// and the rest is a margin for clock skew and for stopping the work.
+func (l *Leases) fenceAfter() time.Duration { return l.renew + (l.duration-l.renew)/2 }
+
+// Fence drops every held Lease last renewed (by this driver's clock)
+// fenceAfter ago or more and reports it lost (OnLost) with an error that
+// says the Lease was lost and why: the work on its slice fails at once,
+// before another driver may take the slice over at the Lease's expiry.
+func (l *Leases) Fence() {
+	now := l.now()
+	type stale struct {
+		slice string
+		age   time.Duration
+		err   error
+	}
+	var lost []stale
+	l.mu.Lock()
+	for s, lease := range l.held {
+		if lease.Spec.RenewTime == nil {
+			continue
+		}
+		if age := now.Sub(lease.Spec.RenewTime.Time); age >= l.fenceAfter() {
+			lost = append(lost, stale{s, age, l.renewErr[s]})
+			delete(l.held, s)
+		}
+	}
+	l.mu.Unlock()
+	slices.SortFunc(lost, func(a, b stale) int { return strings.Compare(a.slice, b.slice) })
+	for _, x := range lost {
+		why := "no renewal succeeded"
+		if x.err != nil {
+			why = "last error: " + x.err.Error()
+		}
+		cause := fmt.Errorf("lost the Lease %s/%s of TPU slice %q: not renewed for %v (%s); this driver stops using the slice before the Lease expires (%v after its last renewal) and another driver may take it",
+			l.ns, LeaseName(x.slice), x.slice, x.age.Round(time.Millisecond), why, l.duration)
+		l.log.Warn("slice lease lost: not renewed in time", "slice", x.slice, "cause", cause)
+		if l.onLost != nil {
+			l.onLost(x.slice, cause)
 		}
 	}
 }
@@ -339,6 +411,13 @@ func (l *Leases) RenewAll(ctx context.Context) {
 				l.onLost(s, lost)
 			}
 		}
+		l.mu.Lock()
+		if err != nil {
+			l.renewErr[s] = err
+		} else {
+			delete(l.renewErr, s)
+		}
+		l.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
 			l.log.Warn("renew slice lease", "slice", s, "err", err)
 		}
