@@ -54,6 +54,10 @@ type Leases struct {
 	now      func() time.Time
 	backoff  wait.Backoff
 	onLost   func(slice string, cause error)
+	// cluster is the handle's ClusterID (LabelCluster of its objects),
+	// written into its Leases so that whoever takes one over after it
+	// expired can collect what this handle left (collectExpired).
+	cluster string
 
 	mu   sync.Mutex
 	held map[string]*coordv1.Lease // by slice: the last version written
@@ -174,13 +178,14 @@ func (l *Leases) holderOf(ctx context.Context, slice string) string {
 // acquire takes one slice's Lease. It returns the other holder's identity
 // when the Lease is held elsewhere and has not expired.
 func (l *Leases) acquire(ctx context.Context, claim, slice string) (holder string, err error) {
+	var taken *coordv1.Lease // the expired Lease of another holder, taken over
 	name := LeaseName(slice)
 	leases := l.client.CoordinationV1().Leases(l.ns)
 	err = retry.OnError(l.backoff, retriable, func() error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		holder = ""
+		holder, taken = "", nil
 		// Create first: a free slice (the common case) costs one call.
 		created, err := leases.Create(ctx, l.newLease(claim, slice, nil), metav1.CreateOptions{})
 		if err == nil {
@@ -211,13 +216,68 @@ func (l *Leases) acquire(ctx context.Context, claim, slice string) (holder strin
 			return err
 		}
 		l.store(slice, updated)
+		if h := deref(cur.Spec.HolderIdentity); h != "" && h != l.identity {
+			taken = cur
+		}
 		return nil
 	})
+	if err == nil && taken != nil {
+		l.collectExpired(ctx, slice, taken)
+	}
 	return holder, err
 }
 
-// annotationClaim holds the reservation a Lease was claimed for.
-const annotationClaim = labelPrefix + "reservation"
+// collectExpired removes what the handle that held an expired Lease left,
+// now that this driver took the Lease over: that handle's worker pods on
+// the slice at once (they hold its google.com/tpu chips until their idle
+// timeout otherwise), and, when it holds no live Lease any more (it died,
+// or has been cut off for longer than a Lease), its token Secret, which
+// owns every other object of the handle (its Service, later Secret
+// generations, CPU pods and finished pods), so the garbage collector
+// removes them, and its Service. Failures are logged: the claim stands,
+// and the new pods wait for the chips as pods do.
+func (l *Leases) collectExpired(ctx context.Context, slice string, old *coordv1.Lease) {
+	dead := old.Annotations[annotationCluster]
+	holder := deref(old.Spec.HolderIdentity)
+	if dead == "" || dead == l.cluster {
+		return // a Lease from before the annotation, or this handle's own
+	}
+	log := l.log.With("slice", slice, "expired holder", holder, "expired cluster", dead)
+	sel := LabelCluster + "=" + labelValue(dead) + "," + LabelSlice + "=" + labelValue(slice)
+	if err := deletePods(ctx, l.client, l.ns, sel); err != nil {
+		log.Warn("delete the expired holder's worker pods on the slice", "err", err)
+	} else {
+		log.Info("deleted the expired holder's worker pods on the slice")
+	}
+	list, err := l.client.CoordinationV1().Leases(l.ns).List(ctx, metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedBy})
+	if err != nil {
+		log.Warn("list Leases to see whether the expired holder holds others", "err", err)
+		return
+	}
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.Annotations[annotationCluster] == dead && deref(o.Spec.HolderIdentity) == holder && !l.expired(o) {
+			return // alive elsewhere: only this slice was given up
+		}
+	}
+	name := dnsName("goray", dead)
+	for kind, del := range map[string]func(context.Context, string, metav1.DeleteOptions) error{
+		"Secret":  l.client.CoreV1().Secrets(l.ns).Delete,
+		"Service": l.client.CoreV1().Services(l.ns).Delete,
+	} {
+		if err := del(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			log.Warn("delete the expired holder's "+kind, "name", name, "err", err)
+		}
+	}
+	log.Info("collected the objects of a handle that holds no live Lease", "secret", name)
+}
+
+// annotationClaim holds the reservation a Lease was claimed for, and
+// annotationCluster the ClusterID of the handle that claimed it.
+const (
+	annotationClaim   = labelPrefix + "reservation"
+	annotationCluster = labelPrefix + "cluster"
+)
 
 // newLease returns the Lease that claims slice, replacing cur if set.
 func (l *Leases) newLease(claim, slice string, cur *coordv1.Lease) *coordv1.Lease {
@@ -227,7 +287,7 @@ func (l *Leases) newLease(claim, slice string, cur *coordv1.Lease) *coordv1.Leas
 		ObjectMeta: metav1.ObjectMeta{
 			Name: LeaseName(slice), Namespace: l.ns,
 			Labels:      map[string]string{labelManagedBy: managedBy, LabelSlice: labelValue(slice)},
-			Annotations: map[string]string{AnnotationSlice: slice, annotationClaim: claim},
+			Annotations: map[string]string{AnnotationSlice: slice, annotationClaim: claim, annotationCluster: l.cluster},
 		},
 		Spec: coordv1.LeaseSpec{
 			HolderIdentity: &l.identity, LeaseDurationSeconds: &secs,

@@ -123,6 +123,7 @@ func NewSource(client kubernetes.Interface, cfg Config, cluster ClusterID, lease
 	s.queue = workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "goray-nodes"})
 	if leases != nil {
 		leases.onLost = s.claimLost
+		leases.cluster = string(cluster)
 	}
 	return s, nil
 }
