@@ -24,42 +24,44 @@ type pgSolver struct {
 	skip func(*node) bool
 
 	assign  []*node           // the node of every bundle
-	todo    []int             // bundles without a node yet
 	scratch map[*node][]int64 // tentative amounts of nodes touched (greedy)
 }
 
 // solve returns the node of every bundle, and whether all have one.
 func (s *pgSolver) solve() ([]*node, bool) {
 	s.assign = make([]*node, len(s.pg.bundles))
+	// todo, the bundles without a node yet, is passed down rather than
+	// kept in s, so that it stays on the stack.
+	var todo []int
 	for i, bu := range s.pg.bundles {
 		if bu.node != nil {
 			s.assign[i] = bu.node
 		} else {
-			s.todo = append(s.todo, i)
+			todo = append(todo, i)
 		}
 	}
-	if len(s.todo) == 0 {
+	if len(todo) == 0 {
 		return s.assign, true
 	}
 	switch s.pg.spec.Strategy {
 	case backend.StrictPack:
-		return s.assign, s.packOne()
+		return s.assign, s.packOne(todo)
 	case backend.StrictSpread:
-		return s.assign, s.spreadAll()
+		return s.assign, s.spreadAll(todo)
 	case backend.Pack:
-		if s.packOne() {
+		if s.packOne(todo) {
 			return s.assign, true
 		}
-		s.reset()
-		return s.assign, s.greedy(true)
+		s.reset(todo)
+		return s.assign, s.greedy(todo, true)
 	default: // Spread
-		if s.spreadAll() {
+		if s.spreadAll(todo) {
 			// spreadAll checked each bundle against a node's amounts
 			// alone, and each node holds one bundle, so this is exact.
 			return s.assign, true
 		}
-		s.reset()
-		return s.assign, s.greedy(false)
+		s.reset(todo)
+		return s.assign, s.greedy(todo, false)
 	}
 }
 
@@ -112,7 +114,7 @@ func (s *pgSolver) candidates(i int) []*node {
 
 // packOne puts every unplaced bundle on one node: the node of the placed
 // ones, if any, else the first that holds them all.
-func (s *pgSolver) packOne() bool {
+func (s *pgSolver) packOne(todo []int) bool {
 	var fixed *node
 	for _, n := range s.assign {
 		if n != nil {
@@ -120,19 +122,19 @@ func (s *pgSolver) packOne() bool {
 		}
 	}
 	total := make([]int64, s.nres)
-	for _, i := range s.todo {
+	for _, i := range todo {
 		add(total, s.pg.bundles[i].demand)
 	}
 	try := func(n *node) bool {
 		if !s.usable(n) || !fits(total, s.avail(n)) {
 			return false
 		}
-		for _, i := range s.todo {
+		for _, i := range todo {
 			if !s.allowed(i, n) {
 				return false
 			}
 		}
-		for _, i := range s.todo {
+		for _, i := range todo {
 			s.assign[i] = n
 		}
 		return true
@@ -150,7 +152,7 @@ func (s *pgSolver) packOne() bool {
 
 // spreadAll puts every unplaced bundle on a node of its own, not one of
 // the placed bundles' nodes.
-func (s *pgSolver) spreadAll() bool {
+func (s *pgSolver) spreadAll(todo []int) bool {
 	m := matching{
 		used:  map[*node]bool{},
 		cands: make([][]*node, len(s.pg.bundles)),
@@ -161,10 +163,10 @@ func (s *pgSolver) spreadAll() bool {
 			m.used[n] = true
 		}
 	}
-	for _, i := range s.todo {
+	for _, i := range todo {
 		m.cands[i] = s.candidates(i)
 	}
-	for _, i := range s.todo {
+	for _, i := range todo {
 		if !m.augment(i, map[*node]bool{}) {
 			return false
 		}
@@ -210,8 +212,8 @@ func (m *matching) augment(i int, seen map[*node]bool) bool {
 
 // greedy places the largest bundles first onto nodes with room,
 // preferring nodes already used (PACK) or unused (SPREAD).
-func (s *pgSolver) greedy(preferUsed bool) bool {
-	order := slices.Clone(s.todo)
+func (s *pgSolver) greedy(todo []int, preferUsed bool) bool {
+	order := slices.Clone(todo)
 	slices.SortStableFunc(order, func(x, y int) int {
 		return int(sum(s.pg.bundles[y].demand) - sum(s.pg.bundles[x].demand))
 	})
@@ -242,8 +244,8 @@ func (s *pgSolver) greedy(preferUsed bool) bool {
 }
 
 // reset forgets the unplaced bundles' tentative nodes and amounts.
-func (s *pgSolver) reset() {
-	for _, i := range s.todo {
+func (s *pgSolver) reset(todo []int) {
+	for _, i := range todo {
 		s.assign[i] = nil
 	}
 	clear(s.scratch)
