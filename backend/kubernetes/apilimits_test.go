@@ -1,8 +1,10 @@
 package kubernetes
 
 import (
+	"encoding/base64"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/matryer/is"
@@ -64,4 +66,21 @@ func TestAPILimits(t *testing.T) {
 		is.True(err != nil)
 		is.True(len(err.Error()) > 0)
 	})
+}
+
+// TestIdentityInPod: in a pod the default Identity starts with the
+// ServiceAccount's user name and a "/", as deploy/lease-policy.yaml
+// requires; outside one it is the host name and a suffix.
+func TestIdentityInPod(t *testing.T) {
+	is := is.New(t)
+	old := inClusterTokenFile
+	t.Cleanup(func() { inClusterTokenFile = old })
+	inClusterTokenFile = filepath.Join(t.TempDir(), "token")
+	is.True(!strings.Contains(Config{}.withDefaults().Identity, "/")) // no token: not in a pod
+
+	payload := base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"system:serviceaccount:ml:goray-driver-a"}`))
+	is.NoErr(os.WriteFile(inClusterTokenFile, []byte("e30."+payload+".sig\n"), 0o600))
+	id := Config{}.withDefaults().Identity
+	is.True(strings.HasPrefix(id, "system:serviceaccount:ml:goray-driver-a/"))
+	is.Equal(Config{Identity: "mine"}.withDefaults().Identity, "mine") // a set Identity is kept
 }

@@ -2,6 +2,8 @@ package kubernetes
 
 import (
 	"cmp"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,7 +44,11 @@ type Config struct {
 	// namespace in the cluster, else "default".
 	Namespace string
 	// Identity names this driver as the holder of slice Leases. "" means
-	// the host name plus a random suffix. Two drivers must not share one.
+	// the host name plus a random suffix, and in a pod
+	// "<its ServiceAccount's user name>/<host name>-<suffix>", the form the
+	// admission policy deploy/lease-policy.yaml requires (outside the
+	// cluster, set it that way yourself to run under that policy). Two
+	// drivers must not share one.
 	Identity string
 
 	// Worker describes the worker pods.
@@ -173,8 +179,36 @@ type APILimits struct {
 	Burst int
 }
 
-// inClusterNamespaceFile is where a pod finds its own namespace.
+// inClusterNamespaceFile is where a pod finds its own namespace, and
+// inClusterTokenFile its ServiceAccount token.
 const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+var inClusterTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+// serviceAccountUser returns the user name of the pod's ServiceAccount
+// (system:serviceaccount:<namespace>:<name>, the "sub" claim of its
+// token; the API server verifies the token, this only reads it), or "".
+func serviceAccountUser() string {
+	b, err := os.ReadFile(inClusterTokenFile)
+	if err != nil {
+		return ""
+	}
+	parts := strings.Split(strings.TrimSpace(string(b)), ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var claims struct {
+		Sub string `json:"sub"`
+	}
+	if json.Unmarshal(payload, &claims) != nil || !strings.HasPrefix(claims.Sub, "system:serviceaccount:") {
+		return ""
+	}
+	return claims.Sub
+}
 
 // withDefaults returns c with its defaults filled in.
 func (c Config) withDefaults() Config {
@@ -187,6 +221,11 @@ func (c Config) withDefaults() Config {
 	if c.Identity == "" {
 		host, _ := os.Hostname()
 		c.Identity = cmp.Or(host, "goray") + "-" + randomSuffix()
+		if u := serviceAccountUser(); u != "" {
+			// In a pod: <ServiceAccount user>/<host>-<suffix>, the form
+			// deploy/lease-policy.yaml checks.
+			c.Identity = u + "/" + c.Identity
+		}
 	}
 	c.Worker.Port = cmp.Or(c.Worker.Port, DefaultWorkerPort)
 	c.Worker.StartTimeout = cmp.Or(c.Worker.StartTimeout, DefaultStartTimeout)
@@ -214,8 +253,8 @@ func (c Config) Validate() error {
 	for _, m := range validation.IsDNS1123Label(c.Namespace) {
 		bad("Namespace %q: %s", c.Namespace, m)
 	}
-	if strings.TrimSpace(c.Identity) == "" || len(c.Identity) > 128 {
-		bad("Identity %q: want 1 to 128 non-blank characters", c.Identity)
+	if strings.TrimSpace(c.Identity) == "" || len(c.Identity) > 512 {
+		bad("Identity %q: want 1 to 512 non-blank characters", c.Identity)
 	}
 	if c.Worker.Image == "" {
 		bad("Worker.Image is empty: name the image of your program (whose main calls ray.Main first), such as one built by ko")

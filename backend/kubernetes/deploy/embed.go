@@ -1,5 +1,7 @@
 // Package deploy holds the Kubernetes manifests of the goray driver: the
-// least-privilege RBAC (rbac.yaml), embedded for tests and tools.
+// least-privilege RBAC (rbac.yaml) and the admission policy that lets a
+// driver change only its own slice Leases (lease-policy.yaml), embedded
+// for tests and tools.
 package deploy
 
 import _ "embed"
@@ -10,3 +12,10 @@ import _ "embed"
 //
 //go:embed rbac.yaml
 var RBAC []byte
+
+// LeasePolicy is lease-policy.yaml: a ValidatingAdmissionPolicy and its
+// binding that refuse a change to a live slice Lease by anyone but its
+// holder.
+//
+//go:embed lease-policy.yaml
+var LeasePolicy []byte
