@@ -496,7 +496,19 @@ func (s *Source) ClaimSlices(ctx context.Context, c cluster.Claim) error {
 	if c.Subslice {
 		return s.leases.ClaimSubslice(ctx, c.ID, c.Slices[0])
 	}
-	return s.leases.Claim(ctx, c.ID, c.Slices)
+	return s.leases.ClaimQueued(ctx, c.ID, s.shapeOf(c.Slices[0]), c.Slices)
+}
+
+// shapeOf is the shape key of a slice (generation/topology/chips), which
+// every driver computes alike from the node labels.
+func (s *Source) shapeOf(slice string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.slices[slice]; st != nil {
+		sh := st.plan.shape
+		return fmt.Sprintf("%s/%s/%d", sh.Generation, sh.Topology, sh.ChipsPerHost)
+	}
+	return slice
 }
 
 // ReleaseSlices deletes the Leases of c (cluster.SliceClaimer). Slices whose
