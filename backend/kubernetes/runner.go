@@ -183,7 +183,7 @@ func (r *Runner) Start(ctx context.Context, exec backend.Executor, lost cluster.
 			return nil, backend.Errorf(backend.Unavailable, op, "the pod watch did not sync: %w", ctx.Err())
 		}
 	}
-	return podExecutor{r}, nil
+	return worker.NodeExecutor{Local: exec, Worker: r.workerFor}, nil
 }
 
 // podChanged reports the loss of a worker pod that is deleted, evicted
@@ -663,37 +663,4 @@ func (r *Runner) scaleDownIdle(now time.Time) int {
 		r.deleteWorkers(idlePods)
 	}
 	return len(idlePods)
-}
-
-// podExecutor runs each call in the worker pod of its node.
-type podExecutor struct{ r *Runner }
-
-func (x podExecutor) RunTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
-	c, done, err := x.r.workerFor(ctx, info.Node)
-	if err != nil {
-		return backend.Value{}, err
-	}
-	defer done()
-	return c.RunTask(ctx, name, arg, info)
-}
-
-// NewActor creates the actor in its node's pod, which stays busy (not
-// scaled down) for the actor's life.
-func (x podExecutor) NewActor(ctx context.Context, class string, arg backend.Value, info *backend.RuntimeInfo) (backend.ActorInstance, error) {
-	c, done, err := x.r.workerFor(ctx, info.Node)
-	if err != nil {
-		return nil, err
-	}
-	a, err := c.NewActor(ctx, class, arg, info)
-	if err != nil {
-		done()
-		return nil, err
-	}
-	context.AfterFunc(ctx, done)
-	return a, nil
-}
-
-func (x podExecutor) HasTask(name string) bool { return x.r.local.HasTask(name) }
-func (x podExecutor) HasActorMethod(class, method string) bool {
-	return x.r.local.HasActorMethod(class, method)
 }

@@ -95,8 +95,8 @@ const (
 const stopTimeout = 5 * time.Second
 
 // procRunner is the cluster.Runner of the multi-process mode; Start returns
-// the procExecutor that runs work placed on a node in that node's worker
-// process.
+// a worker.NodeExecutor that runs work placed on a node in that node's
+// worker process (procExecutor.worker).
 type procRunner struct {
 	pe *procExecutor
 }
@@ -210,7 +210,7 @@ func (r *procRunner) Start(ctx context.Context, exec backend.Executor, lost clus
 		},
 	}
 	pe.live.Store(true)
-	return pe, nil
+	return worker.NodeExecutor{Local: exec, Worker: pe.nodeWorker}, nil
 }
 
 // NodeUp implements cluster.Runner: it starts the worker process serving the
@@ -510,34 +510,9 @@ func (pe *procExecutor) client(ctx context.Context, node string) (*worker.Client
 	return c, err
 }
 
-func nodeOf(info *backend.RuntimeInfo) string {
-	if info == nil {
-		return ""
-	}
-	return info.Node
+// nodeWorker is the NodeExecutor's Worker: the node's process's client; a
+// process serves its nodes' work until it dies, so done does nothing.
+func (pe *procExecutor) nodeWorker(ctx context.Context, node string) (*worker.Client, func(), error) {
+	c, err := pe.client(ctx, node)
+	return c, func() {}, err
 }
-
-func (pe *procExecutor) HasTask(name string) bool { return pe.local.HasTask(name) }
-
-func (pe *procExecutor) HasActorMethod(class, method string) bool {
-	return pe.local.HasActorMethod(class, method)
-}
-
-func (pe *procExecutor) RunTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
-	c, err := pe.client(ctx, nodeOf(info))
-	if err != nil {
-		return backend.Value{}, err
-	}
-	return c.RunTask(ctx, name, arg, info)
-}
-
-func (pe *procExecutor) NewActor(ctx context.Context, class string, arg backend.Value, info *backend.RuntimeInfo) (backend.ActorInstance, error) {
-	c, err := pe.client(ctx, nodeOf(info))
-	if err != nil {
-		return nil, err
-	}
-	return c.NewActor(ctx, class, arg, info)
-}
-
-// WorkerManifest passes the driver's manifest through.
-func (pe *procExecutor) WorkerManifest() worker.Manifest { return pe.opts.Client.Manifest }

@@ -1,0 +1,78 @@
+package worker
+
+import (
+	"context"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// NodeExecutor is the executor of a runner whose work runs in worker
+// processes, one per node or shared by several (backend/local's worker
+// processes, backend/kubernetes's pods): each task attempt and actor runs
+// in the worker of its node (backend.RuntimeInfo.Node) that Worker
+// returns, and registrations are checked against Local, the program's own
+// executor. It implements [Describer] when Local does.
+type NodeExecutor struct {
+	// Local is the program's executor (ray's), which the workers run too.
+	Local backend.Executor
+	// Worker returns the connected worker of node, starting it if need
+	// be, and a function to call when the work no longer needs it: after
+	// a task attempt, or when an actor's context ends. An error fails the
+	// work; a runner that cannot start the node's worker reports the node
+	// lost first, so that the work is retried as after a node failure.
+	Worker func(ctx context.Context, node string) (c *Client, done func(), err error)
+}
+
+var (
+	_ backend.Executor = NodeExecutor{}
+	_ Describer        = NodeExecutor{}
+)
+
+// RunTask runs the task in the worker of its node.
+func (x NodeExecutor) RunTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
+	c, done, err := x.Worker(ctx, nodeOf(info))
+	if err != nil {
+		return backend.Value{}, err
+	}
+	defer done()
+	return c.RunTask(ctx, name, arg, info)
+}
+
+// NewActor creates the actor in the worker of its node, which it keeps
+// (done is called) until ctx, the actor's life, ends.
+func (x NodeExecutor) NewActor(ctx context.Context, class string, arg backend.Value, info *backend.RuntimeInfo) (backend.ActorInstance, error) {
+	c, done, err := x.Worker(ctx, nodeOf(info))
+	if err != nil {
+		return nil, err
+	}
+	a, err := c.NewActor(ctx, class, arg, info)
+	if err != nil {
+		done()
+		return nil, err
+	}
+	context.AfterFunc(ctx, done)
+	return a, nil
+}
+
+// HasTask reports whether the program registered the task.
+func (x NodeExecutor) HasTask(name string) bool { return x.Local.HasTask(name) }
+
+// HasActorMethod reports whether the program registered the class (and
+// method).
+func (x NodeExecutor) HasActorMethod(class, method string) bool {
+	return x.Local.HasActorMethod(class, method)
+}
+
+// WorkerManifest describes Local's code (the empty manifest when Local is
+// no Describer).
+func (x NodeExecutor) WorkerManifest() Manifest {
+	m, _ := ManifestOf(x.Local)
+	return m
+}
+
+func nodeOf(info *backend.RuntimeInfo) string {
+	if info == nil {
+		return ""
+	}
+	return info.Node
+}
