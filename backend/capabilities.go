@@ -77,3 +77,16 @@ type TaskCanceler interface {
 	// is not a task's result is NotFound.
 	CancelTask(ctx context.Context, id ObjectID) error
 }
+
+// DriverAddresser is implemented by backends that know an address of the
+// driver process that every worker can connect to, for servers the
+// driver runs for its workers (train's rendezvous, which also makes
+// JAX_COORDINATOR_ADDRESS reachable). A backend without it runs its
+// workers where the driver's loopback is theirs (in the driver process,
+// or beside it on one machine).
+type DriverAddresser interface {
+	// DriverHost returns a host (an IP address or a name) of this process
+	// that every worker can reach, or an error that says why there is
+	// none and what to set instead.
+	DriverHost(ctx context.Context) (string, error)
+}

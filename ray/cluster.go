@@ -170,3 +170,15 @@ func As[T any](c *Cluster) (T, bool) {
 	}
 	return t, false
 }
+
+// DriverHost returns a host of this process that every worker of c can
+// connect to, for servers the driver runs for its workers: the backend's
+// answer when it is a backend.DriverAddresser (on Kubernetes, the driver
+// pod's IP, or an error saying what to set when the driver runs outside
+// the cluster), else "127.0.0.1" (workers in this process or beside it).
+func DriverHost(ctx context.Context, c *Cluster) (string, error) {
+	if d, ok := As[backend.DriverAddresser](c); ok {
+		return d.DriverHost(ctx)
+	}
+	return "127.0.0.1", nil
+}

@@ -107,8 +107,11 @@ type RunConfig struct {
 	// same values end up in Result.Failures).
 	OnFailure func(Failure)
 	// Rendezvous is the address the driver listens on for its workers;
-	// empty means "127.0.0.1:0". On a real cluster use an address the
-	// workers can reach.
+	// empty means a port of the host the backend says every worker can
+	// reach (ray.DriverHost: 127.0.0.1 on the simulator, the driver pod's
+	// IP on Kubernetes). A driver outside the cluster sets it to an
+	// address worker pods can reach (the train fails at once, saying so,
+	// when the backend knows none).
 	Rendezvous string
 	// FailureVerdict bounds how long a worker whose peer connection broke
 	// waits for the driver to name the failed rank before naming the
@@ -199,9 +202,6 @@ func (r RunConfig) withDefaults() (RunConfig, error) {
 	}
 	if r.Progress < ProgressAuto || r.Progress > ProgressLog {
 		return r, fmt.Errorf("train: RunConfig.Progress %d: use ProgressAuto, ProgressOff, ProgressBar or ProgressLog", r.Progress)
-	}
-	if r.Rendezvous == "" {
-		r.Rendezvous = "127.0.0.1:0"
 	}
 	if r.FailureVerdict <= 0 {
 		r.FailureVerdict = 10 * time.Second

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -251,7 +252,15 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	if out == nil {
 		out = os.Stdout
 	}
-	rz, err := newRendezvous(t.run.Rendezvous, hex.EncodeToString(token), attempt, p.workers, st, spg.SliceNames(), t.run.FailureVerdict, sink, &lineSink{w: out})
+	addr := t.run.Rendezvous
+	if addr == "" {
+		host, err := ray.DriverHost(ctx, t.c)
+		if err != nil {
+			return nil, fmt.Errorf("train: run %s: where should the workers reach the driver? Set RunConfig.Rendezvous: %w", t.run.Name, err)
+		}
+		addr = net.JoinHostPort(host, "0")
+	}
+	rz, err := newRendezvous(addr, hex.EncodeToString(token), attempt, p.workers, st, spg.SliceNames(), t.run.FailureVerdict, sink, &lineSink{w: out})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"os"
 
 	"github.com/google/wire"
 
@@ -21,6 +22,8 @@ type Backend struct {
 	source *Source
 	runner *Runner
 	id     ClusterID
+	// driverHost is Config.DriverHost.
+	driverHost string
 }
 
 // New builds the backend for cfg by hand: the client (kubeconfig or
@@ -58,7 +61,7 @@ func NewFromParts(cfg Config, id ClusterID, src *Source, r *Runner) (*Backend, e
 	if err != nil {
 		return nil, backend.Wrap(backend.CodeOf(err), "create Kubernetes backend", err)
 	}
-	return &Backend{rt: rt, source: src, runner: r, id: id}, nil
+	return &Backend{rt: rt, source: src, runner: r, id: id, driverHost: cfg.DriverHost}, nil
 }
 
 // ClusterID is the value of LabelCluster on every object of this handle:
@@ -74,3 +77,23 @@ func (b *Backend) Client() kubernetes.Interface { return b.source.client }
 // injector is wire.Build(kubernetes.BackendSet, ray.Set); see
 // examples/wire in this module.
 var BackendSet = wire.NewSet(Set, NewFromParts, wire.Bind(new(backend.Backend), new(*Backend)))
+
+// DriverHost implements backend.DriverAddresser: Config.DriverHost, else
+// the driver pod's IP ($POD_IP). A driver in a pod without $POD_IP, or
+// outside the cluster, gets a FailedPrecondition error that says what to
+// set: worker pods cannot reach its loopback.
+func (b *Backend) DriverHost(ctx context.Context) (string, error) {
+	const op = "find the driver's address for its workers"
+	if b.driverHost != "" {
+		return b.driverHost, nil
+	}
+	if ip := os.Getenv("POD_IP"); ip != "" {
+		return ip, nil
+	}
+	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		return "", backend.Errorf(backend.FailedPrecondition, op, "the driver runs in a pod without $POD_IP: pass the pod's IP with the downward API (env POD_IP, valueFrom.fieldRef.fieldPath status.podIP), or set kubernetes.Config.DriverHost")
+	}
+	return "", backend.Errorf(backend.FailedPrecondition, op, "the driver runs outside the cluster, where worker pods cannot reach it: run the driver in the cluster (docs/kubernetes.md), or set kubernetes.Config.DriverHost (or train's RunConfig.Rendezvous) to an address of this machine that pods can reach")
+}
+
+var _ backend.DriverAddresser = (*Backend)(nil)

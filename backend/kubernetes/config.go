@@ -59,6 +59,13 @@ type Config struct {
 	Pod PodOverrides
 	// Lease times the slice Leases.
 	Lease LeaseConfig
+	// DriverHost is the host (IP or name) of the driver that worker pods
+	// connect to, for servers the driver runs for its workers (train's
+	// rendezvous). "" means the driver pod's IP from $POD_IP (set it with
+	// the downward API, fieldRef status.podIP, as the Job in
+	// docs/kubernetes.md does); a driver outside the cluster must set it
+	// (or train's RunConfig.Rendezvous) to an address pods can reach.
+	DriverHost string
 	// API limits the client's requests to the API server when the backend
 	// builds the client (from a kubeconfig, the in-cluster config or
 	// REST); a Client given in Client keeps its own limits.
