@@ -94,6 +94,11 @@ echo "== go install $M/cmd/goray@$V"
 "$tmp/bin/goray" validate v6e 4x4
 
 prev=${GORAY_PREV_REF:-$(git describe --tags --abbrev=0 --match 'v[0-9]*' 2>/dev/null || echo HEAD~1)}
+if ! git rev-parse -q --verify "$prev^{commit}" >/dev/null; then
+  echo "== skew: skipped: $prev is not in this clone (a shallow clone?); set GORAY_PREV_REF"
+  echo "check-publish: done in $(($(date +%s) - t0)) s"
+  exit 0
+fi
 echo "== skew: the nested modules of $prev ($P) against the root at $V"
 mkdir -p "$tmp/prev"
 git archive "$prev" | tar -x -C "$tmp/prev"
