@@ -197,3 +197,47 @@ type ClaimRunner interface {
 	Reserved(ctx context.Context, c Claim, env map[string]map[string]string) error
 	Released(c Claim)
 }
+
+// Provisioner is an optional interface of a [NodeSource] that can ask the
+// cluster for new TPU slices (GKE: pending capacity pods that Autopilot,
+// node auto-provisioning or an autoscaled node pool answer with a new
+// node pool, or a ProvisioningRequest). When a slice reservation asks for
+// more slices of a shape than the cluster has intact and idle, the runtime
+// calls Provision for the missing ones instead of failing as Infeasible,
+// queues the reservation as for busy slices, and closes the provisioning
+// once the reservation is granted or gives up (its context ended or the
+// runtime closed). The new slices reach the runtime as any other: the
+// source reports their nodes, and the reservation is served from its
+// queue, first come first served.
+type Provisioner interface {
+	// Provision asks for req.NumSlices new slices of req.Shape. An error
+	// wrapping errors.ErrUnsupported means the source does not provision
+	// (not configured, or not for that shape): the reservation then
+	// fails as Infeasible as without a Provisioner. Any other error
+	// fails the reservation; InvalidArgument or Infeasible for a shape
+	// the cluster can never make.
+	Provision(ctx context.Context, req ProvisionRequest) (Provisioning, error)
+}
+
+// ProvisionRequest is what a reservation asks a [Provisioner] for.
+type ProvisionRequest struct {
+	// Name is the reservation's name (SliceRequest.Name), for errors and
+	// the names of what the source creates.
+	Name string
+	// Shape is the shape of each slice.
+	Shape tpu.SliceShape
+	// NumSlices is how many new slices to ask for (≥ 1).
+	NumSlices int
+}
+
+// Provisioning is one request for capacity a [Provisioner] made.
+type Provisioning interface {
+	// Status says what the cluster answered so far (pending, quota
+	// exceeded, out of stock, ...), in words for the reservation's error
+	// when it gives up. It is called at most once, before Close.
+	Status(ctx context.Context) string
+	// Close withdraws whatever the request still has in the cluster (on
+	// GKE: its capacity pods and ProvisioningRequest), on every path,
+	// once. The runtime calls it with a context bounded to 30s.
+	Close(ctx context.Context) error
+}

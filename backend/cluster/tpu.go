@@ -215,7 +215,12 @@ func (x *sliceIndex) describeShapes() string {
 	}
 	parts := make([]string, 0, len(x.order))
 	for _, p := range x.order {
-		parts = append(parts, fmt.Sprintf("%d × %s", len(p.all), p.shape))
+		if len(p.all) > 0 { // pools made for provisioning may be empty
+			parts = append(parts, fmt.Sprintf("%d × %s", len(p.all), p.shape))
+		}
+	}
+	if len(parts) == 0 {
+		return "the cluster has no TPU slices"
 	}
 	return "the cluster has " + strings.Join(parts, ", ")
 }
@@ -247,6 +252,27 @@ func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		return nil, err
 	}
 	p := b.slices.pools[shapeKey(shape)]
+	if pr, ok := b.source.(Provisioner); ok && n > p.intactIdle() {
+		if p != nil && len(p.all) > 0 {
+			if err := b.hostFitError(op, p, b.vector(res), perHost, res, shape); err != nil {
+				b.mu.Unlock()
+				return nil, err
+			}
+		}
+		// b.mu is released by reserveProvisioned.
+		r, err, tried := b.reserveProvisioned(ctx, op, req, pr, shape, n-p.intactIdle(), func(p *shapePool) *sliceWait {
+			return &sliceWait{req: req, n: n, shape: shape, demand: b.vector(res), perHost: perHost, res: res, since: time.Now(), done: make(chan struct{})}
+		})
+		if tried {
+			return r, err
+		}
+		b.mu.Lock()
+		if err := b.precheck(op); err != nil {
+			b.mu.Unlock()
+			return nil, err
+		}
+		p = b.slices.pools[shapeKey(shape)]
+	}
 	if p == nil || len(p.all) < n {
 		have := 0
 		if p != nil {
