@@ -66,6 +66,12 @@ type Config struct {
 	// docs/kubernetes.md does); a driver outside the cluster must set it
 	// (or train's RunConfig.Rendezvous) to an address pods can reach.
 	DriverHost string
+	// Provision says whether the backend asks the cluster for TPU
+	// capacity that does not exist yet (Autopilot, node auto-provisioning,
+	// autoscaled node pools, Spot, flex-start). The default, ProvisionOff,
+	// sees only existing nodes: a request for more slices than the cluster
+	// has fails at once as Infeasible.
+	Provision ProvisionConfig
 	// API limits the client's requests to the API server when the backend
 	// builds the client (from a kubeconfig, the in-cluster config or
 	// REST); a Client given in Client keeps its own limits.
@@ -242,6 +248,7 @@ func (c Config) withDefaults() Config {
 	c.CPUPool.IdleTimeout = cmp.Or(c.CPUPool.IdleTimeout, DefaultCPUPoolIdleTimeout)
 	c.Lease.Duration = cmp.Or(c.Lease.Duration, DefaultLeaseDuration)
 	c.Lease.RenewEvery = cmp.Or(c.Lease.RenewEvery, c.Lease.Duration/3)
+	c.Provision.Image = cmp.Or(c.Provision.Image, DefaultCapacityImage)
 	c.API.QPS = cmp.Or(c.API.QPS, DefaultAPIQPS)
 	c.API.Burst = cmp.Or(c.API.Burst, DefaultAPIBurst)
 	if c.Logger == nil {
@@ -279,6 +286,7 @@ func (c Config) Validate() error {
 			bad("%s %q: %v (want a Kubernetes quantity such as 500m, 2 or 4Gi)", name, q, err)
 		}
 	}
+	errs = append(errs, c.Provision.validate()...)
 	if c.Worker.StartTimeout < 0 || c.Worker.IdleTimeout < 0 {
 		bad("Worker.StartTimeout %v and Worker.IdleTimeout %v: want >= 0 (0 means the default)", c.Worker.StartTimeout, c.Worker.IdleTimeout)
 	}

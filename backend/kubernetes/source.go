@@ -46,6 +46,7 @@ type Source struct {
 	cluster  string // the cluster handle's ID (LabelCluster)
 	cpuSel   labels.Selector
 	cpuMax   int
+	prov     ProvisionConfig
 	leases   *Leases
 	log      *slog.Logger
 	resync   time.Duration
@@ -104,7 +105,7 @@ func NewSource(client kubernetes.Interface, cfg Config, cluster ClusterID, lease
 		sel = labels.SelectorFromSet(cfg.CPUPool.NodeSelector)
 	}
 	s := &Source{
-		client: client, ns: cfg.Namespace, cluster: string(cluster), cpuSel: sel, cpuMax: cfg.CPUPool.Max,
+		client: client, ns: cfg.Namespace, cluster: string(cluster), cpuSel: sel, cpuMax: cfg.CPUPool.Max, prov: cfg.Provision,
 		leases: leases, log: cfg.Logger, resync: 10 * time.Minute,
 		synced: make(chan struct{}),
 		slices: map[string]*sliceState{}, cpu: map[string]bool{}, killed: map[string]bool{}, draining: map[string]bool{},
@@ -489,14 +490,34 @@ func (s *Source) knownLocked(name string) bool {
 }
 
 // ClaimSlices claims the slices of c with Leases (cluster.SliceClaimer).
+// Slices that another driver's capacity pods sit on (or wait for) are
+// held by that driver; this driver's own capacity pods on the claimed
+// hosts are deleted once the claim holds, so its worker pods replace them
+// (see Provision).
 func (s *Source) ClaimSlices(ctx context.Context, c cluster.Claim) error {
-	if s.leases == nil {
-		return nil
+	if err := s.capacityCheck(ctx, c); err != nil {
+		return err
 	}
-	if c.Subslice {
-		return s.leases.ClaimSubslice(ctx, c.ID, c.Slices[0])
+	var err error
+	switch {
+	case s.leases == nil:
+	case c.Subslice:
+		err = s.leases.ClaimSubslice(ctx, c.ID, c.Slices[0])
+	default:
+		err = s.leases.ClaimQueued(ctx, c.ID, s.shapeOf(c.Slices[0]), c.Slices)
 	}
-	return s.leases.ClaimQueued(ctx, c.ID, s.shapeOf(c.Slices[0]), c.Slices)
+	if err != nil {
+		return err
+	}
+	if err := s.replaceCapacity(ctx, c); err != nil {
+		if s.leases != nil && !c.Subslice {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			_ = s.leases.Release(rctx, c.Slices)
+			cancel()
+		}
+		return err
+	}
+	return nil
 }
 
 // shapeOf is the shape key of a slice (generation/topology/chips), which

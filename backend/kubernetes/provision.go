@@ -1,0 +1,381 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/backend/cluster"
+	"github.com/goray-dev/goray/tpu"
+)
+
+// This file asks the cluster for TPU capacity that does not exist yet
+// (cluster.Provisioner), the way GKE expects: pending pods whose node
+// selectors and google.com/tpu requests name the slice. GKE Autopilot and
+// node auto-provisioning create a node pool for them; a Standard cluster's
+// autoscaled multi-host TPU node pool scales from 0 to its whole slice for
+// them.
+
+// ProvisionMode is how the backend asks for capacity.
+type ProvisionMode string
+
+const (
+	// ProvisionOff (the default) uses only the nodes the cluster has.
+	ProvisionOff ProvisionMode = ""
+	// ProvisionPods creates pending capacity pods, one per host of each
+	// missing slice, which the cluster autoscaler (or Autopilot, or node
+	// auto-provisioning) answers with a new TPU node pool per slice.
+	ProvisionPods ProvisionMode = "pods"
+)
+
+// DefaultCapacityImage is the capacity pods' default image: they only
+// hold the nodes until the worker pods replace them.
+const DefaultCapacityImage = "registry.k8s.io/pause:3.10"
+
+// GKE's node labels for how a TPU VM is bought
+// (https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms,
+// .../how-to/consuming-reservations, .../how-to/tpu-flex-start).
+const (
+	labelGKESpot                = "cloud.google.com/gke-spot"
+	labelGKEReservationName     = "cloud.google.com/reservation-name"
+	labelGKEReservationAffinity = "cloud.google.com/reservation-affinity"
+	labelGKEFlexStart           = "cloud.google.com/gke-flex-start"
+)
+
+// labelCapacity marks a capacity pod; its value is the pod's group (one
+// group per slice asked for).
+const labelCapacity = labelPrefix + "capacity"
+
+// ProvisionConfig configures how the backend asks for TPU capacity (see
+// Config.Provision and docs/kubernetes.md).
+type ProvisionConfig struct {
+	// Mode is ProvisionOff (the default) or ProvisionPods.
+	Mode ProvisionMode
+	// Spot asks for Spot VMs (node selector cloud.google.com/gke-spot,
+	// and its taint tolerated). Spot slices can be preempted at any time:
+	// their work fails with Unavailable and is retried elsewhere.
+	Spot bool
+	// Reservation asks for the Compute Engine reservation of that name
+	// (cloud.google.com/reservation-name, reservation-affinity specific).
+	Reservation string
+	// FlexStart asks for flex-start VMs (cloud.google.com/gke-flex-start).
+	FlexStart bool
+	// Image is the capacity pods' image; "" means DefaultCapacityImage.
+	Image string
+}
+
+func (p ProvisionConfig) validate() []error {
+	var errs []error
+	switch p.Mode {
+	case ProvisionOff, ProvisionPods:
+	default:
+		errs = append(errs, fmt.Errorf("Provision.Mode %q: want %q (off, the default) or %q", p.Mode, ProvisionOff, ProvisionPods))
+	}
+	if p.Spot && (p.Reservation != "" || p.FlexStart) || p.Reservation != "" && p.FlexStart {
+		errs = append(errs, fmt.Errorf("Provision: Spot %v, Reservation %q and FlexStart %v: choose at most one way to buy the VMs", p.Spot, p.Reservation, p.FlexStart))
+	}
+	return errs
+}
+
+// nodeSelector is what a capacity pod of shape asks of its node.
+func (p ProvisionConfig) nodeSelector(shape tpu.SliceShape) map[string]string {
+	sel := map[string]string{
+		tpu.LabelGKEAccelerator: shape.Generation.GKEAccelerator(),
+		tpu.LabelGKETopology:    shape.Topology.String(),
+	}
+	switch {
+	case p.Spot:
+		sel[labelGKESpot] = "true"
+	case p.Reservation != "":
+		sel[labelGKEReservationName] = p.Reservation
+		sel[labelGKEReservationAffinity] = "specific"
+	case p.FlexStart:
+		sel[labelGKEFlexStart] = "true"
+	}
+	return sel
+}
+
+// Provision implements cluster.Provisioner: with ProvisionPods it creates
+// one pending capacity pod per host of each missing slice. The pods of
+// one slice share a group: a required pod affinity on
+// cloud.google.com/gke-nodepool keeps them on one node pool, and a
+// required anti-affinity keeps every other group (of this driver or
+// another) off that pool, as JobSet's exclusive placement does, so each
+// group makes one whole new slice.
+func (s *Source) Provision(ctx context.Context, req cluster.ProvisionRequest) (cluster.Provisioning, error) {
+	op := "provision " + strconv.Itoa(req.NumSlices) + " × " + req.Shape.String()
+	if s.prov.Mode != ProvisionPods {
+		return nil, fmt.Errorf("%s: Config.Provision.Mode is off: %w", op, errors.ErrUnsupported)
+	}
+	if req.NumSlices < 1 {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "want at least 1 slice")
+	}
+	if req.Shape.Generation.GKEAccelerator() == "" {
+		return nil, backend.Errorf(backend.Infeasible, op, "GKE has no TPU node pools of %s", req.Shape.Generation)
+	}
+	pv := &provisioning{s: s, op: op, shape: req.Shape, hosts: req.Shape.Hosts()}
+	suffix := randomSuffix()
+	for k := range req.NumSlices {
+		// A label value (≤ 63 characters) and a prefix of pod names.
+		pv.groups = append(pv.groups, dnsName("goray-capacity", req.Name, suffix, strconv.Itoa(k)))
+	}
+	for _, g := range pv.groups {
+		for i := range pv.hosts {
+			pod := s.capacityPod(g, i, req.Shape)
+			if _, err := s.client.CoreV1().Pods(s.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				_ = pv.Close(cctx)
+				cancel()
+				return nil, backend.Wrap(apiCode(err), op, fmt.Errorf("create capacity pod %s: %w", pod.Name, err))
+			}
+		}
+	}
+	s.log.Info("kubernetes: asked the cluster for TPU capacity", "slices", req.NumSlices, "shape", req.Shape.String(), "pods", req.NumSlices*pv.hosts, "groups", strings.Join(pv.groups, ","))
+	return pv, nil
+}
+
+// capacityPod is host i's capacity pod of group g.
+func (s *Source) capacityPod(g string, i int, shape tpu.SliceShape) *corev1.Pod {
+	chips := resource.MustParse(strconv.Itoa(shape.ChipsPerHost))
+	res := corev1.ResourceList{resourceTPU: chips}
+	inGroup := &metav1.LabelSelector{MatchLabels: map[string]string{labelCapacity: g}}
+	otherGroups := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: labelCapacity, Operator: metav1.LabelSelectorOpExists},
+		{Key: labelCapacity, Operator: metav1.LabelSelectorOpNotIn, Values: []string{g}},
+	}}
+	tolerations := []corev1.Toleration{{Key: string(resourceTPU), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	if s.prov.Spot {
+		tolerations = append(tolerations, corev1.Toleration{Key: labelGKESpot, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule})
+	}
+	zero := int64(0)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("%s-%d", g, i),
+			Labels: map[string]string{
+				labelCapacity: g, LabelCluster: s.cluster, labelManagedBy: managedBy,
+			},
+		},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  s.prov.nodeSelector(shape),
+			Tolerations:                   tolerations,
+			TerminationGracePeriodSeconds: &zero,
+			RestartPolicy:                 corev1.RestartPolicyAlways,
+			Affinity: &corev1.Affinity{
+				PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+					LabelSelector: inGroup, TopologyKey: tpu.LabelGKENodePool,
+				}}},
+				PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+					LabelSelector: otherGroups, TopologyKey: tpu.LabelGKENodePool,
+				}}},
+			},
+			Containers: []corev1.Container{{
+				Name: "capacity", Image: s.prov.Image,
+				Resources: corev1.ResourceRequirements{Requests: res, Limits: maps.Clone(res)},
+			}},
+		},
+	}
+}
+
+// provisioning is one Provision call's capacity pods.
+type provisioning struct {
+	s      *Source
+	op     string
+	shape  tpu.SliceShape
+	hosts  int
+	groups []string
+}
+
+func (pv *provisioning) selector() string {
+	return labelCapacity + " in (" + strings.Join(pv.groups, ",") + ")"
+}
+
+// Close implements cluster.Provisioning: it deletes every capacity pod of
+// the request that is left (the granted slices' were replaced by worker
+// pods when they were claimed).
+func (pv *provisioning) Close(ctx context.Context) error {
+	return deletePods(ctx, pv.s.client, pv.s.ns, pv.selector())
+}
+
+// Status implements cluster.Provisioning: how many capacity pods are still
+// pending, and the latest scheduling and autoscaler events about them
+// (FailedScheduling, NotTriggerScaleUp, FailedScaleUp, TriggeredScaleUp),
+// which say "quota exceeded", "out of resources" or "pending" in GKE's words.
+func (pv *provisioning) Status(ctx context.Context) string {
+	s := pv.s
+	pods, err := s.client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: pv.selector()})
+	if err != nil {
+		return "could not read the capacity pods: " + err.Error()
+	}
+	var pending []string
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" {
+			pending = append(pending, p.Name)
+		}
+	}
+	total := len(pv.groups) * pv.hosts
+	msg := fmt.Sprintf("%d of %d capacity pods (%s, google.com/tpu %d each) still pending", len(pending), total,
+		selectorString(s.prov.nodeSelector(pv.shape)), pv.shape.ChipsPerHost)
+	latest := map[string]corev1.Event{}
+	for _, name := range pending {
+		evs, err := s.client.CoreV1().Events(s.ns).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+			"involvedObject.kind": "Pod", "involvedObject.name": name,
+		}.AsSelector().String()})
+		if err != nil {
+			if !apierrors.IsForbidden(err) {
+				msg += "; could not read events: " + err.Error()
+			}
+			break
+		}
+		for _, e := range evs.Items {
+			if prev, ok := latest[e.Reason]; !ok || eventTime(e).After(eventTime(prev)) {
+				latest[e.Reason] = e
+			}
+		}
+	}
+	reasons := slices.Sorted(maps.Keys(latest))
+	for _, r := range reasons {
+		msg += "; " + r + ": " + strings.TrimSpace(latest[r].Message)
+	}
+	if len(pending) > 0 && len(reasons) == 0 {
+		msg += "; no event from the scheduler or the autoscaler yet (is cluster autoscaling or node auto-provisioning on for this TPU shape?)"
+	}
+	return msg
+}
+
+func eventTime(e corev1.Event) time.Time {
+	switch {
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+func selectorString(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+// freshGrace is how long after a slice's last node appeared another
+// driver's pending capacity pods of its shape keep it from this driver:
+// the scheduler binds the requester's capacity pods to the new pool within
+// that time.
+const freshGrace = 30 * time.Second
+
+// capacityCheck keeps capacity provisioned for another driver from this
+// one, and makes room for this driver's worker pods on capacity it
+// provisioned itself: before c's Leases are claimed it returns a
+// HeldError if another driver's capacity pods sit on a host of c, or
+// wait for a slice of c's shape that appeared less than freshGrace ago;
+// after the claim (replace), this driver's own capacity pods on c's
+// hosts are deleted, so the worker pods replace them.
+func (s *Source) capacityCheck(ctx context.Context, c cluster.Claim) error {
+	if c.Subslice {
+		return nil
+	}
+	pods, err := s.client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: labelCapacity})
+	if err != nil {
+		return backend.Wrap(apiCode(err), "claim slices", fmt.Errorf("list capacity pods: %w", err))
+	}
+	if len(pods.Items) == 0 {
+		return nil
+	}
+	var held []string
+	holder := ""
+	for _, name := range c.Slices {
+		hosts, shape, newest := s.sliceNodes(name)
+		for _, p := range pods.Items {
+			if p.Labels[LabelCluster] == s.cluster || p.DeletionTimestamp != nil {
+				continue
+			}
+			onHost := p.Spec.NodeName != "" && slices.Contains(hosts, p.Spec.NodeName)
+			waiting := p.Spec.NodeName == "" && time.Since(newest) < freshGrace &&
+				p.Spec.NodeSelector[tpu.LabelGKEAccelerator] == shape[tpu.LabelGKEAccelerator] &&
+				p.Spec.NodeSelector[tpu.LabelGKETopology] == shape[tpu.LabelGKETopology]
+			if onHost || waiting {
+				held = append(held, name)
+				holder = "the driver whose capacity pods are " + p.Labels[labelCapacity]
+				break
+			}
+		}
+	}
+	if len(held) > 0 {
+		return &cluster.HeldError{Slices: held, Holder: holder}
+	}
+	return nil
+}
+
+// replaceCapacity deletes this driver's capacity pods on the hosts of c.
+func (s *Source) replaceCapacity(ctx context.Context, c cluster.Claim) error {
+	if c.Subslice {
+		return nil
+	}
+	pods, err := s.client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: labelCapacity + "," + LabelCluster + "=" + s.cluster})
+	if err != nil {
+		return backend.Wrap(apiCode(err), "claim slices", fmt.Errorf("list capacity pods: %w", err))
+	}
+	var hosts []string
+	for _, name := range c.Slices {
+		h, _, _ := s.sliceNodes(name)
+		hosts = append(hosts, h...)
+	}
+	zero := int64(0)
+	var errs []error
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" || !slices.Contains(hosts, p.Spec.NodeName) {
+			continue
+		}
+		err := s.client.CoreV1().Pods(s.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return backend.Wrap(backend.Unavailable, "claim slices", fmt.Errorf("delete capacity pods: %w", err))
+	}
+	return nil
+}
+
+// sliceNodes returns the Kubernetes nodes of a reported slice, the GKE
+// labels of its shape, and when its newest node was created.
+func (s *Source) sliceNodes(slice string) (hosts []string, shape map[string]string, newest time.Time) {
+	s.mu.Lock()
+	if st := s.slices[slice]; st != nil {
+		hosts = slices.Clone(st.hosts)
+	}
+	s.mu.Unlock()
+	shape = map[string]string{}
+	for _, h := range hosts {
+		obj, ok, _ := s.nodes.GetStore().GetByKey(h)
+		if n, _ := obj.(*corev1.Node); ok && n != nil {
+			shape[tpu.LabelGKEAccelerator] = n.Labels[tpu.LabelGKEAccelerator]
+			shape[tpu.LabelGKETopology] = n.Labels[tpu.LabelGKETopology]
+			if t := n.CreationTimestamp.Time; t.After(newest) {
+				newest = t
+			}
+		}
+	}
+	return hosts, shape, newest
+}

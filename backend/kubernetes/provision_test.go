@@ -1,0 +1,170 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/matryer/is"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/backend/cluster"
+	"github.com/goray-dev/goray/internal/testkit"
+	"github.com/goray-dev/goray/tpu"
+)
+
+func provConfig() Config {
+	cfg := testConfig()
+	cfg.Provision.Mode = ProvisionPods
+	return cfg
+}
+
+func v6e4x4(t *testing.T) tpu.SliceShape {
+	s, err := tpu.NewSliceShape(tpu.V6e, "4x4", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestProvisionOffIsUnsupported(t *testing.T) {
+	src, _, _ := runSource(t, testConfig())
+	_, err := src.Provision(t.Context(), cluster.ProvisionRequest{Name: "r", Shape: v6e4x4(t), NumSlices: 1})
+	if !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("err = %v, want errors.ErrUnsupported", err)
+	}
+}
+
+func TestProvisionConfigValidate(t *testing.T) {
+	cfg := testConfig()
+	cfg.Provision = ProvisionConfig{Mode: "nodes", Spot: true, FlexStart: true}
+	err := cfg.Validate()
+	testkit.ErrContains(t, err, `Provision.Mode "nodes": want "" (off, the default) or "pods"`)
+	testkit.ErrContains(t, err, "choose at most one way to buy the VMs")
+}
+
+// Capacity pods: one per host, pending, with GKE's selectors, the TPU
+// request, and the affinity that keeps a slice's pods on one node pool and
+// other groups off it; Close deletes every one.
+func TestProvisionCapacityPods(t *testing.T) {
+	is := is.New(t)
+	cfg := provConfig()
+	cfg.Provision.Spot = true
+	src, client, _ := runSource(t, cfg)
+	shape := v6e4x4(t)
+	pv, err := src.Provision(t.Context(), cluster.ProvisionRequest{Name: "Train Job", Shape: shape, NumSlices: 2})
+	is.NoErr(err)
+	pods, err := client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: labelCapacity})
+	is.NoErr(err)
+	is.Equal(len(pods.Items), 8) // 2 slices × 4 hosts
+	groups := map[string]int{}
+	for _, p := range pods.Items {
+		g := p.Labels[labelCapacity]
+		groups[g]++
+		is.True(strings.HasPrefix(g, "goray-capacity-train-job-"))
+		is.Equal(p.Labels[LabelCluster], "c1")
+		is.Equal(p.Spec.NodeSelector[tpu.LabelGKEAccelerator], "tpu-v6e-slice")
+		is.Equal(p.Spec.NodeSelector[tpu.LabelGKETopology], "4x4")
+		is.Equal(p.Spec.NodeSelector[labelGKESpot], "true")
+		q := p.Spec.Containers[0].Resources.Requests[resourceTPU]
+		is.Equal(q.Value(), int64(4))
+		aff := p.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0]
+		is.Equal(aff.TopologyKey, tpu.LabelGKENodePool)
+		is.Equal(aff.LabelSelector.MatchLabels[labelCapacity], g)
+		anti := p.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0]
+		is.Equal(anti.TopologyKey, tpu.LabelGKENodePool)
+		is.Equal(anti.LabelSelector.MatchExpressions[1].Values, []string{g})
+		is.Equal(p.Spec.Containers[0].Image, DefaultCapacityImage)
+	}
+	is.Equal(len(groups), 2)
+
+	// What the cluster answered, from the pods' events.
+	_, err = client.CoreV1().Events("default").Create(t.Context(), &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "e1"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: pods.Items[0].Name, Namespace: "default"},
+		Reason:         "NotTriggerScaleUp", Message: "pod didn't trigger scale-up: 1 quota exceeded (tpu-v6e-slice)",
+		LastTimestamp: metav1.NewTime(time.Now()),
+	}, metav1.CreateOptions{})
+	is.NoErr(err)
+	st := pv.Status(t.Context())
+	is.True(strings.Contains(st, "8 of 8 capacity pods"))
+	is.True(strings.Contains(st, "NotTriggerScaleUp: pod didn't trigger scale-up: 1 quota exceeded"))
+
+	is.NoErr(pv.Close(t.Context()))
+	pods, err = client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: labelCapacity})
+	is.NoErr(err)
+	is.Equal(len(pods.Items), 0)
+}
+
+// A slice whose nodes hold another driver's capacity pods is that
+// driver's: the claim is refused as held; this driver's own capacity pods
+// on the claimed hosts are deleted once it holds the slice.
+func TestProvisionedSliceGoesToRequester(t *testing.T) {
+	is := is.New(t)
+	nodes := tpuNodes("pool-a", "tpu-v6e-slice", "2x4", 2, 4)
+	src, client, sink := runSource(t, provConfig(), objects(nodes)...)
+	sink.waitFor(t, 2)
+	bind := func(name, owner, node string) {
+		p := src.capacityPod(name, 0, v6e2x4(t))
+		p.Name = name + "-" + node
+		p.Labels[LabelCluster] = owner
+		p.Spec.NodeName = node
+		_, err := client.CoreV1().Pods("default").Create(t.Context(), p, metav1.CreateOptions{})
+		is.NoErr(err)
+	}
+	bind("g-other", "c2", nodes[0].Name)
+	claim := cluster.Claim{ID: "pg-1", Slices: []string{"pool-a"}}
+	err := src.ClaimSlices(t.Context(), claim)
+	var held *cluster.HeldError
+	is.True(errors.As(err, &held))
+	is.Equal(held.Slices, []string{"pool-a"})
+	is.Equal(backend.CodeOf(err), backend.ResourceExhausted)
+
+	is.NoErr(client.CoreV1().Pods("default").Delete(t.Context(), "g-other-"+nodes[0].Name, metav1.DeleteOptions{}))
+	bind("g-mine", "c1", nodes[0].Name)
+	bind("g-mine", "c1", nodes[1].Name)
+	is.NoErr(src.ClaimSlices(t.Context(), claim))
+	pods, err := client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: labelCapacity})
+	is.NoErr(err)
+	is.Equal(len(pods.Items), 0) // replaced: the worker pods take the chips
+}
+
+// Another driver's capacity pods still pending for a slice of this shape
+// keep a slice that just appeared from this driver (the scheduler has not
+// bound them yet).
+func TestProvisionFreshSliceWaitsForPendingRequester(t *testing.T) {
+	is := is.New(t)
+	nodes := tpuNodes("pool-b", "tpu-v6e-slice", "2x4", 2, 4)
+	for _, n := range nodes {
+		n.CreationTimestamp = metav1.NewTime(time.Now())
+	}
+	src, client, sink := runSource(t, provConfig(), objects(nodes)...)
+	sink.waitFor(t, 2)
+	p := src.capacityPod("g-other", 0, v6e2x4(t))
+	p.Labels[LabelCluster] = "c2"
+	_, err := client.CoreV1().Pods("default").Create(t.Context(), p, metav1.CreateOptions{})
+	is.NoErr(err)
+	err = src.ClaimSlices(t.Context(), cluster.Claim{ID: "pg-1", Slices: []string{"pool-b"}})
+	var held *cluster.HeldError
+	is.True(errors.As(err, &held))
+
+	// A pending pod of another shape does not hold it.
+	is.NoErr(client.CoreV1().Pods("default").Delete(t.Context(), p.Name, metav1.DeleteOptions{}))
+	p = src.capacityPod("g-other", 0, v6e4x4(t))
+	p.Labels[LabelCluster] = "c2"
+	_, err = client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{})
+	is.NoErr(err)
+	is.NoErr(src.ClaimSlices(t.Context(), cluster.Claim{ID: "pg-1", Slices: []string{"pool-b"}}))
+}
+
+func v6e2x4(t *testing.T) tpu.SliceShape {
+	s, err := tpu.NewSliceShape(tpu.V6e, "2x4", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
