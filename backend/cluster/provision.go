@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/goray-dev/goray/backend"
@@ -42,24 +44,82 @@ func (x *sliceIndex) poolFor(shape tpu.SliceShape) *shapePool {
 // provisionCloseTimeout bounds Provisioning.Close.
 const provisionCloseTimeout = 30 * time.Second
 
-// reserveProvisioned asks pr for short new slices of shape and then waits
-// in the shape's queue (made by newWait) as awaitSlices does, closing the
-// provisioning on every path. tried is false when pr does not provision
-// (errors.ErrUnsupported): the caller goes on as without a Provisioner.
-// b.mu is held on entry and released on return.
-func (b *Runtime) reserveProvisioned(ctx context.Context, op string, req *backend.SliceRequest, pr Provisioner, shape tpu.SliceShape, short int, newWait func(*shapePool) *sliceWait) (r *backend.SliceReservation, err error, tried bool) {
-	b.mu.Unlock()
-	prov, err := pr.Provision(ctx, ProvisionRequest{Name: req.Name, Shape: shape, NumSlices: short})
+// provisioned is what one reservation asked a Provisioner for.
+type provisioned struct {
+	pr    Provisioner
+	req   ProvisionRequest // Name and Shape
+	mu    sync.Mutex
+	asked int // slices, in all
+	provs []Provisioning
+	off   bool // the source said it does not provision
+}
+
+// ask asks for more slices, up to short in all; it reports whether the
+// source provisions.
+func (q *provisioned) ask(ctx context.Context, short int) (bool, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.off || short <= q.asked {
+		return !q.off, nil
+	}
+	req := q.req
+	req.NumSlices = short - q.asked
+	prov, err := q.pr.Provision(ctx, req)
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
-		return nil, nil, false
+		q.off = true
+		return false, nil
 	case err != nil:
-		return nil, backend.Wrap(backend.CodeOf(err), op, err), true
+		return true, err
 	}
+	q.asked = short
+	q.provs = append(q.provs, prov)
+	return true, nil
+}
+
+// status joins what the cluster answered to each request.
+func (q *provisioned) status(ctx context.Context) string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var parts []string
+	for _, p := range q.provs {
+		if st := p.Status(ctx); st != "" {
+			parts = append(parts, st)
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("asked the cluster for %d new %s: %s", q.asked, plural(q.asked, "slice", "slices"), strings.Join(parts, "; "))
+}
+
+func (q *provisioned) close(ctx context.Context) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var errs []error
+	for _, p := range q.provs {
+		errs = append(errs, p.Close(ctx))
+	}
+	q.provs = nil
+	return errors.Join(errs...)
+}
+
+// reserveProvisioned asks pr for short new slices (none if short is 0)
+// and then waits in the shape's queue (with the wait newWait makes) as
+// awaitSlices does; whenever a claim finds slices held by another driver,
+// it asks for as many more as the request is then short of. Every
+// provisioning is closed on every path, and a request that gives up says
+// what the cluster answered. tried is false when pr does not provision
+// (errors.ErrUnsupported) and short was not 0: the caller goes on as
+// without a Provisioner. b.mu is held on entry and released on return.
+func (b *Runtime) reserveProvisioned(ctx context.Context, op string, pr Provisioner, req *backend.SliceRequest, short int, newWait func(*shapePool) *sliceWait) (r *backend.SliceReservation, err error, tried bool) {
+	b.mu.Unlock()
+	q := &provisioned{pr: pr}
+	q.req.Name = req.Name
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), provisionCloseTimeout)
 		defer cancel()
-		if cerr := prov.Close(cctx); cerr != nil {
+		if cerr := q.close(cctx); cerr != nil {
 			b.log.Warn("cluster: withdrawing the capacity request failed", "op", op, "err", cerr)
 		}
 	}()
@@ -68,15 +128,37 @@ func (b *Runtime) reserveProvisioned(ctx context.Context, op string, req *backen
 		b.mu.Unlock()
 		return nil, err, true
 	}
-	p := b.slices.poolFor(shape)
-	r, err = b.awaitSlices(ctx, op, p, newWait(p))
+	w := newWait(nil)
+	q.req.Shape = w.shape
+	b.mu.Unlock()
+	if short > 0 {
+		on, err := q.ask(ctx, short)
+		switch {
+		case !on:
+			return nil, nil, false
+		case err != nil:
+			return nil, backend.Wrap(backend.CodeOf(err), op, err), true
+		}
+	}
+	w.onHeld = func(short int) {
+		if _, err := q.ask(ctx, short); err != nil {
+			b.log.Warn("cluster: asking for capacity failed", "op", op, "err", err)
+		}
+	}
+	b.mu.Lock()
+	if err := b.precheck(op); err != nil {
+		b.mu.Unlock()
+		return nil, err, true
+	}
+	p := b.slices.poolFor(w.shape)
+	r, err = b.awaitSlices(ctx, op, p, w)
 	if err != nil && ctx.Err() != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		status := prov.Status(sctx)
+		status := q.status(sctx)
 		cancel()
 		var be *backend.Error
 		if status != "" && errors.As(err, &be) {
-			be.Err = fmt.Errorf("%w; asked the cluster for %d new %s: %s", be.Err, short, plural(short, "slice", "slices"), status)
+			be.Err = fmt.Errorf("%w; %s", be.Err, status)
 		}
 	}
 	return r, err, true

@@ -24,15 +24,27 @@ type provSource struct {
 	status  string
 
 	mu       sync.Mutex
+	heldBy   map[string]bool // slices another driver holds
 	sink     cluster.NodeSink
 	asked    []cluster.ProvisionRequest
 	closed   int
 	next     int
 	askedNow chan struct{} // closed at the first Provision
+	synced   chan struct{}
+}
+
+// Synced implements cluster.Syncer: Start waits for the first nodes.
+func (s *provSource) Synced(ctx context.Context) error {
+	select {
+	case <-s.synced:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func newProvSource(nodes []cluster.Node) *provSource {
-	return &provSource{nodes: nodes, status: "1 capacity pod pending: quota exceeded", askedNow: make(chan struct{})}
+	return &provSource{nodes: nodes, status: "1 capacity pod pending: quota exceeded", askedNow: make(chan struct{}), synced: make(chan struct{})}
 }
 
 func (s *provSource) Run(ctx context.Context, sink cluster.NodeSink) error {
@@ -42,6 +54,7 @@ func (s *provSource) Run(ctx context.Context, sink cluster.NodeSink) error {
 	for _, n := range s.nodes {
 		sink.NodeAdded(n)
 	}
+	close(s.synced)
 	<-ctx.Done()
 	return ctx.Err()
 }
@@ -68,6 +81,27 @@ func (s *provSource) Provision(ctx context.Context, req cluster.ProvisionRequest
 
 type provisioning provSource
 
+// anyTask runs every task, doing nothing.
+type anyTask struct{ nopExec }
+
+func (anyTask) HasTask(string) bool { return true }
+func (anyTask) RunTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
+	return backend.Value{}, nil
+}
+
+func (s *provSource) ClaimSlices(ctx context.Context, c cluster.Claim) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, name := range c.Slices {
+		if s.heldBy[name] {
+			return &cluster.HeldError{Slices: []string{name}, Holder: "driver-b"}
+		}
+	}
+	return nil
+}
+
+func (s *provSource) ReleaseSlices(ctx context.Context, c cluster.Claim) error { return nil }
+
 func (p *provisioning) Status(ctx context.Context) string { return p.status }
 func (p *provisioning) Close(ctx context.Context) error {
 	p.mu.Lock()
@@ -86,6 +120,9 @@ func (s *provSource) grow() string {
 	n := tpuHosts(1)[0]
 	n.Name = name + "-w0"
 	n.TPU = &cluster.TPUHost{Slice: name, Shape: shape, WorkerID: 0}
+	// Worker 0 has the slice's head resource, as on GKE with Ray's
+	// labelling: a name the cluster did not have before.
+	n.Resources = backend.Resources{backend.CPU: 8, backend.TPU: 4, shape.HeadResource(): 1}
 	sink.NodeAdded(n)
 	return name
 }
@@ -102,7 +139,7 @@ func startProv(t *testing.T, src *provSource) *cluster.Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Start(context.Background(), nopExec{}); err != nil {
+	if err := rt.Start(context.Background(), anyTask{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.Close() })
@@ -221,4 +258,68 @@ func TestProvisionRefused(t *testing.T) {
 		t.Fatalf("err = %v, want InvalidArgument", err)
 	}
 	testkit.ErrContains(t, err, "v6e has no 3x3 topology")
+}
+
+// A slice that looked idle but another driver holds (its claim is refused
+// as held) makes the request short: the runtime asks for a new one.
+func TestProvisionWhenHeldElsewhere(t *testing.T) {
+	src := newProvSource(tpuHosts(1))
+	src.heldBy = map[string]bool{"s0": true}
+	rt := startProv(t, src)
+	done := make(chan error, 1)
+	var r *backend.SliceReservation
+	go func() {
+		var err error
+		r, err = rt.ReserveSlices(context.Background(), request("race"))
+		done <- err
+	}()
+	select {
+	case <-src.askedNow:
+	case err := <-done:
+		t.Fatalf("reservation ended before provisioning: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Provision was never called after the claim was refused as held")
+	}
+	name := src.grow()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Slices[0].Name; got != name {
+		t.Fatalf("granted %q, want the new slice %q", got, name)
+	}
+	if asked, closed := src.state(); len(asked) != 1 || asked[0].NumSlices != 1 || closed != 1 {
+		t.Fatalf("asked %+v, closed %d; want one request for 1 slice, closed once", asked, closed)
+	}
+}
+
+// A slice that arrives while its request waits brings resource names the
+// cluster did not have (its head resource): a task placed in the granted
+// group's bundle, whose demand vector is as long as the names are now,
+// must fit the bundle. Its vectors were built when the request was queued and were too
+// short: the submit panicked with an index out of range.
+func TestProvisionedBundleTakesTasks(t *testing.T) {
+	src := newProvSource(nil)
+	rt := startProv(t, src)
+	done := make(chan error, 1)
+	var r *backend.SliceReservation
+	go func() {
+		var err error
+		r, err = rt.ReserveSlices(context.Background(), request("late"))
+		done <- err
+	}()
+	<-src.askedNow
+	src.grow()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	id, err := rt.SubmitTask(context.Background(), &backend.TaskSpec{Name: "t", Scheduling: backend.Scheduling{
+		Resources: backend.Resources{backend.TPU: 4},
+		Placement: backend.Placement{Group: r.Group, Bundle: 0},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Get(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
 }

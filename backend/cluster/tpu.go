@@ -132,6 +132,10 @@ type sliceWait struct {
 	// (subslice.go); set with done closed.
 	pickedSub   *tpuSlice
 	pickedIndex int
+	// onHeld, if set, is called without b.mu when a claim found slices
+	// held by another driver, with how many intact idle slices the
+	// request is now short of (provision.go).
+	onHeld func(short int)
 }
 
 func shapeKey(s tpu.SliceShape) string {
@@ -252,7 +256,8 @@ func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		return nil, err
 	}
 	p := b.slices.pools[shapeKey(shape)]
-	if pr, ok := b.source.(Provisioner); ok && n > p.intactIdle() {
+	pr, _ := b.source.(Provisioner)
+	if pr != nil && n > p.intactIdle() {
 		if p != nil && len(p.all) > 0 {
 			if err := b.hostFitError(op, p, b.vector(res), perHost, res, shape); err != nil {
 				b.mu.Unlock()
@@ -260,7 +265,7 @@ func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 			}
 		}
 		// b.mu is released by reserveProvisioned.
-		r, err, tried := b.reserveProvisioned(ctx, op, req, pr, shape, n-p.intactIdle(), func(p *shapePool) *sliceWait {
+		r, err, tried := b.reserveProvisioned(ctx, op, pr, req, n-p.intactIdle(), func(p *shapePool) *sliceWait {
 			return &sliceWait{req: req, n: n, shape: shape, demand: b.vector(res), perHost: perHost, res: res, since: time.Now(), done: make(chan struct{})}
 		})
 		if tried {
@@ -272,6 +277,7 @@ func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 			return nil, err
 		}
 		p = b.slices.pools[shapeKey(shape)]
+		pr = nil
 	}
 	if p == nil || len(p.all) < n {
 		have := 0
@@ -288,6 +294,11 @@ func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		return nil, err
 	}
 	w := &sliceWait{req: req, n: n, shape: shape, demand: demand, perHost: perHost, res: res, since: time.Now(), done: make(chan struct{})}
+	if pr != nil {
+		// Enough slices now, but if other drivers hold some, ask for more.
+		r, err, _ := b.reserveProvisioned(ctx, op, pr, req, 0, func(*shapePool) *sliceWait { return w })
+		return r, err
+	}
 	return b.awaitSlices(ctx, op, p, w)
 }
 
@@ -336,9 +347,16 @@ func (b *Runtime) awaitSlices(ctx context.Context, op string, p *shapePool, w *s
 			break
 		}
 		r, err, again := claim(ctx, op, p, w)
+		short := 0
+		if again && w.onHeld != nil {
+			short = w.n - p.intactIdle()
+		}
 		b.mu.Unlock()
 		if !again {
 			return r, err
+		}
+		if short > 0 {
+			w.onHeld(short)
 		}
 	}
 	defer b.mu.Unlock()
@@ -534,6 +552,13 @@ func (b *Runtime) sliceReservation(w *sliceWait, picked []*tpuSlice) (*backend.S
 // its ID, or 0 for a new one. b.mu must be held.
 func (b *Runtime) pinGroup(id backend.PlacementGroupID, name string, hosts []*node, envs []map[string]string, demand []int64, res backend.Resources) *pgroup {
 	total := len(hosts)
+	if len(demand) < len(b.resNames) {
+		// Resource names were added while the request waited (the hosts
+		// of a new slice bring its head and slice-name resources): the
+		// bundles' vectors must be as long as every demand built from
+		// now on, or a task placed in a bundle would not fit its vector.
+		demand = b.vector(res)
+	}
 	spec := &backend.PlacementGroupSpec{Name: name, Strategy: backend.StrictSpread, Bundles: make([]backend.Bundle, 0, total)}
 	if id == 0 {
 		id = backend.PlacementGroupID(b.newID())
