@@ -55,11 +55,29 @@ func startHarness(t *testing.T) *kubeharness.ControlPlane {
 func driverConfig(t *testing.T, cp *kubeharness.ControlPlane) *rest.Config {
 	t.Helper()
 	ctx := t.Context()
+	applyManifests(t, cp, deploy.RBAC)
+	tok, err := cp.Client().CoreV1().ServiceAccounts("default").CreateToken(ctx, "goray-driver",
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("mint a token of ServiceAccount goray-driver: %v", err)
+	}
+	admin := cp.Config()
+	rc := rest.AnonymousClientConfig(admin)
+	rc.BearerToken = tok.Status.Token
+	rc.QPS, rc.Burst = admin.QPS, admin.Burst
+	return rc
+}
+
+// applyManifests creates the objects of a deploy/ manifest in namespace
+// default (cluster-scoped kinds cluster-wide) with the admin client.
+func applyManifests(t testing.TB, cp *kubeharness.ControlPlane, manifest []byte) {
+	t.Helper()
+	ctx := context.Background()
 	dyn, err := dynamic.NewForConfig(cp.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(deploy.RBAC), 4096)
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
 	for {
 		var u unstructured.Unstructured
 		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
@@ -73,23 +91,15 @@ func driverConfig(t *testing.T, cp *kubeharness.ControlPlane) *rest.Config {
 		gvk := u.GroupVersionKind()
 		gvr := schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: resourceOf(gvk.Kind)}
 		var ri dynamic.ResourceInterface = dyn.Resource(gvr)
-		if gvk.Kind != "ClusterRole" && gvk.Kind != "ClusterRoleBinding" {
+		switch gvk.Kind {
+		case "ClusterRole", "ClusterRoleBinding", "PriorityClass":
+		default:
 			ri = dyn.Resource(gvr).Namespace("default")
 		}
 		if _, err := ri.Create(ctx, &u, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("apply %s %s: %v", gvk.Kind, u.GetName(), err)
 		}
 	}
-	tok, err := cp.Client().CoreV1().ServiceAccounts("default").CreateToken(ctx, "goray-driver",
-		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("mint a token of ServiceAccount goray-driver: %v", err)
-	}
-	admin := cp.Config()
-	rc := rest.AnonymousClientConfig(admin)
-	rc.BearerToken = tok.Status.Token
-	rc.QPS, rc.Burst = admin.QPS, admin.Burst
-	return rc
 }
 
 // driverKubeconfig writes a kubeconfig for the identity of driverConfig,
@@ -112,7 +122,7 @@ func driverKubeconfig(t *testing.T, cp *kubeharness.ControlPlane) string {
 func resourceOf(kind string) string {
 	return map[string]string{
 		"ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings",
-		"Role": "roles", "RoleBinding": "rolebindings",
+		"Role": "roles", "RoleBinding": "rolebindings", "PriorityClass": "priorityclasses",
 	}[kind]
 }
 

@@ -4,6 +4,7 @@ package kubernetes
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/backend/kubernetes/deploy"
 	"github.com/goray-dev/goray/internal/kubeharness"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/tpu"
@@ -27,7 +29,7 @@ import (
 // startAutoscaledHarness starts a control plane with no TPU nodes and the
 // harness's GKE-like autoscaler; capacity pods (DefaultCapacityImage) run
 // as a sleeping process.
-func startAutoscaledHarness(t *testing.T, opts kubeharness.AutoscalerOptions) (*kubeharness.ControlPlane, *kubeharness.Autoscaler) {
+func startAutoscaledHarness(t testing.TB, opts kubeharness.AutoscalerOptions) (*kubeharness.ControlPlane, *kubeharness.Autoscaler) {
 	t.Helper()
 	exe, err := osExecutable()
 	if err != nil {
@@ -38,6 +40,7 @@ func startAutoscaledHarness(t *testing.T, opts kubeharness.AutoscalerOptions) (*
 		t.Fatal(err)
 	}
 	cp := kubeharness.Start(t, &kubeharness.Options{Images: map[string]string{workerImage: exe, DefaultCapacityImage: pause}})
+	applyManifests(t, cp, deploy.Capacity)
 	return cp, cp.StartAutoscaler(t, opts)
 }
 
@@ -47,7 +50,7 @@ func provisioningDriver(t *testing.T, rc *rest.Config, identity string) *Backend
 	return b
 }
 
-func provisioningCluster(t *testing.T, rc *rest.Config, identity string, prov ProvisionConfig) (*Backend, *ray.Cluster) {
+func provisioningCluster(t testing.TB, rc *rest.Config, identity string, prov ProvisionConfig) (*Backend, *ray.Cluster) {
 	t.Helper()
 	client, err := k8s.NewForConfig(rc)
 	if err != nil {
@@ -250,4 +253,97 @@ func TestE2EProvisionSpotPreemption(t *testing.T) {
 	is.NoErr(spg2.Release(ctx))
 	is.NoErr(c.Close())
 	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
+}
+
+// BenchmarkE2EProvisionV6e4x4 measures a v6e 4x4 reservation from zero TPU
+// nodes: from the request to every worker connected, split into three:
+// to-trigger (capacity pods created, found unschedulable by the scheduler,
+// seen by the autoscaler, which polls every 100ms; GKE's scans every 10s),
+// provision (the autoscaler's trigger to the pool's nodes created: Delay,
+// 500ms here, minutes on GKE) and nodes-to-workers, goray's own part once
+// the nodes exist (the slice reported, the claim, capacity pods replaced
+// by worker pods until each worker is connected). In the same run,
+// kube-scheduler alone places the same 4 worker pods on the same nodes
+// until Running: the baseline of nodes-to-workers.
+//
+//	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EProvisionV6e4x4 -benchtime 5x -count 3 ./
+func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
+	cp, as := startAutoscaledHarness(b, kubeharness.AutoscalerOptions{Delay: 500 * time.Millisecond, ScaleDownAfter: time.Second})
+	be, _ := provisioningCluster(b, cp.Config(), "bench", ProvisionConfig{Mode: ProvisionPods})
+	ctx := context.Background()
+	client := cp.Client()
+	shape, err := tpu.NewSliceShape(tpu.V6e, "4x4", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sel, _ := kubeharness.TPUSelector("v6e", "4x4")
+	var total, react, provision, baseline time.Duration
+	n := 0
+	for b.Loop() {
+		for { // from zero TPU nodes each time
+			nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: tpu.LabelGKEAccelerator})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(nodes.Items) == 0 && len(as.Pools()) == 0 {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t0 := time.Now()
+		res, err := be.ReserveSlices(ctx, &backend.SliceRequest{Shape: shape, NumSlices: 1, Name: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		took := time.Since(t0)
+		b.StopTimer()
+		ups := as.ScaleUps()
+		up := ups[len(ups)-1]
+		total += took
+		react += up.Triggered.Sub(t0)
+		provision += up.Ready.Sub(up.Triggered)
+		n++
+		if err := be.RemovePlacementGroup(ctx, res.Group); err != nil {
+			b.Fatal(err)
+		}
+		if err := cp.WaitForPodsGone(ctx, "default", LabelCluster+"="+string(be.ClusterID())+","+LabelReservation); err != nil {
+			b.Fatal(err)
+		}
+		// The baseline: kube-scheduler places the same 4 worker pods (the
+		// runner's template, the same image and resources, a TPU node
+		// selector instead of the node pin) on the same nodes.
+		t1 := time.Now()
+		for j := range shape.Hosts() {
+			p := be.runner.pt.pod(podSpec{name: fmt.Sprintf("plain-%d-%d", n, j), node: res.Slices[0].Hosts[j], chips: 4,
+				env: res.Env[j], labels: map[string]string{"bench": "plain"}})
+			p.Labels[LabelCluster] = "plain" // not the runner's pods
+			p.Spec.Affinity, p.Spec.NodeSelector = nil, sel
+			if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := cp.WaitForPods(ctx, "default", "bench=plain", shape.Hosts(), func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodRunning
+		}); err != nil {
+			b.Fatal(err)
+		}
+		baseline += time.Since(t1)
+		zero := int64(0)
+		if err := client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
+			metav1.ListOptions{LabelSelector: "bench=plain"}); err != nil {
+			b.Fatal(err)
+		}
+		if err := cp.WaitForPodsGone(ctx, "default", "bench=plain"); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(n) }
+	after := total - react - provision
+	b.ReportMetric(ms(total), "total-ms/op")
+	b.ReportMetric(ms(react), "to-trigger-ms/op")
+	b.ReportMetric(ms(provision), "provision-ms/op")
+	b.ReportMetric(ms(after), "nodes-to-workers-ms/op")
+	b.ReportMetric(ms(baseline), "kube-scheduler-ms/op")
+	b.ReportMetric(float64(after)/float64(baseline), "nodes-to-workers/kube-scheduler")
 }

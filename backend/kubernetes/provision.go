@@ -45,6 +45,11 @@ const (
 // hold the nodes until the worker pods replace them.
 const DefaultCapacityImage = "registry.k8s.io/pause:3.10"
 
+// DefaultCapacityPriorityClass is the capacity pods' default
+// PriorityClass, from deploy/capacity.yaml: below every workload, so the
+// worker pods preempt capacity pods the scheduler bound to their node.
+const DefaultCapacityPriorityClass = "goray-capacity"
+
 // GKE's node labels for how a TPU VM is bought
 // (https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms,
 // .../how-to/consuming-reservations, .../how-to/tpu-flex-start).
@@ -75,6 +80,11 @@ type ProvisionConfig struct {
 	FlexStart bool
 	// Image is the capacity pods' image; "" means DefaultCapacityImage.
 	Image string
+	// PriorityClass is the capacity pods' PriorityClass; "" means
+	// DefaultCapacityPriorityClass (apply deploy/capacity.yaml). Its value
+	// must be below the worker pods' and at least the cluster autoscaler's
+	// expendable-pods cutoff (-10 by default).
+	PriorityClass string
 }
 
 func (p ProvisionConfig) validate() []error {
@@ -139,6 +149,9 @@ func (s *Source) Provision(ctx context.Context, req cluster.ProvisionRequest) (c
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 				_ = pv.Close(cctx)
 				cancel()
+				if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "PriorityClass") {
+					return nil, backend.Errorf(backend.FailedPrecondition, op, "create capacity pod %s: %w (apply backend/kubernetes/deploy/capacity.yaml, or name an existing class in Config.Provision.PriorityClass)", pod.Name, err)
+				}
 				return nil, backend.Wrap(apiCode(err), op, fmt.Errorf("create capacity pod %s: %w", pod.Name, err))
 			}
 		}
@@ -172,6 +185,7 @@ func (s *Source) capacityPod(g string, i int, shape tpu.SliceShape) *corev1.Pod 
 			NodeSelector:                  s.prov.nodeSelector(shape),
 			Tolerations:                   tolerations,
 			TerminationGracePeriodSeconds: &zero,
+			PriorityClassName:             s.prov.PriorityClass,
 			RestartPolicy:                 corev1.RestartPolicyAlways,
 			Affinity: &corev1.Affinity{
 				PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{

@@ -24,7 +24,8 @@ import (
 // (https://cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler,
 // .../concepts/node-auto-provisioning, .../how-to/tpus#autoscaling):
 //
-//   - A pending pod that requests google.com/tpu and selects a TPU
+//   - A pending pod the scheduler found no node for (PodScheduled False,
+//     Unschedulable) that requests google.com/tpu and selects a TPU
 //     accelerator and topology (cloud.google.com/gke-tpu-accelerator,
 //     cloud.google.com/gke-tpu-topology) triggers a scale-up: a new node
 //     pool of one whole slice, every host at once (multi-host TPU pools
@@ -75,6 +76,7 @@ type Autoscaler struct {
 	groups map[string]string      // pod group → pool (being) made for it
 	warned map[string]time.Time   // pod group → last quota event
 	log    []string
+	ups    []ScaleUp
 }
 
 type scaledPool struct {
@@ -83,6 +85,7 @@ type scaledPool struct {
 	chips      int // in all
 	nodes      []string
 	ready      bool
+	triggered  time.Time
 	readyAt    time.Time
 	emptySince time.Time
 }
@@ -181,6 +184,18 @@ func askOf(p *corev1.Pod) (tpuAsk, bool) {
 	return a, a.accel != "" && a.topology != "" && a.chipsPerHost > 0
 }
 
+// unschedulable reports whether the scheduler found no node for p: the
+// cluster autoscaler acts only on such pods (PodScheduled False, reason
+// Unschedulable), not on pods the scheduler has yet to look at.
+func unschedulable(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+		}
+	}
+	return false
+}
+
 // groupOf is the pool group of a pending pod: the label selector of its
 // required pod affinity on the node pool, else the pod alone.
 func groupOf(p *corev1.Pod) string {
@@ -203,7 +218,7 @@ func (a *Autoscaler) scaleUp(ctx context.Context, wg *sync.WaitGroup) {
 	asks := map[string]tpuAsk{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.DeletionTimestamp != nil {
+		if p.DeletionTimestamp != nil || !unschedulable(p) {
 			continue
 		}
 		ask, ok := askOf(p)
@@ -252,7 +267,7 @@ func (a *Autoscaler) scaleUp(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		a.next++
 		name := fmt.Sprintf("autoscaled-%d", a.next)
-		p := &scaledPool{name: name, accel: ask.accel, chips: chips}
+		p := &scaledPool{name: name, accel: ask.accel, chips: chips, triggered: time.Now()}
 		a.pools[name] = p
 		a.groups[g] = name
 		a.note("scale-up %s %s %s: %d nodes", name, ask.accel, ask.topology, hosts)
@@ -309,6 +324,21 @@ func (a *Autoscaler) create(ctx context.Context, p *scaledPool, ask tpuAsk, host
 		p.nodes = append(p.nodes, n.Name)
 	}
 	p.ready, p.readyAt = true, time.Now()
+	a.ups = append(a.ups, ScaleUp{Pool: p.name, Triggered: p.triggered, Ready: p.readyAt})
+}
+
+// ScaleUp is one scale-up the autoscaler made: when pending pods
+// triggered it and when the pool's nodes were all created.
+type ScaleUp struct {
+	Pool             string
+	Triggered, Ready time.Time
+}
+
+// ScaleUps lists its finished scale-ups, in order.
+func (a *Autoscaler) ScaleUps() []ScaleUp {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.ups)
 }
 
 func (a *Autoscaler) scaleDown(ctx context.Context) {

@@ -1,7 +1,8 @@
 // Package deploy holds the Kubernetes manifests of the goray driver: the
-// least-privilege RBAC (rbac.yaml) and the admission policy that lets a
-// driver change only its own slice Leases (lease-policy.yaml), embedded
-// for tests and tools.
+// least-privilege RBAC (rbac.yaml), the admission policy that lets a
+// driver change only its own slice Leases (lease-policy.yaml) and the
+// PriorityClass of capacity pods (capacity.yaml), embedded for tests and
+// tools.
 package deploy
 
 import _ "embed"
@@ -19,3 +20,11 @@ var RBAC []byte
 //
 //go:embed lease-policy.yaml
 var LeasePolicy []byte
+
+// Capacity is capacity.yaml: the PriorityClass goray-capacity of the
+// capacity pods a driver with Config.Provision makes (below every
+// workload, so worker pods preempt them; -10, so they still trigger the
+// cluster autoscaler).
+//
+//go:embed capacity.yaml
+var Capacity []byte
