@@ -347,3 +347,22 @@ func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 	b.ReportMetric(ms(baseline), "kube-scheduler-ms/op")
 	b.ReportMetric(float64(after)/float64(baseline), "nodes-to-workers/kube-scheduler")
 }
+
+// Without the PriorityClass of deploy/capacity.yaml the API server refuses
+// capacity pods: the reservation fails at once with FailedPrecondition
+// naming the file, and leaves nothing.
+func TestE2EProvisionNeedsPriorityClass(t *testing.T) {
+	is := is.New(t)
+	cp := startHarness(t)
+	b := provisioningDriver(t, driverConfig(t, cp), "driver-a")
+	ctx := t.Context()
+	shape, err := tpu.NewSliceShape(tpu.V6e, "4x4", 0)
+	is.NoErr(err)
+	_, err = b.ReserveSlices(ctx, &backend.SliceRequest{Shape: shape, NumSlices: 1, Name: "no-class"})
+	is.Equal(backend.CodeOf(err), backend.FailedPrecondition)
+	is.True(strings.Contains(err.Error(), "deploy/capacity.yaml"))
+	t.Log(err)
+	capacity, err := cp.Client().CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: labelCapacity})
+	is.NoErr(err)
+	is.Equal(len(capacity.Items), 0)
+}
