@@ -366,3 +366,43 @@ func TestE2EProvisionNeedsPriorityClass(t *testing.T) {
 	is.NoErr(err)
 	is.Equal(len(capacity.Items), 0)
 }
+
+// ProvisionRequest: one ProvisioningRequest for all slices of a multislice,
+// granted whole or not at all. Three v6e 4x4 with quota for two: no pool
+// is made, the error says the request's condition (QuotaExceeded), and the
+// request, its PodTemplate and the capacity pods are gone. Two v6e 4x4:
+// both pools come up at once and the reservation gets them.
+func TestE2EProvisionRequestMultislice(t *testing.T) {
+	is := is.New(t)
+	cp, as := startAutoscaledHarness(t, kubeharness.AutoscalerOptions{ProvisioningRequests: true, Quota: map[string]int{"tpu-v6e-slice": 32}})
+	_, c := provisioningCluster(t, driverConfig(t, cp), "driver-a", ProvisionConfig{Mode: ProvisionRequest})
+	ctx := t.Context()
+	admin := cp.Client()
+
+	_, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: 3, Timeout: 5 * time.Second})
+	is.Equal(ray.Code(err), ray.DeadlineExceeded)
+	t.Log(err)
+	is.True(strings.Contains(err.Error(), "Provisioned=False (QuotaExceeded"))
+	is.Equal(len(as.Pools()), 0) // whole or not at all: no pool for the first two
+	pts, err := admin.CoreV1().PodTemplates("default").List(ctx, metav1.ListOptions{})
+	is.NoErr(err)
+	is.Equal(len(pts.Items), 0)
+	capacity, err := admin.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: labelCapacity})
+	is.NoErr(err)
+	is.Equal(len(capacity.Items), 0)
+
+	spg, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: 2, Timeout: 2 * time.Minute})
+	is.NoErr(err)
+	t.Logf("autoscaler: %v", as.Events())
+	is.Equal(len(spg.Slices()), 2)
+	is.Equal(len(as.Pools()), 2)
+	ups := as.ScaleUps()
+	is.Equal(len(ups), 2)
+	is.True(ups[0].Triggered.Equal(ups[1].Triggered) || ups[1].Triggered.Sub(ups[0].Triggered) < time.Millisecond) // one scale-up for both
+	is.NoErr(spg.Release(ctx))
+	pts, err = admin.CoreV1().PodTemplates("default").List(ctx, metav1.ListOptions{})
+	is.NoErr(err)
+	is.Equal(len(pts.Items), 0)
+	is.NoErr(c.Close())
+	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
+}

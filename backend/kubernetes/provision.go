@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/cluster"
@@ -39,6 +40,25 @@ const (
 	// missing slice, which the cluster autoscaler (or Autopilot, or node
 	// auto-provisioning) answers with a new TPU node pool per slice.
 	ProvisionPods ProvisionMode = "pods"
+	// ProvisionRequest creates one ProvisioningRequest
+	// (autoscaling.x-k8s.io/v1) for all slices a reservation is short
+	// of, with a PodTemplate of its capacity pods, and the capacity pods
+	// themselves marked as consuming it: the cluster autoscaler grants
+	// every node of the request at once or none, so a multislice comes
+	// up whole or not at all (GKE's queued provisioning, flex-start).
+	ProvisionRequest ProvisionMode = "provisioning-request"
+)
+
+// DefaultProvisioningClass is the ProvisioningRequest class of
+// ProvisionRequest when none is configured: GKE's queued provisioning.
+const DefaultProvisioningClass = "queued-provisioning.gke.io"
+
+// The annotations by which a pod consumes a ProvisioningRequest's
+// capacity (the cluster autoscaler's provreq support; GKE's queued
+// provisioning without Kueue).
+const (
+	annotationConsumeProvReq = "autoscaling.x-k8s.io/consume-provisioning-request"
+	annotationProvReqClass   = "autoscaling.x-k8s.io/provisioning-class-name"
 )
 
 // DefaultCapacityImage is the capacity pods' default image: they only
@@ -67,8 +87,13 @@ const labelCapacity = labelPrefix + "capacity"
 // ProvisionConfig configures how the backend asks for TPU capacity (see
 // Config.Provision and docs/kubernetes.md).
 type ProvisionConfig struct {
-	// Mode is ProvisionOff (the default) or ProvisionPods.
+	// Mode is ProvisionOff (the default), ProvisionPods or
+	// ProvisionRequest.
 	Mode ProvisionMode
+	// Class is the ProvisioningRequest class of ProvisionRequest; ""
+	// means DefaultProvisioningClass. The cluster autoscaler's own atomic
+	// class is "best-effort-atomic-scale-up.autoscaling.x-k8s.io".
+	Class string
 	// Spot asks for Spot VMs (node selector cloud.google.com/gke-spot,
 	// and its taint tolerated). Spot slices can be preempted at any time:
 	// their work fails with Unavailable and is retried elsewhere.
@@ -90,9 +115,14 @@ type ProvisionConfig struct {
 func (p ProvisionConfig) validate() []error {
 	var errs []error
 	switch p.Mode {
-	case ProvisionOff, ProvisionPods:
+	case ProvisionOff, ProvisionPods, ProvisionRequest:
 	default:
-		errs = append(errs, fmt.Errorf("Provision.Mode %q: want %q (off, the default) or %q", p.Mode, ProvisionOff, ProvisionPods))
+		errs = append(errs, fmt.Errorf("Provision.Mode %q: want %q (off, the default), %q or %q", p.Mode, ProvisionOff, ProvisionPods, ProvisionRequest))
+	}
+	for _, m := range validation.IsDNS1123Subdomain(p.Class) {
+		if p.Class != "" {
+			errs = append(errs, fmt.Errorf("Provision.Class %q: %s", p.Class, m))
+		}
 	}
 	if p.Spot && (p.Reservation != "" || p.FlexStart) || p.Reservation != "" && p.FlexStart {
 		errs = append(errs, fmt.Errorf("Provision: Spot %v, Reservation %q and FlexStart %v: choose at most one way to buy the VMs", p.Spot, p.Reservation, p.FlexStart))
@@ -127,7 +157,7 @@ func (p ProvisionConfig) nodeSelector(shape tpu.SliceShape) map[string]string {
 // group makes one whole new slice.
 func (s *Source) Provision(ctx context.Context, req cluster.ProvisionRequest) (cluster.Provisioning, error) {
 	op := "provision " + strconv.Itoa(req.NumSlices) + " × " + req.Shape.String()
-	if s.prov.Mode != ProvisionPods {
+	if s.prov.Mode == ProvisionOff {
 		return nil, fmt.Errorf("%s: Config.Provision.Mode is off: %w", op, errors.ErrUnsupported)
 	}
 	if req.NumSlices < 1 {
@@ -137,14 +167,26 @@ func (s *Source) Provision(ctx context.Context, req cluster.ProvisionRequest) (c
 		return nil, backend.Errorf(backend.Infeasible, op, "GKE has no TPU node pools of %s", req.Shape.Generation)
 	}
 	pv := &provisioning{s: s, op: op, shape: req.Shape, hosts: req.Shape.Hosts()}
-	suffix := randomSuffix()
+	base := []string{"goray-capacity"}
+	if req.Name != "" {
+		base = append(base, req.Name)
+	}
+	base = append(base, randomSuffix())
 	for k := range req.NumSlices {
 		// A label value (≤ 63 characters) and a prefix of pod names.
-		pv.groups = append(pv.groups, dnsName("goray-capacity", req.Name, suffix, strconv.Itoa(k)))
+		pv.groups = append(pv.groups, dnsName(append(base, strconv.Itoa(k))...))
+	}
+	if s.prov.Mode == ProvisionRequest {
+		if err := pv.createRequest(ctx, dnsName(base...), req.NumSlices*pv.hosts); err != nil {
+			return nil, err
+		}
 	}
 	for _, g := range pv.groups {
 		for i := range pv.hosts {
 			pod := s.capacityPod(g, i, req.Shape)
+			if pv.provReq != "" {
+				pod.Annotations = map[string]string{annotationConsumeProvReq: pv.provReq, annotationProvReqClass: s.prov.Class}
+			}
 			if _, err := s.client.CoreV1().Pods(s.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 				_ = pv.Close(cctx)
@@ -210,6 +252,9 @@ type provisioning struct {
 	shape  tpu.SliceShape
 	hosts  int
 	groups []string
+	// provReq names the ProvisioningRequest and its PodTemplate
+	// (ProvisionRequest), or is "".
+	provReq string
 }
 
 func (pv *provisioning) selector() string {
@@ -220,7 +265,11 @@ func (pv *provisioning) selector() string {
 // the request that is left (the granted slices' were replaced by worker
 // pods when they were claimed).
 func (pv *provisioning) Close(ctx context.Context) error {
-	return deletePods(ctx, pv.s.client, pv.s.ns, pv.selector())
+	err := deletePods(ctx, pv.s.client, pv.s.ns, pv.selector())
+	if pv.provReq != "" {
+		err = errors.Join(err, pv.deleteRequest(ctx))
+	}
+	return err
 }
 
 // Status implements cluster.Provisioning: how many capacity pods are still
@@ -258,6 +307,9 @@ func (pv *provisioning) Status(ctx context.Context) string {
 				latest[e.Reason] = e
 			}
 		}
+	}
+	if pv.provReq != "" {
+		msg += "; " + pv.requestStatus(ctx)
 	}
 	reasons := slices.Sorted(maps.Keys(latest))
 	for _, r := range reasons {

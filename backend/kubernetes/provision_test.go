@@ -43,7 +43,7 @@ func TestProvisionConfigValidate(t *testing.T) {
 	cfg := testConfig()
 	cfg.Provision = ProvisionConfig{Mode: "nodes", Spot: true, FlexStart: true}
 	err := cfg.Validate()
-	testkit.ErrContains(t, err, `Provision.Mode "nodes": want "" (off, the default) or "pods"`)
+	testkit.ErrContains(t, err, `Provision.Mode "nodes": want "" (off, the default), "pods" or "provisioning-request"`)
 	testkit.ErrContains(t, err, "choose at most one way to buy the VMs")
 }
 
@@ -167,4 +167,23 @@ func v6e2x4(t *testing.T) tpu.SliceShape {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// ProvisionRequest needs a real API server (the ProvisioningRequest CRD):
+// on the client-go fake it fails at once with FailedPrecondition and
+// leaves nothing.
+func TestProvisionRequestNeedsRealServer(t *testing.T) {
+	is := is.New(t)
+	cfg := provConfig()
+	cfg.Provision.Mode = ProvisionRequest
+	src, client, _ := runSource(t, cfg)
+	_, err := src.Provision(t.Context(), cluster.ProvisionRequest{Name: "r", Shape: v6e4x4(t), NumSlices: 2})
+	is.Equal(backend.CodeOf(err), backend.FailedPrecondition)
+	testkit.ErrContains(t, err, "needs a client of a real API server")
+	pods, err := client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{})
+	is.NoErr(err)
+	is.Equal(len(pods.Items), 0)
+	pts, err := client.CoreV1().PodTemplates("default").List(t.Context(), metav1.ListOptions{})
+	is.NoErr(err)
+	is.Equal(len(pts.Items), 0)
 }

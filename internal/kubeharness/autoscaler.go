@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 )
 
 // This file is a GKE-like cluster autoscaler for TPU node pools, which
@@ -61,6 +62,14 @@ type AutoscalerOptions struct {
 	// Kwok makes the new pools kwok nodes (simulated pods) instead of
 	// node-agent nodes (pods run as local processes).
 	Kwok bool
+	// ProvisioningRequests installs the ProvisioningRequest CRD
+	// (autoscaling.x-k8s.io/v1) and serves its requests atomically: all
+	// pools of a request at once after Delay (Provisioned=True), or none
+	// while the quota does not allow all (Provisioned=False,
+	// QuotaExceeded). Pods that consume a request
+	// (autoscaling.x-k8s.io/consume-provisioning-request) never trigger a
+	// scale-up of their own.
+	ProvisioningRequests bool
 }
 
 // Autoscaler is the harness's GKE-like autoscaler (see StartAutoscaler).
@@ -77,6 +86,10 @@ type Autoscaler struct {
 	warned map[string]time.Time   // pod group → last quota event
 	log    []string
 	ups    []ScaleUp
+	// provReqs are the ProvisioningRequests seen: namespace/name → state
+	// ("provisioning", "provisioned", "quota").
+	provReqs map[string]string
+	dyn      dynamic.Interface
 }
 
 type scaledPool struct {
@@ -102,7 +115,16 @@ func (cp *ControlPlane) StartAutoscaler(tb testing.TB, opts AutoscalerOptions) *
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Autoscaler{cp: cp, opts: opts, cancel: cancel, done: make(chan struct{}),
-		pools: map[string]*scaledPool{}, groups: map[string]string{}, warned: map[string]time.Time{}}
+		pools: map[string]*scaledPool{}, groups: map[string]string{}, warned: map[string]time.Time{},
+		provReqs: map[string]string{}}
+	if opts.ProvisioningRequests {
+		dyn, err := installProvisioningRequestCRD(ctx, cp)
+		if err != nil {
+			cancel()
+			tb.Fatalf("kubeharness: autoscaler: %v", err)
+		}
+		a.dyn = dyn
+	}
 	go a.loop(ctx)
 	tb.Cleanup(a.Stop)
 	return a
@@ -162,6 +184,9 @@ func (a *Autoscaler) loop(ctx context.Context) {
 		case <-t.C:
 		}
 		a.scaleUp(ctx, &wg)
+		if a.dyn != nil {
+			a.serveRequests(ctx, &wg)
+		}
 		a.scaleDown(ctx)
 	}
 }
@@ -218,7 +243,7 @@ func (a *Autoscaler) scaleUp(ctx context.Context, wg *sync.WaitGroup) {
 	asks := map[string]tpuAsk{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.DeletionTimestamp != nil || !unschedulable(p) {
+		if p.DeletionTimestamp != nil || !unschedulable(p) || p.Annotations[annotationConsumeProvReq] != "" {
 			continue
 		}
 		ask, ok := askOf(p)
