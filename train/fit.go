@@ -46,7 +46,9 @@ func New[C any](c *ray.Cluster, loop *Loop[C], cfg C, scaling ScalingConfig, run
 	return newTrainer(c, scaling, run, func(t *Trainer) { t.loop, t.config = loop.name, raw })
 }
 
-// NewProgram returns a trainer that runs prog on every host (mode 3b).
+// NewProgram returns a trainer that runs prog, an external program such
+// as a Python script with JAX, on every host of the slices as its own
+// process, with the host's TPU env and the rendezvous's address.
 func NewProgram(c *ray.Cluster, prog Program, scaling ScalingConfig, run RunConfig) (*Trainer, error) {
 	if prog.Path == "" {
 		return nil, errors.New("train.NewProgram: Program.Path is empty: name the program to run, such as \"python3\"")

@@ -5,7 +5,9 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -73,4 +75,51 @@ func declDoc(d ast.Decl) (string, *ast.CommentGroup, bool) {
 		}
 	}
 	return "", nil, false
+}
+
+// historyRef matches references to the project's own tracker and plans
+// ("issue 8", "item 3", "mode 3b"), which mean nothing to users.
+var historyRef = regexp.MustCompile(`(?i)\b(issue|item)\s+#?\d+\b|\bmode\s+\d+[a-z]\b`)
+
+// TestDocsSayTheBehaviourNotTheHistory: the README, docs/ and the Go
+// files users read say what the behaviour is, not which issue or plan
+// item brought it.
+func TestDocsSayTheBehaviourNotTheHistory(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules" || rel == "internal/layout" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".md") && !(strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go")) {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		checked++
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := historyRef.FindString(line); m != "" {
+				t.Errorf("%s:%d says %q: say what the behaviour is instead", rel, i+1, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 50 {
+		t.Fatalf("checked only %d files under %s", checked, root)
+	}
 }
