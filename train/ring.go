@@ -172,7 +172,7 @@ func (r *ring) run(ctx context.Context, op opKind, f func(seq uint32) error) err
 		return aerr // the driver's word on who failed comes first
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return r.ctxErr(ctx)
 	}
 	if ferr := r.failure(); ferr != nil {
 		return ferr
@@ -192,9 +192,20 @@ func (r *ring) run(ctx context.Context, op opKind, f func(seq uint32) error) err
 	case <-t.C:
 		r.fail(&WorkerFailedError{Rank: pe.peer, Cause: fmt.Sprintf("connection from rank %d lost (%v) and the driver named no failed rank within %v", r.rank, pe.err, r.verdict)})
 	case <-ctx.Done():
-		return ctx.Err()
+		return r.ctxErr(ctx)
 	}
 	return r.failure()
+}
+
+// ctxErr is the error of a collective whose ctx ended: the ring's failure
+// if it has one. A driver's abort fails the ring and then cancels the
+// loop's context, so both are often seen at once; the failure, which
+// names the failed rank, wins (a select between the two picked either).
+func (r *ring) ctxErr(ctx context.Context) error {
+	if ferr := r.failure(); ferr != nil {
+		return ferr
+	}
+	return ctx.Err()
 }
 
 // exchange sends send to the next rank while it receives a frame from the

@@ -60,3 +60,24 @@ func TestPartitionedRank(t *testing.T) {
 		t.Logf("rank %d: %v", rank, err)
 	}
 }
+
+// TestAbortWinsOverCancel: a driver's abort fails the ring and then
+// cancels the loop's context, so a collective sees both at once. It must
+// return the failure, which names the failed rank, not context.Canceled
+// (which it did on some runs of TestWorkerFailureAbortsCollectives).
+func TestAbortWinsOverCancel(t *testing.T) {
+	is := is.New(t)
+	r := newRing(0, 2, &session{}, nil, time.Second)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	abort := &WorkerFailedError{Rank: 1, Cause: "injected failure"}
+	err := r.run(ctx, opAllReduce, func(uint32) error {
+		// The abort arrives while the collective waits on its peer.
+		r.fail(abort)
+		cancel(abort)
+		return &peerIOError{peer: 1, err: io.EOF}
+	})
+	var wf *WorkerFailedError
+	is.True(errors.As(err, &wf)) // the failure, not context.Canceled
+	is.Equal(wf.Rank, 1)
+}
