@@ -290,7 +290,7 @@ func ExampleCode() {
 	fmt.Println(ray.Code(err))
 	// Output:
 	// Infeasible true
-	// submit task example.square: no live node can ever hold {CPU: 1, TPU: 4}: 2 of 2 live nodes match; the most any of them has is {CPU: 4}
+	// submit task example.square: no live node can ever hold {CPU: 1, TPU: 4}: the most any of the 2 live nodes has is {CPU: 4}
 	// Infeasible true
 	// InvalidArgument true
 	// reserve TPU slices: topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16

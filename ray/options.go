@@ -87,7 +87,9 @@ func (s NodeSelector) applyActor(c *actorConfig) {
 }
 
 // Retries sets how many times a task is retried after a system failure
-// (Unavailable: its node or worker died). Negative retries forever.
+// (Unavailable: its node or worker died). Negative retries forever; 0
+// never retries. Without it a task is retried [DefaultTaskRetries] (3)
+// times, as in Ray.
 type Retries int
 
 func (r Retries) applyTask(s *backend.TaskSpec) { s.MaxRetries = int(r) }

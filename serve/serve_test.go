@@ -34,7 +34,7 @@ func TestDeployRejectsBadDeployments(t *testing.T) {
 		{"no endpoint", func(d *serve.Deployment) { d.Replica = serve.Actor(echoClass, "x") }, "no endpoint"},
 		{"empty command", func(d *serve.Deployment) { d.Replica = serve.Process(serve.ProcessSpec{}) }, "empty Command"},
 		{"bad topology", func(d *serve.Deployment) { d.Topology = "4x5" }, "2x4"},
-		{"shape the cluster lacks", func(d *serve.Deployment) { d.Topology, d.ChipsPerVM = "4x4", 0 }, "the cluster has only 0 of that shape"},
+		{"shape the cluster lacks", func(d *serve.Deployment) { d.Topology, d.ChipsPerVM = "4x4", 0 }, "the cluster has no slice of that shape"},
 		{"constructor fails", func(d *serve.Deployment) { d.Replica = echoReplica("broken") }, "model weights not found"},
 	}
 	for _, tt := range tests {

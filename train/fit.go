@@ -14,6 +14,7 @@ import (
 
 	"github.com/goray-dev/goray/storage"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
 )
 
@@ -56,17 +57,26 @@ func NewProgram(c *ray.Cluster, prog Program, scaling ScalingConfig, run RunConf
 	return newTrainer(c, scaling, run, func(t *Trainer) { t.program = &prog })
 }
 
+// invalid gives a configuration error the code InvalidArgument
+// (ray.Code), keeping its message.
+func invalid(err error) error {
+	if ray.Code(err) != ray.Unknown {
+		return err
+	}
+	return &backend.Error{Code: backend.InvalidArgument, Err: err}
+}
+
 func newTrainer(c *ray.Cluster, scaling ScalingConfig, run RunConfig, set func(*Trainer)) (*Trainer, error) {
 	if c == nil {
 		return nil, errors.New("train: nil cluster")
 	}
 	p, err := scaling.plan()
 	if err != nil {
-		return nil, err
+		return nil, invalid(err)
 	}
 	run, err = run.withDefaults()
 	if err != nil {
-		return nil, err
+		return nil, invalid(err)
 	}
 	t := &Trainer{c: c, scaling: scaling, plan: p, run: run}
 	set(t)

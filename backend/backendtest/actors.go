@@ -110,6 +110,10 @@ func (s *suite) testActors(t *testing.T) {
 		_, err := counterAdd.Remote(ctx, h, 1).Get(ctx)
 		is.Equal(ray.Code(err), ray.ActorDied)
 		is.True(errors.Is(err, ray.ErrActorDied))
+		// The error names the class and the method called.
+		is.True(strings.Contains(err.Error(), "backendtest.counter"))
+		is.True(strings.Contains(err.Error(), "call add"))
+		t.Log(err)
 	})
 	t.Run("KillWithQueuedCalls", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.Concurrent, "Concurrent")

@@ -202,7 +202,7 @@ func (b *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 	if a == nil {
 		if err, dead := b.deadActor(spec.Actor); dead {
 			o := b.newObject()
-			b.completeLocked(o, backend.Value{}, err)
+			b.completeLocked(o, backend.Value{}, backend.Errorf(backend.ActorDied, "call "+spec.Method, "%w", err))
 			return o.id, nil
 		}
 		return 0, backend.Errorf(backend.NotFound, op, "actor %s does not exist", spec.Actor)
@@ -215,7 +215,7 @@ func (b *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 	}
 	cl := &call{obj: b.newObject(), spec: spec, arg: spec.Arg.Value}
 	if a.state == actorDead {
-		b.completeLocked(cl.obj, backend.Value{}, a.deathErr)
+		b.completeLocked(cl.obj, backend.Value{}, callDeathErr(a, cl))
 		return cl.obj.id, nil
 	}
 	if spec.Arg.Ref != 0 {
@@ -386,7 +386,7 @@ func (b *Runtime) KillActor(ctx context.Context, id backend.ActorID) error {
 		}
 		return backend.Errorf(backend.NotFound, "kill actor", "actor %s does not exist", id)
 	}
-	b.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+id.String(), "actor was killed"), false)
+	b.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+id.String()+" ("+a.spec.Class+")", "killed by its handle's Kill"), false)
 	return nil
 }
 
@@ -441,11 +441,11 @@ func (b *Runtime) killActorLocked(a *actor, err error, restart bool) {
 	}
 	a.creation.state = stateDone
 	for _, cl := range running {
-		b.finishCallLocked(cl, backend.Value{}, a.deathErr)
+		b.finishCallLocked(cl, backend.Value{}, callDeathErr(a, cl))
 	}
 	for _, cl := range a.mailbox[a.head:] {
 		b.queued--
-		b.finishCallLocked(cl, backend.Value{}, a.deathErr)
+		b.finishCallLocked(cl, backend.Value{}, callDeathErr(a, cl))
 	}
 	a.mailbox, a.head = nil, 0
 	if a.spec.Name != "" && b.actorNames[a.spec.Name] == a {
@@ -454,6 +454,13 @@ func (b *Runtime) killActorLocked(a *actor, err error, restart bool) {
 	delete(b.actors, a.id)
 	b.deadActors.add(a.id, a.deathErr)
 	b.schedule()
+}
+
+// callDeathErr is the error of a call on a dead actor: ActorDied, naming
+// the method called and wrapping why the actor (named with its class)
+// died.
+func callDeathErr(a *actor, cl *call) error {
+	return backend.Errorf(backend.ActorDied, "call "+cl.spec.Method, "%w", a.deathErr)
 }
 
 // releaseActor gives back the resources of the actor's incarnation.

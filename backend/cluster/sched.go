@@ -286,7 +286,10 @@ func (b *Runtime) describeCapacity(sel backend.Matcher) string {
 	if matching == 0 {
 		return fmt.Sprintf("none of the %d live nodes matches the selector%s", live, deadPhrase(dead))
 	}
-	return fmt.Sprintf("%d of %d live nodes match; the most any of them has is %s%s", matching, live, b.resources(largest), deadPhrase(dead))
+	if sel.Empty() {
+		return fmt.Sprintf("the most any of the %d live nodes has is %s%s", live, b.resources(largest), deadPhrase(dead))
+	}
+	return fmt.Sprintf("%d of %d live nodes match the selector; the most any of them has is %s%s", matching, live, b.resources(largest), deadPhrase(dead))
 }
 
 func deadPhrase(dead int) string {

@@ -286,6 +286,9 @@ func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		}
 		shapes := b.slices.describeShapes()
 		b.mu.Unlock()
+		if have == 0 {
+			return nil, backend.Errorf(backend.Infeasible, op, "want %d × %s but the cluster has no slice of that shape (%s)", n, shape, shapes)
+		}
 		return nil, backend.Errorf(backend.Infeasible, op, "want %d × %s but the cluster has only %d of that shape (%s)", n, shape, have, shapes)
 	}
 	demand := b.vector(res)

@@ -197,7 +197,7 @@ func (b *Backend) KillActor(ctx context.Context, id backend.ActorID) error {
 	defer b.mu.Unlock()
 	if err == nil {
 		if err = b.precheckLocked(op); err == nil {
-			b.killLocked(a, backend.Errorf(backend.ActorDied, "actor "+id.String(), "actor was killed"))
+			b.killLocked(a, backend.Errorf(backend.ActorDied, "actor "+id.String()+" ("+a.spec.Class+")", "killed by its handle's Kill"))
 		}
 	}
 	r.Err = err
@@ -293,7 +293,7 @@ func (b *Backend) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 	rec.Object, rec.Group, rec.Bundle = id, a.pl.group, a.pl.bundleIndex()
 	if a.state == actorDead || inErr != nil {
 		if inErr == nil {
-			inErr = a.deathErr
+			inErr = backend.Errorf(backend.ActorDied, "call "+spec.Method, "%w", a.deathErr)
 		}
 		rec.Err = inErr
 		b.recordLocked(rec)

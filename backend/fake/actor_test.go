@@ -80,7 +80,8 @@ func TestActors(t *testing.T) {
 		is.Equal(ray.Code(err), ray.ActorDied)
 		is.True(strings.Contains(err.Error(), "negative start"))
 		_, err2 := incr.Remote(ctx, h, 1).Get(ctx)
-		is.Equal(err2, err)
+		is.True(errors.Is(err2, err))                           // the actor's death,
+		is.True(strings.HasPrefix(err2.Error(), "call incr: ")) // as the call's error
 		is.Equal(b.CallsTo("faketest.counter")[0].Err, err)
 		is.True(!b.CallsTo("faketest.counter.incr")[0].Ran)
 	})

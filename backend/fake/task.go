@@ -2,6 +2,7 @@ package fake
 
 import (
 	"context"
+	"strings"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/internal/admission"
@@ -128,7 +129,7 @@ func (b *Backend) attempt(caller context.Context, w *work) (v backend.Value, err
 	case b.closed:
 		abort = closedErr("fake")
 	case w.actor != nil && w.actor.state == actorDead:
-		abort = w.actor.deathErr
+		abort = backend.Errorf(backend.ActorDied, "call "+w.rec.Name[strings.LastIndexByte(w.rec.Name, '.')+1:], "%w", w.actor.deathErr)
 	case w.group != 0 && b.groups[w.group].removed:
 		abort = admission.PlacementGroupRemovedError(w.group)
 	case w.run == nil:

@@ -20,7 +20,7 @@ placement group: bundle 0 on node-0 (zone a)
 placement group: bundle 1 on node-1 (zone b)
 placement group: bundle 2 on node-2 (zone c)
 expected error, asking for 64 CPUs: Infeasible
-  submit task hello.square: no live node can ever hold {CPU: 64}: 3 of 3 live nodes match; the most any of them has is {CPU: 4, memory: 16GiB}
+  submit task hello.square: no live node can ever hold {CPU: 64}: the most any of the 3 live nodes has is {CPU: 4, memory: 16GiB}
 `
 
 // TestOutput runs the example on the cluster main builds and checks what it
