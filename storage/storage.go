@@ -30,6 +30,7 @@ import (
 	"io/fs"
 	"iter"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -158,12 +159,17 @@ func Schemes() []string {
 
 // Open opens the bucket that rawURL names:
 //
-//   - file:///abs/dir: the directory on local disk (see [Dir]); created on
-//     the first write if it does not exist;
+//   - file:///abs/dir, or the plain absolute path /abs/dir: the directory
+//     on local disk (see [Dir]); created on the first write if it does not
+//     exist;
 //   - mem://: a new, empty in-memory bucket (see [NewMem]);
 //   - any scheme given to [Register], such as gs://, s3:// and azblob://
 //     after importing github.com/goray-dev/goray/storage/gocloud.
 func Open(ctx context.Context, rawURL string) (Bucket, error) {
+	if strings.HasPrefix(rawURL, "/") {
+		// A plain absolute path, as Ray users pass: file:// of it.
+		return Dir(filepath.Clean(rawURL))
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %q: %w", rawURL, err)
@@ -180,7 +186,7 @@ func Open(ctx context.Context, rawURL string) (Bucket, error) {
 	case "mem":
 		return NewMem(), nil
 	case "":
-		return nil, fmt.Errorf("storage: open %q: not a URL; use file:///abs/dir, mem:// or one of the schemes %v", rawURL, Schemes())
+		return nil, fmt.Errorf("storage: open %q: neither a URL nor an absolute path; use /abs/dir, file:///abs/dir, mem:// or one of the schemes %v", rawURL, Schemes())
 	}
 	openersMu.RLock()
 	open := openers[u.Scheme]

@@ -40,7 +40,8 @@ func TestOpen(t *testing.T) {
 		{url: "file://" + filepath.ToSlash(dir)},
 		{url: "mem://"},
 		{url: "gs://bucket", wantErr: `no bucket driver for scheme "gs"`},
-		{url: "relative/dir", wantErr: "not a URL; use file:///abs/dir, mem://"},
+		{url: dir}, // a plain absolute path, as Ray users pass
+		{url: "relative/dir", wantErr: "neither a URL nor an absolute path; use /abs/dir, file:///abs/dir, mem://"},
 		{url: "file://host/dir", wantErr: `host "host" is not allowed`},
 		{url: "file://", wantErr: "needs an absolute path"},
 		{url: "%zz", wantErr: "invalid URL escape"},
@@ -71,6 +72,12 @@ func TestOpenFileSeesFiles(t *testing.T) {
 	got, err := storage.ReadAll(ctx, b, "sub/f.txt")
 	is.NoErr(err)
 	is.Equal(string(got), "on disk")
+	plain, err := storage.Open(ctx, dir) // the same directory as a plain path
+	is.NoErr(err)
+	got, err = storage.ReadAll(ctx, plain, "sub/f.txt")
+	is.NoErr(err)
+	is.Equal(string(got), "on disk")
+	is.NoErr(plain.Close())
 	// Deleting the last object removes the directories it leaves empty.
 	is.NoErr(b.Delete(ctx, "sub/f.txt"))
 	_, err = os.Stat(filepath.Join(dir, "sub"))

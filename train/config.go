@@ -63,7 +63,8 @@ type RunConfig struct {
 	// '.', '_' and '-'. Empty means "train".
 	Name string
 	// Storage is the URL of the checkpoint bucket, opened with
-	// storage.Open: "file:///path" and "mem://" are built in;
+	// storage.Open: "file:///path" (or the plain absolute path "/path")
+	// and "mem://" are built in;
 	// "gs://bucket", "s3://bucket" and "azblob://container" work after
 	// importing github.com/goray-dev/goray/storage/gocloud and the
 	// gocloud.dev driver. Empty means "mem://", which lives as long as the
