@@ -68,7 +68,7 @@ func InspectSlices(ctx context.Context, cfg Config) ([]SliceInfo, error) {
 	}
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, backend.Errorf(apiCode(err), op, "list nodes: %w", err)
+		return nil, backend.Errorf(apiCode(err), op, "list nodes: %w%s", err, rbacHint(err, "list nodes", cfg.Namespace))
 	}
 	pools := map[string][]*corev1.Node{}
 	for i := range nodes.Items {
@@ -90,7 +90,7 @@ func InspectSlices(ctx context.Context, cfg Config) ([]SliceInfo, error) {
 			case apierrors.IsNotFound(err):
 				return nil // free
 			case err != nil:
-				return backend.Errorf(apiCode(err), op, "get Lease %s/%s of TPU slice %q: %w", cfg.Namespace, LeaseName(pool), pool, err)
+				return backend.Errorf(apiCode(err), op, "get Lease %s/%s of TPU slice %q: %w%s", cfg.Namespace, LeaseName(pool), pool, err, rbacHint(err, "get leases", cfg.Namespace))
 			}
 			leases[i] = l
 			return nil
@@ -184,4 +184,16 @@ func SliceStates(infos []SliceInfo) []backend.SliceState {
 		out[i] = si.SliceState
 	}
 	return out
+}
+
+// rbacHint is what to check when the API server refused a request of the
+// driver's identity (Forbidden), or "": the usual cause is
+// deploy/rbac.yaml applied with its ClusterRoleBinding still naming the
+// ServiceAccount in namespace "default".
+func rbacHint(err error, what, namespace string) string {
+	if !apierrors.IsForbidden(err) {
+		return ""
+	}
+	return fmt.Sprintf(" (the identity may not %s: apply backend/kubernetes/deploy/rbac.yaml in namespace %q with the subject namespace of its ClusterRoleBinding set to %q, then check with `kubectl auth can-i %s --as=system:serviceaccount:%s:goray-driver`)",
+		what, namespace, namespace, what, namespace)
 }

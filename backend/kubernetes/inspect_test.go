@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -132,6 +133,22 @@ func TestInspectSlicesForbidden(t *testing.T) {
 	is.True(err != nil)
 	is.Equal(backend.CodeOf(err), backend.FailedPrecondition)
 	is.True(strings.Contains(err.Error(), `get Lease ml/goray-slice-pool of TPU slice "pool"`)) // names the Lease
+	is.True(strings.Contains(err.Error(), `with the subject namespace of its ClusterRoleBinding set to "ml"`))
+}
+
+// A ClusterRoleBinding left naming namespace default: listing nodes is
+// forbidden, and the error says what to check.
+func TestInspectSlicesNodesForbidden(t *testing.T) {
+	is := is.New(t)
+	client := fake.NewClientset()
+	client.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "", errors.New(`User "system:serviceaccount:ml:goray-driver" cannot list resource "nodes"`))
+	})
+	_, err := InspectSlices(context.Background(), Config{Client: client, Namespace: "ml"})
+	is.Equal(backend.CodeOf(err), backend.FailedPrecondition)
+	t.Log(err)
+	is.True(strings.Contains(err.Error(), `apply backend/kubernetes/deploy/rbac.yaml in namespace "ml" with the subject namespace of its ClusterRoleBinding set to "ml"`))
+	is.True(strings.Contains(err.Error(), "kubectl auth can-i list nodes --as=system:serviceaccount:ml:goray-driver"))
 }
 
 func TestInspectSlicesErrors(t *testing.T) {

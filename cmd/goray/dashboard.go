@@ -42,7 +42,7 @@ shape (as reservation "demo") for PERIOD, releases it for PERIOD, and
 again, so the page shows slices changing.
 
 ` + dashboardKubernetes,
-		Example: `  goray dashboard --cluster cmd/goray/testdata/tpu-cluster.json --demo 3s
+		Example: `  goray dashboard --cluster testdata/tpu-cluster.json   # the sample in cmd/goray of a clone --demo 3s
   goray dashboard --cluster cluster.json --addr 127.0.0.1:9000`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -43,7 +43,7 @@ reservation). A host whose node is not Ready or is cordoned is drawn
 dead; a slice missing hosts is listed under "not whole". goray only
 reads: it lists nodes and gets each slice's Lease in the namespace, which
 the driver's RBAC (backend/kubernetes/deploy/rbac.yaml) allows.`,
-		Example: `  goray slices --cluster cmd/goray/testdata/tpu-cluster.json
+		Example: `  goray slices --cluster testdata/tpu-cluster.json   # the sample in cmd/goray of a clone
   goray slices --cluster cluster.json --json
   goray slices --kubeconfig ~/.kube/config --context gke_proj_us-east5_tpus --namespace ml`,
 		Args: noArgs,
