@@ -57,6 +57,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 // NewFromParts assembles the backend from its parts (the Wire provider
 // set's last step; New does the same by hand).
 func NewFromParts(cfg Config, id ClusterID, src *Source, r *Runner) (*Backend, error) {
+	if !cfg.KeepKlog {
+		RouteKlog(cfg.withDefaults().Logger)
+	}
 	rt, err := cluster.New(src, r, cluster.Options{Logger: cfg.withDefaults().Logger})
 	if err != nil {
 		return nil, backend.Wrap(backend.CodeOf(err), "create Kubernetes backend", err)

@@ -77,8 +77,13 @@ type Config struct {
 	// REST); a Client given in Client keeps its own limits.
 	API APILimits
 
-	// Logger receives the backend's logs; nil discards them.
+	// Logger receives the backend's logs; nil discards them. client-go's
+	// own klog lines (such as its client-side throttling waits) go there
+	// too, at Debug (see RouteKlog), unless KeepKlog is set.
 	Logger *slog.Logger
+	// KeepKlog leaves klog as it is (by default it writes to stderr)
+	// instead of routing it to Logger.
+	KeepKlog bool
 }
 
 // WorkerConfig describes the worker pods: the user's own program, built

@@ -13,7 +13,6 @@ import (
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/cluster"
-	"github.com/goray-dev/goray/internal/testkit"
 	"github.com/goray-dev/goray/tpu"
 )
 
@@ -43,8 +42,8 @@ func TestProvisionConfigValidate(t *testing.T) {
 	cfg := testConfig()
 	cfg.Provision = ProvisionConfig{Mode: "nodes", Spot: true, FlexStart: true}
 	err := cfg.Validate()
-	testkit.ErrContains(t, err, `Provision.Mode "nodes": want "" (off, the default), "pods" or "provisioning-request"`)
-	testkit.ErrContains(t, err, "choose at most one way to buy the VMs")
+	errContains(t, err, `Provision.Mode "nodes": want "" (off, the default), "pods" or "provisioning-request"`)
+	errContains(t, err, "choose at most one way to buy the VMs")
 }
 
 // Capacity pods: one per host, pending, with GKE's selectors, the TPU
@@ -179,11 +178,20 @@ func TestProvisionRequestNeedsRealServer(t *testing.T) {
 	src, client, _ := runSource(t, cfg)
 	_, err := src.Provision(t.Context(), cluster.ProvisionRequest{Name: "r", Shape: v6e4x4(t), NumSlices: 2})
 	is.Equal(backend.CodeOf(err), backend.FailedPrecondition)
-	testkit.ErrContains(t, err, "needs a client of a real API server")
+	errContains(t, err, "needs a client of a real API server")
 	pods, err := client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{})
 	is.NoErr(err)
 	is.Equal(len(pods.Items), 0)
 	pts, err := client.CoreV1().PodTemplates("default").List(t.Context(), metav1.ListOptions{})
 	is.NoErr(err)
 	is.Equal(len(pts.Items), 0)
+}
+
+// errContains fails t unless err is not nil and its message contains
+// want, printing both.
+func errContains(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v\ndoes not contain %q", err, want)
+	}
 }

@@ -185,3 +185,60 @@ func TestNoTestArtifactsTracked(t *testing.T) {
 		}
 	}
 }
+
+// TestNoInternalAcrossModules: a nested module (its tests included) never
+// imports an internal package of another goray module. Go's internal rule
+// is by import path, so the workspace compiles it, but a published nested
+// module would then break whenever the root's internal package changes,
+// and the module proxy check cannot tidy it. A module under internal/
+// (internal/kubeharness) is a module of its own and may be imported.
+func TestNoInternalAcrossModules(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mods := publishedModules(t, root)
+	modOf := func(importPath string) string { // the module dir an import path lives in
+		rel := strings.TrimPrefix(strings.TrimPrefix(importPath, prefix), "/")
+		best := "."
+		for _, m := range mods {
+			if m != "." && (rel == m || strings.HasPrefix(rel, m+"/")) && len(m) > len(best) {
+				best = m
+			}
+		}
+		return best
+	}
+	checked := 0
+	for _, m := range mods {
+		if m == "." {
+			continue
+		}
+		cmd := exec.Command("go", "list", "-e", "-tags", "e2e browser", "-f", "{{.ImportPath}}: {{join .Imports \" \"}} {{join .TestImports \" \"}} {{join .XTestImports \" \"}}", "./...")
+		cmd.Dir = filepath.Join(root, m)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list in %s: %v", m, err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			pkg, imports, _ := strings.Cut(line, ": ")
+			checked++
+			for _, imp := range strings.Fields(imports) {
+				if !isGoray(imp) {
+					continue
+				}
+				owner := modOf(imp)
+				rel := strings.TrimPrefix(strings.TrimPrefix(imp, prefix), "/")
+				inside := rel // the path inside the owner module
+				if owner != "." {
+					inside = strings.TrimPrefix(strings.TrimPrefix(rel, owner), "/")
+				}
+				if owner != m && strings.Contains("/"+inside+"/", "/internal/") {
+					t.Errorf("%s (module %s) imports %s, an internal package of module %s", pkg, m, imp, owner)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no package listed")
+	}
+}
