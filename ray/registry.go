@@ -2,6 +2,7 @@ package ray
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -150,9 +151,14 @@ func guard(info *backend.RuntimeInfo, f func() (backend.Value, error)) (v backen
 }
 
 func userError(info *backend.RuntimeInfo, err error) error {
-	return &backend.Error{Code: backend.TaskFailed, Err: &backend.TaskError{
-		Task: taskName(info), Attempt: attempt(info), Message: err.Error(),
-	}}
+	te := &backend.TaskError{Task: taskName(info), Attempt: attempt(info), Message: err.Error()}
+	var recovered *backend.TaskError
+	if errors.As(err, &recovered) && recovered.Panicked {
+		// A panic the task recovered itself (train's workers do, to clean
+		// up): reported as the panic it was, with its stack.
+		te.Message, te.Panicked, te.Stack = recovered.Message, true, recovered.Stack
+	}
+	return &backend.Error{Code: backend.TaskFailed, Err: te}
 }
 
 func taskName(info *backend.RuntimeInfo) string {

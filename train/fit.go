@@ -171,8 +171,8 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 		}
 		if t.run.MaxFailures >= 0 && len(res.Failures) > t.run.MaxFailures {
 			t.finishResult(ctx, st, res) //nolint:errcheck // the failure says more
-			cause := f.Err
-			if cause == nil {
+			var cause error = &causeError{msg: f.Cause, err: f.Err}
+			if f.Err == nil {
 				cause = errors.New(f.Cause)
 			}
 			return res, fmt.Errorf("train: run %s: attempt %d failed (%d failures, MaxFailures %d): rank %d on %s: %w",
@@ -183,6 +183,29 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 	}
 	return res, t.finishResult(ctx, st, res)
 }
+
+// workerCause is what a worker task's error says about the worker: the
+// loop's own message (one line, "loop x panicked: ..." for a panic),
+// without the internal task's name and attempt, which mean nothing to
+// the run's user.
+func workerCause(err error) string {
+	var te *ray.TaskError
+	if errors.As(err, &te) {
+		return te.Message
+	}
+	return err.Error()
+}
+
+// causeError is a failure's cause as the run reports it: the failure's
+// one-line message, wrapping the task's error (errors.As reaches its
+// *ray.TaskError and, for a panic, its Stack).
+type causeError struct {
+	msg string
+	err error
+}
+
+func (e *causeError) Error() string { return e.msg }
+func (e *causeError) Unwrap() error { return e.err }
 
 func (t *Trainer) finishResult(ctx context.Context, st *store, res *Result) error {
 	cks, err := st.checkpoints(context.WithoutCancel(ctx))
@@ -294,7 +317,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 			ray.Name(fmt.Sprintf("%s/attempt-%d/rank-%d", t.run.Name, attempt, i)))
 		wg.Go(func() {
 			if _, err := ref.Get(ctx); err != nil {
-				rz.setFailure(i, err.Error(), err, false)
+				rz.setFailure(i, workerCause(err), err, false)
 				return
 			}
 			okMu.Lock()

@@ -133,7 +133,7 @@ func (s *session) notify(m *ctrlMsg) { s.cc.send(m) } //nolint:errcheck // a bro
 func (s *session) leave(err error, canceled bool) {
 	m := &ctrlMsg{Type: msgLeave, Canceled: canceled}
 	if err != nil {
-		m.Err = err.Error()
+		m.Err = workerCause(err)
 	}
 	s.notify(m)
 	s.closing.Store(true)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
 )
 
@@ -240,7 +241,10 @@ func (w *Worker) run(ctx context.Context, fn loopFunc) (err error) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("train: rank %d: loop %s panicked: %v\n%s", in.Rank, in.Loop, p, debug.Stack())
+			// One line for the message; the stack goes with the task's
+			// error (errors.As to *ray.TaskError, its Stack).
+			err = &backend.TaskError{Task: in.Loop, Attempt: in.Attempt, Panicked: true,
+				Message: fmt.Sprintf("loop %s panicked: %v", in.Loop, p), Stack: string(debug.Stack())}
 		}
 	}()
 	return fn(ctx, w, in.Config)
