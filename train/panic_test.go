@@ -36,7 +36,7 @@ func TestPanicIsOneLine(t *testing.T) {
 			is.True(err != nil)
 			msg := err.Error()
 			t.Log(msg)
-			is.True(!strings.Contains(msg, "\n"))                   // one line
+			is.True(!strings.Contains(msg, "\n"))                 // one line
 			is.True(!strings.Contains(msg, "goray.train.worker")) // not the internal task
 			is.True(strings.Contains(msg, "train: run p: attempt 0 failed"))
 			is.True(strings.Contains(msg, "rank 3 on v6e-16-0-w3: loop train_test.panicky panicked: assignment to entry in nil map"))
