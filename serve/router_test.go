@@ -2,7 +2,9 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,4 +178,24 @@ func TestQueuePassesRetryThatExcludesTheFreeReplica(t *testing.T) {
 	is.Equal(r, d.replicas[0]) // served at once, not queued behind the retry
 	cancel()
 	is.True(errors.Is(<-retried, context.Canceled))
+}
+
+// The status JSON names its durations' unit: seconds, in p50Seconds,
+// p99Seconds and lastScaleUpSeconds; it reads back the same.
+func TestStatusJSONUnits(t *testing.T) {
+	is := is.New(t)
+	st := DeploymentStatus{Name: "llm", P50: 51 * time.Millisecond, P99: 1500 * time.Millisecond, LastScaleUp: 2 * time.Second}
+	b, err := json.Marshal(st)
+	is.NoErr(err)
+	s := string(b)
+	t.Log(s)
+	is.True(strings.Contains(s, `"p50Seconds":0.051`))
+	is.True(strings.Contains(s, `"p99Seconds":1.5`))
+	is.True(strings.Contains(s, `"lastScaleUpSeconds":2`))
+	is.True(!strings.Contains(s, `"p50":`)) // no unitless nanoseconds
+	var back DeploymentStatus
+	is.NoErr(json.Unmarshal(b, &back))
+	is.Equal(back.P50, st.P50)
+	is.Equal(back.P99, st.P99)
+	is.Equal(back.Name, "llm")
 }

@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"encoding/json"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -24,8 +26,9 @@ func (s Status) Deployment(name string) (DeploymentStatus, bool) {
 	return DeploymentStatus{}, false
 }
 
-// DeploymentStatus describes one deployment. Durations are in
-// nanoseconds in JSON.
+// DeploymentStatus describes one deployment. In JSON its durations are
+// seconds, their keys saying so: p50Seconds, p99Seconds,
+// lastScaleUpSeconds.
 type DeploymentStatus struct {
 	Name string `json:"name"`
 	// Accelerator and Topology are each replica's slice.
@@ -45,18 +48,52 @@ type DeploymentStatus struct {
 	// RequestsPerSecond, P50 and P99 cover the requests finished in the
 	// last 10 seconds.
 	RequestsPerSecond float64       `json:"requestsPerSecond"`
-	P50               time.Duration `json:"p50"`
-	P99               time.Duration `json:"p99"`
+	P50               time.Duration `json:"-"`
+	P99               time.Duration `json:"-"`
 	// ReplicaFailures counts replicas lost to dead hosts, dead actors or
 	// failed health checks since the deployment started.
 	ReplicaFailures int `json:"replicaFailures"`
 	// LastScaleUp is the time from the last scale-up decision (or
 	// replacement) to its replica taking its first request; the replicas
 	// a deployment starts with are not timed.
-	LastScaleUp time.Duration `json:"lastScaleUp"`
+	LastScaleUp time.Duration `json:"-"`
 	// LastError is the last replica start failure, cleared when a replica
 	// becomes ready.
 	LastError string `json:"lastError,omitempty"`
+}
+
+// deploymentStatusJSON is DeploymentStatus in JSON: its durations in
+// seconds.
+type deploymentStatusJSON struct {
+	deploymentStatusFields
+	P50Seconds         float64 `json:"p50Seconds"`
+	P99Seconds         float64 `json:"p99Seconds"`
+	LastScaleUpSeconds float64 `json:"lastScaleUpSeconds"`
+}
+
+// deploymentStatusFields has DeploymentStatus's fields without its
+// methods, so that encoding/json encodes them as they are.
+type deploymentStatusFields DeploymentStatus
+
+// MarshalJSON writes the status with its durations in seconds
+// (p50Seconds, p99Seconds, lastScaleUpSeconds).
+func (d DeploymentStatus) MarshalJSON() ([]byte, error) {
+	return json.Marshal(deploymentStatusJSON{
+		deploymentStatusFields: deploymentStatusFields(d),
+		P50Seconds:             d.P50.Seconds(), P99Seconds: d.P99.Seconds(), LastScaleUpSeconds: d.LastScaleUp.Seconds(),
+	})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (d *DeploymentStatus) UnmarshalJSON(b []byte) error {
+	var j deploymentStatusJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*d = DeploymentStatus(j.deploymentStatusFields)
+	sec := func(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
+	d.P50, d.P99, d.LastScaleUp = sec(j.P50Seconds), sec(j.P99Seconds), sec(j.LastScaleUpSeconds)
+	return nil
 }
 
 // ReplicaStatus describes one replica.

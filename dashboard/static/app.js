@@ -7,7 +7,7 @@ const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "
 const groupColour = (g) => `hsl(${(g * 137.508) % 360}, 55%, 42%)`;
 const fmtRes = (r, skipZero) => Object.keys(r || {}).sort().filter((k) => !skipZero || r[k] !== 0).map((k) => `${k}: ${fmtNum(k, r[k])}`).join(", ");
 const fmtNum = (k, v) => (k === "memory" && v >= 1 << 30) ? (v / (1 << 30)).toFixed(0) + "GiB" : (+v.toFixed(2)).toString();
-const ms = (ns) => (ns / 1e6).toFixed(1) + " ms";
+const ms = (seconds) => (seconds * 1e3).toFixed(1) + " ms";
 
 function render(v) {
   const groups = new Map((v.reservations || []).map((r) => [r.group, r]));
@@ -145,7 +145,7 @@ function renderServe(ds) {
   $("deployments").innerHTML = ds.length === 0 ? `<p class="muted">No serve deployments tracked.</p>` : ds.map((d) =>
     `<div class="card" data-deployment="${esc(d.name)}"><b>${esc(d.name)}</b> — ${esc(d.accelerator)} ${esc(d.topology)}, ` +
     `${d.ready}/${d.target} ready (min ${d.minReplicas}, max ${d.maxReplicas}), ${d.queued} queued, ` +
-    `${d.requestsPerSecond.toFixed(1)} req/s, p50 ${ms(d.p50)}, p99 ${ms(d.p99)}, ${d.replicaFailures} replica failures` +
+    `${d.requestsPerSecond.toFixed(1)} req/s, p50 ${ms(d.p50Seconds)}, p99 ${ms(d.p99Seconds)}, ${d.replicaFailures} replica failures` +
     (d.lastError ? `<div class="problem">${esc(d.lastError)}</div>` : "") +
     `<table><tr><th>Replica</th><th>State</th><th>Slices</th><th>Ongoing</th><th>Served</th></tr>` +
     (d.replicas || []).map((r) => `<tr><td>${esc(r.id)}</td><td>${esc(r.state)}${r.reason ? " (" + esc(r.reason) + ")" : ""}</td>` +
