@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log"
 	"log/slog"
 	"math/rand/v2"
@@ -179,12 +180,17 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *addr, *slices, *verbose); err != nil {
+	// After the first Ctrl-C a second one ends the program at once, as
+	// without a handler, instead of waiting for the drain.
+	context.AfterFunc(ctx, stop)
+	if err := run(ctx, os.Stdout, *addr, *slices, *verbose); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, addr string, slices int, verbose bool) error {
+// run serves until ctx ends (Ctrl-C), then drains: it says what it does
+// on out, since draining in-flight requests can take a while.
+func run(ctx context.Context, out io.Writer, addr string, slices int, verbose bool) error {
 	b, err := local.New(ClusterSpec(slices), nil)
 	if err != nil {
 		return err
@@ -206,18 +212,28 @@ func run(ctx context.Context, addr string, slices int, verbose bool) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("serving llm on http://%s (POST /llm, POST /llm/stream, GET /-/status, GET /-/metrics)\n", l.Addr())
+	fmt.Fprintf(out, "serving llm on http://%s (POST /llm, POST /llm/stream, GET /-/status, GET /-/metrics)\n", l.Addr())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	select {
 	case err = <-served:
 	case <-ctx.Done():
+		inflight := 0
+		for _, d := range srv.Status().Deployments {
+			inflight += d.Queued
+			for _, r := range d.Replicas {
+				inflight += r.Ongoing
+			}
+		}
+		fmt.Fprintf(out, "shutting down: draining %d in-flight %s (up to 30s; press Ctrl-C again to stop at once)\n", inflight, map[bool]string{true: "request", false: "requests"}[inflight == 1])
 	}
+	t0 := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if serr := srv.Shutdown(sctx); serr != nil {
 		return serr
 	}
+	fmt.Fprintf(out, "drained in %v; replicas stopped, slices released\n", time.Since(t0).Round(time.Millisecond))
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

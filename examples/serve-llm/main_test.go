@@ -306,3 +306,49 @@ func TestWorkerProcesses(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestCtrlCSaysItDrains: on Ctrl-C (its context ending) the program says
+// it is draining, how many requests are in flight, and when it is done,
+// instead of going quiet while it drains.
+func TestCtrlCSaysItDrains(t *testing.T) {
+	var out syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, &out, "127.0.0.1:0", 2, false) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "serving llm on") {
+		if time.Now().After(deadline) {
+			t.Fatalf("not serving after 30s: %q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	t.Log(got)
+	for _, want := range []string{"shutting down: draining 0 in-flight requests", "press Ctrl-C again to stop at once", "replicas stopped, slices released"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+}
