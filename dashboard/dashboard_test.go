@@ -292,3 +292,43 @@ func TestAPIWork(t *testing.T) {
 		is.NoErr(err)
 	}
 }
+
+// TestPagePlaceholders: until the first view arrives, every section of the
+// page says it is waiting instead of showing nothing.
+func TestPagePlaceholders(t *testing.T) {
+	is := is.New(t)
+	d, err := dashboard.New(cluster(t), nil)
+	is.NoErr(err)
+	rec := httptest.NewRecorder()
+	d.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	is.Equal(rec.Code, 200)
+	page := rec.Body.String()
+	for _, id := range []string{"reservations", "shapes", "nodes", "work-summary", "failures", "runs", "deployments"} {
+		i := strings.Index(page, `id="`+id+`"`)
+		is.True(i >= 0)
+		end := min(i+200, len(page))
+		is.True(strings.Contains(page[i:end], "Waiting for the cluster…")) // a placeholder in each section
+	}
+}
+
+// TestNodesSortNaturally: the view lists nodes as people read them, w2
+// before w10.
+func TestNodesSortNaturally(t *testing.T) {
+	is := is.New(t)
+	b, err := local.New(local.ClusterSpec{Nodes: []local.NodeSpec{
+		{Name: "w10", Resources: backend.Resources{backend.CPU: 1}},
+		{Name: "w2", Resources: backend.Resources{backend.CPU: 1}},
+		{Name: "w1", Resources: backend.Resources{backend.CPU: 1}},
+	}}, nil)
+	is.NoErr(err)
+	c, err := ray.NewCluster(t.Context(), b, nil)
+	is.NoErr(err)
+	t.Cleanup(func() { c.Close() })
+	d, err := dashboard.New(c, nil)
+	is.NoErr(err)
+	var names []string
+	for _, n := range d.View(t.Context()).Nodes {
+		names = append(names, n.Name)
+	}
+	is.Equal(names, []string{"w1", "w2", "w10"})
+}

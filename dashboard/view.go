@@ -10,6 +10,7 @@ import (
 	"github.com/samber/lo"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/internal/natsort"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/serve"
 	"github.com/goray-dev/goray/tpu"
@@ -20,7 +21,8 @@ import (
 // empty, and Problems says why.
 type View struct {
 	Time time.Time `json:"time"`
-	// Nodes are the cluster's nodes, by name.
+	// Nodes are the cluster's nodes, by name, digit runs as numbers (w2
+	// before w10).
 	Nodes []Node `json:"nodes"`
 	// Shapes group the TPU slices by generation, topology and chips per
 	// host, in the order shapes first appear.
@@ -205,7 +207,8 @@ func nodes(snap *backend.State) []Node {
 		}
 		return Node{Name: n.Name, Alive: n.Alive, Labels: n.Labels, Capacity: n.Capacity, Free: n.Free, Used: used, Running: n.Running}
 	})
-	slices.SortFunc(out, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
+	// As people read names: w2 before w10.
+	slices.SortFunc(out, func(a, b Node) int { return natsort.Compare(a.Name, b.Name) })
 	return out
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,6 +202,21 @@ func TestBrowser(t *testing.T) {
 	t.Run("the train run draws its metrics", func(t *testing.T) {
 		is := is.New(t)
 		is.Equal(eval[int](t, ctx, `document.querySelectorAll('[data-run="pretrain"] svg path').length`), 1)
+		// The loss on a log scale, with labelled axes of a readable size.
+		label := eval[string](t, ctx, `document.querySelector('[data-run="pretrain"] svg').getAttribute('aria-label')`)
+		is.Equal(label, "loss over iterations, log scale")
+		is.True(eval[int](t, ctx, `document.querySelectorAll('[data-run="pretrain"] svg .ytick').length`) >= 2)
+		is.Equal(eval[int](t, ctx, `document.querySelectorAll('[data-run="pretrain"] svg .xtick').length`), 5)
+		is.True(eval[int](t, ctx, `document.querySelector('[data-run="pretrain"] svg').getBoundingClientRect().width`) >= 500)
+	})
+	t.Run("nodes sort as people read them, reservations in distinct colours", func(t *testing.T) {
+		is := is.New(t)
+		names := eval[[]string](t, ctx, `[...document.querySelectorAll('#nodes tr[data-node]')].map((r) => r.dataset.node)`)
+		i2, i10 := slices.Index(names, "v6e-64-0-w2"), slices.Index(names, "v6e-64-0-w10")
+		is.True(i2 >= 0 && i10 >= 0 && i2 < i10) // w2 before w10
+		colours := eval[[]string](t, ctx, `[...document.querySelectorAll('#reservations .swatch')].map((e) => getComputedStyle(e).backgroundColor)`)
+		is.Equal(len(colours), 2)
+		is.True(colours[0] != colours[1])
 	})
 	screenshot(t, ctx, shots, "slices.png", "#slices")
 	full, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))

@@ -4,13 +4,24 @@
 
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
-const groupColour = (g) => `hsl(${(g * 137.508) % 360}, 55%, 42%)`;
+// Reservations get colours from a categorical palette (Tableau 10), in
+// the order of their groups, so two reservations on screen never look
+// alike; beyond ten, hues spaced by the golden angle.
+const palette = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+let colourIndex = new Map();
+const groupColour = (g) => {
+  const i = colourIndex.get(g);
+  if (i === undefined) return "#8a94a6";
+  return i < palette.length ? palette[i] : `hsl(${(i * 137.508) % 360}, 60%, 45%)`;
+};
+const natural = new Intl.Collator(undefined, { numeric: true }).compare;
 const fmtRes = (r, skipZero) => Object.keys(r || {}).sort().filter((k) => !skipZero || r[k] !== 0).map((k) => `${k}: ${fmtNum(k, r[k])}`).join(", ");
 const fmtNum = (k, v) => (k === "memory" && v >= 1 << 30) ? (v / (1 << 30)).toFixed(0) + "GiB" : (+v.toFixed(2)).toString();
 const ms = (seconds) => (seconds * 1e3).toFixed(1) + " ms";
 
 function render(v) {
   const groups = new Map((v.reservations || []).map((r) => [r.group, r]));
+  colourIndex = new Map([...groups.keys()].sort((a, b) => a - b).map((g, i) => [g, i]));
   $("problems").innerHTML = (v.problems || []).map((p) => `<div class="problem">${esc(p)}</div>`).join("");
   renderReservations(v.reservations || []);
   renderPending(v.pending || []);
@@ -79,6 +90,7 @@ function renderSlice(sl, groups) {
 }
 
 function renderNodes(nodes) {
+  nodes = [...nodes].sort((a, b) => natural(a.name, b.name));
   $("nodes").innerHTML = `<tr><th>Node</th><th>State</th><th>Used</th><th>Free</th><th>Tasks</th><th>Labels</th></tr>` +
     nodes.map((n) => `<tr class="${n.alive ? "" : "dead-row"}" data-node="${esc(n.name)}"><td>${esc(n.name)}</td><td>${n.alive ? "alive" : "dead"}</td>` +
       `<td>${esc(fmtRes(n.used, true)) || "—"}</td><td>${esc(fmtRes(n.free))}</td><td>${n.running}</td>` +
@@ -99,6 +111,7 @@ function labels(node, ls) {
 }
 
 function renderWork(w) {
+  $("work-summary").className = "";
   $("work-summary").textContent = `${w.running || 0} tasks running, ${w.queued || 0} waiting (tasks, calls and actors).`;
   const tasks = w.tasks || [], actors = w.actors || [], pgs = w.placementGroups || [];
   $("tasks").innerHTML = `<tr><th>Task</th><th>Running</th><th>Queued</th></tr>` +
@@ -114,19 +127,35 @@ function renderWork(w) {
     pgs.map((g) => `<tr><td>${esc(g.name || "pg-" + g.id)}</td><td>${esc(g.state)}</td><td>${esc(g.strategy)}</td><td>${(g.bundles || []).map(esc).join(", ")}</td></tr>`).join("");
 }
 
+// chart draws one metric over iterations with labelled axes. A loss (a
+// metric whose name contains "loss") whose values are all positive is
+// drawn on a log scale, where its decline stays readable.
 function chart(points, key) {
-  const W = 320, H = 120, P = 24;
-  const pts = points.filter((p) => p.metrics && key in p.metrics);
+  const W = 560, H = 240, L = 56, R = 16, T = 24, B = 36;
+  const pts = points.filter((p) => p.metrics && key in p.metrics && Number.isFinite(p.metrics[key]));
   if (pts.length === 0) return "";
   const xs = pts.map((p) => p.iteration), ys = pts.map((p) => p.metrics[key]);
-  const [x0, x1] = [Math.min(...xs), Math.max(...xs)], [y0, y1] = [Math.min(...ys), Math.max(...ys)];
-  const sx = (x) => P + (x1 === x0 ? 0 : (x - x0) / (x1 - x0)) * (W - 2 * P);
-  const sy = (y) => H - P - (y1 === y0 ? 0.5 : (y - y0) / (y1 - y0)) * (H - 2 * P);
+  const log = /loss/i.test(key) && ys.every((y) => y > 0);
+  const f = log ? Math.log10 : (y) => y;
+  const [x0, x1] = [Math.min(...xs), Math.max(...xs)];
+  let [y0, y1] = [Math.min(...ys.map(f)), Math.max(...ys.map(f))];
+  if (log) { y0 = Math.floor(y0); y1 = Math.max(Math.ceil(y1), y0 + 1); }
+  const sx = (x) => L + (x1 === x0 ? 0.5 : (x - x0) / (x1 - x0)) * (W - L - R);
+  const sy = (y) => H - B - (y1 === y0 ? 0.5 : (f(y) - y0) / (y1 - y0)) * (H - T - B);
+  const num = (v) => Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(1) : +v.toPrecision(3);
+  // y ticks: each power of ten on a log scale, else five even steps.
+  const yt = log ? Array.from({ length: y1 - y0 + 1 }, (_, k) => 10 ** (y0 + k))
+    : Array.from({ length: 5 }, (_, k) => y0 + (y1 - y0) * k / 4);
+  const xt = x1 === x0 ? [x0] : Array.from({ length: 5 }, (_, k) => Math.round(x0 + (x1 - x0) * k / 4));
   const d = pts.map((p, i) => `${i ? "L" : "M"}${sx(p.iteration).toFixed(1)},${sy(p.metrics[key]).toFixed(1)}`).join("");
-  return `<svg class="chart" width="${W}" height="${H}" role="img" aria-label="${esc(key)} over iterations">` +
-    `<text x="${P}" y="14" font-size="11">${esc(key)}: ${(+ys[ys.length - 1].toPrecision(4))}</text>` +
-    `<text x="${P}" y="${H - 6}" font-size="9" fill="#66758a">iteration ${x0}–${x1}, ${+y0.toPrecision(3)}…${+y1.toPrecision(3)}</text>` +
-    `<path d="${d}" fill="none" stroke="#2a6fdb" stroke-width="1.5"/></svg>`;
+  return `<svg class="chart" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(key)} over iterations${log ? ", log scale" : ""}">` +
+    `<text x="${L}" y="16" font-size="13" font-weight="600">${esc(key)}: ${num(ys[ys.length - 1])}${log ? " (log scale)" : ""}</text>` +
+    yt.map((y) => `<line x1="${L}" x2="${W - R}" y1="${sy(y).toFixed(1)}" y2="${sy(y).toFixed(1)}" stroke="#e3e8ef"/>` +
+      `<text class="ytick" x="${L - 6}" y="${(sy(y) + 4).toFixed(1)}" font-size="11" text-anchor="end" fill="#4a5568">${num(y)}</text>`).join("") +
+    xt.map((x) => `<text class="xtick" x="${sx(x).toFixed(1)}" y="${H - B + 16}" font-size="11" text-anchor="middle" fill="#4a5568">${x}</text>`).join("") +
+    `<text x="${(L + W - R) / 2}" y="${H - 4}" font-size="11" text-anchor="middle" fill="#66758a">iteration</text>` +
+    `<line x1="${L}" x2="${L}" y1="${T}" y2="${H - B}" stroke="#8a94a6"/><line x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}" stroke="#8a94a6"/>` +
+    `<path d="${d}" fill="none" stroke="#2a6fdb" stroke-width="2"/></svg>`;
 }
 
 function renderRuns(runs) {
