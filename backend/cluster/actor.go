@@ -58,8 +58,8 @@ func (a *actor) signalReady() {
 }
 
 // liveActor reports the live actor named name. b.mu must be held.
-func (b *Runtime) liveActor(name string) (backend.ActorID, bool) {
-	other := b.actorNames[name]
+func (rt *Runtime) liveActor(name string) (backend.ActorID, bool) {
+	other := rt.actorNames[name]
 	if other == nil || other.state == actorDead {
 		return 0, false
 	}
@@ -67,45 +67,45 @@ func (b *Runtime) liveActor(name string) (backend.ActorID, bool) {
 }
 
 // CreateActor implements backend.Backend.
-func (b *Runtime) CreateActor(ctx context.Context, spec *backend.ActorSpec) (backend.ActorID, error) {
+func (rt *Runtime) CreateActor(ctx context.Context, spec *backend.ActorSpec) (backend.ActorID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	if spec == nil {
-		return 0, (*backend.ActorSpec)(nil).Check("create actor", b.exec, nil)
+		return 0, (*backend.ActorSpec)(nil).Check("create actor", rt.exec, nil)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	op := b.op("create actor ", spec.Class, "")
-	if err := b.precheck(op); err != nil {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	op := rt.op("create actor ", spec.Class, "")
+	if err := rt.precheck(op); err != nil {
 		return 0, err
 	}
-	if err := spec.Check(op, b.exec, b.liveActor); err != nil {
+	if err := spec.Check(op, rt.exec, rt.liveActor); err != nil {
 		return 0, err
 	}
-	c, err := b.classFor(op, &spec.Scheduling)
+	c, err := rt.classFor(op, &spec.Scheduling)
 	if err != nil {
 		return 0, err
 	}
-	if err := b.feasible(op, c); err != nil {
+	if err := rt.feasible(op, c); err != nil {
 		return 0, err
 	}
 	a := &actor{
-		id: backend.ActorID(b.newID()), spec: spec, ready: make(chan struct{}),
+		id: backend.ActorID(rt.newID()), spec: spec, ready: make(chan struct{}),
 		inflight: map[*call]struct{}{}, concurrent: max(1, spec.MaxConcurrency),
 	}
-	b.actors[a.id] = a
+	rt.actors[a.id] = a
 	if spec.Name != "" {
-		b.actorNames[spec.Name] = a
+		rt.actorNames[spec.Name] = a
 	}
 	a.creation = &task{actor: a, cls: c, arg: spec.Arg.Value}
-	b.enqueue(a.creation)
+	rt.enqueue(a.creation)
 	return a.id, nil
 }
 
 // startActor runs an actor's constructor on its placed node. b.mu must be
 // held.
-func (b *Runtime) startActor(t *task) {
+func (rt *Runtime) startActor(t *task) {
 	a := t.actor
 	t.state = stateRunning
 	a.node, a.bundle = t.node, t.bundle
@@ -119,65 +119,65 @@ func (b *Runtime) startActor(t *task) {
 	a.gen++
 	gen := a.gen
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	info := b.runtimeInfo(a.spec.Class, a.restarts, a.node, a.bundle, t.cls)
+	info := rt.runtimeInfo(a.spec.Class, a.restarts, a.node, a.bundle, t.cls)
 	info.Actor = a.id
 	ctx := a.ctx
-	b.pool.run(funcRunner(func() {
-		inst, err := b.exec.NewActor(ctx, a.spec.Class, t.arg, info)
-		b.mu.Lock()
-		defer b.mu.Unlock()
+	rt.pool.run(funcRunner(func() {
+		inst, err := rt.exec.NewActor(ctx, a.spec.Class, t.arg, info)
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
 		if a.gen != gen || a.state == actorDead {
 			return
 		}
 		if err != nil {
-			b.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "constructor of %s failed: %w", a.spec.Class, err), false)
+			rt.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "constructor of %s failed: %w", a.spec.Class, err), false)
 			return
 		}
 		a.inst = inst
 		a.state = actorAlive
 		a.signalReady()
-		b.dispatchCalls(a)
+		rt.dispatchCalls(a)
 	}))
 }
 
 // ActorReady implements backend.Backend.
-func (b *Runtime) ActorReady(ctx context.Context, id backend.ActorID) error {
-	b.mu.Lock()
-	a := b.actors[id]
-	if err := b.precheck("wait for actor"); err != nil {
-		b.mu.Unlock()
+func (rt *Runtime) ActorReady(ctx context.Context, id backend.ActorID) error {
+	rt.mu.Lock()
+	a := rt.actors[id]
+	if err := rt.precheck("wait for actor"); err != nil {
+		rt.mu.Unlock()
 		return err
 	}
 	if a == nil {
-		defer b.mu.Unlock()
-		if err, dead := b.deadActor(id); dead {
+		defer rt.mu.Unlock()
+		if err, dead := rt.deadActor(id); dead {
 			return err
 		}
 		return backend.Errorf(backend.NotFound, "wait for actor", "actor %s does not exist", id)
 	}
 	ch := a.ready
-	b.mu.Unlock()
+	rt.mu.Unlock()
 	select {
 	case <-ch:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
 		return backend.Errorf(backend.FailedPrecondition, "wait for actor", "%w", backend.ErrClosed)
 	}
 	return a.deathErr
 }
 
 // NamedActor implements backend.Backend.
-func (b *Runtime) NamedActor(ctx context.Context, name string) (backend.ActorID, string, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.precheck("look up actor " + name); err != nil {
+func (rt *Runtime) NamedActor(ctx context.Context, name string) (backend.ActorID, string, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if err := rt.precheck("look up actor " + name); err != nil {
 		return 0, "", err
 	}
-	a := b.actorNames[name]
+	a := rt.actorNames[name]
 	if a == nil || a.state == actorDead {
 		return 0, "", backend.Errorf(backend.NotFound, "look up actor "+name, "no live actor is named %q", name)
 	}
@@ -185,24 +185,24 @@ func (b *Runtime) NamedActor(ctx context.Context, name string) (backend.ActorID,
 }
 
 // CallActor implements backend.Backend.
-func (b *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backend.ObjectID, error) {
+func (rt *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backend.ObjectID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	op := b.op("call ", spec.Class, spec.Method)
-	if err := b.precheck(op); err != nil {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	op := rt.op("call ", spec.Class, spec.Method)
+	if err := rt.precheck(op); err != nil {
 		return 0, err
 	}
 	if spec.Method == "" {
 		return 0, backend.Errorf(backend.InvalidArgument, op, "empty method name")
 	}
-	a := b.actors[spec.Actor]
+	a := rt.actors[spec.Actor]
 	if a == nil {
-		if err, dead := b.deadActor(spec.Actor); dead {
-			o := b.newObject()
-			b.completeLocked(o, backend.Value{}, backend.Errorf(backend.ActorDied, "call "+spec.Method, "%w", err))
+		if err, dead := rt.deadActor(spec.Actor); dead {
+			o := rt.newObject()
+			rt.completeLocked(o, backend.Value{}, backend.Errorf(backend.ActorDied, "call "+spec.Method, "%w", err))
 			return o.id, nil
 		}
 		return 0, backend.Errorf(backend.NotFound, op, "actor %s does not exist", spec.Actor)
@@ -210,18 +210,18 @@ func (b *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 	if a.spec.Class != spec.Class {
 		return 0, backend.Errorf(backend.NotFound, op, "actor %s is of class %q; method %s.%s cannot be called on it", spec.Actor, a.spec.Class, spec.Class, spec.Method)
 	}
-	if !b.exec.HasActorMethod(spec.Class, spec.Method) {
+	if !rt.exec.HasActorMethod(spec.Class, spec.Method) {
 		return 0, backend.Errorf(backend.NotFound, op, "method %q of actor class %q is not registered", spec.Method, spec.Class)
 	}
-	cl := &call{obj: b.newObject(), spec: spec, arg: spec.Arg.Value}
+	cl := &call{obj: rt.newObject(), spec: spec, arg: spec.Arg.Value}
 	if a.state == actorDead {
-		b.completeLocked(cl.obj, backend.Value{}, callDeathErr(a, cl))
+		rt.completeLocked(cl.obj, backend.Value{}, callDeathErr(a, cl))
 		return cl.obj.id, nil
 	}
 	if spec.Arg.Ref != 0 {
-		dep, err := b.lookupDep(op, spec.Arg.Ref)
+		dep, err := rt.lookupDep(op, spec.Arg.Ref)
 		if err != nil {
-			b.objects.del(cl.obj.id)
+			rt.objects.del(cl.obj.id)
 			return 0, err
 		}
 		if !dep.done {
@@ -229,96 +229,96 @@ func (b *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 			dep.deps++
 			dep.waits().dependents = append(dep.waits().dependents, dependent{c: cl})
 		} else if dep.err != nil {
-			b.completeLocked(cl.obj, backend.Value{}, dep.err)
+			rt.completeLocked(cl.obj, backend.Value{}, dep.err)
 			return cl.obj.id, nil
 		} else {
 			cl.arg = dep.val
 		}
 	}
 	a.mailbox = append(a.mailbox, cl)
-	b.queued++
-	b.dispatchCalls(a)
+	rt.queued++
+	rt.dispatchCalls(a)
 	return cl.obj.id, nil
 }
 
 // resolveCallDep runs when a call's input is done. b.mu must be held.
-func (b *Runtime) resolveCallDep(cl *call, dep *object) {
+func (rt *Runtime) resolveCallDep(cl *call, dep *object) {
 	cl.dep = nil
 	dep.deps--
-	defer b.maybeDelete(dep)
+	defer rt.maybeDelete(dep)
 	if cl.done {
 		return
 	}
 	if dep.err != nil {
 		cl.arg = backend.Value{}
-		b.finishCallLocked(cl, backend.Value{}, dep.err)
+		rt.finishCallLocked(cl, backend.Value{}, dep.err)
 		// leave it in the mailbox; dispatch skips done calls
 	} else {
 		cl.arg = dep.val
 	}
-	if a := b.actors[cl.spec.Actor]; a != nil {
-		b.dispatchCalls(a)
+	if a := rt.actors[cl.spec.Actor]; a != nil {
+		rt.dispatchCalls(a)
 	}
 }
 
-func (b *Runtime) finishCallLocked(cl *call, v backend.Value, err error) {
+func (rt *Runtime) finishCallLocked(cl *call, v backend.Value, err error) {
 	if cl.done {
 		return
 	}
 	cl.done = true
-	b.completeLocked(cl.obj, v, err)
+	rt.completeLocked(cl.obj, v, err)
 }
 
 // dispatchCalls starts mailbox calls in order while the actor has capacity.
 // A call whose input is not ready holds back the calls behind it, keeping
 // submission order. b.mu must be held.
-func (b *Runtime) dispatchCalls(a *actor) {
+func (rt *Runtime) dispatchCalls(a *actor) {
 	for a.state == actorAlive && a.head < len(a.mailbox) && len(a.inflight) < a.concurrent {
 		cl := a.mailbox[a.head]
 		if cl.done {
-			b.popCall(a)
+			rt.popCall(a)
 			continue
 		}
 		if cl.dep != nil {
 			return
 		}
-		b.popCall(a)
-		b.runCall(a, cl)
+		rt.popCall(a)
+		rt.runCall(a, cl)
 	}
 }
 
-func (b *Runtime) popCall(a *actor) {
+func (rt *Runtime) popCall(a *actor) {
 	a.mailbox[a.head] = nil
 	a.head++
-	b.queued--
+	rt.queued--
 	if a.head == len(a.mailbox) {
 		a.mailbox, a.head = a.mailbox[:0], 0
 	}
 }
 
-func (b *Runtime) runCall(a *actor, cl *call) {
+func (rt *Runtime) runCall(a *actor, cl *call) {
 	a.inflight[cl] = struct{}{}
 	cl.gen = a.gen
 	c := a.creation.cls
 	if c.res == nil {
-		c.res = b.resources(c.demand)
+		c.res = rt.resources(c.demand)
 	}
-	r := &callRun{Context: a.ctx, b: b, a: a, cl: cl, inst: a.inst, gen: a.gen}
+	r := &callRun{Context: a.ctx, rt: rt, a: a, cl: cl, inst: a.inst, gen: a.gen}
 	r.info = backend.RuntimeInfo{
-		Task: b.op("", a.spec.Class, cl.spec.Method), Attempt: cl.attempt, Node: a.node.name,
+		Task: rt.op("", a.spec.Class, cl.spec.Method), Attempt: cl.attempt, Node: a.node.name,
 		NodeLabels: a.node.labels, Env: a.node.env, Actor: a.id, Placement: backend.Placement{Bundle: -1},
 		Resources: c.res,
 	}
 	if a.bundle != nil {
-		bi := b.runtimeInfo(r.info.Task, cl.attempt, a.node, a.bundle, nil)
+		bi := rt.runtimeInfo(r.info.Task, cl.attempt, a.node, a.bundle, nil)
 		r.info.Env, r.info.Placement = bi.Env, bi.Placement
 	}
-	b.running++
-	if b.inlineCalls && b.inlineCall == nil {
-		b.inlineCall = r // the finishing call's goroutine runs it next
+	rt.running++
+	if rt.inlineCalls && rt.inlineCall == nil {
+		rt.inlineCall = r // the finishing call's goroutine runs it next
 		return
 	}
-	b.pool.run(r)
+	rt.pool.run(r)
 }
 
 // callRun is one actor call on its way through a pool goroutine. It is
@@ -327,7 +327,7 @@ func (b *Runtime) runCall(a *actor, cl *call) {
 type callRun struct {
 	context.Context
 	info backend.RuntimeInfo
-	b    *Runtime
+	rt   *Runtime
 	a    *actor
 	cl   *call
 	inst backend.ActorInstance
@@ -346,47 +346,47 @@ func (r *callRun) Value(key any) any {
 func (r *callRun) run() {
 	for r != nil {
 		v, err := r.inst.Call(r, r.cl.spec.Method, r.cl.arg, &r.info)
-		r = r.b.finishCall(r, v, err)
+		r = r.rt.finishCall(r, v, err)
 	}
 }
 
 // finishCall records a call's result unless its incarnation is gone, and
 // returns a call of the same actor to run next on this goroutine.
-func (b *Runtime) finishCall(r *callRun, v backend.Value, err error) (next *callRun) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (rt *Runtime) finishCall(r *callRun, v backend.Value, err error) (next *callRun) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
 	a, cl := r.a, r.cl
 	if _, ok := a.inflight[cl]; !ok || a.gen != r.gen {
 		return nil
 	}
 	delete(a.inflight, cl)
-	b.running--
+	rt.running--
 	if err != nil {
-		b.failures.Add(admission.NewTaskFailure(r.info.Task, r.info.Attempt, r.info.Node, err))
+		rt.failures.Add(admission.NewTaskFailure(r.info.Task, r.info.Attempt, r.info.Node, err))
 	}
-	b.inlineCalls, b.inlineCall = true, nil
-	b.finishCallLocked(cl, v, err)
-	b.dispatchCalls(a)
-	next = b.inlineCall
-	b.inlineCalls, b.inlineCall = false, nil
+	rt.inlineCalls, rt.inlineCall = true, nil
+	rt.finishCallLocked(cl, v, err)
+	rt.dispatchCalls(a)
+	next = rt.inlineCall
+	rt.inlineCalls, rt.inlineCall = false, nil
 	return next
 }
 
 // KillActor implements backend.Backend.
-func (b *Runtime) KillActor(ctx context.Context, id backend.ActorID) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.precheck("kill actor"); err != nil {
+func (rt *Runtime) KillActor(ctx context.Context, id backend.ActorID) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if err := rt.precheck("kill actor"); err != nil {
 		return err
 	}
-	a := b.actors[id]
+	a := rt.actors[id]
 	if a == nil {
-		if _, dead := b.deadActor(id); dead {
+		if _, dead := rt.deadActor(id); dead {
 			return nil
 		}
 		return backend.Errorf(backend.NotFound, "kill actor", "actor %s does not exist", id)
 	}
-	b.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+id.String()+" ("+a.spec.Class+")", "killed by its handle's Kill"), false)
+	rt.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+id.String()+" ("+a.spec.Class+")", "killed by its handle's Kill"), false)
 	return nil
 }
 
@@ -395,22 +395,22 @@ func (b *Runtime) KillActor(ctx context.Context, id backend.ActorID) error {
 // its running calls are retried per MaxTaskRetries and its queued calls
 // wait. Otherwise it is dead and every call fails with err. b.mu must be
 // held.
-func (b *Runtime) killActorLocked(a *actor, err error, restart bool) {
+func (rt *Runtime) killActorLocked(a *actor, err error, restart bool) {
 	if a.state == actorDead {
 		return
 	}
 	if a.cancel != nil {
 		a.cancel()
 	}
-	b.releaseActor(a)
+	rt.releaseActor(a)
 	running := make([]*call, 0, len(a.inflight))
 	for cl := range a.inflight {
 		running = append(running, cl)
 	}
-	b.running -= len(a.inflight)
+	rt.running -= len(a.inflight)
 	clear(a.inflight)
 	a.inst = nil
-	if restart && (a.spec.MaxRestarts < 0 || a.restarts < a.spec.MaxRestarts) && !b.closed {
+	if restart && (a.spec.MaxRestarts < 0 || a.restarts < a.spec.MaxRestarts) && !rt.closed {
 		a.restarts++
 		a.state = actorRestarting
 		var requeue []*call
@@ -419,15 +419,15 @@ func (b *Runtime) killActorLocked(a *actor, err error, restart bool) {
 				cl.attempt++
 				requeue = append(requeue, cl)
 			} else {
-				b.finishCallLocked(cl, backend.Value{}, backend.Errorf(backend.Unavailable, "call "+a.spec.Class+"."+cl.spec.Method, "actor %s was lost with its node: %w", a.id, err))
+				rt.finishCallLocked(cl, backend.Value{}, backend.Errorf(backend.Unavailable, "call "+a.spec.Class+"."+cl.spec.Method, "actor %s was lost with its node: %w", a.id, err))
 			}
 		}
 		if len(requeue) > 0 {
 			a.mailbox = append(requeue, a.mailbox[a.head:]...)
 			a.head = 0
-			b.queued += len(requeue)
+			rt.queued += len(requeue)
 		}
-		b.enqueue(a.creation)
+		rt.enqueue(a.creation)
 		return
 	}
 	a.state = actorDead
@@ -437,23 +437,23 @@ func (b *Runtime) killActorLocked(a *actor, err error, restart bool) {
 	}
 	a.signalReady()
 	if a.creation.state == stateQueued {
-		b.unqueue(a.creation)
+		rt.unqueue(a.creation)
 	}
 	a.creation.state = stateDone
 	for _, cl := range running {
-		b.finishCallLocked(cl, backend.Value{}, callDeathErr(a, cl))
+		rt.finishCallLocked(cl, backend.Value{}, callDeathErr(a, cl))
 	}
 	for _, cl := range a.mailbox[a.head:] {
-		b.queued--
-		b.finishCallLocked(cl, backend.Value{}, callDeathErr(a, cl))
+		rt.queued--
+		rt.finishCallLocked(cl, backend.Value{}, callDeathErr(a, cl))
 	}
 	a.mailbox, a.head = nil, 0
-	if a.spec.Name != "" && b.actorNames[a.spec.Name] == a {
-		delete(b.actorNames, a.spec.Name)
+	if a.spec.Name != "" && rt.actorNames[a.spec.Name] == a {
+		delete(rt.actorNames, a.spec.Name)
 	}
-	delete(b.actors, a.id)
-	b.deadActors.add(a.id, a.deathErr)
-	b.schedule()
+	delete(rt.actors, a.id)
+	rt.deadActors.add(a.id, a.deathErr)
+	rt.schedule()
 }
 
 // callDeathErr is the error of a call on a dead actor: ActorDied, naming
@@ -464,7 +464,7 @@ func callDeathErr(a *actor, cl *call) error {
 }
 
 // releaseActor gives back the resources of the actor's incarnation.
-func (b *Runtime) releaseActor(a *actor) {
+func (rt *Runtime) releaseActor(a *actor) {
 	t := a.creation
 	if t.state == stateRunning {
 		if a.node != nil {
@@ -473,7 +473,7 @@ func (b *Runtime) releaseActor(a *actor) {
 		if a.bundle != nil {
 			delete(a.bundle.actors, a)
 		}
-		b.release(t)
+		rt.release(t)
 		t.state = stateDone
 	}
 	a.node, a.bundle = nil, nil

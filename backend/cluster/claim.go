@@ -37,19 +37,19 @@ type pickedClaim struct {
 // claimPicked claims, outside b.mu, the whole slices serveSlices picked
 // for w (the source is a SliceClaimer), then grants them (claimAndGrant).
 // b.mu is held on entry and on return.
-func (b *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *sliceWait) (_ *backend.SliceReservation, _ error, again bool) {
+func (rt *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *sliceWait) (_ *backend.SliceReservation, _ error, again bool) {
 	picked := w.picked
 	w.picked = nil
-	id := backend.PlacementGroupID(b.newID())
+	id := backend.PlacementGroupID(rt.newID())
 	claim, env := claimOf(id, picked)
-	return b.claimAndGrant(ctx, p, w, &pickedClaim{
+	return rt.claimAndGrant(ctx, p, w, &pickedClaim{
 		op: op, id: id, claim: claim, env: env,
-		unpick: func() { b.unpick(p, picked) },
+		unpick: func() { rt.unpick(p, picked) },
 		grant: func() *backend.SliceReservation {
 			for _, s := range picked {
 				s.claiming = false
 			}
-			return b.grantSlices(w, picked, id)
+			return rt.grantSlices(w, picked, id)
 		},
 	})
 }
@@ -60,44 +60,44 @@ func (b *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *s
 // reports again; any other error releases what was claimed and fails the
 // request. What was picked stays unpickable until the claim has ended.
 // b.mu is held on entry and on return.
-func (b *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait, pc *pickedClaim) (_ *backend.SliceReservation, _ error, again bool) {
-	if err := b.gaveUpClaim(ctx, pc.op, p, w); err != nil {
+func (rt *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait, pc *pickedClaim) (_ *backend.SliceReservation, _ error, again bool) {
+	if err := rt.gaveUpClaim(ctx, pc.op, p, w); err != nil {
 		pc.unpick()
 		return nil, err, false
 	}
 	claim := pc.claim
 	// Close waits for the claim (and its release, if the cluster closed
 	// meanwhile) before it closes the runner, and cuts it short.
-	b.bg.Add(1)
-	defer b.bg.Done()
+	rt.bg.Add(1)
+	defer rt.bg.Done()
 	cctx, cancel := context.WithCancel(ctx)
-	defer context.AfterFunc(b.runCtx, cancel)()
+	defer context.AfterFunc(rt.runCtx, cancel)()
 	defer cancel()
-	b.mu.Unlock()
-	err := b.claimer.ClaimSlices(cctx, claim)
+	rt.mu.Unlock()
+	err := rt.claimer.ClaimSlices(cctx, claim)
 	reserved := false
-	if err == nil && b.claimRunner != nil && cctx.Err() == nil {
-		if err = b.claimRunner.Reserved(cctx, claim, pc.env); err != nil {
-			b.releaseClaim(claim, false)
+	if err == nil && rt.claimRunner != nil && cctx.Err() == nil {
+		if err = rt.claimRunner.Reserved(cctx, claim, pc.env); err != nil {
+			rt.releaseClaim(claim, false)
 		}
 		reserved = err == nil
 	}
-	b.mu.Lock()
+	rt.mu.Lock()
 	if err == nil {
-		if gerr := b.gaveUpClaim(ctx, pc.op, p, w); gerr != nil {
+		if gerr := rt.gaveUpClaim(ctx, pc.op, p, w); gerr != nil {
 			// Released before it is pickable again, so that this driver
 			// never claims what its previous claim still holds.
-			b.mu.Unlock()
-			b.releaseClaim(claim, reserved)
-			b.mu.Lock()
+			rt.mu.Unlock()
+			rt.releaseClaim(claim, reserved)
+			rt.mu.Lock()
 			pc.unpick()
 			return nil, gerr, false
 		}
 		r := pc.grant()
-		b.pgs[pc.id].claim = &claimHold{claim: claim, reserved: reserved}
+		rt.pgs[pc.id].claim = &claimHold{claim: claim, reserved: reserved}
 		return r, nil, false
 	}
-	if backend.CodeOf(err) == backend.ResourceExhausted && !b.closed && ctx.Err() == nil {
+	if backend.CodeOf(err) == backend.ResourceExhausted && !rt.closed && ctx.Err() == nil {
 		var held *HeldError
 		names := claim.Slices // without a HeldError, all of them
 		if errors.As(err, &held) && len(held.Slices) > 0 {
@@ -108,8 +108,8 @@ func (b *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait,
 				s.held = true
 			}
 		}
-		b.log.Debug("cluster: slices held by another driver", "slices", names, "cause", err)
-		b.armHeldRetry()
+		rt.log.Debug("cluster: slices held by another driver", "slices", names, "cause", err)
+		rt.armHeldRetry()
 		// Queued again at the head, w is served first: it may get other
 		// slices at once.
 		w.done = make(chan struct{})
@@ -118,7 +118,7 @@ func (b *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait,
 		return nil, nil, true
 	}
 	pc.unpick()
-	if gerr := b.gaveUpClaim(ctx, pc.op, p, w); gerr != nil {
+	if gerr := rt.gaveUpClaim(ctx, pc.op, p, w); gerr != nil {
 		return nil, gerr, false
 	}
 	return nil, backend.Wrap(backend.CodeOf(err), pc.op+": claim slices", err), false
@@ -126,8 +126,8 @@ func (b *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait,
 
 // gaveUpClaim is the error of a claimed request whose caller gave up or
 // whose cluster closed, or nil. b.mu must be held.
-func (b *Runtime) gaveUpClaim(ctx context.Context, op string, p *shapePool, w *sliceWait) error {
-	if b.closed {
+func (rt *Runtime) gaveUpClaim(ctx context.Context, op string, p *shapePool, w *sliceWait) error {
+	if rt.closed {
 		return backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
 	}
 	if ctx.Err() != nil {
@@ -138,12 +138,12 @@ func (b *Runtime) gaveUpClaim(ctx context.Context, op string, p *shapePool, w *s
 
 // unpick returns slices picked for a claim to their pool's free heap and
 // serves the pool. b.mu must be held.
-func (b *Runtime) unpick(p *shapePool, picked []*tpuSlice) {
+func (rt *Runtime) unpick(p *shapePool, picked []*tpuSlice) {
 	for _, s := range picked {
 		s.claiming = false
 		heap.Push(&p.free, s)
 	}
-	b.serveSlices(p)
+	rt.serveSlices(p)
 }
 
 // handlesOf returns the sources' handles of hosts (Node.Handle).
@@ -179,22 +179,22 @@ func claimOf(id backend.PlacementGroupID, picked []*tpuSlice) (Claim, map[string
 
 // armHeldRetry makes slices held elsewhere available again after the
 // claim retry delay. b.mu must be held.
-func (b *Runtime) armHeldRetry() {
-	if b.heldTimer != nil || b.closed {
+func (rt *Runtime) armHeldRetry() {
+	if rt.heldTimer != nil || rt.closed {
 		return
 	}
-	b.heldTimer = time.AfterFunc(b.claimRetry, func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.heldTimer = nil
-		if b.closed {
+	rt.heldTimer = time.AfterFunc(rt.claimRetry, func() {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		rt.heldTimer = nil
+		if rt.closed {
 			return
 		}
-		for _, p := range b.slices.order {
+		for _, p := range rt.slices.order {
 			for _, s := range p.all {
 				s.held = false
 			}
-			b.serveSlices(p)
+			rt.serveSlices(p)
 		}
 	})
 }
@@ -205,17 +205,17 @@ func (b *Runtime) armHeldRetry() {
 // again, is then called under b.mu once the claim has ended (unless the
 // cluster closed meanwhile), so that this driver never claims a slice or
 // host whose previous claim is still being released. b.mu must be held.
-func (b *Runtime) endClaimLocked(pg *pgroup, free func()) bool {
+func (rt *Runtime) endClaimLocked(pg *pgroup, free func()) bool {
 	h := pg.claim
-	if h == nil || b.closed { // once closed, Close has taken the claims
+	if h == nil || rt.closed { // once closed, Close has taken the claims
 		return false
 	}
 	pg.claim = nil
-	b.bg.Go(func() {
-		b.releaseClaim(h.claim, h.reserved)
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if !b.closed {
+	rt.bg.Go(func() {
+		rt.releaseClaim(h.claim, h.reserved)
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		if !rt.closed {
 			free()
 		}
 	})
@@ -224,14 +224,14 @@ func (b *Runtime) endClaimLocked(pg *pgroup, free func()) bool {
 
 // takeClaimsLocked takes every granted claim, for Close to end, and stops
 // the held-slice retry. b.mu must be held.
-func (b *Runtime) takeClaimsLocked() []*claimHold {
-	if b.heldTimer != nil {
-		b.heldTimer.Stop()
-		b.heldTimer = nil
+func (rt *Runtime) takeClaimsLocked() []*claimHold {
+	if rt.heldTimer != nil {
+		rt.heldTimer.Stop()
+		rt.heldTimer = nil
 	}
 	var out []*claimHold
-	for _, id := range sortedKeys(b.pgs) {
-		if pg := b.pgs[id]; pg.claim != nil {
+	for _, id := range sortedKeys(rt.pgs) {
+		if pg := rt.pgs[id]; pg.claim != nil {
 			out = append(out, pg.claim)
 			pg.claim = nil
 		}
@@ -240,21 +240,21 @@ func (b *Runtime) takeClaimsLocked() []*claimHold {
 }
 
 // endClaims ends claims Close took.
-func (b *Runtime) endClaims(claims []*claimHold) {
+func (rt *Runtime) endClaims(claims []*claimHold) {
 	for _, h := range claims {
-		b.releaseClaim(h.claim, h.reserved)
+		rt.releaseClaim(h.claim, h.reserved)
 	}
 }
 
 // releaseClaim tells the runner the reservation ended (if it was told it
 // began), then releases the claim.
-func (b *Runtime) releaseClaim(c Claim, reserved bool) {
+func (rt *Runtime) releaseClaim(c Claim, reserved bool) {
 	if reserved {
-		b.claimRunner.Released(c)
+		rt.claimRunner.Released(c)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := b.claimer.ReleaseSlices(ctx, c); err != nil {
-		b.log.Warn("cluster: release slice claim", "claim", c.ID, "slices", c.Slices, "cause", err)
+	if err := rt.claimer.ReleaseSlices(ctx, c); err != nil {
+		rt.log.Warn("cluster: release slice claim", "claim", c.ID, "slices", c.Slices, "cause", err)
 	}
 }

@@ -12,12 +12,12 @@ import (
 // recent failures that Snapshot reports. Only failures pay for it: the
 // success path never calls it. b.mu must be held and t must still be on
 // its node.
-func (b *Runtime) recordFailure(t *task, err error) {
+func (rt *Runtime) recordFailure(t *task, err error) {
 	node := ""
 	if t.node != nil {
 		node = t.node.name
 	}
-	b.failures.Add(admission.NewTaskFailure(taskName(t), t.attempt, node, err))
+	rt.failures.Add(admission.NewTaskFailure(taskName(t), t.attempt, node, err))
 }
 
 // taskName is the name a task is shown by: its call's display name, else
@@ -33,7 +33,7 @@ func taskName(t *task) string {
 // classes) and running (on the nodes) per name, by name. It costs one pass
 // over the queued and running tasks, at snapshot time only. b.mu must be
 // held.
-func (b *Runtime) taskSummaries() []backend.TaskSummary {
+func (rt *Runtime) taskSummaries() []backend.TaskSummary {
 	counts := map[string]*backend.TaskSummary{}
 	get := func(t *task) *backend.TaskSummary {
 		name := taskName(t)
@@ -44,14 +44,14 @@ func (b *Runtime) taskSummaries() []backend.TaskSummary {
 		}
 		return s
 	}
-	for _, c := range b.classes {
+	for _, c := range rt.classes {
 		for _, t := range c.queue[c.head:] {
 			if t != nil && t.actor == nil && t.state == stateQueued {
 				get(t).Queued++
 			}
 		}
 	}
-	for _, n := range b.nodes {
+	for _, n := range rt.nodes {
 		for _, t := range n.running.ts {
 			get(t).Running++
 		}

@@ -14,51 +14,51 @@ import (
 // those bundles are placed again (a group pinned to hosts, such as a TPU
 // slice reservation, waits for its host). Work that no live node can hold
 // any more fails with Infeasible.
-func (b *Runtime) KillNode(ctx context.Context, name string) error {
-	b.mu.Lock()
-	err := b.precheck("kill node " + name)
-	b.mu.Unlock()
+func (rt *Runtime) KillNode(ctx context.Context, name string) error {
+	rt.mu.Lock()
+	err := rt.precheck("kill node " + name)
+	rt.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return b.source.Kill(ctx, name)
+	return rt.source.Kill(ctx, name)
 }
 
 // RestartNode brings a dead node back, empty and idle, through the node
 // source (NodeSource.Restore).
-func (b *Runtime) RestartNode(ctx context.Context, name string) error {
-	b.mu.Lock()
-	err := b.precheck("restart node " + name)
-	b.mu.Unlock()
+func (rt *Runtime) RestartNode(ctx context.Context, name string) error {
+	rt.mu.Lock()
+	err := rt.precheck("restart node " + name)
+	rt.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return b.source.Restore(ctx, name)
+	return rt.source.Restore(ctx, name)
 }
 
 // nodeLostLocked kills node n; restarting marks it as coming back by
 // itself (its worker is being restarted), so that queued work it could
 // hold waits for it instead of failing as Infeasible. b.mu must be held.
-func (b *Runtime) nodeLostLocked(n *node, cause error, restarting bool) {
+func (rt *Runtime) nodeLostLocked(n *node, cause error, restarting bool) {
 	if !n.alive {
 		if n.restarting && !restarting {
-			b.restartAbandoned(n)
+			rt.restartAbandoned(n)
 		}
 		return
 	}
 	name := n.name
 	n.alive = false
 	n.restarting = restarting
-	b.epoch++
+	rt.epoch++
 	var lost error
 	if cause == nil || restarting {
 		lost = backend.Errorf(backend.Unavailable, "node "+name, "node %s died", name)
 	} else {
 		lost = backend.Errorf(backend.Unavailable, "node "+name, "node %s died: %w", name, backend.Cause(cause))
 	}
-	if !b.started {
+	if !rt.started {
 		if !n.draining {
-			b.markSliceHostDown(n)
+			rt.markSliceHostDown(n)
 		}
 		n.draining = false
 		return
@@ -67,14 +67,14 @@ func (b *Runtime) nodeLostLocked(n *node, cause error, restarting bool) {
 	// all of its work, on every host, before single tasks are retried.
 	for bu := range n.bundles {
 		if len(bu.pg.slices) > 0 {
-			b.breakSliceGroup(bu.pg, n)
+			rt.breakSliceGroup(bu.pg, n)
 		}
 	}
 	for _, t := range n.running.snapshot() {
-		b.abortTask(t, lost, true)
+		rt.abortTask(t, lost, true)
 	}
 	for a := range n.actors {
-		b.killActorLocked(a, lost, true)
+		rt.killActorLocked(a, lost, true)
 	}
 	for bu := range n.bundles {
 		pg := bu.pg
@@ -85,32 +85,32 @@ func (b *Runtime) nodeLostLocked(n *node, cause error, restarting bool) {
 			pg.state = pgPending
 			pg.ready = make(chan struct{})
 			pg.readyOK = false
-			b.seq++
-			pg.seq = b.seq
-			b.pendingPGs = append(b.pendingPGs, pg)
+			rt.seq++
+			pg.seq = rt.seq
+			rt.pendingPGs = append(rt.pendingPGs, pg)
 		}
 	}
 	copy(n.free, n.capac)
 	if !n.draining {
-		b.markSliceHostDown(n)
+		rt.markSliceHostDown(n)
 	}
 	n.draining = false
-	b.failInfeasible()
-	b.schedule()
+	rt.failInfeasible()
+	rt.schedule()
 }
 
 // restoreLocked brings dead node n back, empty and idle, and reports
 // whether it was dead. b.mu must be held.
-func (b *Runtime) restoreLocked(n *node) bool {
+func (rt *Runtime) restoreLocked(n *node) bool {
 	if n.alive {
 		return false
 	}
 	n.alive, n.restarting = true, false
 	copy(n.free, n.capac)
-	b.epoch++
-	b.markSliceHostUp(n)
-	if b.started {
-		b.schedule()
+	rt.epoch++
+	rt.markSliceHostUp(n)
+	if rt.started {
+		rt.schedule()
 	}
 	return true
 }
@@ -124,60 +124,60 @@ func (b *Runtime) restoreLocked(n *node) bool {
 // reservation keeps its slices until it is removed, and a slice with a dead
 // host is not reserved again until every host is back (RestartNode), so a
 // caller retries by releasing and reserving afresh. b.mu must be held.
-func (b *Runtime) breakSliceGroup(pg *pgroup, n *node) {
+func (rt *Runtime) breakSliceGroup(pg *pgroup, n *node) {
 	if pg.lost != nil || pg.state == pgRemoved {
 		return
 	}
 	slice := ""
-	if s := b.slices.byNode[n]; s != nil {
+	if s := rt.slices.byNode[n]; s != nil {
 		slice = " of TPU slice " + s.name
 	}
 	pg.lost = backend.Errorf(backend.Unavailable, "slice reservation "+pg.id.String(),
 		"host %s%s died; all work on the reservation was stopped, as a slice cannot run with a host missing: release it and reserve again", n.name, slice)
 	for _, bu := range pg.bundles {
 		for _, t := range bu.running.snapshot() {
-			b.abortTask(t, pg.lost, false)
+			rt.abortTask(t, pg.lost, false)
 		}
 		for a := range bu.actors {
-			b.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "%w", pg.lost), false)
+			rt.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "%w", pg.lost), false)
 		}
 	}
 	for _, c := range pg.classes {
 		for c.len() > 0 {
 			t := c.peek()
 			c.pop()
-			b.queued--
-			b.failRequest(t, pg.lost)
+			rt.queued--
+			rt.failRequest(t, pg.lost)
 		}
 	}
-	if i := slices.Index(b.pendingPGs, pg); i >= 0 {
-		b.pendingPGs = slices.Delete(b.pendingPGs, i, i+1)
+	if i := slices.Index(rt.pendingPGs, pg); i >= 0 {
+		rt.pendingPGs = slices.Delete(rt.pendingPGs, i, i+1)
 	}
 }
 
 // restartAbandoned clears the restarting mark of a dead node whose worker
 // will not come back, failing work only it could hold. b.mu must be held.
-func (b *Runtime) restartAbandoned(n *node) {
+func (rt *Runtime) restartAbandoned(n *node) {
 	n.restarting = false
-	if b.started && !b.closed {
-		b.epoch++
-		b.failInfeasible()
+	if rt.started && !rt.closed {
+		rt.epoch++
+		rt.failInfeasible()
 	}
 }
 
 // failInfeasible fails queued work that the live nodes can no longer hold.
 // b.mu must be held.
-func (b *Runtime) failInfeasible() {
-	for _, c := range slices.Clone(b.active) {
+func (rt *Runtime) failInfeasible() {
+	for _, c := range slices.Clone(rt.active) {
 		if c.len() == 0 || c.pl.Group != 0 {
 			continue
 		}
-		if err := b.feasible("schedule", c); err != nil {
+		if err := rt.feasible("schedule", c); err != nil {
 			for c.len() > 0 {
 				t := c.peek()
 				c.pop()
-				b.queued--
-				b.failRequest(t, err)
+				rt.queued--
+				rt.failRequest(t, err)
 			}
 		}
 	}
@@ -185,20 +185,20 @@ func (b *Runtime) failInfeasible() {
 
 // PreemptSlice kills every host of the named TPU slice at once, as GKE
 // preempting a slice does (see KillNode); RestartNode brings hosts back.
-func (b *Runtime) PreemptSlice(ctx context.Context, slice string) error {
-	b.mu.Lock()
+func (rt *Runtime) PreemptSlice(ctx context.Context, slice string) error {
+	rt.mu.Lock()
 	var hosts []string
-	for _, s := range b.slices.all {
+	for _, s := range rt.slices.all {
 		if s.name == slice {
 			hosts = s.hostNames()
 		}
 	}
-	b.mu.Unlock()
+	rt.mu.Unlock()
 	if hosts == nil {
 		return backend.Errorf(backend.NotFound, "preempt slice "+slice, "no TPU slice named %q", slice)
 	}
 	for _, h := range hosts {
-		if err := b.KillNode(ctx, h); err != nil {
+		if err := rt.KillNode(ctx, h); err != nil {
 			return err
 		}
 	}

@@ -22,49 +22,49 @@ type Syncer interface {
 // runs the node source, waits for its first nodes if it is a [Syncer],
 // and brings those nodes up on the runner (Runner.NodeUp, concurrently);
 // any error fails Start and undoes what it started.
-func (b *Runtime) Start(ctx context.Context, exec backend.Executor) error {
+func (rt *Runtime) Start(ctx context.Context, exec backend.Executor) error {
 	const op = "start backend"
 	if exec == nil {
 		return backend.Errorf(backend.InvalidArgument, op, "nil executor")
 	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
 		return backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
 	}
-	if b.starting {
-		b.mu.Unlock()
+	if rt.starting {
+		rt.mu.Unlock()
 		return backend.Errorf(backend.FailedPrecondition, op, "backend already started; a backend serves one cluster")
 	}
-	b.starting = true
-	b.mu.Unlock()
+	rt.starting = true
+	rt.mu.Unlock()
 
-	wrapped, err := b.runner.Start(ctx, exec, func(node string, cause error) { b.lost(node, cause) })
+	wrapped, err := rt.runner.Start(ctx, exec, func(node string, cause error) { rt.lost(node, cause) })
 	if err != nil {
-		b.mu.Lock()
-		b.starting = false
-		b.mu.Unlock()
+		rt.mu.Lock()
+		rt.starting = false
+		rt.mu.Unlock()
 		return err
 	}
 	srcDone, runErr := make(chan struct{}), make(chan error, 1)
-	b.mu.Lock()
-	b.srcDone = srcDone
-	b.mu.Unlock()
+	rt.mu.Lock()
+	rt.srcDone = srcDone
+	rt.mu.Unlock()
 	go func() {
 		defer close(srcDone)
-		err := b.source.Run(b.runCtx, (*sink)(b))
+		err := rt.source.Run(rt.runCtx, (*sink)(rt))
 		runErr <- err
-		if err != nil && b.runCtx.Err() == nil {
-			b.log.Warn("cluster: node source stopped", "cause", err)
+		if err != nil && rt.runCtx.Err() == nil {
+			rt.log.Warn("cluster: node source stopped", "cause", err)
 		}
 	}()
 	fail := func(err error) error {
-		b.runStop()
+		rt.runStop()
 		<-srcDone
-		b.runner.Close() //nolint:errcheck // the start error is the one to report
+		rt.runner.Close() //nolint:errcheck // the start error is the one to report
 		return err
 	}
-	if s, ok := b.source.(Syncer); ok {
+	if s, ok := rt.source.(Syncer); ok {
 		syncCtx, cancel := context.WithCancel(ctx)
 		synced := make(chan error, 1)
 		go func() { synced <- s.Synced(syncCtx) }()
@@ -81,40 +81,40 @@ func (b *Runtime) Start(ctx context.Context, exec backend.Executor) error {
 			return fail(backend.Wrap(backend.CodeOf(err), op+": sync nodes", err))
 		}
 	}
-	b.mu.Lock()
-	b.synced = true
+	rt.mu.Lock()
+	rt.synced = true
 	var initial []Node
-	for _, n := range b.nodes {
+	for _, n := range rt.nodes {
 		if n.alive {
 			initial = append(initial, n.spec)
 		}
 	}
-	b.mu.Unlock()
+	rt.mu.Unlock()
 	g, gctx := errgroup.WithContext(ctx)
 	for _, n := range initial {
-		g.Go(func() error { return b.runner.NodeUp(gctx, n) })
+		g.Go(func() error { return rt.runner.NodeUp(gctx, n) })
 	}
 	if err := g.Wait(); err != nil {
 		return fail(backend.Wrap(backend.CodeOf(err), op+": start workers", err))
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.started = true
-	b.exec = wrapped
-	b.pool = newPool(&b.wg, b.closedCh, 256)
-	if !b.closed {
-		b.schedule()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.started = true
+	rt.exec = wrapped
+	rt.pool = newPool(&rt.wg, rt.closedCh, 256)
+	if !rt.closed {
+		rt.schedule()
 	}
 	return nil
 }
 
 // precheck returns the error for calls on an unstarted or closed backend.
 // b.mu must be held.
-func (b *Runtime) precheck(op string) error {
-	if b.closed {
+func (rt *Runtime) precheck(op string) error {
+	if rt.closed {
 		return backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
 	}
-	if !b.started {
+	if !rt.started {
 		return backend.Errorf(backend.FailedPrecondition, op, "backend not started; pass it to ray.NewCluster")
 	}
 	return nil
@@ -123,50 +123,50 @@ func (b *Runtime) precheck(op string) error {
 // Close fails all queued and running work with ErrClosed, cancels the
 // contexts of running user code and waits for it to return; then it stops
 // the node source, ends every slice claim and closes the runner.
-func (b *Runtime) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		<-b.shutdown
+func (rt *Runtime) Close() error {
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
+		<-rt.shutdown
 		return nil
 	}
-	b.closed = true
-	close(b.closedCh)
+	rt.closed = true
+	close(rt.closedCh)
 	// Cancel the contexts of all running user code.
-	for _, n := range b.nodes {
+	for _, n := range rt.nodes {
 		for _, t := range n.running.ts {
 			t.run.cancel()
 		}
 	}
-	for _, a := range b.actors {
+	for _, a := range rt.actors {
 		if a.cancel != nil {
 			a.cancel()
 		}
 	}
 	closedErr := backend.Errorf(backend.FailedPrecondition, "close cluster", "%w", backend.ErrClosed)
-	for _, o := range b.objects.all() {
+	for _, o := range rt.objects.all() {
 		if !o.done {
-			b.completeLocked(o, backend.Value{}, closedErr)
+			rt.completeLocked(o, backend.Value{}, closedErr)
 		}
 	}
-	for _, pg := range b.pgs {
+	for _, pg := range rt.pgs {
 		pg.signal()
 	}
-	for _, a := range b.actors {
+	for _, a := range rt.actors {
 		a.signalReady()
 	}
-	b.active = nil
-	b.pendingPGs = nil
-	claims := b.takeClaimsLocked()
-	srcDone := b.srcDone
-	b.mu.Unlock()
-	defer close(b.shutdown)
-	b.wg.Wait()
-	b.runStop()
+	rt.active = nil
+	rt.pendingPGs = nil
+	claims := rt.takeClaimsLocked()
+	srcDone := rt.srcDone
+	rt.mu.Unlock()
+	defer close(rt.shutdown)
+	rt.wg.Wait()
+	rt.runStop()
 	if srcDone != nil {
 		<-srcDone
 	}
-	b.endClaims(claims)
-	b.bg.Wait()
-	return b.runner.Close()
+	rt.endClaims(claims)
+	rt.bg.Wait()
+	return rt.runner.Close()
 }

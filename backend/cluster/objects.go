@@ -53,14 +53,14 @@ type waiter struct {
 	ch   chan struct{}
 }
 
-func (b *Runtime) newObject() *object {
-	o := &object{id: backend.ObjectID(b.newID()), owner: true}
-	b.objects.put(o)
+func (rt *Runtime) newObject() *object {
+	o := &object{id: backend.ObjectID(rt.newID()), owner: true}
+	rt.objects.put(o)
 	return o
 }
 
 // completeLocked records an object's result and wakes whoever waits for it.
-func (b *Runtime) completeLocked(o *object, v backend.Value, err error) {
+func (rt *Runtime) completeLocked(o *object, v backend.Value, err error) {
 	if o.done {
 		return
 	}
@@ -71,7 +71,7 @@ func (b *Runtime) completeLocked(o *object, v backend.Value, err error) {
 	wait := o.wait
 	o.wait = nil
 	if wait == nil {
-		b.maybeDelete(o)
+		rt.maybeDelete(o)
 		return
 	}
 	for _, w := range wait.waiters {
@@ -82,56 +82,56 @@ func (b *Runtime) completeLocked(o *object, v backend.Value, err error) {
 	}
 	for _, d := range wait.dependents {
 		if d.t != nil {
-			b.resolveTaskDep(d.t, o)
+			rt.resolveTaskDep(d.t, o)
 		} else {
-			b.resolveCallDep(d.c, o)
+			rt.resolveCallDep(d.c, o)
 		}
 	}
-	b.maybeDelete(o)
+	rt.maybeDelete(o)
 }
 
-func (b *Runtime) maybeDelete(o *object) {
+func (rt *Runtime) maybeDelete(o *object) {
 	if o.done && !o.owner && o.deps == 0 {
-		b.objects.del(o.id)
+		rt.objects.del(o.id)
 	}
 }
 
 // Put implements backend.Backend.
-func (b *Runtime) Put(ctx context.Context, v backend.Value) (backend.ObjectID, error) {
+func (rt *Runtime) Put(ctx context.Context, v backend.Value) (backend.ObjectID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.precheck("put object"); err != nil {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if err := rt.precheck("put object"); err != nil {
 		return 0, err
 	}
-	o := b.newObject()
-	b.completeLocked(o, v, nil)
+	o := rt.newObject()
+	rt.completeLocked(o, v, nil)
 	return o.id, nil
 }
 
 // Get implements backend.Backend.
-func (b *Runtime) Get(ctx context.Context, id backend.ObjectID) (backend.Value, error) {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+func (rt *Runtime) Get(ctx context.Context, id backend.ObjectID) (backend.Value, error) {
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
 		return backend.Value{}, backend.Errorf(backend.FailedPrecondition, "get object", "%w", backend.ErrClosed)
 	}
-	o := b.objects.get(id)
+	o := rt.objects.get(id)
 	if o == nil {
-		b.mu.Unlock()
+		rt.mu.Unlock()
 		return backend.Value{}, backend.Errorf(backend.NotFound, "get object", "object %s does not exist (never created, or freed)", id)
 	}
 	if o.done {
-		b.mu.Unlock()
+		rt.mu.Unlock()
 		return o.val, o.err
 	}
 	if o.ch == nil {
 		o.ch = make(chan struct{})
 	}
 	ch := o.ch
-	b.mu.Unlock()
+	rt.mu.Unlock()
 	select {
 	case <-ch:
 		return o.val, o.err
@@ -141,19 +141,19 @@ func (b *Runtime) Get(ctx context.Context, id backend.ObjectID) (backend.Value, 
 }
 
 // Wait implements backend.Backend.
-func (b *Runtime) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bool, error) {
+func (rt *Runtime) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bool, error) {
 	ready := make([]bool, len(ids))
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
 		return ready, backend.Errorf(backend.FailedPrecondition, "wait for objects", "%w", backend.ErrClosed)
 	}
 	objs := make([]*object, len(ids))
 	count := 0
 	for i, id := range ids {
-		o := b.objects.get(id)
+		o := rt.objects.get(id)
 		if o == nil {
-			b.mu.Unlock()
+			rt.mu.Unlock()
 			return ready, backend.Errorf(backend.NotFound, "wait for objects", "object %s does not exist (never created, or freed)", id)
 		}
 		objs[i] = o
@@ -170,7 +170,7 @@ func (b *Runtime) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bo
 			}
 		}
 	}
-	b.mu.Unlock()
+	rt.mu.Unlock()
 	var err error
 	if w != nil {
 		select {
@@ -179,7 +179,7 @@ func (b *Runtime) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bo
 			err = ctx.Err()
 		}
 	}
-	b.mu.Lock()
+	rt.mu.Lock()
 	for i, o := range objs {
 		ready[i] = o.done
 		if w != nil && !o.done && o.wait != nil {
@@ -191,25 +191,25 @@ func (b *Runtime) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]bo
 			}
 		}
 	}
-	b.mu.Unlock()
+	rt.mu.Unlock()
 	return ready, err
 }
 
 // Free implements backend.Backend.
-func (b *Runtime) Free(ids ...backend.ObjectID) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (rt *Runtime) Free(ids ...backend.ObjectID) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
 	for _, id := range ids {
-		if o := b.objects.get(id); o != nil && o.owner {
+		if o := rt.objects.get(id); o != nil && o.owner {
 			o.owner = false
-			b.maybeDelete(o)
+			rt.maybeDelete(o)
 		}
 	}
 }
 
 // lookupDep finds a dependency object for a submission.
-func (b *Runtime) lookupDep(op string, id backend.ObjectID) (*object, error) {
-	o := b.objects.get(id)
+func (rt *Runtime) lookupDep(op string, id backend.ObjectID) (*object, error) {
+	o := rt.objects.get(id)
 	if o == nil {
 		return nil, backend.Errorf(backend.NotFound, op, "input object %s does not exist (never created, or freed)", id)
 	}

@@ -65,17 +65,17 @@ func (pg *pgroup) signal() {
 }
 
 // failRequest fails a request that can never run. b.mu must be held.
-func (b *Runtime) failRequest(t *task, err error) {
+func (rt *Runtime) failRequest(t *task, err error) {
 	if t.actor != nil {
-		b.killActorLocked(t.actor, err, false)
+		rt.killActorLocked(t.actor, err, false)
 		return
 	}
 	t.state = stateDone
-	b.completeLocked(t.obj, backend.Value{}, err)
+	rt.completeLocked(t.obj, backend.Value{}, err)
 }
 
 // CreatePlacementGroup implements backend.Backend.
-func (b *Runtime) CreatePlacementGroup(ctx context.Context, spec *backend.PlacementGroupSpec) (backend.PlacementGroupID, error) {
+func (rt *Runtime) CreatePlacementGroup(ctx context.Context, spec *backend.PlacementGroupSpec) (backend.PlacementGroupID, error) {
 	op := "create placement group"
 	if spec.Name != "" {
 		op += " " + spec.Name
@@ -85,33 +85,33 @@ func (b *Runtime) CreatePlacementGroup(ctx context.Context, spec *backend.Placem
 	}
 	// Validation and building cost as much as the spec is large: both
 	// happen before the lock (the resource names are fixed at New).
-	pg, err := b.newPG(op, spec)
+	pg, err := rt.newPG(op, spec)
 	if err != nil {
 		return 0, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.precheck(op); err != nil {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if err := rt.precheck(op); err != nil {
 		return 0, err
 	}
-	pg.id = backend.PlacementGroupID(b.newID())
-	if err := b.pgFeasible(op, pg); err != nil {
+	pg.id = backend.PlacementGroupID(rt.newID())
+	if err := rt.pgFeasible(op, pg); err != nil {
 		return 0, err
 	}
-	b.queuePG(pg)
+	rt.queuePG(pg)
 	return pg.id, nil
 }
 
 // newPG validates a spec and builds an unplaced group without an ID. It
 // reads only what New fixed (the resource names), so b.mu need not be held.
-func (b *Runtime) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, error) {
+func (rt *Runtime) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, error) {
 	if err := spec.Validate(op); err != nil {
 		return nil, err
 	}
 	pg := &pgroup{spec: spec, ready: make(chan struct{})}
 	for i, bs := range spec.Bundles {
 		bop := fmt.Sprintf("%s: bundle %d", op, i)
-		if err := b.checkResources(bop, bs.Resources); err != nil {
+		if err := rt.checkResources(bop, bs.Resources); err != nil {
 			return nil, err
 		}
 		m, err := bs.LabelSelector.Compile()
@@ -119,26 +119,26 @@ func (b *Runtime) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, e
 			return nil, backend.Reop(backend.InvalidArgument, bop, err)
 		}
 		pg.bundles = append(pg.bundles, &bundle{
-			pg: pg, index: i, demand: b.vector(bs.Resources), sel: m, env: bs.Env,
+			pg: pg, index: i, demand: rt.vector(bs.Resources), sel: m, env: bs.Env,
 		})
 	}
 	return pg, nil
 }
 
-func (b *Runtime) queuePG(pg *pgroup) {
-	b.pgs[pg.id] = pg
-	b.seq++
-	pg.seq = b.seq
-	b.pendingPGs = append(b.pendingPGs, pg)
-	b.schedule()
+func (rt *Runtime) queuePG(pg *pgroup) {
+	rt.pgs[pg.id] = pg
+	rt.seq++
+	pg.seq = rt.seq
+	rt.pendingPGs = append(rt.pendingPGs, pg)
+	rt.schedule()
 }
 
 // pgFeasible checks the group against the capacity of live nodes, as if the
 // cluster were idle, and says why it could never be placed.
-func (b *Runtime) pgFeasible(op string, pg *pgroup) error {
+func (rt *Runtime) pgFeasible(op string, pg *pgroup) error {
 	for _, bu := range pg.bundles {
 		ok := false
-		for _, n := range b.nodes {
+		for _, n := range rt.nodes {
 			if n.couldRun() && bu.sel.Matches(n.labels) && fits(bu.demand, n.capac) {
 				ok = true
 				break
@@ -146,17 +146,17 @@ func (b *Runtime) pgFeasible(op string, pg *pgroup) error {
 		}
 		if !ok {
 			return backend.Errorf(backend.Infeasible, op, "bundle %d %s fits no live node%s: %s",
-				bu.index, b.resources(bu.demand), selPhrase(selString(pg.spec.Bundles[bu.index].LabelSelector)), b.describeCapacity(bu.sel))
+				bu.index, rt.resources(bu.demand), selPhrase(selString(pg.spec.Bundles[bu.index].LabelSelector)), rt.describeCapacity(bu.sel))
 		}
 	}
-	if _, ok := b.solvePG(pg, func(n *node) []int64 { return n.capac }, nil); !ok {
+	if _, ok := rt.solvePG(pg, func(n *node) []int64 { return n.capac }, nil); !ok {
 		switch pg.spec.Strategy {
 		case backend.StrictPack:
-			total := make([]int64, len(b.resNames))
+			total := make([]int64, len(rt.resNames))
 			for _, bu := range pg.bundles {
 				add(total, bu.demand)
 			}
-			return backend.Errorf(backend.Infeasible, op, "STRICT_PACK needs one node holding all %d bundles, %s in total; no live node is that large", len(pg.bundles), b.resources(total))
+			return backend.Errorf(backend.Infeasible, op, "STRICT_PACK needs one node holding all %d bundles, %s in total; no live node is that large", len(pg.bundles), rt.resources(total))
 		case backend.StrictSpread:
 			return backend.Errorf(backend.Infeasible, op, "STRICT_SPREAD needs %d distinct nodes, one per bundle; the live nodes that fit the bundles are too few", len(pg.bundles))
 		default:
@@ -168,9 +168,9 @@ func (b *Runtime) pgFeasible(op string, pg *pgroup) error {
 
 // placePG tries to place every unplaced bundle of pg at once, taking the
 // resources only if all fit. b.mu must be held.
-func (b *Runtime) placePG(pg *pgroup, bl []blocker) bool {
-	assign, ok := b.solvePG(pg, func(n *node) []int64 { return n.free }, func(n *node) bool {
-		return len(bl) > 0 && b.blocks(bl, n)
+func (rt *Runtime) placePG(pg *pgroup, bl []blocker) bool {
+	assign, ok := rt.solvePG(pg, func(n *node) []int64 { return n.free }, func(n *node) bool {
+		return len(bl) > 0 && rt.blocks(bl, n)
 	})
 	if !ok {
 		return false
@@ -193,8 +193,8 @@ func (b *Runtime) placePG(pg *pgroup, bl []blocker) bool {
 // solvePG finds a node for every bundle of pg under its strategy, given
 // each node's available amounts (a [pgSolver]). Placed bundles keep their
 // nodes. It returns the node of every bundle.
-func (b *Runtime) solvePG(pg *pgroup, avail func(*node) []int64, skip func(*node) bool) ([]*node, bool) {
-	s := pgSolver{nodes: b.nodes, nres: len(b.resNames), pg: pg, avail: avail, skip: skip}
+func (rt *Runtime) solvePG(pg *pgroup, avail func(*node) []int64, skip func(*node) bool) ([]*node, bool) {
+	s := pgSolver{nodes: rt.nodes, nres: len(rt.resNames), pg: pg, avail: avail, skip: skip}
 	return s.solve()
 }
 
@@ -226,35 +226,35 @@ func (pg *pgroup) couldUse(n *node) bool {
 }
 
 // PlacementGroupReady implements backend.Backend.
-func (b *Runtime) PlacementGroupReady(ctx context.Context, id backend.PlacementGroupID) error {
+func (rt *Runtime) PlacementGroupReady(ctx context.Context, id backend.PlacementGroupID) error {
 	for {
-		b.mu.Lock()
-		if err := b.precheck("wait for placement group"); err != nil {
-			b.mu.Unlock()
+		rt.mu.Lock()
+		if err := rt.precheck("wait for placement group"); err != nil {
+			rt.mu.Unlock()
 			return err
 		}
-		pg := b.pgs[id]
+		pg := rt.pgs[id]
 		if pg == nil {
-			b.mu.Unlock()
-			if err, removed := b.removedPG(id); removed {
+			rt.mu.Unlock()
+			if err, removed := rt.removedPG(id); removed {
 				return err
 			}
 			return admission.PlacementGroupNotFound("wait for placement group", id)
 		}
 		if pg.lost != nil {
-			b.mu.Unlock()
+			rt.mu.Unlock()
 			return pg.lost
 		}
 		switch pg.state {
 		case pgCreated:
-			b.mu.Unlock()
+			rt.mu.Unlock()
 			return nil
 		case pgRemoved:
-			b.mu.Unlock()
+			rt.mu.Unlock()
 			return admission.PlacementGroupRemovedError(id)
 		}
 		ch := pg.ready
-		b.mu.Unlock()
+		rt.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -264,44 +264,44 @@ func (b *Runtime) PlacementGroupReady(ctx context.Context, id backend.PlacementG
 }
 
 // RemovePlacementGroup implements backend.Backend.
-func (b *Runtime) RemovePlacementGroup(ctx context.Context, id backend.PlacementGroupID) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.precheck("remove placement group"); err != nil {
+func (rt *Runtime) RemovePlacementGroup(ctx context.Context, id backend.PlacementGroupID) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if err := rt.precheck("remove placement group"); err != nil {
 		return err
 	}
-	pg := b.pgs[id]
+	pg := rt.pgs[id]
 	if pg == nil {
-		if _, removed := b.removedPG(id); removed {
+		if _, removed := rt.removedPG(id); removed {
 			return nil
 		}
 		return admission.PlacementGroupNotFound("remove placement group", id)
 	}
-	b.removePGLocked(pg)
+	rt.removePGLocked(pg)
 	return nil
 }
 
-func (b *Runtime) removePGLocked(pg *pgroup) {
+func (rt *Runtime) removePGLocked(pg *pgroup) {
 	if pg.state == pgRemoved {
 		return
 	}
 	pg.state = pgRemoved
 	pg.signal()
-	delete(b.pgs, pg.id)
+	delete(rt.pgs, pg.id)
 	// A slice reservation broken by a lost host keeps that cause: work
 	// pinned to it fails with the Unavailable error naming the host,
 	// before and after the release.
-	b.removedPGs.add(pg.id, cmp.Or(pg.lost, admission.PlacementGroupRemovedError(pg.id)))
+	rt.removedPGs.add(pg.id, cmp.Or(pg.lost, admission.PlacementGroupRemovedError(pg.id)))
 	var err error
 	for _, bu := range pg.bundles {
 		if err == nil && (bu.running.len() > 0 || len(bu.actors) > 0) {
 			err = admission.PlacementGroupRemovedError(pg.id)
 		}
 		for _, t := range bu.running.snapshot() {
-			b.abortTask(t, err, false)
+			rt.abortTask(t, err, false)
 		}
 		for a := range bu.actors {
-			b.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "%w", err), false)
+			rt.killActorLocked(a, backend.Errorf(backend.ActorDied, "actor "+a.id.String(), "%w", err), false)
 		}
 		if bu.node != nil {
 			if bu.node.alive {
@@ -309,7 +309,7 @@ func (b *Runtime) removePGLocked(pg *pgroup) {
 			}
 			delete(bu.node.bundles, bu)
 			if bu.node.draining {
-				b.drainLater(bu.node)
+				rt.drainLater(bu.node)
 			}
 			bu.node = nil
 		}
@@ -322,17 +322,17 @@ func (b *Runtime) removePGLocked(pg *pgroup) {
 		for c.len() > 0 {
 			t := c.peek()
 			c.pop()
-			b.queued--
-			b.failRequest(t, err)
+			rt.queued--
+			rt.failRequest(t, err)
 		}
-		delete(b.classes, c.key)
+		delete(rt.classes, c.key)
 	}
 	pg.classes = nil
-	if i := slices.Index(b.pendingPGs, pg); i >= 0 {
-		b.pendingPGs = slices.Delete(b.pendingPGs, i, i+1)
+	if i := slices.Index(rt.pendingPGs, pg); i >= 0 {
+		rt.pendingPGs = slices.Delete(rt.pendingPGs, i, i+1)
 	}
-	b.releaseSlices(pg)
-	b.schedule()
+	rt.releaseSlices(pg)
+	rt.schedule()
 }
 
 func selString(s backend.LabelSelector) string {

@@ -112,25 +112,25 @@ func (q *provisioned) close(ctx context.Context) error {
 // what the cluster answered. tried is false when pr does not provision
 // (errors.ErrUnsupported) and short was not 0: the caller goes on as
 // without a Provisioner. b.mu is held on entry and released on return.
-func (b *Runtime) reserveProvisioned(ctx context.Context, op string, pr Provisioner, req *backend.SliceRequest, short int, newWait func(*shapePool) *sliceWait) (r *backend.SliceReservation, err error, tried bool) {
-	b.mu.Unlock()
+func (rt *Runtime) reserveProvisioned(ctx context.Context, op string, pr Provisioner, req *backend.SliceRequest, short int, newWait func(*shapePool) *sliceWait) (r *backend.SliceReservation, err error, tried bool) {
+	rt.mu.Unlock()
 	q := &provisioned{pr: pr}
 	q.req.Name = req.Name
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), provisionCloseTimeout)
 		defer cancel()
 		if cerr := q.close(cctx); cerr != nil {
-			b.log.Warn("cluster: withdrawing the capacity request failed", "op", op, "err", cerr)
+			rt.log.Warn("cluster: withdrawing the capacity request failed", "op", op, "err", cerr)
 		}
 	}()
-	b.mu.Lock()
-	if err := b.precheck(op); err != nil {
-		b.mu.Unlock()
+	rt.mu.Lock()
+	if err := rt.precheck(op); err != nil {
+		rt.mu.Unlock()
 		return nil, err, true
 	}
 	w := newWait(nil)
 	q.req.Shape = w.shape
-	b.mu.Unlock()
+	rt.mu.Unlock()
 	if short > 0 {
 		on, err := q.ask(ctx, short)
 		switch {
@@ -142,16 +142,16 @@ func (b *Runtime) reserveProvisioned(ctx context.Context, op string, pr Provisio
 	}
 	w.onHeld = func(short int) {
 		if _, err := q.ask(ctx, short); err != nil {
-			b.log.Warn("cluster: asking for capacity failed", "op", op, "err", err)
+			rt.log.Warn("cluster: asking for capacity failed", "op", op, "err", err)
 		}
 	}
-	b.mu.Lock()
-	if err := b.precheck(op); err != nil {
-		b.mu.Unlock()
+	rt.mu.Lock()
+	if err := rt.precheck(op); err != nil {
+		rt.mu.Unlock()
 		return nil, err, true
 	}
-	p := b.slices.poolFor(w.shape)
-	r, err = b.awaitSlices(ctx, op, p, w)
+	p := rt.slices.poolFor(w.shape)
+	r, err = rt.awaitSlices(ctx, op, p, w)
 	if err != nil && ctx.Err() != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		status := q.status(sctx)

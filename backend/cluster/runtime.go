@@ -189,13 +189,13 @@ func New(source NodeSource, runner Runner, opts Options) (*Runtime, error) {
 // addResourceName makes name a resource of the cluster's vectors: it is
 // appended, and every node's vectors grow. Vectors built before (demands)
 // are shorter, which fits, add and sub allow. b.mu must be held.
-func (b *Runtime) addResourceName(name string) {
-	if _, ok := b.resIndex[name]; ok {
+func (rt *Runtime) addResourceName(name string) {
+	if _, ok := rt.resIndex[name]; ok {
 		return
 	}
-	b.resIndex[name] = len(b.resNames)
-	b.resNames = append(b.resNames, name)
-	for _, n := range b.nodes {
+	rt.resIndex[name] = len(rt.resNames)
+	rt.resNames = append(rt.resNames, name)
+	for _, n := range rt.nodes {
 		n.capac = append(n.capac, 0)
 		n.free = append(n.free, 0)
 	}
@@ -203,21 +203,21 @@ func (b *Runtime) addResourceName(name string) {
 
 // vector converts known resources to a quantized vector; callers have
 // checked the names.
-func (b *Runtime) vector(r backend.Resources) []int64 {
-	v := make([]int64, len(b.resNames))
+func (rt *Runtime) vector(r backend.Resources) []int64 {
+	v := make([]int64, len(rt.resNames))
 	for k, x := range r {
-		if i, ok := b.resIndex[k]; ok {
+		if i, ok := rt.resIndex[k]; ok {
 			v[i] = backend.Quantize(x)
 		}
 	}
 	return v
 }
 
-func (b *Runtime) resources(v []int64) backend.Resources {
+func (rt *Runtime) resources(v []int64) backend.Resources {
 	r := backend.Resources{}
 	for i, q := range v {
 		if q != 0 {
-			r[b.resNames[i]] = backend.Dequantize(q)
+			r[rt.resNames[i]] = backend.Dequantize(q)
 		}
 	}
 	return r
@@ -225,37 +225,37 @@ func (b *Runtime) resources(v []int64) backend.Resources {
 
 // checkResources validates amounts and names: a name no node has is
 // Infeasible, naming the names the cluster has.
-func (b *Runtime) checkResources(op string, r backend.Resources) error {
+func (rt *Runtime) checkResources(op string, r backend.Resources) error {
 	if err := r.Validate(); err != nil {
 		return backend.Reop(backend.InvalidArgument, op, err)
 	}
 	for k, v := range r {
-		if _, ok := b.resIndex[k]; !ok && v > 0 {
-			return backend.Errorf(backend.Infeasible, op, "no node has resource %q; the cluster has %s", k, strings.Join(b.haveNames(), ", "))
+		if _, ok := rt.resIndex[k]; !ok && v > 0 {
+			return backend.Errorf(backend.Infeasible, op, "no node has resource %q; the cluster has %s", k, strings.Join(rt.haveNames(), ", "))
 		}
 	}
 	return nil
 }
 
 // SupportsNativeValues implements backend.Backend: Options.NativeValues.
-func (b *Runtime) SupportsNativeValues() bool { return b.nativeValues }
+func (rt *Runtime) SupportsNativeValues() bool { return rt.nativeValues }
 
 // op returns the cached operation name prefix+name, for errors. b.mu must
 // be held.
-func (b *Runtime) op(prefix, name, method string) string {
+func (rt *Runtime) op(prefix, name, method string) string {
 	key := opKey{prefix, name, method}
-	if s, ok := b.ops[key]; ok {
+	if s, ok := rt.ops[key]; ok {
 		return s
 	}
-	if b.ops == nil {
-		b.ops = map[opKey]string{}
+	if rt.ops == nil {
+		rt.ops = map[opKey]string{}
 	}
 	s := prefix + name
 	if method != "" {
 		s += "." + method
 	}
-	if len(b.ops) < maxCachedOps { // names need not be registered: bound the cache
-		b.ops[key] = s
+	if len(rt.ops) < maxCachedOps { // names need not be registered: bound the cache
+		rt.ops[key] = s
 	}
 	return s
 }
@@ -264,28 +264,28 @@ type opKey struct{ prefix, name, method string }
 
 // submitOp is b.op("submit task ", spec.Name, ""), with the last one kept
 // at hand: submissions come in runs of one task. b.mu must be held.
-func (b *Runtime) submitOp(spec *backend.TaskSpec) string {
+func (rt *Runtime) submitOp(spec *backend.TaskSpec) string {
 	if spec == nil {
 		return "submit task"
 	}
-	if spec.Name != b.lastSubmit[0] || b.lastSubmit[1] == "" {
-		b.lastSubmit = [2]string{spec.Name, b.op("submit task ", spec.Name, "")}
+	if spec.Name != rt.lastSubmit[0] || rt.lastSubmit[1] == "" {
+		rt.lastSubmit = [2]string{spec.Name, rt.op("submit task ", spec.Name, "")}
 	}
-	return b.lastSubmit[1]
+	return rt.lastSubmit[1]
 }
 
 const maxCachedOps = 4096
 
-func (b *Runtime) newID() uint64 {
-	b.nextID++
-	return b.nextID
+func (rt *Runtime) newID() uint64 {
+	rt.nextID++
+	return rt.nextID
 }
 
 // haveNames lists the resources some node has.
-func (b *Runtime) haveNames() []string {
+func (rt *Runtime) haveNames() []string {
 	var out []string
-	for i, name := range b.resNames {
-		for _, n := range b.nodes {
+	for i, name := range rt.resNames {
+		for _, n := range rt.nodes {
 			if n.capac[i] > 0 {
 				out = append(out, name)
 				break

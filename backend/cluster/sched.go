@@ -69,27 +69,27 @@ func (c *class) remove(t *task) bool {
 }
 
 // classFor finds or creates the class of a request. b.mu must be held.
-func (b *Runtime) classFor(op string, s *backend.Scheduling) (*class, error) {
-	if c := b.lastClass.lookup(s); c != nil {
+func (rt *Runtime) classFor(op string, s *backend.Scheduling) (*class, error) {
+	if c := rt.lastClass.lookup(s); c != nil {
 		return c, nil
 	}
-	c, err := b.findClass(op, s)
+	c, err := rt.findClass(op, s)
 	if err == nil {
-		b.lastClass.remember(s, c)
+		rt.lastClass.remember(s, c)
 	}
 	return c, err
 }
 
 // findClass is classFor without the cache.
-func (b *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
+func (rt *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 	var buf [96]byte
 	key := buf[:0]
 	var demand [16]int64
 	var vec []int64
-	if len(b.resNames) <= len(demand) {
-		vec = demand[:len(b.resNames)]
+	if len(rt.resNames) <= len(demand) {
+		vec = demand[:len(rt.resNames)]
 	} else {
-		vec = make([]int64, len(b.resNames))
+		vec = make([]int64, len(rt.resNames))
 	}
 	// One pass validates and converts; the slow checkResources only runs
 	// to word the error.
@@ -99,7 +99,7 @@ func (b *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 			bad = true
 			break
 		}
-		i, ok := b.resIndex[k]
+		i, ok := rt.resIndex[k]
 		if !ok {
 			if v > 0 {
 				bad = true
@@ -110,7 +110,7 @@ func (b *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 		vec[i] = backend.Quantize(v)
 	}
 	if bad {
-		if err := b.checkResources(op, s.Resources); err != nil {
+		if err := rt.checkResources(op, s.Resources); err != nil {
 			return nil, err
 		}
 		return nil, backend.Errorf(backend.Internal, op, "resources %v rejected without a reason", s.Resources)
@@ -147,11 +147,11 @@ func (b *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 		key = append(key, '/')
 		key = strconv.AppendInt(key, int64(s.Placement.Bundle), 10)
 	}
-	if c := b.classes[string(key)]; c != nil {
+	if c := rt.classes[string(key)]; c != nil {
 		return c, nil
 	}
-	if len(b.classes) >= b.classSweepAt {
-		b.sweepClasses()
+	if len(rt.classes) >= rt.classSweepAt {
+		rt.sweepClasses()
 	}
 	m, err := s.NodeSelector.Compile()
 	if err != nil {
@@ -160,44 +160,44 @@ func (b *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 	c := &class{key: string(key), demand: slices.Clone(vec), sel: m, selText: selText, pl: s.Placement, feasEpoch: ^uint64(0)}
 	if c.pl.Group == 0 {
 		c.pl.Bundle = -1
-	} else if pg := b.pgs[c.pl.Group]; pg != nil {
+	} else if pg := rt.pgs[c.pl.Group]; pg != nil {
 		pg.classes = append(pg.classes, c)
 	}
-	b.classes[c.key] = c
+	rt.classes[c.key] = c
 	return c, nil
 }
 
 // sweepClasses drops idle classes (nothing queued) and sets the next sweep
 // at twice what is left. It costs one pass over the classes, once per
 // doubling, so O(1) per class created. b.mu must be held.
-func (b *Runtime) sweepClasses() {
+func (rt *Runtime) sweepClasses() {
 	var groups []*pgroup
-	for key, c := range b.classes {
+	for key, c := range rt.classes {
 		if c.len() > 0 || c.active {
 			continue
 		}
-		delete(b.classes, key)
+		delete(rt.classes, key)
 		c.swept = true
-		if pg := b.pgs[c.pl.Group]; c.pl.Group != 0 && pg != nil && !slices.Contains(groups, pg) {
+		if pg := rt.pgs[c.pl.Group]; c.pl.Group != 0 && pg != nil && !slices.Contains(groups, pg) {
 			groups = append(groups, pg)
 		}
 	}
 	for _, pg := range groups {
 		pg.classes = slices.DeleteFunc(pg.classes, func(c *class) bool { return c.swept })
 	}
-	b.classSweepAt = max(minClassSweep, 2*len(b.classes))
+	rt.classSweepAt = max(minClassSweep, 2*len(rt.classes))
 }
 
 // readopt returns the live class of a swept class's key, putting c back
 // when there is none. b.mu must be held.
-func (b *Runtime) readopt(c *class) *class {
-	if cur := b.classes[c.key]; cur != nil {
+func (rt *Runtime) readopt(c *class) *class {
+	if cur := rt.classes[c.key]; cur != nil {
 		return cur
 	}
 	c.swept = false
-	b.classes[c.key] = c
+	rt.classes[c.key] = c
 	if c.pl.Group != 0 {
-		if pg := b.pgs[c.pl.Group]; pg != nil {
+		if pg := rt.pgs[c.pl.Group]; pg != nil {
 			pg.classes = append(pg.classes, c)
 		}
 	}
@@ -206,20 +206,20 @@ func (b *Runtime) readopt(c *class) *class {
 
 // feasible reports why a class could never be placed, or nil. b.mu must be
 // held.
-func (b *Runtime) feasible(op string, c *class) error {
+func (rt *Runtime) feasible(op string, c *class) error {
 	if c.pl.Group != 0 {
-		if pg := b.pgs[c.pl.Group]; pg != nil && pg.lost != nil {
+		if pg := rt.pgs[c.pl.Group]; pg != nil && pg.lost != nil {
 			return pg.lost
 		}
 	}
-	if c.feasEpoch == b.epoch {
+	if c.feasEpoch == rt.epoch {
 		return c.feasErr
 	}
-	c.feasEpoch, c.feasErr = b.epoch, nil
+	c.feasEpoch, c.feasErr = rt.epoch, nil
 	if c.pl.Group != 0 {
-		pg := b.pgs[c.pl.Group]
+		pg := rt.pgs[c.pl.Group]
 		if pg == nil {
-			if err, removed := b.removedPG(c.pl.Group); removed {
+			if err, removed := rt.removedPG(c.pl.Group); removed {
 				c.feasErr = err
 			} else {
 				c.feasErr = admission.PlacementGroupNotFound(op, c.pl.Group)
@@ -235,16 +235,16 @@ func (b *Runtime) feasible(op string, c *class) error {
 				return nil
 			}
 		}
-		c.feasErr = admission.BundleMisfit(op, b.resources(c.demand), c.pl.Bundle, pg.id)
+		c.feasErr = admission.BundleMisfit(op, rt.resources(c.demand), c.pl.Bundle, pg.id)
 		return c.feasErr
 	}
-	for _, n := range b.nodes {
+	for _, n := range rt.nodes {
 		if n.couldRun() && c.sel.Matches(n.labels) && fits(c.demand, n.capac) {
 			return nil
 		}
 	}
 	c.feasErr = backend.Errorf(backend.Infeasible, op, "no live node can ever hold %s%s: %s",
-		b.resources(c.demand), selPhrase(c.selText), b.describeCapacity(c.sel))
+		rt.resources(c.demand), selPhrase(c.selText), rt.describeCapacity(c.sel))
 	// The error is not cached across epochs, so a restarted node makes the
 	// class feasible again.
 	return c.feasErr
@@ -259,10 +259,10 @@ func selPhrase(s string) string {
 
 // describeCapacity summarises the live nodes a selector matches, for
 // infeasibility errors.
-func (b *Runtime) describeCapacity(sel backend.Matcher) string {
+func (rt *Runtime) describeCapacity(sel backend.Matcher) string {
 	var matching, live, dead int
 	var largest []int64
-	for _, n := range b.nodes {
+	for _, n := range rt.nodes {
 		if !n.couldRun() {
 			dead++
 			continue
@@ -287,9 +287,9 @@ func (b *Runtime) describeCapacity(sel backend.Matcher) string {
 		return fmt.Sprintf("none of the %d live nodes matches the selector%s", live, deadPhrase(dead))
 	}
 	if sel.Empty() {
-		return fmt.Sprintf("the most any of the %d live nodes has is %s%s", live, b.resources(largest), deadPhrase(dead))
+		return fmt.Sprintf("the most any of the %d live nodes has is %s%s", live, rt.resources(largest), deadPhrase(dead))
 	}
-	return fmt.Sprintf("%d of %d live nodes match the selector; the most any of them has is %s%s", matching, live, b.resources(largest), deadPhrase(dead))
+	return fmt.Sprintf("%d of %d live nodes match the selector; the most any of them has is %s%s", matching, live, rt.resources(largest), deadPhrase(dead))
 }
 
 func deadPhrase(dead int) string {
@@ -335,50 +335,50 @@ func add(a, d []int64) {
 
 // enqueue queues a request whose dependencies are resolved, and schedules.
 // b.mu must be held.
-func (b *Runtime) enqueue(t *task) {
+func (rt *Runtime) enqueue(t *task) {
 	if t.cls.swept {
-		t.cls = b.readopt(t.cls)
+		t.cls = rt.readopt(t.cls)
 	}
 	c := t.cls
 	if c.pl.Group != 0 {
-		pg := b.pgs[c.pl.Group]
+		pg := rt.pgs[c.pl.Group]
 		switch {
 		case pg == nil || pg.state == pgRemoved:
-			err, _ := b.removedPG(c.pl.Group)
-			b.failRequest(t, cmp.Or(err, admission.PlacementGroupRemovedError(c.pl.Group)))
+			err, _ := rt.removedPG(c.pl.Group)
+			rt.failRequest(t, cmp.Or(err, admission.PlacementGroupRemovedError(c.pl.Group)))
 			return
 		case pg.lost != nil:
-			b.failRequest(t, pg.lost)
+			rt.failRequest(t, pg.lost)
 			return
 		}
 	}
-	b.seq++
-	t.seq = b.seq
+	rt.seq++
+	t.seq = rt.seq
 	t.state = stateQueued
 	// Fast path: nothing older of this class waits, nothing starves.
-	if c.len() == 0 && len(b.pendingPGs) == 0 && !b.anyStarving() {
-		if b.tryPlace(t, nil) {
-			b.start(t)
+	if c.len() == 0 && len(rt.pendingPGs) == 0 && !rt.anyStarving() {
+		if rt.tryPlace(t, nil) {
+			rt.start(t)
 			return
 		}
 	}
 	c.queue = append(c.queue, t)
-	b.queued++
+	rt.queued++
 	if !c.active {
 		c.active = true
-		b.active = append(b.active, c)
+		rt.active = append(rt.active, c)
 	}
-	b.schedule()
+	rt.schedule()
 }
 
-func (b *Runtime) anyStarving() bool {
-	for _, c := range b.active {
-		if c.len() > 0 && int(c.peek().bypass) > b.starveLimit {
+func (rt *Runtime) anyStarving() bool {
+	for _, c := range rt.active {
+		if c.len() > 0 && int(c.peek().bypass) > rt.starveLimit {
 			return true
 		}
 	}
-	for _, pg := range b.pendingPGs {
-		if pg.bypass > b.starveLimit {
+	for _, pg := range rt.pendingPGs {
+		if pg.bypass > rt.starveLimit {
 			return true
 		}
 	}
@@ -392,7 +392,7 @@ type blocker struct {
 	pg *pgroup
 }
 
-func (b *Runtime) blocks(bl []blocker, n *node) bool {
+func (rt *Runtime) blocks(bl []blocker, n *node) bool {
 	for _, x := range bl {
 		if x.t != nil && x.t.cls.pl.Group == 0 && x.t.cls.sel.Matches(n.labels) && fits(x.t.cls.demand, n.capac) {
 			return true
@@ -405,10 +405,10 @@ func (b *Runtime) blocks(bl []blocker, n *node) bool {
 }
 
 // tryPlace finds resources for t and takes them. b.mu must be held.
-func (b *Runtime) tryPlace(t *task, bl []blocker) bool {
+func (rt *Runtime) tryPlace(t *task, bl []blocker) bool {
 	c := t.cls
 	if c.pl.Group != 0 {
-		pg := b.pgs[c.pl.Group]
+		pg := rt.pgs[c.pl.Group]
 		if pg == nil || pg.state != pgCreated || pg.lost != nil {
 			return false
 		}
@@ -421,25 +421,25 @@ func (b *Runtime) tryPlace(t *task, bl []blocker) bool {
 		}
 		return false
 	}
-	nn := len(b.nodes)
+	nn := len(rt.nodes)
 	for k := range nn {
-		n := b.nodes[(b.cursor+k)%nn]
+		n := rt.nodes[(rt.cursor+k)%nn]
 		if !n.alive || n.draining || !fits(c.demand, n.free) || !c.sel.Matches(n.labels) {
 			continue
 		}
-		if len(bl) > 0 && b.blocks(bl, n) {
+		if len(bl) > 0 && rt.blocks(bl, n) {
 			continue
 		}
 		sub(n.free, c.demand)
 		t.node = n
-		b.cursor = (n.idx + 1) % nn
+		rt.cursor = (n.idx + 1) % nn
 		return true
 	}
 	return false
 }
 
 // release returns t's resources. b.mu must be held.
-func (b *Runtime) release(t *task) {
+func (rt *Runtime) release(t *task) {
 	if t.bundle != nil {
 		if t.bundle.pg.state != pgRemoved && t.bundle.node == t.node {
 			add(t.bundle.free, t.cls.demand)
@@ -448,20 +448,20 @@ func (b *Runtime) release(t *task) {
 		add(t.node.free, t.cls.demand)
 	}
 	if t.node != nil && t.node.draining {
-		b.drainLater(t.node)
+		rt.drainLater(t.node)
 	}
 	t.node, t.bundle = nil, nil
 }
 
 // schedule runs one scheduling pass: pending placement groups first, then
 // queued classes oldest head first. b.mu must be held.
-func (b *Runtime) schedule() {
-	if b.closed {
+func (rt *Runtime) schedule() {
+	if rt.closed {
 		return
 	}
-	for _, p := range b.slices.order {
+	for _, p := range rt.slices.order {
 		if len(p.waiting) > 0 {
-			b.serveSlices(p)
+			rt.serveSlices(p)
 		}
 	}
 	var bl []blocker
@@ -470,14 +470,14 @@ func (b *Runtime) schedule() {
 	// queued (every pass while the cluster is full) allocates nothing. A
 	// pass started from within a pass (starting work can schedule) uses
 	// lists of its own.
-	if !b.scheduling {
-		b.scheduling = true
-		bl, waiting = b.schedBlockers[:0], b.schedWaiting[:0]
+	if !rt.scheduling {
+		rt.scheduling = true
+		bl, waiting = rt.schedBlockers[:0], rt.schedWaiting[:0]
 		defer func() {
 			clear(bl)
 			clear(waiting)
-			b.schedBlockers, b.schedWaiting = bl[:0], waiting[:0]
-			b.scheduling = false
+			rt.schedBlockers, rt.schedWaiting = bl[:0], waiting[:0]
+			rt.scheduling = false
 		}()
 	}
 	bump := func(seq uint64) {
@@ -490,10 +490,10 @@ func (b *Runtime) schedule() {
 			}
 		}
 	}
-	if len(b.pendingPGs) > 0 {
-		kept := b.pendingPGs[:0]
-		for _, pg := range b.pendingPGs {
-			if pg.state == pgPending && b.placePG(pg, bl) {
+	if len(rt.pendingPGs) > 0 {
+		kept := rt.pendingPGs[:0]
+		for _, pg := range rt.pendingPGs {
+			if pg.state == pgPending && rt.placePG(pg, bl) {
 				bump(pg.seq)
 				continue
 			}
@@ -502,18 +502,18 @@ func (b *Runtime) schedule() {
 			}
 			kept = append(kept, pg)
 			waiting = append(waiting, blocker{pg: pg})
-			if pg.bypass > b.starveLimit {
+			if pg.bypass > rt.starveLimit {
 				bl = append(bl, blocker{pg: pg})
 			}
 		}
-		clear(b.pendingPGs[len(kept):])
-		b.pendingPGs = kept
+		clear(rt.pendingPGs[len(kept):])
+		rt.pendingPGs = kept
 	}
-	if len(b.active) == 0 {
+	if len(rt.active) == 0 {
 		return
 	}
-	if len(b.active) > 1 {
-		slices.SortFunc(b.active, func(x, y *class) int {
+	if len(rt.active) > 1 {
+		slices.SortFunc(rt.active, func(x, y *class) int {
 			switch {
 			case x.len() == 0 && y.len() == 0:
 				return 0
@@ -529,37 +529,37 @@ func (b *Runtime) schedule() {
 			return 0
 		})
 	}
-	for _, c := range b.active {
+	for _, c := range rt.active {
 		for c.len() > 0 {
 			t := c.peek()
-			if !b.tryPlace(t, bl) {
+			if !rt.tryPlace(t, bl) {
 				waiting = append(waiting, blocker{t: t})
-				if int(t.bypass) > b.starveLimit {
+				if int(t.bypass) > rt.starveLimit {
 					bl = append(bl, blocker{t: t})
 				}
 				break
 			}
 			bump(t.seq)
 			c.pop()
-			b.queued--
-			b.start(t)
+			rt.queued--
+			rt.start(t)
 		}
 	}
-	kept := b.active[:0]
-	for _, c := range b.active {
+	kept := rt.active[:0]
+	for _, c := range rt.active {
 		if c.len() > 0 {
 			kept = append(kept, c)
 		} else {
 			c.active = false
 		}
 	}
-	clear(b.active[len(kept):])
-	b.active = kept
+	clear(rt.active[len(kept):])
+	rt.active = kept
 }
 
 // unqueue removes a queued request. b.mu must be held.
-func (b *Runtime) unqueue(t *task) {
+func (rt *Runtime) unqueue(t *task) {
 	if t.state == stateQueued && t.cls.remove(t) {
-		b.queued--
+		rt.queued--
 	}
 }

@@ -26,42 +26,42 @@ func (s *sink) NodeLost(name string, cause error) { (*Runtime)(s).nodeLost(name,
 // nodeAdded implements [NodeSink]: a new node joins the node table (and
 // the slice index, once every host of its slice is in); a known dead node
 // comes back empty and idle. After Start, the runner is told (NodeUp).
-func (b *Runtime) nodeAdded(spec Node) {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+func (rt *Runtime) nodeAdded(spec Node) {
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
 		return
 	}
 	up := false
-	if n := b.byName[spec.Name]; n != nil {
-		restored := b.restoreLocked(n)
+	if n := rt.byName[spec.Name]; n != nil {
+		restored := rt.restoreLocked(n)
 		if restored {
 			n.spec.Handle = spec.Handle // a replaced host: the source's new handle
 		}
-		up = restored && b.synced
+		up = restored && rt.synced
 		spec = n.spec
 	} else {
-		b.addNodeLocked(spec)
-		up = b.synced
+		rt.addNodeLocked(spec)
+		up = rt.synced
 	}
 	if up {
-		b.nodeUp(spec)
+		rt.nodeUp(spec)
 	}
-	b.mu.Unlock()
+	rt.mu.Unlock()
 }
 
 // nodeUp tells the runner of a node on a goroutine that Close waits for.
 // b.mu must be held and the runtime not closed.
-func (b *Runtime) nodeUp(spec Node) {
-	b.bg.Go(func() {
-		if err := b.runner.NodeUp(b.runCtx, spec); err != nil {
-			b.log.Warn("cluster: runner failed to bring up node", "node", spec.Name, "cause", err)
+func (rt *Runtime) nodeUp(spec Node) {
+	rt.bg.Go(func() {
+		if err := rt.runner.NodeUp(rt.runCtx, spec); err != nil {
+			rt.log.Warn("cluster: runner failed to bring up node", "node", spec.Name, "cause", err)
 		}
 	})
 }
 
 // addNodeLocked adds a node to the table. b.mu must be held.
-func (b *Runtime) addNodeLocked(spec Node) *node {
+func (rt *Runtime) addNodeLocked(spec Node) *node {
 	spec.Resources = spec.Resources.Clone()
 	spec.Labels, spec.Env = maps.Clone(spec.Labels), maps.Clone(spec.Env)
 	if spec.TPU != nil {
@@ -69,62 +69,62 @@ func (b *Runtime) addNodeLocked(spec Node) *node {
 		spec.TPU = &h
 	}
 	for _, k := range slices.Sorted(maps.Keys(spec.Resources)) {
-		b.addResourceName(k)
+		rt.addResourceName(k)
 	}
 	n := &node{
-		idx: len(b.nodes), name: spec.Name, labels: spec.Labels, env: spec.Env, spec: spec, alive: true,
-		capac:  b.vector(spec.Resources),
+		idx: len(rt.nodes), name: spec.Name, labels: spec.Labels, env: spec.Env, spec: spec, alive: true,
+		capac:  rt.vector(spec.Resources),
 		actors: map[*actor]struct{}{}, bundles: map[*bundle]struct{}{},
 	}
 	if n.labels == nil {
 		n.labels = map[string]string{}
 	}
 	n.free = slices.Clone(n.capac)
-	b.nodes = append(b.nodes, n)
-	b.byName[n.name] = n
-	b.epoch++
-	b.slices.addHost(b, n)
-	if b.started {
-		b.schedule()
+	rt.nodes = append(rt.nodes, n)
+	rt.byName[n.name] = n
+	rt.epoch++
+	rt.slices.addHost(rt, n)
+	if rt.started {
+		rt.schedule()
 	}
 	return n
 }
 
 // nodeDraining implements [NodeSink]: the node takes no new work and is
 // lost once what runs there has ended.
-func (b *Runtime) nodeDraining(name string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := b.byName[name]
-	if b.closed || n == nil || !n.alive || n.draining {
+func (rt *Runtime) nodeDraining(name string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	n := rt.byName[name]
+	if rt.closed || n == nil || !n.alive || n.draining {
 		return
 	}
 	n.draining = true
-	b.epoch++
-	b.markSliceHostDown(n)
-	b.drainCheck(n)
+	rt.epoch++
+	rt.markSliceHostDown(n)
+	rt.drainCheck(n)
 }
 
 // drainCheck loses a draining node once nothing runs there. b.mu must be
 // held.
-func (b *Runtime) drainCheck(n *node) {
+func (rt *Runtime) drainCheck(n *node) {
 	if n.draining && n.alive && n.running.len() == 0 && len(n.actors) == 0 && len(n.bundles) == 0 {
-		b.nodeLostLocked(n, backend.Errorf(backend.Unavailable, "drain node "+n.name, "node drained"), false)
+		rt.nodeLostLocked(n, backend.Errorf(backend.Unavailable, "drain node "+n.name, "node drained"), false)
 	}
 }
 
 // drainLater checks a draining node on a goroutine once the caller has
 // released b.mu, so that losing it never runs inside the caller's work.
 // b.mu must be held.
-func (b *Runtime) drainLater(n *node) {
-	if b.closed {
+func (rt *Runtime) drainLater(n *node) {
+	if rt.closed {
 		return
 	}
-	b.bg.Go(func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if !b.closed {
-			b.drainCheck(n)
+	rt.bg.Go(func() {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		if !rt.closed {
+			rt.drainCheck(n)
 		}
 	})
 }
@@ -132,25 +132,25 @@ func (b *Runtime) drainLater(n *node) {
 // nodeLost implements [NodeSink]: the node's work fails with Unavailable
 // and is retried, its actors restart elsewhere, and the runner is told
 // (NodeDown).
-func (b *Runtime) nodeLost(name string, cause error) {
-	if b.lost(name, cause) {
-		b.runner.NodeDown(name)
+func (rt *Runtime) nodeLost(name string, cause error) {
+	if rt.lost(name, cause) {
+		rt.runner.NodeDown(name)
 	}
 }
 
 // lost is the [LostFunc] the runtime gives its runner, and NodeLost's
 // work; it reports whether the node was alive.
-func (b *Runtime) lost(name string, cause error) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := b.byName[name]
-	if b.closed || n == nil {
+func (rt *Runtime) lost(name string, cause error) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	n := rt.byName[name]
+	if rt.closed || n == nil {
 		return false
 	}
 	alive := n.alive
 	if alive || n.restarting {
-		b.log.Debug("cluster: node lost", "node", name, "cause", cause)
+		rt.log.Debug("cluster: node lost", "node", name, "cause", cause)
 	}
-	b.nodeLostLocked(n, cause, errors.Is(cause, ErrRestarting))
+	rt.nodeLostLocked(n, cause, errors.Is(cause, ErrRestarting))
 	return alive
 }

@@ -9,17 +9,17 @@ import (
 )
 
 // Snapshot implements backend.Snapshotter.
-func (b *Runtime) Snapshot(ctx context.Context) (*backend.State, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+func (rt *Runtime) Snapshot(ctx context.Context) (*backend.State, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
 		return nil, backend.Errorf(backend.FailedPrecondition, "snapshot cluster", "%w", backend.ErrClosed)
 	}
-	s := &backend.State{Queued: b.queued, Running: b.running, Tasks: b.taskSummaries(), Failures: b.failures.List()}
-	for _, n := range b.nodes {
+	s := &backend.State{Queued: rt.queued, Running: rt.running, Tasks: rt.taskSummaries(), Failures: rt.failures.List()}
+	for _, n := range rt.nodes {
 		ns := backend.NodeState{
 			Name: n.name, Labels: maps.Clone(n.labels), Alive: n.alive,
-			Capacity: b.resources(n.capac), Free: b.resources(n.free), Running: n.running.len(),
+			Capacity: rt.resources(n.capac), Free: rt.resources(n.free), Running: n.running.len(),
 		}
 		for _, t := range n.running.ts {
 			ns.Tasks = append(ns.Tasks, taskName(t))
@@ -27,8 +27,8 @@ func (b *Runtime) Snapshot(ctx context.Context) (*backend.State, error) {
 		slices.Sort(ns.Tasks)
 		s.Nodes = append(s.Nodes, ns)
 	}
-	for _, id := range sortedKeys(b.pgs) {
-		pg := b.pgs[id]
+	for _, id := range sortedKeys(rt.pgs) {
+		pg := rt.pgs[id]
 		ps := backend.PlacementGroupState{ID: pg.id, Name: pg.spec.Name, Strategy: pg.spec.Strategy, State: pgStateNames[pg.state]}
 		for _, bu := range pg.bundles {
 			name := ""
@@ -39,8 +39,8 @@ func (b *Runtime) Snapshot(ctx context.Context) (*backend.State, error) {
 		}
 		s.PlacementGroups = append(s.PlacementGroups, ps)
 	}
-	for _, id := range sortedKeys(b.actors) {
-		a := b.actors[id]
+	for _, id := range sortedKeys(rt.actors) {
+		a := rt.actors[id]
 		as := backend.ActorState{ID: a.id, Class: a.spec.Class, Name: a.spec.Name, State: actorStateNames[a.state], Restarts: a.restarts}
 		if a.node != nil {
 			as.Node = a.node.name

@@ -38,35 +38,35 @@ func SubsliceID(slice string, t tpu.Topology, index int) string {
 // that no whole-slice reservation holds. It queues with the whole-slice
 // requests of the parent shape, first come, first served, until one is
 // free or ctx ends.
-func (b *Runtime) reserveSubslice(ctx context.Context, op string, req *backend.SliceRequest, rr backend.ResolvedSliceRequest) (*backend.SliceReservation, error) {
-	b.mu.Lock()
-	if err := b.precheck(op); err != nil {
-		b.mu.Unlock()
+func (rt *Runtime) reserveSubslice(ctx context.Context, op string, req *backend.SliceRequest, rr backend.ResolvedSliceRequest) (*backend.SliceReservation, error) {
+	rt.mu.Lock()
+	if err := rt.precheck(op); err != nil {
+		rt.mu.Unlock()
 		return nil, err
 	}
-	if err := b.checkResources(op, rr.BundleResources); err != nil {
-		b.mu.Unlock()
+	if err := rt.checkResources(op, rr.BundleResources); err != nil {
+		rt.mu.Unlock()
 		return nil, err
 	}
-	p := b.slices.pools[shapeKey(rr.Shape)]
+	p := rt.slices.pools[shapeKey(rr.Shape)]
 	if p == nil {
-		shapes := b.slices.describeShapes()
-		b.mu.Unlock()
+		shapes := rt.slices.describeShapes()
+		rt.mu.Unlock()
 		return nil, backend.Errorf(backend.Infeasible, op, "want %s but the cluster has no %s slice (%s)", rr.Subslice, rr.Shape, shapes)
 	}
-	demand := b.vector(rr.BundleResources)
-	if err := b.hostFitError(op, p, demand, rr.BundlesPerHost, rr.BundleResources, rr.Shape); err != nil {
-		b.mu.Unlock()
+	demand := rt.vector(rr.BundleResources)
+	if err := rt.hostFitError(op, p, demand, rr.BundlesPerHost, rr.BundleResources, rr.Shape); err != nil {
+		rt.mu.Unlock()
 		return nil, err
 	}
 	w := &sliceWait{req: req, n: 1, sub: rr.Subslice, shape: rr.Shape, demand: demand, perHost: rr.BundlesPerHost, res: rr.BundleResources, since: time.Now(), done: make(chan struct{})}
-	return b.awaitSlices(ctx, op, p, w)
+	return rt.awaitSlices(ctx, op, p, w)
 }
 
 // pickSubslice returns the first free sub-slice of a slice of pool p, or
 // nil: all its hosts alive and idle, none of them in a sub-slice whose
 // claim is in flight.
-func (b *Runtime) pickSubslice(p *shapePool, sub tpu.Subslice) (*tpuSlice, int) {
+func (rt *Runtime) pickSubslice(p *shapePool, sub tpu.Subslice) (*tpuSlice, int) {
 	for _, s := range p.all {
 		if s.unavailable() {
 			continue
@@ -154,10 +154,10 @@ func (g *subsliceGrant) hostEnv(w *sliceWait) map[string]map[string]string {
 
 // grantSubslice pins a placement group (id, or a new one for 0) to the
 // hosts of g. b.mu must be held.
-func (b *Runtime) grantSubslice(w *sliceWait, g *subsliceGrant, id backend.PlacementGroupID) *backend.SliceReservation {
+func (rt *Runtime) grantSubslice(w *sliceWait, g *subsliceGrant, id backend.PlacementGroupID) *backend.SliceReservation {
 	r := &backend.SliceReservation{ChipsPerHost: w.sub.Shape.ChipsPerHost, BundlesPerHost: w.perHost, BundleResources: w.res, Slices: []backend.ReservedSlice{g.rs}, Env: g.env}
-	pg := b.pinGroup(id, w.req.Name, g.hosts, r.Env, w.demand, w.res)
-	b.slices.subs[pg] = &subHold{slice: g.slice, sub: w.sub, index: g.index, id: g.rs.SubsliceID, pg: pg}
+	pg := rt.pinGroup(id, w.req.Name, g.hosts, r.Env, w.demand, w.res)
+	rt.slices.subs[pg] = &subHold{slice: g.slice, sub: w.sub, index: g.index, id: g.rs.SubsliceID, pg: pg}
 	r.Group = pg.id
 	return r
 }
@@ -167,51 +167,51 @@ func (b *Runtime) grantSubslice(w *sliceWait, g *subsliceGrant, id backend.Place
 // sub-slice's hosts in worker order, which the source takes as a claim of
 // part of the slice. Then it grants it (claimAndGrant); a HeldError marks
 // the parent slice held. b.mu is held on entry and on return.
-func (b *Runtime) claimSubslice(ctx context.Context, op string, p *shapePool, w *sliceWait) (_ *backend.SliceReservation, _ error, again bool) {
+func (rt *Runtime) claimSubslice(ctx context.Context, op string, p *shapePool, w *sliceWait) (_ *backend.SliceReservation, _ error, again bool) {
 	s, index := w.pickedSub, w.pickedIndex
 	w.pickedSub = nil
 	g := subsliceGrantOf(w, s, index)
-	id := backend.PlacementGroupID(b.newID())
+	id := backend.PlacementGroupID(rt.newID())
 	pc := &pickedClaim{
 		op: op, id: id,
 		claim: Claim{ID: id.String(), Slices: []string{s.name}, Hosts: [][]string{slices.Clone(g.rs.Hosts)},
-			Handles: [][]any{handlesOf(lo.Map(g.rs.Hosts, func(h string, _ int) *node { return b.byName[h] }))}, Subslice: true},
+			Handles: [][]any{handlesOf(lo.Map(g.rs.Hosts, func(h string, _ int) *node { return rt.byName[h] }))}, Subslice: true},
 		unpick: func() {
 			s.setSubBusy(w.sub, index, false)
-			b.serveSlices(p)
+			rt.serveSlices(p)
 		},
 		grant: func() *backend.SliceReservation {
 			s.setSubBusy(w.sub, index, false)
-			return b.grantSubslice(w, g, id)
+			return rt.grantSubslice(w, g, id)
 		},
 	}
-	if b.claimRunner != nil {
+	if rt.claimRunner != nil {
 		pc.env = g.hostEnv(w)
 	}
-	return b.claimAndGrant(ctx, p, w, pc)
+	return rt.claimAndGrant(ctx, p, w, pc)
 }
 
 // releaseSubslice forgets the sub-slice reservation pg held and serves the
 // pool; with a claim, its hosts stay busy until the claim has ended
 // (claim.go). b.mu must be held.
-func (b *Runtime) releaseSubslice(pg *pgroup, hold *subHold) {
-	delete(b.slices.subs, pg)
-	p := b.slices.pools[hold.slice.key]
+func (rt *Runtime) releaseSubslice(pg *pgroup, hold *subHold) {
+	delete(rt.slices.subs, pg)
+	p := rt.slices.pools[hold.slice.key]
 	s := hold.slice
-	if b.endClaimLocked(pg, func() {
+	if rt.endClaimLocked(pg, func() {
 		s.setSubBusy(hold.sub, hold.index, false)
-		b.serveSlices(p)
+		rt.serveSlices(p)
 	}) {
 		s.setSubBusy(hold.sub, hold.index, true)
 	}
-	b.serveSlices(p)
+	rt.serveSlices(p)
 }
 
 // subsliceStates reports the sub-slices of s that are reserved, by index.
 // b.mu must be held.
-func (b *Runtime) subsliceStates(s *tpuSlice) []backend.SubsliceState {
+func (rt *Runtime) subsliceStates(s *tpuSlice) []backend.SubsliceState {
 	var out []backend.SubsliceState
-	for _, h := range b.slices.subs {
+	for _, h := range rt.slices.subs {
 		if h.slice != s {
 			continue
 		}

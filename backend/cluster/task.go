@@ -44,77 +44,77 @@ type task struct {
 }
 
 // SubmitTask implements backend.Backend.
-func (b *Runtime) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backend.ObjectID, error) {
+func (rt *Runtime) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backend.ObjectID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	op := b.submitOp(spec)
-	if err := b.precheck(op); err != nil {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	op := rt.submitOp(spec)
+	if err := rt.precheck(op); err != nil {
 		return 0, err
 	}
-	if err := spec.Check(op, b.exec); err != nil {
+	if err := spec.Check(op, rt.exec); err != nil {
 		return 0, err
 	}
-	c, err := b.classFor(op, &spec.Scheduling)
+	c, err := rt.classFor(op, &spec.Scheduling)
 	if err != nil {
 		return 0, err
 	}
-	if err := b.feasible(op, c); err != nil {
+	if err := rt.feasible(op, c); err != nil {
 		return 0, err
 	}
 	t := &task{spec: spec, cls: c, arg: spec.Arg.Value}
 	if spec.Arg.Ref != 0 {
-		dep, err := b.lookupDep(op, spec.Arg.Ref)
+		dep, err := rt.lookupDep(op, spec.Arg.Ref)
 		if err != nil {
 			return 0, err
 		}
-		t.obj = b.newTaskObject(t)
-		b.addTaskDep(t, dep)
+		t.obj = rt.newTaskObject(t)
+		rt.addTaskDep(t, dep)
 		return t.obj.id, nil
 	}
-	t.obj = b.newTaskObject(t)
-	b.enqueue(t)
+	t.obj = rt.newTaskObject(t)
+	rt.enqueue(t)
 	return t.obj.id, nil
 }
 
-func (b *Runtime) addTaskDep(t *task, dep *object) {
+func (rt *Runtime) addTaskDep(t *task, dep *object) {
 	if dep.done {
-		b.resolveTaskDep(t, dep)
+		rt.resolveTaskDep(t, dep)
 		return
 	}
 	t.state = stateWaitingDeps
 	t.dep = dep
 	dep.deps++
 	dep.waits().dependents = append(dep.waits().dependents, dependent{t: t})
-	b.queued++
+	rt.queued++
 }
 
 // resolveTaskDep runs when t's input is done. b.mu must be held.
-func (b *Runtime) resolveTaskDep(t *task, dep *object) {
+func (rt *Runtime) resolveTaskDep(t *task, dep *object) {
 	if t.dep != nil {
 		t.dep = nil
 		dep.deps--
-		b.queued--
-		defer b.maybeDelete(dep)
+		rt.queued--
+		defer rt.maybeDelete(dep)
 	}
 	if t.state == stateDone {
 		return
 	}
 	if dep.err != nil {
 		t.state = stateDone
-		b.completeLocked(t.obj, backend.Value{}, dep.err)
+		rt.completeLocked(t.obj, backend.Value{}, dep.err)
 		return
 	}
 	t.arg = dep.val
-	b.enqueue(t)
+	rt.enqueue(t)
 }
 
 // start runs a placed request on a goroutine. b.mu must be held.
-func (b *Runtime) start(t *task) {
+func (rt *Runtime) start(t *task) {
 	if t.actor != nil {
-		b.startActor(t)
+		rt.startActor(t)
 		return
 	}
 	t.state = stateRunning
@@ -125,7 +125,7 @@ func (b *Runtime) start(t *task) {
 		}
 		t.bundle.running.add(t)
 	}
-	b.running++
+	rt.running++
 	// The context has no backend-wide parent, so starting a task does
 	// not register it anywhere shared; Close cancels running tasks one by
 	// one.
@@ -135,27 +135,27 @@ func (b *Runtime) start(t *task) {
 	} else {
 		ctx = new(taskCtx)
 	}
-	ctx.b, ctx.t, ctx.attempt = b, t, t.attempt
-	b.fillRuntimeInfo(&ctx.info, t.spec.Name, t.attempt, t.node, t.bundle, t.cls)
+	ctx.b, ctx.t, ctx.attempt = rt, t, t.attempt
+	rt.fillRuntimeInfo(&ctx.info, t.spec.Name, t.attempt, t.node, t.bundle, t.cls)
 	t.run = ctx
-	if b.inline && b.inlineNext == nil {
-		b.inlineNext = ctx // finishTask's goroutine runs it next
+	if rt.inline && rt.inlineNext == nil {
+		rt.inlineNext = ctx // finishTask's goroutine runs it next
 		return
 	}
-	b.pool.run(ctx)
+	rt.pool.run(ctx)
 }
 
-func (b *Runtime) runtimeInfo(name string, attempt int, n *node, bu *bundle, c *class) *backend.RuntimeInfo {
+func (rt *Runtime) runtimeInfo(name string, attempt int, n *node, bu *bundle, c *class) *backend.RuntimeInfo {
 	info := &backend.RuntimeInfo{}
-	b.fillRuntimeInfo(info, name, attempt, n, bu, c)
+	rt.fillRuntimeInfo(info, name, attempt, n, bu, c)
 	return info
 }
 
-func (b *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attempt int, n *node, bu *bundle, c *class) {
+func (rt *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attempt int, n *node, bu *bundle, c *class) {
 	var res backend.Resources
 	if c != nil {
 		if c.res == nil {
-			c.res = b.resources(c.demand)
+			c.res = rt.resources(c.demand)
 		}
 		res = c.res
 	}
@@ -171,10 +171,10 @@ func (b *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attemp
 }
 
 // newTaskObject makes t's result object inside t. b.mu must be held.
-func (b *Runtime) newTaskObject(t *task) *object {
+func (rt *Runtime) newTaskObject(t *task) *object {
 	o := &t.objData
-	*o = object{id: backend.ObjectID(b.newID()), owner: true, task: t}
-	b.objects.put(o)
+	*o = object{id: backend.ObjectID(rt.newID()), owner: true, task: t}
+	rt.objects.put(o)
 	return o
 }
 
@@ -184,81 +184,81 @@ func (b *Runtime) newTaskObject(t *task) *object {
 // It returns a task that the scheduling pass started, for the calling pool
 // goroutine to run next itself: handing it to another goroutine would cost
 // a wake-up per task.
-func (b *Runtime) finishTask(t *task, attempt int, v backend.Value, err error) (next *taskCtx) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (rt *Runtime) finishTask(t *task, attempt int, v backend.Value, err error) (next *taskCtx) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
 	if t.state != stateRunning || t.attempt != attempt {
 		return nil
 	}
-	b.inline, b.inlineNext = true, nil
+	rt.inline, rt.inlineNext = true, nil
 	defer func() {
-		next = b.inlineNext
-		b.inline, b.inlineNext = false, nil
+		next = rt.inlineNext
+		rt.inline, rt.inlineNext = false, nil
 	}()
 	if err != nil {
-		b.recordFailure(t, err)
+		rt.recordFailure(t, err)
 	}
-	b.stopRunning(t)
-	if err != nil && t.spec.RetryOnError && backend.CodeOf(err) == backend.TaskFailed && b.retriesLeft(t) && !b.closed {
+	rt.stopRunning(t)
+	if err != nil && t.spec.RetryOnError && backend.CodeOf(err) == backend.TaskFailed && rt.retriesLeft(t) && !rt.closed {
 		t.attempt++
-		b.enqueue(t)
+		rt.enqueue(t)
 		return nil
 	}
 	t.state = stateDone
-	b.completeLocked(t.obj, v, err)
-	b.schedule()
+	rt.completeLocked(t.obj, v, err)
+	rt.schedule()
 	return nil
 }
 
-func (b *Runtime) retriesLeft(t *task) bool {
+func (rt *Runtime) retriesLeft(t *task) bool {
 	return t.spec.MaxRetries < 0 || t.attempt < t.spec.MaxRetries
 }
 
 // abortTask stops a running or queued task with err, or retries it when err
 // is a system failure and retries remain. b.mu must be held.
-func (b *Runtime) abortTask(t *task, err error, retry bool) {
+func (rt *Runtime) abortTask(t *task, err error, retry bool) {
 	switch t.state {
 	case stateRunning:
 		t.run.cancel()
 		if backend.CodeOf(err) != backend.Canceled {
-			b.recordFailure(t, err)
+			rt.recordFailure(t, err)
 		}
-		b.stopRunning(t)
+		rt.stopRunning(t)
 	case stateQueued:
-		b.unqueue(t)
+		rt.unqueue(t)
 	case stateDone:
 		return
 	}
-	if retry && b.retriesLeft(t) && !b.closed {
+	if retry && rt.retriesLeft(t) && !rt.closed {
 		t.attempt++
-		b.enqueue(t)
+		rt.enqueue(t)
 		return
 	}
 	t.state = stateDone
-	b.completeLocked(t.obj, backend.Value{}, err)
+	rt.completeLocked(t.obj, backend.Value{}, err)
 }
 
 // stopRunning takes a running task off its node and bundle and releases its
 // resources. b.mu must be held.
-func (b *Runtime) stopRunning(t *task) {
+func (rt *Runtime) stopRunning(t *task) {
 	t.node.running.remove(t)
 	if t.bundle != nil {
 		t.bundle.running.remove(t)
 	}
-	b.running--
-	b.release(t)
+	rt.running--
+	rt.release(t)
 }
 
 var _ backend.TaskCanceler = (*Runtime)(nil)
 
 // CancelTask implements backend.TaskCanceler.
-func (b *Runtime) CancelTask(ctx context.Context, id backend.ObjectID) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := b.precheck("cancel task"); err != nil {
+func (rt *Runtime) CancelTask(ctx context.Context, id backend.ObjectID) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if err := rt.precheck("cancel task"); err != nil {
 		return err
 	}
-	o := b.objects.get(id)
+	o := rt.objects.get(id)
 	if o == nil || o.task == nil {
 		return backend.Errorf(backend.NotFound, "cancel task", "%s is not the result of a live task", id)
 	}
@@ -266,14 +266,14 @@ func (b *Runtime) CancelTask(ctx context.Context, id backend.ObjectID) error {
 		return nil
 	}
 	t := o.task
-	err := backend.Errorf(backend.Canceled, b.op("task ", t.spec.Name, ""), "cancelled")
+	err := backend.Errorf(backend.Canceled, rt.op("task ", t.spec.Name, ""), "cancelled")
 	if t.state == stateWaitingDeps {
 		// Its input's completion finds it done and only drops the link.
 		t.state = stateDone
-		b.completeLocked(t.obj, backend.Value{}, err)
+		rt.completeLocked(t.obj, backend.Value{}, err)
 		return nil
 	}
-	b.abortTask(t, err, false)
-	b.schedule()
+	rt.abortTask(t, err, false)
+	rt.schedule()
 	return nil
 }

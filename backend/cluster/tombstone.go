@@ -53,11 +53,11 @@ func (t *tombstones[K]) len() int { return len(t.m) }
 // deadActor returns why the actor id, which is not live, died: its
 // tombstone, or for an ID the backend issued long ago an ActorDied error
 // without the cause. ok is false for an ID never issued. b.mu must be held.
-func (b *Runtime) deadActor(id backend.ActorID) (err error, ok bool) {
-	if err, ok := b.deadActors.get(id); ok {
+func (rt *Runtime) deadActor(id backend.ActorID) (err error, ok bool) {
+	if err, ok := rt.deadActors.get(id); ok {
 		return err, true
 	}
-	if id != 0 && uint64(id) <= b.nextID {
+	if id != 0 && uint64(id) <= rt.nextID {
 		return backend.Errorf(backend.ActorDied, "actor "+id.String(), "actor is dead (it died long ago; its cause is no longer kept)"), true
 	}
 	return nil, false
@@ -66,11 +66,11 @@ func (b *Runtime) deadActor(id backend.ActorID) (err error, ok bool) {
 // removedPG returns the error of work pinned to the group id, which is not
 // live: its tombstone, or for an ID the backend issued long ago the removal
 // error. ok is false for an ID never issued. b.mu must be held.
-func (b *Runtime) removedPG(id backend.PlacementGroupID) (err error, ok bool) {
-	if err, ok := b.removedPGs.get(id); ok {
+func (rt *Runtime) removedPG(id backend.PlacementGroupID) (err error, ok bool) {
+	if err, ok := rt.removedPGs.get(id); ok {
 		return err, true
 	}
-	if id != 0 && uint64(id) <= b.nextID {
+	if id != 0 && uint64(id) <= rt.nextID {
 		return admission.PlacementGroupRemovedError(id), true
 	}
 	return nil, false

@@ -233,7 +233,7 @@ func (x *sliceIndex) describeShapes() string {
 // whole, intact, idle slices of one shape in one step, placing a placement
 // group whose bundles are pinned to their hosts, or waits first come, first
 // served until it can.
-func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) (*backend.SliceReservation, error) {
+func (rt *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) (*backend.SliceReservation, error) {
 	op := backend.ReserveSlicesOp(req.Name)
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -243,40 +243,40 @@ func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		return nil, err
 	}
 	if rr.Subslice.Count() > 0 {
-		return b.reserveSubslice(ctx, op, req, rr)
+		return rt.reserveSubslice(ctx, op, req, rr)
 	}
 	shape, n, res, perHost := rr.Shape, rr.NumSlices, rr.BundleResources, rr.BundlesPerHost
-	b.mu.Lock()
-	if err := b.precheck(op); err != nil {
-		b.mu.Unlock()
+	rt.mu.Lock()
+	if err := rt.precheck(op); err != nil {
+		rt.mu.Unlock()
 		return nil, err
 	}
-	if err := b.checkResources(op, res); err != nil {
-		b.mu.Unlock()
+	if err := rt.checkResources(op, res); err != nil {
+		rt.mu.Unlock()
 		return nil, err
 	}
-	p := b.slices.pools[shapeKey(shape)]
-	pr, _ := b.source.(Provisioner)
+	p := rt.slices.pools[shapeKey(shape)]
+	pr, _ := rt.source.(Provisioner)
 	if pr != nil && n > p.intactIdle() {
 		if p != nil && len(p.all) > 0 {
-			if err := b.hostFitError(op, p, b.vector(res), perHost, res, shape); err != nil {
-				b.mu.Unlock()
+			if err := rt.hostFitError(op, p, rt.vector(res), perHost, res, shape); err != nil {
+				rt.mu.Unlock()
 				return nil, err
 			}
 		}
 		// b.mu is released by reserveProvisioned.
-		r, err, tried := b.reserveProvisioned(ctx, op, pr, req, n-p.intactIdle(), func(p *shapePool) *sliceWait {
-			return &sliceWait{req: req, n: n, shape: shape, demand: b.vector(res), perHost: perHost, res: res, since: time.Now(), done: make(chan struct{})}
+		r, err, tried := rt.reserveProvisioned(ctx, op, pr, req, n-p.intactIdle(), func(p *shapePool) *sliceWait {
+			return &sliceWait{req: req, n: n, shape: shape, demand: rt.vector(res), perHost: perHost, res: res, since: time.Now(), done: make(chan struct{})}
 		})
 		if tried {
 			return r, err
 		}
-		b.mu.Lock()
-		if err := b.precheck(op); err != nil {
-			b.mu.Unlock()
+		rt.mu.Lock()
+		if err := rt.precheck(op); err != nil {
+			rt.mu.Unlock()
 			return nil, err
 		}
-		p = b.slices.pools[shapeKey(shape)]
+		p = rt.slices.pools[shapeKey(shape)]
 		pr = nil
 	}
 	if p == nil || len(p.all) < n {
@@ -284,30 +284,30 @@ func (b *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest) 
 		if p != nil {
 			have = len(p.all)
 		}
-		shapes := b.slices.describeShapes()
-		b.mu.Unlock()
+		shapes := rt.slices.describeShapes()
+		rt.mu.Unlock()
 		if have == 0 {
 			return nil, backend.Errorf(backend.Infeasible, op, "want %d × %s but the cluster has no slice of that shape (%s)", n, shape, shapes)
 		}
 		return nil, backend.Errorf(backend.Infeasible, op, "want %d × %s but the cluster has only %d of that shape (%s)", n, shape, have, shapes)
 	}
-	demand := b.vector(res)
-	if err := b.hostFitError(op, p, demand, perHost, res, shape); err != nil {
-		b.mu.Unlock()
+	demand := rt.vector(res)
+	if err := rt.hostFitError(op, p, demand, perHost, res, shape); err != nil {
+		rt.mu.Unlock()
 		return nil, err
 	}
 	w := &sliceWait{req: req, n: n, shape: shape, demand: demand, perHost: perHost, res: res, since: time.Now(), done: make(chan struct{})}
 	if pr != nil {
 		// Enough slices now, but if other drivers hold some, ask for more.
-		r, err, _ := b.reserveProvisioned(ctx, op, pr, req, 0, func(*shapePool) *sliceWait { return w })
+		r, err, _ := rt.reserveProvisioned(ctx, op, pr, req, 0, func(*shapePool) *sliceWait { return w })
 		return r, err
 	}
-	return b.awaitSlices(ctx, op, p, w)
+	return rt.awaitSlices(ctx, op, p, w)
 }
 
 // hostFitError is the Infeasible error of perHost bundles of demand that
 // do not fit one host of pool p's shape, or nil. b.mu must be held.
-func (b *Runtime) hostFitError(op string, p *shapePool, demand []int64, perHost int, res backend.Resources, shape tpu.SliceShape) error {
+func (rt *Runtime) hostFitError(op string, p *shapePool, demand []int64, perHost int, res backend.Resources, shape tpu.SliceShape) error {
 	// A stack buffer: the head resources make the vectors a little longer
 	// than the compiler stack-allocates on its own.
 	var buf [16]int64
@@ -323,7 +323,7 @@ func (b *Runtime) hostFitError(op string, p *shapePool, demand []int64, perHost 
 	if fits(perHostTotal, p.all[0].hosts[0].capac) {
 		return nil
 	}
-	has := b.resources(p.all[0].hosts[0].capac)
+	has := rt.resources(p.all[0].hosts[0].capac)
 	return backend.Errorf(backend.Infeasible, op, "%d bundles of %s do not fit a %s host, which has %s", perHost, res, shape, has)
 }
 
@@ -332,20 +332,20 @@ func (b *Runtime) hostFitError(op string, p *shapePool, demand []int64, perHost 
 // when the source is a SliceClaimer, or until ctx ends or the runtime
 // closes; nothing stays queued or reserved when it gives up. b.mu is held
 // on entry and released on return.
-func (b *Runtime) awaitSlices(ctx context.Context, op string, p *shapePool, w *sliceWait) (*backend.SliceReservation, error) {
+func (rt *Runtime) awaitSlices(ctx context.Context, op string, p *shapePool, w *sliceWait) (*backend.SliceReservation, error) {
 	p.waiting = append(p.waiting, w)
-	b.serveSlices(p)
-	b.mu.Unlock()
+	rt.serveSlices(p)
+	rt.mu.Unlock()
 	for {
 		select {
 		case <-w.done:
 		case <-ctx.Done():
-		case <-b.closedCh:
+		case <-rt.closedCh:
 		}
-		b.mu.Lock()
-		claim := b.claimPicked // claim.go
+		rt.mu.Lock()
+		claim := rt.claimPicked // claim.go
 		if w.pickedSub != nil {
-			claim = b.claimSubslice // subslice.go
+			claim = rt.claimSubslice // subslice.go
 		} else if w.picked == nil {
 			break
 		}
@@ -354,7 +354,7 @@ func (b *Runtime) awaitSlices(ctx context.Context, op string, p *shapePool, w *s
 		if again && w.onHeld != nil {
 			short = w.n - p.intactIdle()
 		}
-		b.mu.Unlock()
+		rt.mu.Unlock()
 		if !again {
 			return r, err
 		}
@@ -362,26 +362,26 @@ func (b *Runtime) awaitSlices(ctx context.Context, op string, p *shapePool, w *s
 			w.onHeld(short)
 		}
 	}
-	defer b.mu.Unlock()
+	defer rt.mu.Unlock()
 	if w.result == nil {
 		// Not granted: leave the queue holding nothing.
 		ahead := slices.Index(p.waiting, w)
 		if ahead >= 0 {
 			p.waiting = slices.Delete(p.waiting, ahead, ahead+1)
 		}
-		if b.closed {
+		if rt.closed {
 			return nil, backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
 		}
 		err := gaveUp(op, p, w, ahead, ctx.Err())
-		b.serveSlices(p) // a large request leaving may unblock smaller ones
+		rt.serveSlices(p) // a large request leaving may unblock smaller ones
 		return nil, err
 	}
-	if ctx.Err() != nil || b.closed {
+	if ctx.Err() != nil || rt.closed {
 		// Granted as the caller gave up: release, so nothing leaks.
-		if pg := b.pgs[w.result.Group]; pg != nil {
-			b.removePGLocked(pg)
+		if pg := rt.pgs[w.result.Group]; pg != nil {
+			rt.removePGLocked(pg)
 		}
-		if b.closed {
+		if rt.closed {
 			return nil, backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
 		}
 		return nil, gaveUp(op, p, w, 0, ctx.Err())
@@ -431,38 +431,38 @@ func plural(n int, one, many string) string {
 // free; the first request that cannot be granted holds back the rest, so a
 // multislice request is not starved by single-slice ones, nor a whole
 // slice by sub-slices. b.mu must be held.
-func (b *Runtime) serveSlices(p *shapePool) {
-	for len(p.waiting) > 0 && !b.closed {
+func (rt *Runtime) serveSlices(p *shapePool) {
+	for len(p.waiting) > 0 && !rt.closed {
 		w := p.waiting[0]
 		if w.sub.Count() > 0 {
-			s, index := b.pickSubslice(p, w.sub)
+			s, index := rt.pickSubslice(p, w.sub)
 			if s == nil {
 				return
 			}
 			p.waiting = p.waiting[1:]
-			if b.claimer != nil {
+			if rt.claimer != nil {
 				// The waiter claims it outside the lock (subslice.go).
 				s.setSubBusy(w.sub, index, true)
 				w.pickedSub, w.pickedIndex = s, index
 			} else {
-				w.result = b.grantSubslice(w, subsliceGrantOf(w, s, index), 0)
+				w.result = rt.grantSubslice(w, subsliceGrantOf(w, s, index), 0)
 			}
 			close(w.done)
 			continue
 		}
-		picked := b.pickSlices(p, w.n)
+		picked := rt.pickSlices(p, w.n)
 		if picked == nil {
 			return
 		}
 		p.waiting = p.waiting[1:]
-		if b.claimer != nil {
+		if rt.claimer != nil {
 			// The waiter claims them outside the lock (claim.go).
 			for _, s := range picked {
 				s.claiming = true
 			}
 			w.picked = picked
 		} else {
-			w.result = b.grantSlices(w, picked, 0)
+			w.result = rt.grantSlices(w, picked, 0)
 		}
 		close(w.done)
 	}
@@ -470,7 +470,7 @@ func (b *Runtime) serveSlices(p *shapePool) {
 
 // pickSlices takes the n lowest-index idle slices out of the free heap, or
 // none.
-func (b *Runtime) pickSlices(p *shapePool, n int) []*tpuSlice {
+func (rt *Runtime) pickSlices(p *shapePool, n int) []*tpuSlice {
 	var picked, skipped []*tpuSlice
 	for len(picked) < n && p.free.Len() > 0 {
 		s := heap.Pop(&p.free).(*tpuSlice)
@@ -495,9 +495,9 @@ func (b *Runtime) pickSlices(p *shapePool, n int) []*tpuSlice {
 // grantSlices places a placement group pinned to the hosts of picked
 // slices and builds the reservation; id is the group's ID, or 0 for a new
 // one. b.mu must be held.
-func (b *Runtime) grantSlices(w *sliceWait, picked []*tpuSlice, id backend.PlacementGroupID) *backend.SliceReservation {
-	r, hosts := b.sliceReservation(w, picked)
-	pg := b.pinGroup(id, w.req.Name, hosts, r.Env, w.demand, w.res)
+func (rt *Runtime) grantSlices(w *sliceWait, picked []*tpuSlice, id backend.PlacementGroupID) *backend.SliceReservation {
+	r, hosts := rt.sliceReservation(w, picked)
+	pg := rt.pinGroup(id, w.req.Name, hosts, r.Env, w.demand, w.res)
 	for _, s := range picked {
 		s.reservedBy = pg
 	}
@@ -508,7 +508,7 @@ func (b *Runtime) grantSlices(w *sliceWait, picked []*tpuSlice, id backend.Place
 
 // sliceReservation builds the reservation of picked slices for w (all but
 // its group) and the host of each bundle. b.mu must be held.
-func (b *Runtime) sliceReservation(w *sliceWait, picked []*tpuSlice) (*backend.SliceReservation, []*node) {
+func (rt *Runtime) sliceReservation(w *sliceWait, picked []*tpuSlice) (*backend.SliceReservation, []*node) {
 	r := &backend.SliceReservation{ChipsPerHost: w.shape.ChipsPerHost, BundlesPerHost: w.perHost, BundleResources: w.res}
 	coordinator := ""
 	total := len(picked) * len(picked[0].hosts) * w.perHost
@@ -553,18 +553,18 @@ func (b *Runtime) sliceReservation(w *sliceWait, picked []*tpuSlice) (*backend.S
 // bundle i pinned to hosts[i] with env envs[i], and takes the bundles'
 // demand from the hosts. The group keeps hosts as its pinned list; id is
 // its ID, or 0 for a new one. b.mu must be held.
-func (b *Runtime) pinGroup(id backend.PlacementGroupID, name string, hosts []*node, envs []map[string]string, demand []int64, res backend.Resources) *pgroup {
+func (rt *Runtime) pinGroup(id backend.PlacementGroupID, name string, hosts []*node, envs []map[string]string, demand []int64, res backend.Resources) *pgroup {
 	total := len(hosts)
-	if len(demand) < len(b.resNames) {
+	if len(demand) < len(rt.resNames) {
 		// Resource names were added while the request waited (the hosts
 		// of a new slice bring its head and slice-name resources): the
 		// bundles' vectors must be as long as every demand built from
 		// now on, or a task placed in a bundle would not fit its vector.
-		demand = b.vector(res)
+		demand = rt.vector(res)
 	}
 	spec := &backend.PlacementGroupSpec{Name: name, Strategy: backend.StrictSpread, Bundles: make([]backend.Bundle, 0, total)}
 	if id == 0 {
-		id = backend.PlacementGroupID(b.newID())
+		id = backend.PlacementGroupID(rt.newID())
 	}
 	pg := &pgroup{id: id, spec: spec, ready: make(chan struct{})}
 	pg.bundles = make([]*bundle, 0, total)
@@ -585,17 +585,17 @@ func (b *Runtime) pinGroup(id backend.PlacementGroupID, name string, hosts []*no
 	}
 	pg.state = pgCreated
 	pg.signal()
-	b.pgs[pg.id] = pg
-	b.seq++
-	pg.seq = b.seq
+	rt.pgs[pg.id] = pg
+	rt.seq++
+	pg.seq = rt.seq
 	return pg
 }
 
 // releaseSlices returns the slices of a removed reservation to their free
 // heaps and serves waiting requests. b.mu must be held.
-func (b *Runtime) releaseSlices(pg *pgroup) {
-	if hold := b.slices.subs[pg]; hold != nil {
-		b.releaseSubslice(pg, hold)
+func (rt *Runtime) releaseSlices(pg *pgroup) {
+	if hold := rt.slices.subs[pg]; hold != nil {
+		rt.releaseSubslice(pg, hold)
 		return
 	}
 	ss := pg.slices
@@ -603,7 +603,7 @@ func (b *Runtime) releaseSlices(pg *pgroup) {
 		return
 	}
 	pg.slices = nil
-	if b.endClaimLocked(pg, func() { b.freeSlices(ss) }) {
+	if rt.endClaimLocked(pg, func() { rt.freeSlices(ss) }) {
 		// The slices come back once the claim has ended (claim.go).
 		for _, s := range ss {
 			s.reservedBy = nil
@@ -611,60 +611,60 @@ func (b *Runtime) releaseSlices(pg *pgroup) {
 		}
 		return
 	}
-	b.freeSlices(ss)
+	rt.freeSlices(ss)
 }
 
 // freeSlices returns released slices to their free heaps and serves
 // waiting requests. b.mu must be held.
-func (b *Runtime) freeSlices(ss []*tpuSlice) {
+func (rt *Runtime) freeSlices(ss []*tpuSlice) {
 	var pools []*shapePool
 	for _, s := range ss {
 		s.reservedBy = nil
 		s.claiming = false
-		p := b.slices.pools[s.key]
+		p := rt.slices.pools[s.key]
 		heap.Push(&p.free, s)
 		if !slices.Contains(pools, p) {
 			pools = append(pools, p)
 		}
 	}
 	for _, p := range pools {
-		b.serveSlices(p)
+		rt.serveSlices(p)
 	}
 }
 
 // sliceHostFreed serves waiting requests when a TPU host may have become
 // idle. b.mu must be held.
-func (b *Runtime) sliceHostFreed(n *node) {
-	if s := b.slices.byNode[n]; s != nil {
-		if p := b.slices.pools[s.key]; len(p.waiting) > 0 {
-			b.serveSlices(p)
+func (rt *Runtime) sliceHostFreed(n *node) {
+	if s := rt.slices.byNode[n]; s != nil {
+		if p := rt.slices.pools[s.key]; len(p.waiting) > 0 {
+			rt.serveSlices(p)
 		}
 	}
 }
 
-func (b *Runtime) markSliceHostDown(n *node) {
-	if s := b.slices.byNode[n]; s != nil {
+func (rt *Runtime) markSliceHostDown(n *node) {
+	if s := rt.slices.byNode[n]; s != nil {
 		s.dead++
 	}
 }
 
-func (b *Runtime) markSliceHostUp(n *node) {
-	if s := b.slices.byNode[n]; s != nil {
+func (rt *Runtime) markSliceHostUp(n *node) {
+	if s := rt.slices.byNode[n]; s != nil {
 		s.dead--
-		b.sliceHostFreed(n)
+		rt.sliceHostFreed(n)
 	}
 }
 
 // Slices implements backend.SliceReserver.
-func (b *Runtime) Slices(ctx context.Context) ([]backend.SliceState, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+func (rt *Runtime) Slices(ctx context.Context) ([]backend.SliceState, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
 		return nil, backend.Errorf(backend.FailedPrecondition, backend.ListSlicesOp, "%w", backend.ErrClosed)
 	}
-	tpuIdx := b.resIndex[backend.TPU]
-	out := make([]backend.SliceState, 0, len(b.slices.all))
-	for _, s := range b.slices.all {
+	tpuIdx := rt.resIndex[backend.TPU]
+	out := make([]backend.SliceState, 0, len(rt.slices.all))
+	for _, s := range rt.slices.all {
 		st := backend.SliceState{
 			Name: s.name, Generation: s.shape.Generation.String(), Topology: s.shape.Topology.String(),
 			ChipsPerHost: s.shape.ChipsPerHost, Intact: s.dead == 0, Idle: s.idle(),
@@ -672,7 +672,7 @@ func (b *Runtime) Slices(ctx context.Context) ([]backend.SliceState, error) {
 		if s.reservedBy != nil {
 			st.ReservedBy, st.ReservedName = s.reservedBy.id, s.reservedBy.spec.Name
 		}
-		st.Subslices = b.subsliceStates(s)
+		st.Subslices = rt.subsliceStates(s)
 		for _, h := range s.hosts {
 			chips := int(backend.Dequantize(h.capac[tpuIdx]))
 			used := chips - int(backend.Dequantize(h.free[tpuIdx]))
@@ -688,14 +688,14 @@ func (b *Runtime) Slices(ctx context.Context) ([]backend.SliceState, error) {
 }
 
 // PendingSliceRequests implements backend.SliceReserver.
-func (b *Runtime) PendingSliceRequests(ctx context.Context) ([]backend.PendingSliceRequest, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+func (rt *Runtime) PendingSliceRequests(ctx context.Context) ([]backend.PendingSliceRequest, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
 		return nil, backend.Errorf(backend.FailedPrecondition, backend.ListPendingSlicesOp, "%w", backend.ErrClosed)
 	}
 	var out []backend.PendingSliceRequest
-	for _, p := range b.slices.order {
+	for _, p := range rt.slices.order {
 		for _, w := range p.waiting {
 			out = append(out, backend.PendingSliceRequest{
 				Name: w.req.Name, Generation: w.shape.Generation.String(), Topology: w.shape.Topology.String(),
@@ -707,11 +707,11 @@ func (b *Runtime) PendingSliceRequests(ctx context.Context) ([]backend.PendingSl
 }
 
 // QueuedSliceRequests returns how many slice reservations are waiting.
-func (b *Runtime) QueuedSliceRequests() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (rt *Runtime) QueuedSliceRequests() int {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
 	n := 0
-	for _, p := range b.slices.order {
+	for _, p := range rt.slices.order {
 		n += len(p.waiting)
 	}
 	return n
