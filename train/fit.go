@@ -340,7 +340,18 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	// the failure rather than a cancellation, then give the slices back,
 	// which cancels the tasks, and wait for the workers.
 	rz.stopAccepting()
-	rz.wait(min(abortGrace, t.run.StopGrace))
+	tasksDone := make(chan struct{})
+	go func() { wg.Wait(); close(tasksDone) }()
+	grace := time.NewTimer(min(abortGrace, t.run.StopGrace))
+	if rz.wait(min(abortGrace, t.run.StopGrace)) {
+		// The workers hung up; their tasks' results (a panic's stack
+		// among them) are on their way back from the worker processes.
+		select {
+		case <-tasksDone:
+		case <-grace.C:
+		}
+	}
+	grace.Stop()
 	spg.Release(context.WithoutCancel(ctx)) //nolint:errcheck // releasing twice is a no-op; a failure here leaves nothing we could do
 	wg.Wait()
 	rz.close(t.run.StopGrace)
