@@ -81,8 +81,8 @@ type Config struct {
 	// own klog lines (such as its client-side throttling waits) go there
 	// too, at Debug (see RouteKlog), unless KeepKlog is set.
 	Logger *slog.Logger
-	// KeepKlog leaves klog as it is (by default it writes to stderr)
-	// instead of routing it to Logger.
+	// KeepKlog leaves klog's lines on stderr instead of routing them to
+	// Logger.
 	KeepKlog bool
 }
 

@@ -37,3 +37,34 @@ func TestKlogRoutedToLogger(t *testing.T) {
 	klog.Flush()
 	is.Equal(buf.String(), "")
 }
+
+// Creating a backend while client-go goroutines log (informers of an
+// earlier backend, the program's own clients) is not a data race: klog's
+// process-wide logger is set once, at init, and a backend only swaps
+// where it forwards (go test -race reports the race otherwise).
+func TestKlogRouteWhileLogging(t *testing.T) {
+	is := is.New(t)
+	t.Cleanup(func() { RouteKlog(nil) })
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				klog.Background().V(0).Info("Waited before sending request")
+				klog.FromContext(t.Context()).Info("reflector started")
+			}
+		}
+	}()
+	for range 3 {
+		cfg := testConfig()
+		cfg.Client = newFakeClient()
+		_, err := New(t.Context(), cfg)
+		is.NoErr(err)
+	}
+	close(stop)
+	<-done
+}
