@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,6 +112,36 @@ func (s *suite) testSlices(t *testing.T) {
 			is.Equal(env[tpu.EnvMegascaleCoordinatorAddress], envs[0][tpu.EnvMegascaleCoordinatorAddress])
 			is.Equal(env[tpu.EnvWorkerID], strconv.Itoa(i%4))
 		}
+	})
+	t.Run("NamedSliceResources", func(t *testing.T) {
+		// Ray gives every host of a slice the resource <TPU_NAME>: 1 and
+		// worker 0 also TPU-<pod type>-head: 1, so work can target one
+		// named slice, or its first host, without a reservation.
+		s.need(t, finite, "TPUSlices")
+		is := is.New(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
+		states, err := ray.TPUSlices(ctx, c)
+		is.NoErr(err)
+		is.True(len(states) > 0)
+		for _, st := range states {
+			hosts := make([]string, len(st.Hosts))
+			for i, h := range st.Hosts {
+				hosts[i] = h.Node
+			}
+			for range 4 {
+				env, err := tpuEnv.Remote(ctx, c, struct{}{}, ray.Resources{st.Name: 1}).Get(ctx)
+				is.NoErr(err)
+				is.True(slices.Contains(hosts, env["NODE"])) // a host of the named slice
+			}
+			shape, err := tpu.NewSliceShape(tpu.Generation(st.Generation), st.Topology, st.ChipsPerHost)
+			is.NoErr(err)
+			env, err := tpuEnv.Remote(ctx, c, struct{}{}, ray.Resources{shape.HeadResource(): 1, st.Name: 1}).Get(ctx)
+			is.NoErr(err)
+			is.Equal(env["NODE"], hosts[0]) // the head resource is worker 0's
+		}
+		_, err = tpuEnv.Remote(ctx, c, struct{}{}, ray.Resources{states[0].Name: 2}).Get(ctx)
+		is.Equal(ray.Code(err), ray.Infeasible) // one unit per host
+		allFree(t, c)
 	})
 	t.Run("BusyWaitsThenTimesOut", func(t *testing.T) {
 		s.need(t, finite, "TPUSlices")

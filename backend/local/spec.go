@@ -173,7 +173,21 @@ func (s ClusterSpec) expand() ([]nodeDef, error) {
 			return nil, backend.Errorf(backend.InvalidArgument, op, "node %q: count %d of a TPU host (label %s): each host of a slice is a node of its own", n.Name, n.Count, tpu.LabelSliceName)
 		}
 		if n.Count <= 1 {
-			if err := add(nodeDef{name: n.Name, resources: n.Resources.Clone(), labels: maps.Clone(n.Labels), env: maps.Clone(n.Env), tpu: host}); err != nil {
+			res := n.Resources.Clone()
+			if host != nil && res == nil {
+				res = backend.Resources{}
+			}
+			if host != nil {
+				// A labelled TPU host carries Ray's per-host resources
+				// (the slice's name, worker 0's head resource), as a host
+				// declared in TPUSlices does; those the spec names stay.
+				for k, v := range tpu.HostResources(host.Shape, host.Slice, host.WorkerID) {
+					if _, ok := res[k]; !ok {
+						res[k] = v
+					}
+				}
+			}
+			if err := add(nodeDef{name: n.Name, resources: res, labels: maps.Clone(n.Labels), env: maps.Clone(n.Env), tpu: host}); err != nil {
 				return nil, err
 			}
 			continue
