@@ -26,8 +26,9 @@ const (
 	// EnvRuntimeMetricsPorts lists libtpu's metrics ports, one per TPU
 	// device on the node, from 8431.
 	EnvRuntimeMetricsPorts = "TPU_RUNTIME_METRICS_PORTS"
-	// EnvICIResiliency is "true" on v4, v5p and v7x slices of 4x4x4 or
-	// larger (unless the node pool disables ICI resiliency).
+	// EnvICIResiliency is set on v4, v5p and v7x slices of 4x4x4 or
+	// larger: "true", or "false" when the node's LabelGKEICIResiliency
+	// says "false" (NodeEnv).
 	EnvICIResiliency = "ENABLE_ICI_RESILIENCY"
 )
 
@@ -50,7 +51,8 @@ const firstMetricsPort = 8431
 //	                                             v3, v4, v5p and v7x wrap every axis from 4x4x4 up
 //	TPU_HOST_BOUNDS, HOST_BOUNDS                 the topology ÷ the container's chip grid
 //	TPU_CHIPS_PER_HOST_BOUNDS, CHIPS_PER_HOST_BOUNDS  the container's chip grid: 1→1,1,1 2→1,2,1 4→2,2,1 8→2,4,1
-//	ENABLE_ICI_RESILIENCY                        "true" on v4, v5p and v7x from 4x4x4 up
+//	ENABLE_ICI_RESILIENCY                        "true" on v4, v5p and v7x from 4x4x4 up (NodeEnv
+//	                                             turns it "false" on a node that disables it)
 //
 // and, on a single-host slice before v7x, TPU_WORKER_ID "0" and
 // TPU_WORKER_HOSTNAMES "localhost". (From v7x on the plugin leaves those to
@@ -106,6 +108,19 @@ func DevicePluginEnv(shape SliceShape, chips int) (map[string]string, error) {
 		env[EnvWorkerID], env[EnvWorkerHostnames] = "0", "localhost"
 	}
 	return env, nil
+}
+
+// NodeEnv adjusts env, as DevicePluginEnv, WorkerEnv or ProcessEnv
+// return it for a shape, to the labels of the node it runs on, as the
+// device plugin reads them: ENABLE_ICI_RESILIENCY becomes "false" where
+// the node's LabelGKEICIResiliency is "false" (any case). Only a variable
+// the shape already has is changed; env is modified in place and
+// returned.
+func NodeEnv(env map[string]string, nodeLabels map[string]string) map[string]string {
+	if _, ok := env[EnvICIResiliency]; ok && strings.EqualFold(nodeLabels[LabelGKEICIResiliency], "false") {
+		env[EnvICIResiliency] = "false"
+	}
+	return env
 }
 
 // containerChipOptions lists the chip counts a container of one host can

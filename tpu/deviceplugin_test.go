@@ -158,3 +158,39 @@ func TestPartialHostEnv(t *testing.T) {
 		}
 	})
 }
+
+// TestNodeEnvICIResiliency follows the device plugin's
+// addPodsliceOrSliceEnvs (ai-on-gke/tpu-device-plugin pkg/tpu/util/util.go):
+// ENABLE_ICI_RESILIENCY is "true" for v4, v5p and tpu7x topologies of
+// 4x4x4 or larger, and "false" when the node's
+// cloud.google.com/gke-tpu-ici-resiliency label is "false" in any case;
+// other shapes get no variable whatever the label says.
+func TestNodeEnvICIResiliency(t *testing.T) {
+	const label = "cloud.google.com/gke-tpu-ici-resiliency"
+	for _, tt := range []struct {
+		gen, topo string
+		labels    map[string]string
+		want      string // "" for unset
+	}{
+		{"v5p", "4x4x4", nil, "true"},
+		{"v5p", "4x4x4", map[string]string{label: "false"}, "false"},
+		{"v5p", "4x4x8", map[string]string{label: "False"}, "false"},
+		{"v4", "4x4x4", map[string]string{label: "true"}, "true"},
+		{"v7x", "4x4x4", map[string]string{label: "false"}, "false"},
+		{"v7x", "4x4x4", map[string]string{label: "no"}, "true"}, // only "false" disables
+		{"v5p", "2x2x4", map[string]string{label: "false"}, ""},
+		{"v6e", "16x16", map[string]string{label: "false"}, ""},
+	} {
+		t.Run(tt.gen+" "+tt.topo, func(t *testing.T) {
+			is := is.New(t)
+			shape, err := tpu.NewSliceShape(tpu.Generation(tt.gen), tt.topo, 0)
+			is.NoErr(err)
+			env, err := tpu.DevicePluginEnv(shape, 0)
+			is.NoErr(err)
+			env = tpu.NodeEnv(env, tt.labels)
+			got, ok := env["ENABLE_ICI_RESILIENCY"]
+			is.Equal(ok, tt.want != "")
+			is.Equal(got, tt.want)
+		})
+	}
+}

@@ -15,6 +15,11 @@ const (
 	LabelGKENodePool = "cloud.google.com/gke-nodepool"
 	// LabelGKEAcceleratorCount holds the chips on the node.
 	LabelGKEAcceleratorCount = "cloud.google.com/gke-accelerator-count"
+	// LabelGKEICIResiliency is "false" on the nodes of a slice created
+	// without ICI resiliency (a workload asks for such a slice with this
+	// node selector); without it a slice is ICI resilient. The device
+	// plugin then sets ENABLE_ICI_RESILIENCY=false (NodeEnv).
+	LabelGKEICIResiliency = "cloud.google.com/gke-tpu-ici-resiliency"
 	// ResourceGKETPU is the Kubernetes extended resource counting TPU chips;
 	// pods request it with requests equal to limits.
 	ResourceGKETPU = "google.com/tpu"

@@ -132,6 +132,7 @@ func subsliceGrantOf(w *sliceWait, s *tpuSlice, index int) *subsliceGrant {
 				env = map[string]string{}
 			}
 			g.hosts = append(g.hosts, s.hosts[wid])
+			tpu.NodeEnv(env, s.hosts[wid].labels)
 			g.env = append(g.env, env)
 		}
 	}
@@ -142,12 +143,13 @@ func subsliceGrantOf(w *sliceWait, s *tpuSlice, index int) *subsliceGrant {
 // ClaimRunner.Reserved.
 func (g *subsliceGrant) hostEnv(w *sliceWait) map[string]map[string]string {
 	out := make(map[string]map[string]string, len(g.rs.Hosts))
+	ws, _ := w.sub.Workers(g.index)
 	for sw, h := range g.rs.Hosts {
 		env, err := tpu.WorkerEnv(w.sub.Shape, g.rs.SubsliceID, g.rs.Hostnames, sw)
 		if err != nil {
 			env = map[string]string{}
 		}
-		out[h] = env
+		out[h] = tpu.NodeEnv(env, g.slice.hosts[ws[sw]].labels)
 	}
 	return out
 }

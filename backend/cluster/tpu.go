@@ -46,7 +46,8 @@ func (s *tpuSlice) workerEnv(wid int, hostnames []string) map[string]string {
 	if s.env == nil {
 		s.env = make([]map[string]string, len(s.hosts))
 		for i := range s.hosts {
-			s.env[i], _ = tpu.WorkerEnv(s.shape, s.name, hostnames, i)
+			env, _ := tpu.WorkerEnv(s.shape, s.name, hostnames, i)
+			s.env[i] = tpu.NodeEnv(env, s.hosts[i].labels)
 		}
 	}
 	return s.env[wid]
@@ -537,7 +538,7 @@ func (rt *Runtime) sliceReservation(w *sliceWait, picked []*tpuSlice) (*backend.
 					// shape is valid, so this does not fail; if it did, the
 					// bundle would keep the host's env.
 					if e, err := backend.SliceBundleEnv(s.shape, s.name, rs.Hostnames, wid, j, w.perHost, coordinator, len(picked), si); err == nil {
-						env = e
+						env = tpu.NodeEnv(e, h.labels)
 					}
 				}
 				hosts = append(hosts, h)

@@ -43,6 +43,11 @@ type TPUSliceSpec struct {
 	// simulator carries, which slows large clusters; the
 	// ray.io/tpu-slice-name label selects a slice's hosts without it.
 	NameResource bool `json:"nameResource,omitempty"`
+	// NoICIResiliency labels every host as GKE labels a slice created
+	// without ICI resiliency (tpu.LabelGKEICIResiliency "false"), so its
+	// hosts' ENABLE_ICI_RESILIENCY is "false" where the shape sets it (v4,
+	// v5p and v7x from 4x4x4 up).
+	NoICIResiliency bool `json:"noICIResiliency,omitempty"`
 	// HostCPU and HostMemory are each host's CPUs and memory bytes;
 	// defaults 8 and 64 GiB.
 	HostCPU    float64 `json:"hostCPU,omitempty"`
@@ -103,6 +108,9 @@ func expandSlices(specs []TPUSliceSpec, budget int) ([]nodeDef, error) {
 				res[backend.CPU], res[backend.Memory] = cpu, mem
 				hl := tpu.HostLabels(shape, slice, slice, w)
 				maps.Copy(hl, labels[w])
+				if s.NoICIResiliency {
+					hl[tpu.LabelGKEICIResiliency] = "false"
+				}
 				defs = append(defs, nodeDef{
 					name:      host,
 					resources: res,
