@@ -61,6 +61,12 @@ const DefaultMegascalePort = 8081
 //	TPU_WORKER_HOSTNAMES       hostnames joined with ",", in worker-ID order
 //	TPU_NAME                   sliceName
 //
+// and, on a multi-host v7x slice, as the webhook sets them for every
+// container from Ironwood on,
+//
+//	TPU_PROCESS_ADDRESSES      hostname:8471 for every host, in worker-ID order
+//	TPU_PROCESS_PORT           8471
+//
 // hostnames[i] is the address of worker i and len(hostnames) must equal
 // shape.Hosts(); a single-host slice may pass no hostnames, giving
 // "localhost" as the device plugin does. workerID must be in
@@ -82,6 +88,9 @@ func WorkerEnv(shape SliceShape, sliceName string, hostnames []string, workerID 
 	env[EnvWorkerID] = strconv.Itoa(workerID)
 	env[EnvWorkerHostnames] = strings.Join(hostnames, ",")
 	env[EnvName] = sliceName
+	if shape.Generation == V7x && shape.Hosts() > 1 {
+		setProcessAddresses(env, hostnames, 1, 0)
+	}
 	return env, nil
 }
 

@@ -70,9 +70,13 @@ func TestWorkerEnv(t *testing.T) {
 			hostnames: []string{"h0", "h1"},
 			workerID:  0,
 			want: map[string]string{
-				"TPU_WORKER_ID":             "0",
-				"TPU_WORKER_HOSTNAMES":      "h0,h1",
-				"TPU_NAME":                  "iw",
+				"TPU_WORKER_ID":        "0",
+				"TPU_WORKER_HOSTNAMES": "h0,h1",
+				"TPU_NAME":             "iw",
+				// The webhook's getTPUProcessAddresses, for one
+				// container per host (numTpuContainers 1).
+				"TPU_PROCESS_ADDRESSES":     "h0:8471,h1:8471",
+				"TPU_PROCESS_PORT":          "8471",
 				"TPU_ACCELERATOR_TYPE":      "tpu7x-16",
 				"TPU_TOPOLOGY":              "2x2x2",
 				"TPU_HOST_BOUNDS":           "1,1,2",

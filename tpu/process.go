@@ -113,17 +113,26 @@ func ProcessEnv(shape SliceShape, sliceName string, hostnames []string, workerID
 	env[EnvWorkerID] = strconv.Itoa(workerID*per + process)
 	env[EnvName] = sliceName
 	if shape.Hosts() > 1 {
-		addrs := make([]string, 0, len(hostnames)*per)
-		for _, h := range hostnames {
-			for c := range per {
-				addrs = append(addrs, h+":"+strconv.Itoa(DefaultProcessPort+c))
-			}
-		}
 		env[EnvWorkerHostnames] = strings.Join(hostnames, ",")
-		env[EnvProcessAddresses] = strings.Join(addrs, ",")
-		env[EnvProcessPort] = strconv.Itoa(DefaultProcessPort + process)
+		setProcessAddresses(env, hostnames, per, process)
 	}
 	return env, nil
+}
+
+// setProcessAddresses sets TPU_PROCESS_ADDRESSES (hostname:8471+c for
+// every host, then every process c of per) and TPU_PROCESS_PORT (8471 +
+// process), as the KubeRay TPU webhook does for every container of a
+// multi-host v7x slice (getTPUProcessAddresses in its main.go), one
+// container per host included.
+func setProcessAddresses(env map[string]string, hostnames []string, per, process int) {
+	addrs := make([]string, 0, len(hostnames)*per)
+	for _, h := range hostnames {
+		for c := range per {
+			addrs = append(addrs, h+":"+strconv.Itoa(DefaultProcessPort+c))
+		}
+	}
+	env[EnvProcessAddresses] = strings.Join(addrs, ",")
+	env[EnvProcessPort] = strconv.Itoa(DefaultProcessPort + process)
 }
 
 // MultisliceProcessEnv is MultisliceEnv for process process of a

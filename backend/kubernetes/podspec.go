@@ -183,7 +183,8 @@ func (pt *podTemplate) pod(s podSpec) *corev1.Pod {
 }
 
 // podEnv rewrites a host's reservation env for pods: the TPU worker
-// hostnames become the pods' DNS names in the headless Service, and the
+// hostnames and process addresses become the pods' DNS names in the
+// headless Service, and the
 // multislice coordinator the DNS name of worker 0 of slice 0, so that
 // they resolve in the cluster. hosts[i][j] is the DNS hostname of worker
 // j of slice i.
@@ -199,6 +200,21 @@ func (pt *podTemplate) podEnv(env map[string]string, slice int, hosts [][]string
 			names[j] = fqdn(h)
 		}
 		out[tpu.EnvWorkerHostnames] = strings.Join(names, ",")
+	}
+	if addrs, ok := out[tpu.EnvProcessAddresses]; ok && slice < len(hosts) && len(hosts[slice]) > 0 {
+		// host:port of every process, host by host (v7x): the same
+		// ports on the pods' DNS names.
+		list := strings.Split(addrs, ",")
+		if per := len(list) / len(hosts[slice]); per > 0 && per*len(hosts[slice]) == len(list) {
+			for k, a := range list {
+				port := ""
+				if i := strings.LastIndexByte(a, ':'); i >= 0 {
+					port = a[i:]
+				}
+				list[k] = fqdn(hosts[slice][k/per]) + port
+			}
+			out[tpu.EnvProcessAddresses] = strings.Join(list, ",")
+		}
 	}
 	if addr, ok := out[envMegascaleCoordinator]; ok && len(hosts) > 0 && len(hosts[0]) > 0 {
 		port := ""

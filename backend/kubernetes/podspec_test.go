@@ -27,6 +27,13 @@ func TestPodEnvRewritesHostnamesAndCoordinator(t *testing.T) {
 			env: map[string]string{tpu.EnvWorkerHostnames: "x,y", envMegascaleCoordinator: "node-a:8081", "MEGASCALE_SLICE_ID": "1"},
 			want: map[string]string{tpu.EnvWorkerHostnames: "r1-s1-w0.goray-c1.default.svc,r1-s1-w1.goray-c1.default.svc",
 				envMegascaleCoordinator: "r1-s0-w0.goray-c1.default.svc:8081", "MEGASCALE_SLICE_ID": "1"}},
+		{name: "v7x process addresses, one process per host", slice: 0,
+			env: map[string]string{tpu.EnvWorkerHostnames: "node-a,node-b", tpu.EnvProcessAddresses: "node-a:8471,node-b:8471", tpu.EnvProcessPort: "8471"},
+			want: map[string]string{tpu.EnvWorkerHostnames: "r1-s0-w0.goray-c1.default.svc,r1-s0-w1.goray-c1.default.svc",
+				tpu.EnvProcessAddresses: "r1-s0-w0.goray-c1.default.svc:8471,r1-s0-w1.goray-c1.default.svc:8471", tpu.EnvProcessPort: "8471"}},
+		{name: "v7x process addresses, two processes per host", slice: 1,
+			env:  map[string]string{tpu.EnvProcessAddresses: "x:8471,x:8472,y:8471,y:8472"},
+			want: map[string]string{tpu.EnvProcessAddresses: "r1-s1-w0.goray-c1.default.svc:8471,r1-s1-w0.goray-c1.default.svc:8472,r1-s1-w1.goray-c1.default.svc:8471,r1-s1-w1.goray-c1.default.svc:8472"}},
 		{name: "nothing to rewrite", slice: 0, env: map[string]string{"A": "b"}, want: map[string]string{"A": "b"}},
 	}
 	for _, tt := range tests {
