@@ -292,25 +292,64 @@ func (s *SlicePlacementGroup) Hosts() []string {
 	return out
 }
 
-// WorkerEnv returns a copy of the env of host i (in [Hosts] order):
-// TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, TPU_NAME, TPU_TOPOLOGY,
-// TPU_ACCELERATOR_TYPE, TPU_HOST_BOUNDS, TPU_CHIPS_PER_HOST_BOUNDS, and for
-// multislice MEGASCALE_COORDINATOR_ADDRESS, MEGASCALE_PORT,
-// MEGASCALE_NUM_SLICES and MEGASCALE_SLICE_ID. It is computed from this
-// reservation, never from state a previous job left behind.
-func (s *SlicePlacementGroup) WorkerEnv(i int) map[string]string {
+// ProcessesPerHost returns how many processes of one TPU job each host
+// runs: the bundles per host when they are the shape's TPU processes
+// (tpu.SliceShape.ProcessesPerHost: a v7x host reserved with
+// ResourcesPerBundle {TPU: 2} runs two NUMA-aligned processes, each with
+// its own TPU_WORKER_ID and TPU_PROCESS_PORT), otherwise 1 (one process
+// per host; further bundles of a host hold parts of it for other work).
+func (s *SlicePlacementGroup) ProcessesPerHost() int {
 	res, _ := s.current()
-	if i < 0 || i >= len(res.Env)/res.BundlesPerHost {
-		return nil
-	}
-	return maps.Clone(res.Env[i*res.BundlesPerHost])
+	return processesPerHost(s.shape, res)
 }
 
-// RunOnSlice runs task once per host of the reservation, in the host's first
-// bundle, with no resources of its own (it uses the bundle's), and returns
-// the outputs in host order (slice by slice, worker-ID order), like Ray's
-// ray.util.tpu dispatch. Inside the task, [Runtime] reports the host's
-// worker env.
+func processesPerHost(shape tpu.SliceShape, res *backend.SliceReservation) int {
+	if res.BundlesPerHost > 1 && res.BundlesPerHost == shape.ProcessesPerHost() {
+		return res.BundlesPerHost
+	}
+	return 1
+}
+
+// NumProcesses returns the processes of the TPU job the reservation runs:
+// NumHosts × ProcessesPerHost, the process count JAX derives from the
+// env (TPU_PROCESS_ADDRESSES or TPU_WORKER_HOSTNAMES, times the slices).
+// RunOnSlice starts that many tasks.
+func (s *SlicePlacementGroup) NumProcesses() int {
+	res, _ := s.current()
+	return len(res.Env) / res.BundlesPerHost * processesPerHost(s.shape, res)
+}
+
+// processBundle returns the bundle of process i: process j of host h
+// runs in bundle h*BundlesPerHost + j.
+func processBundle(res *backend.SliceReservation, pph, i int) int {
+	return i/pph*res.BundlesPerHost + i%pph
+}
+
+// WorkerEnv returns a copy of the env of process i, in process order
+// (slice by slice, host by host, the processes of a host in turn; with
+// one process per host, process i is host i of [Hosts]): TPU_WORKER_ID,
+// TPU_WORKER_HOSTNAMES, TPU_NAME, TPU_TOPOLOGY, TPU_ACCELERATOR_TYPE,
+// TPU_HOST_BOUNDS, TPU_CHIPS_PER_HOST_BOUNDS, on v7x TPU_PROCESS_ADDRESSES
+// and TPU_PROCESS_PORT, and for multislice MEGASCALE_COORDINATOR_ADDRESS,
+// MEGASCALE_PORT, MEGASCALE_NUM_SLICES and MEGASCALE_SLICE_ID. It is
+// computed from this reservation, never from state a previous job left
+// behind. It returns nil for i outside 0..NumProcesses()-1.
+func (s *SlicePlacementGroup) WorkerEnv(i int) map[string]string {
+	res, _ := s.current()
+	pph := processesPerHost(s.shape, res)
+	if i < 0 || i >= len(res.Env)/res.BundlesPerHost*pph {
+		return nil
+	}
+	return maps.Clone(res.Env[processBundle(res, pph, i)])
+}
+
+// RunOnSlice runs task once per TPU process of the reservation
+// ([SlicePlacementGroup.NumProcesses]: once per host, in the host's first
+// bundle, or on a v7x host reserved as two processes once in each of
+// them), with no resources of its own (it uses the bundle's), and returns
+// the outputs in process order (slice by slice, worker-ID order), like
+// Ray's ray.util.tpu dispatch. Inside the task, [Runtime] reports the
+// process's worker env, so every process JAX expects starts.
 //
 // The hosts' work is one gang: it returns the first failure as soon as it
 // happens, without waiting for the other hosts, and cancels the other
@@ -363,14 +402,21 @@ func runOnSliceOnce[I, O any](ctx context.Context, s *SlicePlacementGroup, task 
 	hostOpts = append(hostOpts, Resources{CPU: 0})
 	hostOpts = append(hostOpts, opts...)
 	hostOpts = append(hostOpts, nil, Retries(0), RetryOnError(false)) // nil: the placement, per host
-	n := len(res.Env) / res.BundlesPerHost
+	pph := processesPerHost(s.shape, res)
+	n := len(res.Env) / res.BundlesPerHost * pph
 	var hosts []string
 	for _, sl := range res.Slices {
 		hosts = append(hosts, sl.Hosts...)
 	}
+	where := func(i int) string {
+		if pph == 1 {
+			return fmt.Sprintf("host %d of %d (%s)", i, n, hosts[i])
+		}
+		return fmt.Sprintf("process %d of %d (host %s)", i, n, hosts[i/pph])
+	}
 	refs := make([]ObjectRef[O], n)
 	for i := range refs {
-		hostOpts[len(hostOpts)-3] = InBundle(pg, i*res.BundlesPerHost)
+		hostOpts[len(hostOpts)-3] = InBundle(pg, processBundle(res, pph, i))
 		refs[i] = task.Remote(ctx, s.c, in, hostOpts...)
 	}
 	defer func() {
@@ -390,7 +436,7 @@ func runOnSliceOnce[I, O any](ctx context.Context, s *SlicePlacementGroup, task 
 				if err == ctx.Err() {
 					return err
 				}
-				return fmt.Errorf("%s: host %d of %d (%s): %w", runOnSliceOp(task.name), i, n, hosts[i], err)
+				return fmt.Errorf("%s: %s: %w", runOnSliceOp(task.name), where(i), err)
 			}
 			out[i] = v
 			return nil
@@ -411,7 +457,7 @@ func runOnSliceOnce[I, O any](ctx context.Context, s *SlicePlacementGroup, task 
 	return out, nil
 }
 
-// Dispatch reserves slices per spec, runs task once per host with
+// Dispatch reserves slices per spec, runs task once per TPU process with
 // [RunOnSlice] (opts as there: [Retries] re-runs every host's work on a
 // fresh reservation), and releases the slices on every path; on a failure
 // the release stops the other hosts' work.

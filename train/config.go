@@ -14,7 +14,7 @@ import (
 
 // ScalingConfig says what the run runs on: whole TPU slices of one
 // generation and topology. The number of workers is derived: one per host
-// of every slice. The zero value is incomplete: AcceleratorVersion and
+// of every slice (or one per TPU process, see ResourcesPerWorker). The zero value is incomplete: AcceleratorVersion and
 // Topology are required.
 type ScalingConfig struct {
 	// AcceleratorVersion is the TPU generation: "v6e", "TPU-V6E", "v5p",
@@ -32,8 +32,11 @@ type ScalingConfig struct {
 	// (hosts per slice times NumSlices); it is never used to compute it.
 	NumWorkers int
 	// ResourcesPerWorker are each worker's resources. A worker holds a
-	// whole host: TPU defaults to the host's chips and may only be set to
-	// that; CPU defaults to 1.
+	// whole host: TPU defaults to the host's chips; CPU defaults to 1. On
+	// a host that runs several TPU processes (a v7x host: two, each on
+	// its NUMA node's 2 chips, tpu.SliceShape.ProcessesPerHost), TPU set
+	// to the chips of one process runs one worker per process instead,
+	// each with its own TPU_WORKER_ID and TPU_PROCESS_PORT.
 	ResourcesPerWorker ray.Resources
 	// ReserveTimeout bounds each wait for free slices, at the start and
 	// after every failure; 0 means 5 minutes.
@@ -146,6 +149,7 @@ type plan struct {
 	shape          tpu.SliceShape
 	numSlices      int
 	hostsPerSlice  int
+	procsPerHost   int // workers per host: 1, or the shape's TPU processes
 	workers        int
 	resources      ray.Resources
 	reserveTimeout time.Duration
@@ -162,20 +166,34 @@ func (s ScalingConfig) plan() (*plan, error) {
 	if s.NumSlices < 0 {
 		return nil, fmt.Errorf("train: ScalingConfig: NumSlices %d is negative; use 1 or more (0 means 1)", s.NumSlices)
 	}
-	p := &plan{shape: shape, numSlices: max(s.NumSlices, 1), hostsPerSlice: shape.Hosts(), reserveTimeout: s.ReserveTimeout}
-	p.workers = p.hostsPerSlice * p.numSlices
+	p := &plan{shape: shape, numSlices: max(s.NumSlices, 1), hostsPerSlice: shape.Hosts(), procsPerHost: 1, reserveTimeout: s.ReserveTimeout}
 	chips := float64(shape.ChipsPerHost)
 	if shape.ChipsPerHost == 0 {
 		chips = float64(shape.Generation.DefaultChipsPerHost(shape.Topology))
 	}
-	if s.NumWorkers != 0 && s.NumWorkers != p.workers {
-		return nil, fmt.Errorf("train: ScalingConfig: NumWorkers is %d, but %d × %s (%d hosts of %v chips each) means %d workers, one per host; leave NumWorkers 0 to derive it",
-			s.NumWorkers, p.numSlices, shape, p.hostsPerSlice, chips, p.workers)
-	}
-	p.resources = ray.Resources{ray.CPU: 1, ray.TPU: chips}
-	for k, v := range s.ResourcesPerWorker {
-		if k == ray.TPU && v != chips {
+	perWorker := chips
+	if v, ok := s.ResourcesPerWorker[ray.TPU]; ok && v != chips {
+		if pph := shape.ProcessesPerHost(); pph > 1 && v == float64(shape.ChipsPerProcess()) {
+			p.procsPerHost, perWorker = pph, v
+		} else if pph > 1 {
+			return nil, fmt.Errorf("train: ScalingConfig: ResourcesPerWorker asks for %v TPU chips; a worker holds a whole %s host (%v chips, the default) or one of its %d TPU processes (%d chips)", v, shape, chips, pph, shape.ChipsPerProcess())
+		} else {
 			return nil, fmt.Errorf("train: ScalingConfig: ResourcesPerWorker asks for %v TPU chips, but a worker holds a whole %s host, which has %v; leave TPU unset", v, shape, chips)
+		}
+	}
+	p.workers = p.hostsPerSlice * p.procsPerHost * p.numSlices
+	if s.NumWorkers != 0 && s.NumWorkers != p.workers {
+		per := "one per host"
+		if p.procsPerHost > 1 {
+			per = fmt.Sprintf("%d per host", p.procsPerHost)
+		}
+		return nil, fmt.Errorf("train: ScalingConfig: NumWorkers is %d, but %d × %s (%d hosts of %v chips each) means %d workers, %s; leave NumWorkers 0 to derive it",
+			s.NumWorkers, p.numSlices, shape, p.hostsPerSlice, chips, p.workers, per)
+	}
+	p.resources = ray.Resources{ray.CPU: 1, ray.TPU: perWorker}
+	for k, v := range s.ResourcesPerWorker {
+		if k == ray.TPU {
+			continue // checked above
 		}
 		if v < 0 {
 			return nil, fmt.Errorf("train: ScalingConfig: ResourcesPerWorker[%q] is negative (%v)", k, v)

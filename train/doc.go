@@ -69,9 +69,11 @@
 //
 // # External programs
 //
-// [NewProgram] runs a [Program], such as python3 train.py with JAX, on
-// every host with the host's env plus JAX_COORDINATOR_ADDRESS,
-// JAX_NUM_PROCESSES and JAX_PROCESS_ID for jax.distributed.initialize; its
+// [NewProgram] runs a [Program], such as python3 train.py with JAX, for
+// every worker with its TPU env plus JAX_COORDINATOR_ADDRESS (which
+// jax.distributed.initialize reads), and JAX_NUM_PROCESSES and
+// JAX_PROCESS_ID (which it does not: on a TPU host it counts and numbers
+// the processes from the TPU env; pass them as arguments elsewhere); its
 // output reaches the driver line by line with a rank prefix, the run fails
 // as soon as one process exits non-zero, and every process is stopped on
 // cancel or failure.

@@ -278,8 +278,8 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 		return nil, fmt.Errorf("train: run %s attempt %d: reserve %d × %s: %w", t.run.Name, attempt, p.numSlices, p.shape, err)
 	}
 	defer spg.Release(context.WithoutCancel(ctx))
-	if spg.NumHosts() != p.workers || spg.BundlesPerHost() != 1 {
-		return nil, fmt.Errorf("train: run %s: the reservation has %d hosts and %d bundles per host; want %d hosts of one bundle", t.run.Name, spg.NumHosts(), spg.BundlesPerHost(), p.workers)
+	if spg.NumProcesses() != p.workers || spg.BundlesPerHost() != p.procsPerHost {
+		return nil, fmt.Errorf("train: run %s: the reservation has %d processes and %d bundles per host; want %d processes, %d per host", t.run.Name, spg.NumProcesses(), spg.BundlesPerHost(), p.workers, p.procsPerHost)
 	}
 	token := make([]byte, 16)
 	rand.Read(token) //nolint:errcheck // crypto/rand.Read never fails
@@ -299,7 +299,14 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	if err != nil {
 		return nil, err
 	}
-	hosts, sliceNames := spg.Hosts(), spg.SliceNames()
+	// hosts[rank] is the host rank runs on.
+	hosts, sliceNames := make([]string, 0, p.workers), spg.SliceNames()
+	for _, h := range spg.Hosts() {
+		for range p.procsPerHost {
+			hosts = append(hosts, h)
+		}
+	}
+	perSlice := p.hostsPerSlice * p.procsPerHost
 	t.run.Logger.Debug("train: attempt starts", "run", t.run.Name, "attempt", attempt, "slices", sliceNames, "resume", resume != nil)
 
 	var wg sync.WaitGroup
@@ -310,7 +317,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 		in := workerInput{
 			Run: t.run.Name, Loop: t.loop, Config: t.config, Program: t.program,
 			Rendezvous: rz.addr(), Token: rz.token, Attempt: attempt,
-			Rank: i, WorldSize: p.workers, SliceIndex: i / p.hostsPerSlice, NumSlices: p.numSlices,
+			Rank: i, WorldSize: p.workers, SliceIndex: i / perSlice, NumSlices: p.numSlices,
 			Env: spg.WorkerEnv(i), Resume: resume, Verdict: t.run.FailureVerdict,
 		}
 		ref := workerTask.Remote(ctx, t.c, in, ray.InBundle(spg.PlacementGroup(), i), ray.Retries(0), p.resources,
@@ -364,14 +371,14 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	}
 	fl := &Failure{Attempt: attempt, Rank: f.rank, Cause: f.cause, Err: f.err, Time: time.Now()}
 	if f.rank >= 0 && f.rank < len(hosts) {
-		fl.Host, fl.Slice = hosts[f.rank], sliceNames[f.rank/p.hostsPerSlice]
+		fl.Host, fl.Slice = hosts[f.rank], sliceNames[f.rank/perSlice]
 	}
 	if ray.Code(f.err) == ray.Unavailable {
 		// A lost host fails the work of every host of the reservation at
 		// once, so the rank that reported first need not be the one whose
 		// host died: name the dead host itself.
 		if rank, ok := t.lostRank(ctx, hosts); ok {
-			fl.Rank, fl.Host, fl.Slice = rank, hosts[rank], sliceNames[rank/p.hostsPerSlice]
+			fl.Rank, fl.Host, fl.Slice = rank, hosts[rank], sliceNames[rank/perSlice]
 		}
 	}
 	if code := ray.Code(f.err); f.err != nil && !errors.Is(f.err, ray.ErrPlacementGroupRemoved) && (code == ray.InvalidArgument || code == ray.FailedPrecondition || code == ray.NotFound) {

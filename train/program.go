@@ -16,18 +16,27 @@ import (
 	"github.com/samber/lo"
 )
 
-// Program is an external program that a run starts on every host (mode
-// 3b), for example python3 running JAX. Each process gets the host's
-// env (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, MEGASCALE_*, ... of the live
-// reservation) plus:
+// Program is an external program that a run starts for every worker (one
+// per host, or one per TPU process, see ScalingConfig.ResourcesPerWorker),
+// for example python3 running JAX. Each process gets its TPU env
+// (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, TPU_PROCESS_ADDRESSES on v7x,
+// MEGASCALE_*, ... of the live reservation) plus:
 //
-//	JAX_COORDINATOR_ADDRESS  host:port of rank 0, for jax.distributed.initialize
+//	JAX_COORDINATOR_ADDRESS  host:port of rank 0
 //	JAX_NUM_PROCESSES        the world size
 //	JAX_PROCESS_ID           the rank
 //	GORAY_TRAIN_RANK, GORAY_TRAIN_WORLD_SIZE, GORAY_TRAIN_SLICE_INDEX,
 //	GORAY_TRAIN_RUN, GORAY_TRAIN_ATTEMPT
 //
-// on top of the worker process's own environment and Env. Its stdout and
+// on top of the worker process's own environment and Env. Of these, JAX
+// reads only JAX_COORDINATOR_ADDRESS by itself: jax.distributed.initialize()
+// on a TPU host takes the process count and ID from the TPU env (its
+// cluster detection: TPU_PROCESS_ADDRESSES or TPU_WORKER_HOSTNAMES,
+// TPU_WORKER_ID, MEGASCALE_*), which gives the same numbers as the rank
+// and the world size. Where TPU detection does not apply (CPU JAX on the
+// simulator) pass JAX_NUM_PROCESSES and JAX_PROCESS_ID to initialize
+// yourself, as num_processes and process_id (docs/train.md has the
+// recipe). Its stdout and
 // stderr reach the driver line by line, prefixed with "[rank N] ". The
 // run fails as soon as one process exits non-zero; the others are then
 // stopped (SIGTERM to the process group, SIGKILL after StopTimeout).

@@ -36,6 +36,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	t.Run("TPUSlices", s.testSlices)
 	t.Run("TPUSliceFaults", s.testSliceFaults)
 	t.Run("TPUSubslices", s.testSubslices)
+	t.Run("JAXProcesses", s.testJAX)
 }
 
 type suite struct{ h Harness }
