@@ -3,6 +3,7 @@ package tpu
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -49,10 +50,42 @@ func (e *GenerationError) Error() string {
 	for _, g := range generationOrder {
 		names = append(names, string(g))
 	}
+	if strings.TrimSpace(e.Input) == "" {
+		return fmt.Sprintf("the TPU generation is empty; valid: %s", strings.Join(names, ", "))
+	}
+	if hint := podTypeHint(e.Input); hint != "" {
+		return hint
+	}
 	return fmt.Sprintf("unknown TPU generation %q; valid: %s "+
 		"(also accepted: Ray names such as TPU-V6E and v5litepod, GKE names such as tpu7x, "+
 		"and gke-tpu-accelerator values such as tpu-v6e-slice)",
 		e.Input, strings.Join(names, ", "))
+}
+
+// podTypeHint explains a pod type ("v6e-16", gcloud's accelerator type
+// and Ray's pod type) given where a generation belongs, naming the
+// generation and the topologies of that many chips; "" if s is no pod
+// type.
+func podTypeHint(s string) string {
+	g, chips, err := ParsePodType(s)
+	if err != nil {
+		return ""
+	}
+	var match []string
+	for _, t := range g.ValidTopologies() {
+		if t.Chips() == chips {
+			match = append(match, string(g)+" "+t.String())
+		}
+	}
+	msg := fmt.Sprintf("%q is a pod type (%d chips of %s), not a TPU generation", s, chips, g)
+	switch len(match) {
+	case 0:
+		return msg + fmt.Sprintf("; the generation is %s, and no %s topology has %d chips", g, g, chips)
+	case 1:
+		return msg + "; did you mean " + match[0] + "?"
+	default:
+		return msg + "; did you mean " + strings.Join(match[:len(match)-1], ", ") + " or " + match[len(match)-1] + "?"
+	}
 }
 
 // Unwrap returns ErrUnknownGeneration.
@@ -83,6 +116,17 @@ type TopologyError struct {
 //	invalid topology "4x0": dimension 2 is "0"; want a positive integer no larger than 1024
 func (e *TopologyError) Error() string {
 	if e.Reason == "" {
+		if t, err := ParseTopology(e.Input); err == nil && len(e.Valid) > 0 && !slices.ContainsFunc(e.Valid, func(v Topology) bool { return v.NumDims() == t.NumDims() }) {
+			msg := fmt.Sprintf("topology %q is %s, but %s topologies are %s", e.Input, dimsWord(t.NumDims()), e.Generation, dimsWord(e.Valid[0].NumDims()))
+			if len(e.Valid) > maxListed {
+				return msg + fmt.Sprintf(", such as %s (%d in all; goray validate %s lists them)", joinTopologies(e.Valid[:6]), len(e.Valid), e.Generation)
+			}
+			return msg + ": " + joinTopologies(e.Valid)
+		}
+		if len(e.Valid) > maxListed {
+			return fmt.Sprintf("topology %q is not valid for %s; valid: %s, … (%d in all; goray validate %s lists them)",
+				e.Input, e.Generation, joinTopologies(e.Valid[:maxListed]), len(e.Valid), e.Generation)
+		}
 		return fmt.Sprintf("topology %q is not valid for %s; valid: %s",
 			e.Input, e.Generation, joinTopologies(e.Valid))
 	}
@@ -95,3 +139,17 @@ func (e *TopologyError) Error() string {
 
 // Unwrap returns ErrInvalidTopology.
 func (e *TopologyError) Unwrap() error { return ErrInvalidTopology }
+
+// maxListed is how many valid topologies an error lists before it says
+// how many there are in all (v5p has over a hundred).
+const maxListed = 24
+
+func dimsWord(n int) string {
+	switch n {
+	case 2:
+		return "two-dimensional"
+	case 3:
+		return "three-dimensional"
+	}
+	return fmt.Sprintf("%d-dimensional", n)
+}

@@ -47,7 +47,7 @@ func TestParseGeneration(t *testing.T) {
 }
 
 func TestParseGenerationErrors(t *testing.T) {
-	for _, in := range []string{"", " ", "v1", "v8", "v6", "tpu", "gpu", "v5lit", "v6e-16", "tpu-v6e-podslice", "tpu8x"} {
+	for _, in := range []string{"v1", "v8", "v6", "tpu", "gpu", "v5lit", "tpu-v6e-podslice", "tpu8x"} {
 		t.Run(in, func(t *testing.T) {
 			is := is.New(t)
 			g, err := tpu.ParseGeneration(in)
@@ -60,6 +60,27 @@ func TestParseGenerationErrors(t *testing.T) {
 			msg := err.Error()
 			is.True(strings.HasPrefix(msg, "unknown TPU generation "))
 			is.True(strings.Contains(msg, "valid: v2, v3, v4, v5e, v5p, v6e, v7x"))
+		})
+	}
+}
+
+// An empty name says it is empty, and a pod type (gcloud's accelerator
+// type, Ray's pod type) where a generation belongs names the generation
+// and the topologies of that many chips.
+func TestParseGenerationHints(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"", "the TPU generation is empty; valid: v2, v3, v4, v5e, v5p, v6e, v7x"},
+		{" ", "the TPU generation is empty; valid: v2, v3, v4, v5e, v5p, v6e, v7x"},
+		{"v6e-16", `"v6e-16" is a pod type (16 chips of v6e), not a TPU generation; did you mean v6e 2x8 or v6e 4x4?`},
+		{"v5litepod-8", `"v5litepod-8" is a pod type (8 chips of v5e), not a TPU generation; did you mean v5e 2x4?`},
+		{"tpu7x-16", `"tpu7x-16" is a pod type (8 chips of v7x), not a TPU generation; did you mean v7x 2x2x2?`},
+		{"v6e-12", `"v6e-12" is a pod type (12 chips of v6e), not a TPU generation; the generation is v6e, and no v6e topology has 12 chips`},
+	} {
+		t.Run(tt.in, func(t *testing.T) {
+			is := is.New(t)
+			_, err := tpu.ParseGeneration(tt.in)
+			is.True(errors.Is(err, tpu.ErrUnknownGeneration))
+			is.Equal(err.Error(), tt.want)
 		})
 	}
 }

@@ -284,7 +284,8 @@ func TestGenerationParseTopology(t *testing.T) {
 		{g: tpu.V7x, in: "2X2X1", want: "2x2x1"},
 		{g: tpu.V6e, in: "4x5", message: `topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16`},
 		{g: tpu.V6e, in: " 4X5 ", message: `topology "4x5" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16`},
-		{g: tpu.V6e, in: "2x2x2", message: `topology "2x2x2" is not valid for v6e; valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16`},
+		{g: tpu.V6e, in: "2x2x2", message: `topology "2x2x2" is three-dimensional, but v6e topologies are two-dimensional: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16`},
+		{g: tpu.V5p, in: "4x4", message: `topology "4x4" is two-dimensional, but v5p topologies are three-dimensional, such as 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4, 4x4x8 (164 in all; goray validate v5p lists them)`},
 		{g: tpu.V2, in: "2x2", message: `topology "2x2" is not valid for v2; valid: 4x4, 4x8, 8x8, 8x16, 16x16`},
 		{g: tpu.V6e, in: "4x0", message: `invalid topology "4x0": dimension 2 is "0"; want a positive integer no larger than 1024; valid for v6e: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16`},
 	}

@@ -134,7 +134,7 @@ func TestNewSpecErrors(t *testing.T) {
 		{"invalid TPU topology", local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "4x5"}}},
 			[]string{"TPU slice spec 0", `"4x5"`, "valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16"}},
 		{"malformed TPU topology", local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v5p", Topology: "2x2"}}},
-			[]string{"TPU slice spec 0", `"2x2"`, "valid for v5p"}},
+			[]string{"TPU slice spec 0", `"2x2"`, "v5p topologies are three-dimensional"}},
 		{"unknown TPU generation", local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v9", Topology: "4x4"}}},
 			[]string{"TPU slice spec 0", `"v9"`, "valid: v2, v3, v4, v5e, v5p, v6e, v7x"}},
 		{"second TPU spec named", local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x2"}, {Generation: "v6e", Topology: "3x3"}}},

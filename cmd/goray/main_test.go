@@ -76,7 +76,11 @@ func TestCommands(t *testing.T) {
 		{"validate a bad generation", []string{"validate", "v9", "4x4"}, exitError, nil, []string{`unknown TPU generation "v9"; valid: v2`}},
 		{"validate bad chips per host", []string{"validate", "v6e", "4x4", "--chips-per-host", "3"}, exitError, nil, []string{"invalid chips per host 3 for v6e 4x4", "valid: 4"}},
 		{"validate negative chips per host", []string{"validate", "v6e", "4x4", "--chips-per-host", "-1"}, exitUsage, nil, []string{"negative"}},
-		{"validate without a topology", []string{"validate", "v6e"}, exitUsage, nil, []string{"wants 2 arguments, GENERATION and TOPOLOGY; got 1"}},
+		{"validate lists a generation's topologies", []string{"validate", "v6e"}, exitOK, []string{"v6e offers 9 topologies:", "  TOPOLOGY   CHIPS  HOSTS", "  4x4           16      4", "  16x16        256     64"}, nil},
+		{"validate without arguments", []string{"validate"}, exitUsage, nil, []string{"wants GENERATION and optionally TOPOLOGY; got 0 arguments"}},
+		{"validate a 2D topology of a 3D generation", []string{"validate", "v5p", "4x4"}, exitError, nil, []string{`topology "4x4" is two-dimensional, but v5p topologies are three-dimensional, such as 2x2x1, 2x2x2,`, "in all; goray validate v5p lists them)"}},
+		{"validate a pod type as the generation", []string{"validate", "v6e-16", "4x4"}, exitError, nil, []string{`"v6e-16" is a pod type (16 chips of v6e), not a TPU generation; did you mean v6e 2x8 or v6e 4x4?`}},
+		{"validate an empty generation", []string{"validate", "", "4x4"}, exitError, nil, []string{"the TPU generation is empty; valid: v2, v3"}},
 
 		{"dashboard without a cluster file", []string{"dashboard"}, exitUsage, nil, []string{"--cluster FILE is required"}},
 		{"dashboard with a bad interval", []string{"dashboard", "--cluster", clusterFile, "--interval", "0s"}, exitUsage, nil, []string{"--interval 0s must be positive"}},
