@@ -41,15 +41,16 @@ func (rt *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *
 	picked := w.picked
 	w.picked = nil
 	id := backend.PlacementGroupID(rt.newID())
-	claim, env := claimOf(id, picked)
+	claim := claimOf(id, picked)
+	names := rt.hostNames(claim)
 	return rt.claimAndGrant(ctx, p, w, &pickedClaim{
-		op: op, id: id, claim: claim, env: env,
+		op: op, id: id, claim: claim, env: hostEnvOf(picked, names),
 		unpick: func() { rt.unpick(p, picked) },
 		grant: func() *backend.SliceReservation {
 			for _, s := range picked {
 				s.claiming = false
 			}
-			return rt.grantSlices(w, picked, id)
+			return rt.grantSlices(w, picked, id, names)
 		},
 	})
 }
@@ -155,26 +156,42 @@ func handlesOf(hosts []*node) []any {
 	return hs
 }
 
-// claimOf builds the claim of picked slices and each host's env.
-func claimOf(id backend.PlacementGroupID, picked []*tpuSlice) (Claim, map[string]map[string]string) {
+// claimOf builds the claim of picked slices.
+func claimOf(id backend.PlacementGroupID, picked []*tpuSlice) Claim {
 	c := Claim{ID: id.String(), Slices: make([]string, 0, len(picked)), Hosts: make([][]string, 0, len(picked))}
-	env := map[string]map[string]string{}
-	coordinator := picked[0].hostNames()[0]
-	for si, s := range picked {
-		names := s.hostNames()
+	for _, s := range picked {
 		c.Slices = append(c.Slices, s.name)
-		c.Hosts = append(c.Hosts, slices.Clone(names))
+		c.Hosts = append(c.Hosts, slices.Clone(s.hostNames()))
 		c.Handles = append(c.Handles, handlesOf(s.hosts))
-		for wid := range s.hosts {
-			e := maps.Clone(s.workerEnv(wid, names))
+	}
+	return c
+}
+
+// hostNames returns the names the hosts of c are reached by: the
+// runner's (HostNamer), or the node names.
+func (rt *Runtime) hostNames(c Claim) [][]string {
+	if n, ok := rt.claimRunner.(HostNamer); ok {
+		return n.HostNames(c)
+	}
+	return c.Hosts
+}
+
+// hostEnvOf returns each host's env (by node name) of picked slices whose
+// hosts are reached by names (names[i][j] for host j of slice i).
+func hostEnvOf(picked []*tpuSlice, names [][]string) map[string]map[string]string {
+	env := map[string]map[string]string{}
+	coordinator := names[0][0]
+	for si, s := range picked {
+		for wid, h := range s.hosts {
+			e := maps.Clone(s.workerEnv(wid, names[si]))
 			if len(picked) > 1 {
 				ms, _ := tpu.MultisliceEnv(coordinator, tpu.DefaultMegascalePort, len(picked), si)
 				maps.Copy(e, ms)
 			}
-			env[names[wid]] = e
+			env[h.name] = e
 		}
 	}
-	return c, env
+	return env
 }
 
 // armHeldRetry makes slices held elsewhere available again after the

@@ -198,6 +198,20 @@ type ClaimRunner interface {
 	Released(c Claim)
 }
 
+// HostNamer is an optional interface of a [ClaimRunner] whose workers
+// reach each other by names other than the node names (Kubernetes: the
+// DNS names of the claim's pods in a headless Service). The runtime asks
+// it once per claim, before it derives any env, and uses its names
+// wherever the env names hosts (TPU_WORKER_HOSTNAMES,
+// TPU_PROCESS_ADDRESSES, MEGASCALE_COORDINATOR_ADDRESS), so the env a
+// task sees in its RuntimeInfo, the reservation's env and the env
+// handed to ClaimRunner.Reserved are one derivation with the same names.
+type HostNamer interface {
+	// HostNames returns the name of each host of c, in the shape of
+	// c.Hosts. It depends only on c and must not block.
+	HostNames(c Claim) [][]string
+}
+
 // Provisioner is an optional interface of a [NodeSource] that can ask the
 // cluster for new TPU slices (GKE: pending capacity pods that Autopilot,
 // node auto-provisioning or an autoscaled node pool answer with a new

@@ -110,9 +110,10 @@ type subsliceGrant struct {
 }
 
 // subsliceGrantOf builds the grant of sub-slice index of s for w, each
-// bundle's env rewritten to the sub-slice as the GKE device plugin does.
-// b.mu must be held.
-func subsliceGrantOf(w *sliceWait, s *tpuSlice, index int) *subsliceGrant {
+// bundle's env rewritten to the sub-slice as the GKE device plugin does;
+// hostnames are the names its hosts are reached by (Runtime.hostNames),
+// or nil for the node names. b.mu must be held.
+func subsliceGrantOf(w *sliceWait, s *tpuSlice, index int, hostnames []string) *subsliceGrant {
 	ws, _ := w.sub.Workers(index)
 	id := SubsliceID(s.name, w.sub.Shape.Topology, index)
 	g := &subsliceGrant{slice: s, index: index}
@@ -121,6 +122,9 @@ func subsliceGrantOf(w *sliceWait, s *tpuSlice, index int) *subsliceGrant {
 		g.rs.Hosts = append(g.rs.Hosts, s.hosts[wid].name)
 	}
 	g.rs.Hostnames = g.rs.Hosts
+	if hostnames != nil {
+		g.rs.Hostnames = hostnames
+	}
 	for sw, wid := range ws {
 		for j := range w.perHost {
 			// TPU_NAME is the sub-slice's ID: each sub-slice is a slice of
@@ -172,12 +176,15 @@ func (rt *Runtime) grantSubslice(w *sliceWait, g *subsliceGrant, id backend.Plac
 func (rt *Runtime) claimSubslice(ctx context.Context, op string, p *shapePool, w *sliceWait) (_ *backend.SliceReservation, _ error, again bool) {
 	s, index := w.pickedSub, w.pickedIndex
 	w.pickedSub = nil
-	g := subsliceGrantOf(w, s, index)
+	g := subsliceGrantOf(w, s, index, nil)
 	id := backend.PlacementGroupID(rt.newID())
+	claim := Claim{ID: id.String(), Slices: []string{s.name}, Hosts: [][]string{slices.Clone(g.rs.Hosts)},
+		Handles: [][]any{handlesOf(lo.Map(g.rs.Hosts, func(h string, _ int) *node { return rt.byName[h] }))}, Subslice: true}
+	if names := rt.hostNames(claim); !slices.Equal(names[0], g.rs.Hosts) {
+		g = subsliceGrantOf(w, s, index, names[0])
+	}
 	pc := &pickedClaim{
-		op: op, id: id,
-		claim: Claim{ID: id.String(), Slices: []string{s.name}, Hosts: [][]string{slices.Clone(g.rs.Hosts)},
-			Handles: [][]any{handlesOf(lo.Map(g.rs.Hosts, func(h string, _ int) *node { return rt.byName[h] }))}, Subslice: true},
+		op: op, id: id, claim: claim,
 		unpick: func() {
 			s.setSubBusy(w.sub, index, false)
 			rt.serveSlices(p)

@@ -40,14 +40,21 @@ func (s *tpuSlice) hostNames() []string {
 	return s.names
 }
 
-// workerEnv returns the TPU worker env of host wid; the map is shared and
-// must not be modified.
+// workerEnv returns the TPU worker env of host wid when the slice's hosts
+// are reached by hostnames; the map is shared and must not be modified.
+// The env for the node names is built once.
 func (s *tpuSlice) workerEnv(wid int, hostnames []string) map[string]string {
+	build := func(i int) map[string]string {
+		env, _ := tpu.WorkerEnv(s.shape, s.name, hostnames, i)
+		return tpu.NodeEnv(env, s.hosts[i].labels)
+	}
+	if !slices.Equal(hostnames, s.hostNames()) {
+		return build(wid)
+	}
 	if s.env == nil {
 		s.env = make([]map[string]string, len(s.hosts))
 		for i := range s.hosts {
-			env, _ := tpu.WorkerEnv(s.shape, s.name, hostnames, i)
-			s.env[i] = tpu.NodeEnv(env, s.hosts[i].labels)
+			s.env[i] = build(i)
 		}
 	}
 	return s.env[wid]
@@ -446,7 +453,7 @@ func (rt *Runtime) serveSlices(p *shapePool) {
 				s.setSubBusy(w.sub, index, true)
 				w.pickedSub, w.pickedIndex = s, index
 			} else {
-				w.result = rt.grantSubslice(w, subsliceGrantOf(w, s, index), 0)
+				w.result = rt.grantSubslice(w, subsliceGrantOf(w, s, index, nil), 0)
 			}
 			close(w.done)
 			continue
@@ -463,7 +470,7 @@ func (rt *Runtime) serveSlices(p *shapePool) {
 			}
 			w.picked = picked
 		} else {
-			w.result = rt.grantSlices(w, picked, 0)
+			w.result = rt.grantSlices(w, picked, 0, nil)
 		}
 		close(w.done)
 	}
@@ -495,9 +502,10 @@ func (rt *Runtime) pickSlices(p *shapePool, n int) []*tpuSlice {
 
 // grantSlices places a placement group pinned to the hosts of picked
 // slices and builds the reservation; id is the group's ID, or 0 for a new
-// one. b.mu must be held.
-func (rt *Runtime) grantSlices(w *sliceWait, picked []*tpuSlice, id backend.PlacementGroupID) *backend.SliceReservation {
-	r, hosts := rt.sliceReservation(w, picked)
+// one; names are the names the hosts are reached by (Runtime.hostNames),
+// or nil for the node names. b.mu must be held.
+func (rt *Runtime) grantSlices(w *sliceWait, picked []*tpuSlice, id backend.PlacementGroupID, names [][]string) *backend.SliceReservation {
+	r, hosts := rt.sliceReservation(w, picked, names)
 	pg := rt.pinGroup(id, w.req.Name, hosts, r.Env, w.demand, w.res)
 	for _, s := range picked {
 		s.reservedBy = pg
@@ -509,7 +517,7 @@ func (rt *Runtime) grantSlices(w *sliceWait, picked []*tpuSlice, id backend.Plac
 
 // sliceReservation builds the reservation of picked slices for w (all but
 // its group) and the host of each bundle. b.mu must be held.
-func (rt *Runtime) sliceReservation(w *sliceWait, picked []*tpuSlice) (*backend.SliceReservation, []*node) {
+func (rt *Runtime) sliceReservation(w *sliceWait, picked []*tpuSlice, names [][]string) (*backend.SliceReservation, []*node) {
 	r := &backend.SliceReservation{ChipsPerHost: w.shape.ChipsPerHost, BundlesPerHost: w.perHost, BundleResources: w.res}
 	coordinator := ""
 	total := len(picked) * len(picked[0].hosts) * w.perHost
@@ -520,6 +528,9 @@ func (rt *Runtime) sliceReservation(w *sliceWait, picked []*tpuSlice) (*backend.
 		// Node names are stable for a node's life (Node.Name), so the slices share
 		// one read-only list.
 		rs := backend.ReservedSlice{Name: s.name, Hosts: s.hostNames(), Hostnames: s.hostNames()}
+		if names != nil {
+			rs.Hostnames = names[si]
+		}
 		if si == 0 {
 			coordinator = rs.Hostnames[0]
 		}

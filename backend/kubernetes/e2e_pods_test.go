@@ -102,8 +102,9 @@ func TestE2EWorkerPods(t *testing.T) {
 	shape, err := tpu.NewSliceShape(tpu.V6e, "2x4", 4)
 	is.NoErr(err)
 	env := map[string]map[string]string{}
+	names := runner.HostNames(claim)[0]
 	for i, h := range hosts {
-		env[h], err = tpu.WorkerEnv(shape, "slice-a", hosts, i)
+		env[h], err = tpu.WorkerEnv(shape, "slice-a", names, i)
 		is.NoErr(err)
 	}
 	t0 := time.Now()
@@ -147,4 +148,64 @@ func TestE2EWorkerPods(t *testing.T) {
 	is.True(err != nil) // the Lease is gone
 	_, err = cp.Client().CoreV1().Secrets("default").Get(ctx, "goray-e2e", metav1.GetOptions{})
 	is.True(err != nil)
+}
+
+// envPair is a task's TPU env as ray.Runtime reports it and as its
+// process was started with.
+type envPair struct{ Runtime, Process map[string]string }
+
+var envPairTask = ray.NewTask("k8stest.envpair", func(ctx context.Context, _ struct{}) (envPair, error) {
+	rc, _ := ray.Runtime(ctx)
+	p := envPair{Runtime: map[string]string{}, Process: map[string]string{}}
+	for k, v := range rc.Environ() {
+		if strings.HasPrefix(k, "TPU_") || strings.HasPrefix(k, "MEGASCALE_") {
+			p.Runtime[k] = v
+			p.Process[k] = os.Getenv(k)
+		}
+	}
+	return p, nil
+})
+
+// TestE2EOneEnvPerHost: in a worker pod of a 2-slice reservation, the TPU
+// env a task reads from ray.Runtime is the pod's process env, and it
+// equals SlicePlacementGroup.WorkerEnv, with the pods' DNS names (which
+// resolve in the cluster), never node names.
+func TestE2EOneEnvPerHost(t *testing.T) {
+	is := is.New(t)
+	cp := startHarness(t)
+	ctx := t.Context()
+	for _, pool := range []string{"slice-a", "slice-b"} {
+		_, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: pool, Generation: "v6e", Topology: "2x4", ChipsPerHost: 4})
+		is.NoErr(err)
+	}
+	cfg := testConfig()
+	client, err := k8s.NewForConfig(driverConfig(t, cp))
+	is.NoErr(err)
+	cfg.Client = client
+	cfg.Worker.Image = workerImage
+	cfg.Worker.StartTimeout = time.Minute
+	b, err := New(ctx, cfg)
+	is.NoErr(err)
+	c, err := ray.NewCluster(ctx, b, nil)
+	is.NoErr(err)
+	defer c.Close()
+	spg, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "2x4", ChipsPerVM: 4, NumSlices: 2})
+	is.NoErr(err)
+	defer spg.Release(ctx)
+	got, err := ray.RunOnSlice(ctx, spg, envPairTask, struct{}{})
+	is.NoErr(err)
+	is.Equal(len(got), 4)
+	for i, p := range got {
+		is.Equal(p.Runtime, p.Process) // ray.Runtime agrees with os.Getenv
+		for k, v := range spg.WorkerEnv(i) {
+			if strings.HasPrefix(k, "TPU_") || strings.HasPrefix(k, "MEGASCALE_") {
+				is.Equal(p.Process[k], v) // and with the reservation's env
+			}
+		}
+		for _, h := range strings.Split(p.Process[tpu.EnvWorkerHostnames], ",") {
+			is.True(strings.Contains(h, ".goray-") && strings.HasSuffix(h, ".default.svc")) // DNS names, not node names
+		}
+		co := p.Process[tpu.EnvMegascaleCoordinatorAddress]
+		is.True(strings.Contains(co, ".goray-") && strings.HasSuffix(co, ".default.svc"))
+	}
 }

@@ -4,14 +4,12 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"strings"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/goray-dev/goray/tpu"
 	"github.com/goray-dev/goray/worker"
 )
 
@@ -180,50 +178,6 @@ func (pt *podTemplate) pod(s podSpec) *corev1.Pod {
 		p.Spec.Hostname, p.Spec.Subdomain = s.hostname, pt.service
 	}
 	return p
-}
-
-// podEnv rewrites a host's reservation env for pods: the TPU worker
-// hostnames and process addresses become the pods' DNS names in the
-// headless Service, and the
-// multislice coordinator the DNS name of worker 0 of slice 0, so that
-// they resolve in the cluster. hosts[i][j] is the DNS hostname of worker
-// j of slice i.
-func (pt *podTemplate) podEnv(env map[string]string, slice int, hosts [][]string) map[string]string {
-	out := maps.Clone(env)
-	if out == nil {
-		out = map[string]string{}
-	}
-	fqdn := func(h string) string { return h + "." + pt.service + "." + pt.cfg.Namespace + ".svc" }
-	if _, ok := out[tpu.EnvWorkerHostnames]; ok && slice < len(hosts) {
-		names := make([]string, len(hosts[slice]))
-		for j, h := range hosts[slice] {
-			names[j] = fqdn(h)
-		}
-		out[tpu.EnvWorkerHostnames] = strings.Join(names, ",")
-	}
-	if addrs, ok := out[tpu.EnvProcessAddresses]; ok && slice < len(hosts) && len(hosts[slice]) > 0 {
-		// host:port of every process, host by host (v7x): the same
-		// ports on the pods' DNS names.
-		list := strings.Split(addrs, ",")
-		if per := len(list) / len(hosts[slice]); per > 0 && per*len(hosts[slice]) == len(list) {
-			for k, a := range list {
-				port := ""
-				if i := strings.LastIndexByte(a, ':'); i >= 0 {
-					port = a[i:]
-				}
-				list[k] = fqdn(hosts[slice][k/per]) + port
-			}
-			out[tpu.EnvProcessAddresses] = strings.Join(list, ",")
-		}
-	}
-	if addr, ok := out[envMegascaleCoordinator]; ok && len(hosts) > 0 && len(hosts[0]) > 0 {
-		port := ""
-		if i := strings.LastIndexByte(addr, ':'); i >= 0 {
-			port = addr[i:]
-		}
-		out[envMegascaleCoordinator] = fqdn(hosts[0][0]) + port
-	}
-	return out
 }
 
 const envMegascaleCoordinator = "MEGASCALE_COORDINATOR_ADDRESS"

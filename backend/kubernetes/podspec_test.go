@@ -7,41 +7,23 @@ import (
 	"github.com/matryer/is"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/tpu"
 	"github.com/goray-dev/goray/worker"
 )
 
-func TestPodEnvRewritesHostnamesAndCoordinator(t *testing.T) {
-	pt := &podTemplate{cfg: testConfig().withDefaults(), service: "goray-c1"}
-	hosts := [][]string{{"r1-s0-w0", "r1-s0-w1"}, {"r1-s1-w0", "r1-s1-w1"}}
-	tests := []struct {
-		name  string
-		env   map[string]string
-		slice int
-		want  map[string]string
-	}{
-		{name: "single slice", slice: 0,
-			env:  map[string]string{tpu.EnvWorkerID: "1", tpu.EnvWorkerHostnames: "node-a,node-b"},
-			want: map[string]string{tpu.EnvWorkerID: "1", tpu.EnvWorkerHostnames: "r1-s0-w0.goray-c1.default.svc,r1-s0-w1.goray-c1.default.svc"}},
-		{name: "second slice of a multislice", slice: 1,
-			env: map[string]string{tpu.EnvWorkerHostnames: "x,y", envMegascaleCoordinator: "node-a:8081", "MEGASCALE_SLICE_ID": "1"},
-			want: map[string]string{tpu.EnvWorkerHostnames: "r1-s1-w0.goray-c1.default.svc,r1-s1-w1.goray-c1.default.svc",
-				envMegascaleCoordinator: "r1-s0-w0.goray-c1.default.svc:8081", "MEGASCALE_SLICE_ID": "1"}},
-		{name: "v7x process addresses, one process per host", slice: 0,
-			env: map[string]string{tpu.EnvWorkerHostnames: "node-a,node-b", tpu.EnvProcessAddresses: "node-a:8471,node-b:8471", tpu.EnvProcessPort: "8471"},
-			want: map[string]string{tpu.EnvWorkerHostnames: "r1-s0-w0.goray-c1.default.svc,r1-s0-w1.goray-c1.default.svc",
-				tpu.EnvProcessAddresses: "r1-s0-w0.goray-c1.default.svc:8471,r1-s0-w1.goray-c1.default.svc:8471", tpu.EnvProcessPort: "8471"}},
-		{name: "v7x process addresses, two processes per host", slice: 1,
-			env:  map[string]string{tpu.EnvProcessAddresses: "x:8471,x:8472,y:8471,y:8472"},
-			want: map[string]string{tpu.EnvProcessAddresses: "r1-s1-w0.goray-c1.default.svc:8471,r1-s1-w0.goray-c1.default.svc:8472,r1-s1-w1.goray-c1.default.svc:8471,r1-s1-w1.goray-c1.default.svc:8472"}},
-		{name: "nothing to rewrite", slice: 0, env: map[string]string{"A": "b"}, want: map[string]string{"A": "b"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			is := is.New(t)
-			is.Equal(pt.podEnv(tt.env, tt.slice, hosts), tt.want)
-		})
-	}
+// The runtime derives every env of a reservation from HostNames: the
+// pods' DNS names in the handle's headless Service, slice by slice in
+// worker order, from the claim ID.
+func TestHostNamesArePodDNSNames(t *testing.T) {
+	is := is.New(t)
+	r := &Runner{cfg: testConfig().withDefaults(), pt: podTemplate{cfg: testConfig().withDefaults(), service: "goray-c1"}}
+	c := cluster.Claim{ID: "pg-7", Slices: []string{"a", "b"}, Hosts: [][]string{{"node-a0", "node-a1"}, {"node-b0", "node-b1"}}}
+	is.Equal(r.HostNames(c), [][]string{
+		{"r7-s0-w0.goray-c1.default.svc", "r7-s0-w1.goray-c1.default.svc"},
+		{"r7-s1-w0.goray-c1.default.svc", "r7-s1-w1.goray-c1.default.svc"},
+	})
+	is.Equal(podHostnames(c)[1][0], "r7-s1-w0")
 }
 
 func TestPodProblem(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,7 +82,6 @@ type Runner struct {
 	cpuPods  map[string]*podWorker   // by node
 	claims   map[string][]*podWorker // by claim ID
 	byPod    map[string]*podWorker   // by pod name
-	seq      int
 }
 
 // podWorker is one worker pod and its connection.
@@ -412,6 +412,37 @@ func (w *podWorker) wait(ctx context.Context) (*worker.Client, error) {
 	}
 }
 
+// HostNames returns the DNS name of each host's worker pod of claim c in
+// the handle's headless Service, <hostname>.<service>.<namespace>.svc
+// (cluster.HostNamer): the runtime derives the reservation's env (the
+// TPU_WORKER_HOSTNAMES, TPU_PROCESS_ADDRESSES and MEGASCALE coordinator
+// every bundle, task and pod sees) from these names, so the env a task
+// reads from ray.Runtime equals its pod's process env. The names resolve
+// as soon as the pods exist.
+func (r *Runner) HostNames(c cluster.Claim) [][]string {
+	hostnames := podHostnames(c)
+	for i := range hostnames {
+		for j, h := range hostnames[i] {
+			hostnames[i][j] = h + "." + r.pt.service + "." + r.cfg.Namespace + ".svc"
+		}
+	}
+	return hostnames
+}
+
+// podHostnames returns the pod hostname of each host of claim c,
+// r<reservation>-s<slice>-w<worker>; the claim ID is unique in the
+// handle, and so are the names in its Service.
+func podHostnames(c cluster.Claim) [][]string {
+	prefix := "r" + strings.TrimPrefix(c.ID, "pg-")
+	out := make([][]string, len(c.Hosts))
+	for i, hosts := range c.Hosts {
+		for j := range hosts {
+			out[i] = append(out[i], dnsName(fmt.Sprintf("%s-s%d-w%d", prefix, i, j)))
+		}
+	}
+	return out
+}
+
 // Reserved starts one pod per host of the claim with that host's env and
 // returns once every worker is connected (cluster.ClaimRunner). On error
 // every pod it created is deleted.
@@ -422,14 +453,7 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 		r.mu.Unlock()
 		return backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
 	}
-	r.seq++
-	prefix := "r" + strconv.Itoa(r.seq)
-	hostnames := make([][]string, len(c.Hosts))
-	for i, hosts := range c.Hosts {
-		for j := range hosts {
-			hostnames[i] = append(hostnames[i], fmt.Sprintf("%s-s%d-w%d", prefix, i, j))
-		}
-	}
+	hostnames := podHostnames(c)
 	var workers []*podWorker
 	var pods []*corev1.Pod
 	for i, hosts := range c.Hosts {
@@ -441,7 +465,7 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 			pods = append(pods, r.pt.pod(podSpec{
 				name: name, node: r.kubeNodeLocked(host, handleAt(c.Handles, i, j)), chips: chips, hostname: hostnames[i][j],
 				labels: map[string]string{LabelReservation: labelValue(c.ID), LabelSlice: labelValue(c.Slices[i]), LabelWorkerID: strconv.Itoa(j)},
-				env:    r.pt.podEnv(env[host], i, hostnames),
+				env:    env[host],
 			}))
 		}
 	}

@@ -73,12 +73,16 @@ func v6eHosts(r *Runner, t *testing.T, pool string) []string {
 	return names
 }
 
-func hostEnv(hosts []string) map[string]map[string]string {
+func hostEnv(hosts []string) map[string]map[string]string { return hostEnvNamed(hosts, hosts) }
+
+// hostEnvNamed is the env of each host (by node name) whose workers are
+// reached by names, as the runtime derives it.
+func hostEnvNamed(hosts, names []string) map[string]map[string]string {
 	env := map[string]map[string]string{}
 	for i, h := range hosts {
 		env[h] = map[string]string{
-			tpu.EnvWorkerID: string(rune('0' + i)), tpu.EnvWorkerHostnames: strings.Join(hosts, ","),
-			envMegascaleCoordinator: hosts[0] + ":8081",
+			tpu.EnvWorkerID: string(rune('0' + i)), tpu.EnvWorkerHostnames: strings.Join(names, ","),
+			envMegascaleCoordinator: names[0] + ":8081",
 		}
 	}
 	return env
@@ -90,7 +94,7 @@ func TestRunnerReservedStartsOnePodPerHost(t *testing.T) {
 	ctx := t.Context()
 	hosts := v6eHosts(r, t, "a")
 	claim := cluster.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}
-	is.NoErr(r.Reserved(ctx, claim, hostEnv(hosts)))
+	is.NoErr(r.Reserved(ctx, claim, hostEnvNamed(hosts, r.HostNames(claim)[0])))
 
 	secret, err := client.CoreV1().Secrets("default").Get(ctx, "goray-c1", metav1.GetOptions{})
 	is.NoErr(err)

@@ -1,0 +1,75 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/backend/cluster"
+	"github.com/goray-dev/goray/tpu"
+)
+
+// namingRunner is a testRunner whose workers are reached by names of
+// their own (cluster.HostNamer), as pods are by DNS names.
+type namingRunner struct{ *testRunner }
+
+func (namingRunner) HostNames(c cluster.Claim) [][]string {
+	out := make([][]string, len(c.Hosts))
+	for i, hosts := range c.Hosts {
+		for j := range hosts {
+			out[i] = append(out[i], fmt.Sprintf("%s-s%d-w%d.svc", c.ID, i, j))
+		}
+	}
+	return out
+}
+
+// With a runner that names its workers, every env of a reservation is
+// derived once with those names: the reservation's bundles (what a task
+// in the bundle sees), its slices' Hostnames and the env the runner
+// starts each host's worker with are the same, for whole slices,
+// multislice and a sub-slice.
+func TestHostNamesAreTheEnvsNames(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		req  *backend.SliceRequest
+	}{
+		{"multislice", &backend.SliceRequest{Shape: shape4x4, NumSlices: 2, Name: "ms"}},
+		{"sub-slice", subRequest("sub")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			is := is.New(t)
+			src := newTestSource(t, tpuHosts4x4(2))
+			r := namingRunner{newTestRunner()}
+			rt := start(t, src, r)
+			defer rt.Close()
+			res, err := rt.ReserveSlices(context.Background(), tt.req)
+			is.NoErr(err)
+			id := res.Group.String()
+			r.mu.Lock()
+			hostEnv := r.reserved[id]
+			r.mu.Unlock()
+			b := 0
+			for si, sl := range res.Slices {
+				is.Equal(len(sl.Hostnames), len(sl.Hosts))
+				for j, name := range sl.Hostnames {
+					is.Equal(name, fmt.Sprintf("%s-s%d-w%d.svc", id, si, j))
+				}
+				for j, host := range sl.Hosts {
+					env := res.Env[b]
+					b += res.BundlesPerHost
+					is.Equal(env[tpu.EnvWorkerHostnames], strings.Join(sl.Hostnames, ","))
+					is.Equal(env, hostEnv[host]) // the worker starts with the bundle's env
+					is.Equal(env[tpu.EnvWorkerID], fmt.Sprint(j))
+					if len(res.Slices) > 1 {
+						is.Equal(env[tpu.EnvMegascaleCoordinatorAddress], res.Slices[0].Hostnames[0])
+					}
+				}
+			}
+			is.NoErr(rt.RemovePlacementGroup(context.Background(), res.Group))
+		})
+	}
+}
