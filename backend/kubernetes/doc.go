@@ -74,9 +74,11 @@
 // requesting google.com/tpu equal to the host's chips
 // (requests = limits), with the host's env from the runtime
 // (TPU_WORKER_ID, TPU_NAME, the topology and bounds variables,
-// MEGASCALE_* for multislice), TPU_WORKER_HOSTNAMES and
-// MEGASCALE_COORDINATOR_ADDRESS rewritten to the pods' DNS names in a
-// headless Service. Work that needs no reserved slice runs in one CPU pod
+// MEGASCALE_* for multislice), whose TPU_WORKER_HOSTNAMES,
+// TPU_PROCESS_ADDRESSES and MEGASCALE_COORDINATOR_ADDRESS name the pods
+// in a headless Service ([Runner.HostNames]): the runtime derives the env
+// once with those names, so a task's ray.Runtime env, the reservation's
+// WorkerEnv and the pod's process env agree. Work that needs no reserved slice runs in one CPU pod
 // per node, started when work is first placed there and deleted once idle
 // for CPUPool.IdleTimeout while more than CPUPool.Min run, so the pool
 // follows the demand between Min and Max. Every object carries the label
