@@ -8,10 +8,13 @@ import (
 	"io"
 	"io/fs"
 	"iter"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -23,6 +26,11 @@ const tmpMark = ".goray-tmp-"
 // first write if it does not exist. Writes go to a temporary file next to
 // the target, synced and renamed into place on Close, so an object appears
 // whole or not at all, even across a crash.
+//
+// The bucket stays inside dir: every operation goes through an os.Root
+// opened on it, so no key, List prefix ("../" is refused as an invalid
+// prefix) or symlink inside dir reads, writes, deletes or lists a file
+// outside it; symlinks and other special files are not listed as objects.
 func Dir(dir string) (Bucket, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -34,14 +42,45 @@ func Dir(dir string) (Bucket, error) {
 	return &fileBucket{root: abs}, nil
 }
 
+// fileBucket does every file operation through an os.Root opened on its
+// directory, so that no key, prefix or symlink inside the directory
+// reaches a file outside it.
 type fileBucket struct {
 	root   string
 	closed atomic.Bool
+
+	mu  sync.Mutex
+	dir *os.Root // opened on first use; nil while the directory does not exist
 }
 
 func (b *fileBucket) String() string { return "file://" + filepath.ToSlash(b.root) }
 
-// path maps a key to its file, checking the key and the bucket.
+// open returns the bucket's os.Root, creating the directory first if
+// create is set; without it, a missing directory is ErrNotExist.
+func (b *fileBucket) open(create bool) (*os.Root, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	if b.dir != nil {
+		return b.dir, nil
+	}
+	if create {
+		if err := os.MkdirAll(b.root, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	r, err := os.OpenRoot(b.root)
+	if err != nil {
+		return nil, err
+	}
+	b.dir = r
+	return r, nil
+}
+
+// path checks a key and the bucket and returns the key's name inside the
+// bucket's directory.
 func (b *fileBucket) path(ctx context.Context, key string) (string, error) {
 	if b.closed.Load() {
 		return "", ErrClosed
@@ -55,7 +94,7 @@ func (b *fileBucket) path(ctx context.Context, key string) (string, error) {
 	if strings.Contains(key, tmpMark) {
 		return "", fmt.Errorf("storage: invalid key %q: %q marks temporary files", key, tmpMark)
 	}
-	return filepath.Join(b.root, filepath.FromSlash(key)), nil
+	return filepath.FromSlash(key), nil
 }
 
 func (b *fileBucket) NewRangeReader(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
@@ -66,7 +105,11 @@ func (b *fileBucket) NewRangeReader(ctx context.Context, key string, offset, len
 	if offset < 0 {
 		return nil, fmt.Errorf("storage: read %q: negative offset %d", key, offset)
 	}
-	f, err := os.Open(p)
+	dir, err := b.open(false)
+	if err != nil {
+		return nil, fmt.Errorf("storage: read %q in %s: %w", key, b, err)
+	}
+	f, err := dir.Open(p)
 	if err != nil {
 		return nil, fmt.Errorf("storage: read %q in %s: %w", key, b, err)
 	}
@@ -98,24 +141,37 @@ func (b *fileBucket) NewWriter(ctx context.Context, key string) (io.WriteCloser,
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Dir(p)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("storage: write %q in %s: %w", key, b, err)
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(p)+tmpMark+"*")
+	root, err := b.open(true)
 	if err != nil {
 		return nil, fmt.Errorf("storage: write %q in %s: %w", key, b, err)
 	}
-	return &fileWriter{ctx: ctx, f: f, target: p, key: key, b: b}, nil
+	dir := filepath.Dir(p)
+	if err := root.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("storage: write %q in %s: %w", key, b, err)
+	}
+	var f *os.File
+	var tmp string
+	for range 100 {
+		tmp = filepath.Join(dir, "."+filepath.Base(p)+tmpMark+strconv.FormatUint(rand.Uint64(), 36))
+		f, err = root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if !errors.Is(err, fs.ErrExist) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage: write %q in %s: %w", key, b, err)
+	}
+	return &fileWriter{ctx: ctx, f: f, root: root, tmp: tmp, target: p, key: key, b: b}, nil
 }
 
 type fileWriter struct {
-	ctx    context.Context
-	f      *os.File
-	target string
-	key    string
-	b      *fileBucket
-	done   bool
+	ctx         context.Context
+	f           *os.File
+	root        *os.Root
+	tmp, target string // names inside root
+	key         string
+	b           *fileBucket
+	done        bool
 }
 
 func (w *fileWriter) Write(p []byte) (int, error) {
@@ -138,10 +194,13 @@ func (w *fileWriter) Close() error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(w.f.Name(), w.target)
+		err = w.root.Chmod(w.tmp, 0o644)
+	}
+	if err == nil {
+		err = w.root.Rename(w.tmp, w.target)
 	}
 	if err != nil {
-		os.Remove(w.f.Name())
+		w.root.Remove(w.tmp)
 		if errors.Is(err, w.ctx.Err()) {
 			return err
 		}
@@ -155,7 +214,11 @@ func (b *fileBucket) Stat(ctx context.Context, key string) (Object, error) {
 	if err != nil {
 		return Object{}, err
 	}
-	st, err := os.Stat(p)
+	dir, err := b.open(false)
+	var st fs.FileInfo
+	if err == nil {
+		st, err = dir.Stat(p)
+	}
 	if err == nil && st.IsDir() {
 		err = ErrNotExist
 	}
@@ -171,13 +234,31 @@ func (b *fileBucket) List(ctx context.Context, prefix string) iter.Seq2[Object, 
 			yield(Object{}, ErrClosed)
 			return
 		}
-		// Walk only the deepest directory the prefix names.
-		start := b.root
+		// Walk only the deepest directory the prefix names; its
+		// segments must be valid key segments (no "..": a prefix never
+		// leaves the bucket).
+		start := "."
 		if i := strings.LastIndex(prefix, "/"); i >= 0 {
-			start = filepath.Join(b.root, filepath.FromSlash(prefix[:i]))
+			if err := ValidKey(prefix[:i]); err != nil {
+				yield(Object{}, fmt.Errorf("storage: list %q in %s: invalid prefix: %w", prefix, b, err))
+				return
+			}
+			start = prefix[:i]
+		}
+		if strings.ContainsRune(prefix, 0) {
+			yield(Object{}, fmt.Errorf("storage: list %q in %s: the prefix contains a NUL byte", prefix, b))
+			return
+		}
+		dir, err := b.open(false)
+		if errors.Is(err, fs.ErrNotExist) {
+			return // no directory yet: no objects
+		}
+		if err != nil {
+			yield(Object{}, fmt.Errorf("storage: list %q in %s: %w", prefix, b, err))
+			return
 		}
 		var objs []Object
-		err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+		err = fs.WalkDir(dir.FS(), start, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
 					return nil
@@ -187,14 +268,12 @@ func (b *fileBucket) List(ctx context.Context, prefix string) iter.Seq2[Object, 
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if d.IsDir() || strings.Contains(d.Name(), tmpMark) {
+			// Directories are walked; symlinks and other special files
+			// are not objects (a symlink could lead out of the bucket).
+			if d.IsDir() || !d.Type().IsRegular() || strings.Contains(d.Name(), tmpMark) {
 				return nil
 			}
-			rel, err := filepath.Rel(b.root, p)
-			if err != nil {
-				return err
-			}
-			key := filepath.ToSlash(rel)
+			key := p // fs.FS paths are slash-separated, relative to the root
 			if !strings.HasPrefix(key, prefix) {
 				return nil
 			}
@@ -226,15 +305,19 @@ func (b *fileBucket) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if st, err := os.Stat(p); err == nil && st.IsDir() {
+	root, err := b.open(false)
+	if err != nil {
+		return fmt.Errorf("storage: delete %q in %s: %w", key, b, err)
+	}
+	if st, err := root.Lstat(p); err == nil && !st.Mode().IsRegular() {
 		return fmt.Errorf("storage: delete %q in %s: %w", key, b, ErrNotExist)
 	}
-	if err := os.Remove(p); err != nil {
+	if err := root.Remove(p); err != nil {
 		return fmt.Errorf("storage: delete %q in %s: %w", key, b, err)
 	}
 	// Remove directories the delete left empty, up to the root.
-	for dir := filepath.Dir(p); dir != b.root && strings.HasPrefix(dir, b.root); dir = filepath.Dir(dir) {
-		if os.Remove(dir) != nil {
+	for dir := filepath.Dir(p); dir != "." && dir != string(filepath.Separator); dir = filepath.Dir(dir) {
+		if root.Remove(dir) != nil {
 			break
 		}
 	}
@@ -242,8 +325,13 @@ func (b *fileBucket) Delete(ctx context.Context, key string) error {
 }
 
 func (b *fileBucket) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed.Swap(true) {
 		return ErrClosed
+	}
+	if b.dir != nil {
+		return b.dir.Close()
 	}
 	return nil
 }
