@@ -15,6 +15,10 @@ package parquet
 import (
 	"context"
 	"io"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
 
 	pq "github.com/parquet-go/parquet-go"
 
@@ -65,9 +69,20 @@ func Read[T any](files data.Files, opts ...data.Option) *data.Dataset[T] {
 // Write runs d and writes its rows to one Parquet file, atomically: the
 // file appears, complete, only when the run succeeds. T is a struct; the
 // file's schema comes from its fields and `parquet` tags.
+//
+// A time.Time (or *time.Time) field tagged `parquet:"name,date"` is
+// stored as Parquet's DATE, the days since 1970-01-01 of its UTC date
+// (parquet-go v0.32 on its own stores the nanoseconds since the epoch cut
+// to 32 bits, which no reader, parquet-go included, reads back as the
+// date).
 func Write[T any](ctx context.Context, d *data.Dataset[T], to data.Files, opts ...data.Option) error {
 	return data.WriteFile(ctx, d, to, func(w io.Writer) (data.Encoder[T], error) {
-		return encoder[T]{pq.NewGenericWriter[T](w)}, nil
+		dates := dateColumns[T]()
+		if len(dates) == 0 {
+			return encoder[T]{pq.NewGenericWriter[T](w)}, nil
+		}
+		schema := pq.SchemaOf(new(T))
+		return &dateEncoder[T]{w: pq.NewWriter(w, schema), schema: schema, dates: dates}, nil
 	}, opts...)
 }
 
@@ -79,3 +94,91 @@ func (e encoder[T]) Write(rows []T) error {
 }
 
 func (e encoder[T]) Close() error { return e.w.Close() }
+
+// dateColumn is a top-level time.Time or *time.Time field of a row struct
+// written as a DATE column.
+type dateColumn struct {
+	field  []int // reflect field index
+	column int   // leaf column index in the schema
+}
+
+// dateColumns finds the DATE columns of T that hold time.Time values.
+func dateColumns[T any]() []dateColumn {
+	rt := reflect.TypeFor[T]()
+	if rt.Kind() != reflect.Struct {
+		return nil
+	}
+	schema := pq.SchemaOf(new(T))
+	var out []dateColumn
+	for _, f := range reflect.VisibleFields(rt) {
+		if !f.IsExported() || len(f.Index) != 1 {
+			continue
+		}
+		name, opts, _ := strings.Cut(f.Tag.Get("parquet"), ",")
+		if name == "-" || !slices.Contains(strings.Split(opts, ","), "date") {
+			continue
+		}
+		if t := f.Type; t != timeType && !(t.Kind() == reflect.Pointer && t.Elem() == timeType) {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		leaf, ok := schema.Lookup(name)
+		if !ok {
+			continue
+		}
+		out = append(out, dateColumn{field: f.Index, column: leaf.ColumnIndex})
+	}
+	return out
+}
+
+var timeType = reflect.TypeFor[time.Time]()
+
+// dateEncoder writes rows through the schema, storing each DATE column of
+// a time.Time as the days since the epoch.
+type dateEncoder[T any] struct {
+	w      *pq.Writer
+	schema *pq.Schema
+	dates  []dateColumn
+	rows   []pq.Row
+}
+
+func (e *dateEncoder[T]) Write(rows []T) error {
+	e.rows = e.rows[:0]
+	for i := range rows {
+		r := e.schema.Deconstruct(nil, &rows[i])
+		v := reflect.ValueOf(&rows[i]).Elem()
+		for _, dc := range e.dates {
+			fv := v.FieldByIndex(dc.field)
+			if fv.Kind() == reflect.Pointer {
+				if fv.IsNil() {
+					continue // NULL stays NULL
+				}
+				fv = fv.Elem()
+			}
+			days := epochDays(fv.Interface().(time.Time))
+			for k := range r {
+				if r[k].Column() == dc.column {
+					r[k] = pq.Int32Value(days).Level(r[k].RepetitionLevel(), r[k].DefinitionLevel(), dc.column)
+				}
+			}
+		}
+		e.rows = append(e.rows, r)
+	}
+	_, err := e.w.WriteRows(e.rows)
+	return err
+}
+
+func (e *dateEncoder[T]) Close() error { return e.w.Close() }
+
+// epochDays returns the days from 1970-01-01 to t's UTC date, rounded
+// down (1969-12-31 is -1).
+func epochDays(t time.Time) int32 {
+	s := t.Unix()
+	d := s / 86400
+	if s%86400 < 0 {
+		d--
+	}
+	return int32(d)
+}

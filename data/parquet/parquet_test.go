@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/matryer/is"
 	pq "github.com/parquet-go/parquet-go"
@@ -113,4 +114,49 @@ func TestFailedWriteLeavesNothing(t *testing.T) {
 	is.True(errors.Is(parquet.Write(context.Background(), d, data.LocalFiles(path)), boom))
 	_, err := os.Stat(path)
 	is.True(errors.Is(err, os.ErrNotExist))
+}
+
+type dated struct {
+	ID    int        `parquet:"id"`
+	Day   time.Time  `parquet:"day,date"`
+	Maybe *time.Time `parquet:"maybe,date,optional"`
+	At    time.Time  `parquet:"at"`
+}
+
+type datedRaw struct {
+	ID    int    `parquet:"id"`
+	Day   int32  `parquet:"day"`
+	Maybe *int32 `parquet:"maybe,optional"`
+}
+
+// A time.Time field with the date tag is stored as Parquet's DATE, the
+// days since 1970-01-01 (apache/parquet-format LogicalTypes.md), and
+// reads back as the same date; NULL stays NULL, dates before 1970 are
+// negative.
+func TestWriteDate(t *testing.T) {
+	is := is.New(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	day := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	before := time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC)
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rows := []dated{{ID: 1, Day: day, Maybe: &before, At: at}, {ID: 2, Day: before, At: at}}
+	out := data.LocalFiles(filepath.Join(dir, "d.parquet"))
+	is.NoErr(parquet.Write(ctx, data.FromItems(rows), out))
+
+	got, err := data.Take(ctx, parquet.Read[dated](out), 10)
+	is.NoErr(err)
+	is.Equal(len(got), 2)
+	is.True(got[0].Day.Equal(day))
+	is.True(got[0].Maybe != nil && got[0].Maybe.Equal(before))
+	is.True(got[1].Day.Equal(before))
+	is.True(got[1].Maybe == nil)
+	is.True(got[0].At.Equal(at))
+
+	raw, err := data.Take(ctx, parquet.Read[datedRaw](out), 10)
+	is.NoErr(err)
+	is.Equal(raw[0].Day, int32(20455)) // days from 1970-01-01 to 2026-01-02
+	is.Equal(*raw[0].Maybe, int32(-1))
+	is.Equal(raw[1].Day, int32(-1))
+	is.True(raw[1].Maybe == nil)
 }
