@@ -60,7 +60,7 @@ func sourceOf[T any](name string, opts []Option, parallel int, list func(ctx con
 						return nil
 					}
 					w := &blockWriter[T]{ctx: r.ctx, r: r, o: o, size: int(min(int64(cfg.blockRows), cfg.maxRows)), out: out}
-					if err := parts[i].read(r.ctx, w); err != nil {
+					if err := recovered("source "+o.name, func() error { return parts[i].read(r.ctx, w) }); err != nil {
 						return err
 					}
 					if err := w.flush(); err != nil {

@@ -3,6 +3,7 @@ package data
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 )
 
@@ -85,4 +86,36 @@ func (b *badRows) list() []RowError {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]RowError(nil), b.rows...)
+}
+
+// PanicError is a panic in a source or an operator's function, recovered
+// in the goroutine that ran it: it fails the run with this error instead
+// of ending the program, and no stream ends as complete after it.
+type PanicError struct {
+	// Op is the source or operator whose function panicked.
+	Op string
+	// Value is what was passed to panic.
+	Value any
+	// Stack is the goroutine's stack where it panicked.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("data: %s panicked: %v", e.Op, e.Value)
+}
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// recovered runs f, turning a panic in it into a *PanicError for op.
+func recovered(op string, f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Op: op, Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return f()
 }

@@ -176,7 +176,14 @@ func cut[T any](b block[T], n int) (head, tail block[T]) {
 
 // process runs the kernel on one block and accounts for its bad rows.
 func process[I, O any](ctx context.Context, r *run, o *opState, k kernel[I, O], b block[I]) (block[O], error) {
-	res, err := k(ctx, b.rows)
+	var res result[O]
+	err := recovered(o.name, func() (err error) {
+		res, err = k(ctx, b.rows)
+		return err
+	})
+	if _, ok := err.(*PanicError); ok {
+		return block[O]{}, err // a bug, not a bad row: it fails the run
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		return block[O]{}, cerr
 	}

@@ -22,14 +22,19 @@ func writeFile[T any](ctx context.Context, d *Dataset[T], to Files, opts []Optio
 			abort()
 		}
 	}()
-	enc, err := newEnc(w)
-	if err != nil {
+	// The encoder is a format's code: a panic in it (parquet-go panics on
+	// a struct tag it cannot use) fails the write like any error.
+	op := "write " + to.String()
+	var enc Encoder[T]
+	if err := recovered(op, func() (err error) { enc, err = newEnc(w); return err }); err != nil {
 		return err
 	}
-	if err := drain(ctx, d, opts, func(rows []T) error { return enc.Write(rows) }); err != nil {
+	if err := drain(ctx, d, opts, func(rows []T) error {
+		return recovered(op, func() error { return enc.Write(rows) })
+	}); err != nil {
 		return err
 	}
-	if err := enc.Close(); err != nil {
+	if err := recovered(op, enc.Close); err != nil {
 		return fmt.Errorf("data: write %s: %w", to, err)
 	}
 	return commit()

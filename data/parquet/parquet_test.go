@@ -160,3 +160,30 @@ func TestWriteDate(t *testing.T) {
 	is.Equal(raw[1].Day, int32(-1))
 	is.True(raw[1].Maybe == nil)
 }
+
+type badTag struct {
+	V float64 `parquet:"v,decimal(2:9)"`
+}
+
+// A struct tag parquet-go cannot use (it panics on it) is an error from
+// the run, for reading and for writing; the program goes on.
+func TestBadTagIsAnError(t *testing.T) {
+	is := is.New(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	out := data.LocalFiles(filepath.Join(dir, "r.parquet"))
+	is.NoErr(parquet.Write(ctx, data.FromItems(records(3)), out))
+
+	n, err := data.Count(ctx, parquet.Read[badTag](out))
+	is.True(err != nil)
+	t.Log(err)
+	is.Equal(n, int64(0))
+	var pe *data.PanicError
+	is.True(errors.As(err, &pe))
+
+	err = parquet.Write(ctx, data.FromItems([]badTag{{1.5}}), data.LocalFiles(filepath.Join(dir, "w.parquet")))
+	is.True(err != nil)
+	t.Log(err)
+	_, serr := os.Stat(filepath.Join(dir, "w.parquet"))
+	is.True(os.IsNotExist(serr)) // nothing written
+}
