@@ -59,7 +59,7 @@ func sourceOf[T any](name string, opts []Option, parallel int, list func(ctx con
 					if i >= len(parts) {
 						return nil
 					}
-					w := &blockWriter[T]{ctx: r.ctx, r: r, o: o, size: int(min(int64(cfg.blockRows), cfg.maxRows)), out: out}
+					w := &blockWriter[T]{ctx: r.ctx, r: r, o: o, size: int(min(int64(cfg.blockRows), cfg.maxRows)), maxLine: cfg.maxLine, out: out}
 					if err := recovered("source "+o.name, func() error { return parts[i].read(r.ctx, w) }); err != nil {
 						return err
 					}
@@ -77,12 +77,13 @@ func sourceOf[T any](name string, opts []Option, parallel int, list func(ctx con
 // under the source's caps before it fills it, so a source never reads
 // ahead of what its consumer has room for.
 type blockWriter[T any] struct {
-	ctx  context.Context
-	r    *run
-	o    *opState
-	size int
-	out  chan<- block[T]
-	cur  block[T]
+	ctx     context.Context
+	r       *run
+	o       *opState
+	size    int
+	maxLine int // MaxLineBytes, for text sources
+	out     chan<- block[T]
+	cur     block[T]
 }
 
 func (w *blockWriter[T]) put(row T, p Pos) error {

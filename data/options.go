@@ -32,6 +32,7 @@ type config struct {
 	stats     *Stats
 	logger    *slog.Logger
 	blockRows int
+	maxLine   int // longest line or CSV record a text source reads
 	errs      []error
 }
 
@@ -44,7 +45,7 @@ const (
 )
 
 func defaultConfig() config {
-	return config{maxRows: 16384, concurrency: runtime.GOMAXPROCS(0), blockRows: 1024}
+	return config{maxRows: 16384, concurrency: runtime.GOMAXPROCS(0), blockRows: 1024, maxLine: DefaultMaxLineBytes}
 }
 
 func (c *config) with(opts []Option) *config {
@@ -86,6 +87,27 @@ func MaxRowsInFlight(n int) Option {
 			return
 		}
 		c.maxRows = int64(n)
+	})
+}
+
+// DefaultMaxLineBytes is the longest line (JSON Lines) or record (CSV) a
+// text source reads unless [MaxLineBytes] says otherwise.
+const DefaultMaxLineBytes = 16 << 20
+
+// MaxLineBytes caps the bytes of one line of a JSON Lines file or one
+// record of a CSV file (default [DefaultMaxLineBytes], 16 MiB), so that a
+// file without line breaks cannot make a source hold it whole. A longer
+// JSON line is a bad row naming the file and line (see [SkipBadRows]); it
+// is skipped without being held. A longer CSV record fails the run with a
+// [SourceError] naming the file and line, as CSV cannot resynchronise
+// inside a record. n must be at least 1.
+func MaxLineBytes(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 {
+			invalid(c, "MaxLineBytes(%d): must be at least 1", n)
+			return
+		}
+		c.maxLine = n
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 )
 
@@ -54,9 +55,18 @@ func ReadJSONL[T any](files Files, opts ...Option) *Dataset[T] {
 		defer rc.Close()
 		br := bufio.NewReaderSize(rc, 64<<10)
 		var row, line int64
+		var buf []byte
 		for {
-			b, err := br.ReadBytes('\n')
-			if len(b) > 0 {
+			b, long, err := readLine(br, buf[:0], w.maxLine)
+			buf = b
+			if long {
+				line++
+				p := Pos{Source: f.name, Row: row, Line: line}
+				row++
+				if err := w.bad(p, fmt.Errorf("line longer than MaxLineBytes (%d bytes)", w.maxLine)); err != nil {
+					return err
+				}
+			} else if len(b) > 0 {
 				line++
 				if b = bytes.TrimSpace(b); len(b) > 0 {
 					p := Pos{Source: f.name, Row: row, Line: line}
@@ -81,6 +91,24 @@ func ReadJSONL[T any](files Files, opts ...Option) *Dataset[T] {
 	})
 }
 
+// readLine reads one line, through its '\n', into buf; a line longer
+// than max is read to its end without being kept, and reported as long.
+func readLine(br *bufio.Reader, buf []byte, max int) (line []byte, long bool, err error) {
+	for {
+		frag, err := br.ReadSlice('\n')
+		if !long {
+			if len(buf)+len(frag) > max {
+				long, buf = true, buf[:0]
+			} else {
+				buf = append(buf, frag...)
+			}
+		}
+		if err != bufio.ErrBufferFull {
+			return buf, long, err
+		}
+	}
+}
+
 // ReadCSV reads CSV files with encoding/csv into rows of type T: []string
 // (every record, no header), map[string]string (header → value), or a
 // struct whose fields (string, bool, ints, uints, floats) match columns by
@@ -97,7 +125,8 @@ func ReadCSV[T any](files Files, opts ...Option) *Dataset[T] {
 			return sourceFailed(ctx, Pos{Source: f.name}, err)
 		}
 		defer rc.Close()
-		cr := csv.NewReader(bufio.NewReaderSize(rc, 64<<10))
+		lim := &recordLimit{r: rc, max: int64(w.maxLine)}
+		cr := csv.NewReader(bufio.NewReaderSize(lim, 64<<10))
 		cr.FieldsPerRecord = -1
 		var header []string
 		if codec.hasHeader() {
@@ -111,10 +140,19 @@ func ReadCSV[T any](files Files, opts ...Option) *Dataset[T] {
 		}
 		decode := codec.decoder(header)
 		var row int64
+		lastLine := int64(0) // line of the last record read
+		if header != nil {
+			lastLine = 1
+		}
 		for {
+			lim.start = cr.InputOffset()
 			rec, err := cr.Read()
 			if err == io.EOF {
 				return nil
+			}
+			if errors.Is(err, errRecordTooLong) {
+				return sourceFailed(ctx, Pos{Source: f.name, Row: row, Line: lastLine + 1},
+					fmt.Errorf("the record from line %d on is longer than MaxLineBytes (%d bytes)", lastLine+1, w.maxLine))
 			}
 			var pe *csv.ParseError
 			switch {
@@ -129,6 +167,7 @@ func ReadCSV[T any](files Files, opts ...Option) *Dataset[T] {
 				return sourceFailed(ctx, Pos{Source: f.name, Row: row}, err)
 			}
 			line, _ := cr.FieldPos(0)
+			lastLine = int64(line)
 			p := Pos{Source: f.name, Row: row, Line: int64(line)}
 			row++
 			v, derr := decode(rec)
@@ -143,4 +182,24 @@ func ReadCSV[T any](files Files, opts ...Option) *Dataset[T] {
 			}
 		}
 	})
+}
+
+// errRecordTooLong is recordLimit's error.
+var errRecordTooLong = errors.New("data: CSV record longer than MaxLineBytes")
+
+// recordLimit fails a CSV read once more than max bytes (plus the reader's
+// buffer) were read past the start of the current record.
+type recordLimit struct {
+	r          io.Reader
+	read       int64
+	start, max int64
+}
+
+func (l *recordLimit) Read(p []byte) (int, error) {
+	if l.read-l.start > l.max+64<<10 {
+		return 0, errRecordTooLong
+	}
+	n, err := l.r.Read(p)
+	l.read += int64(n)
+	return n, err
 }
