@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -78,7 +79,12 @@ func TestE2EExampleSlice(t *testing.T) {
 		t.Fatalf("run the example: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 	t.Logf("examples/slice ran on the control plane in %v", time.Since(t0))
-	got, wantLines := sortedLines(stdout.String()), sortedLines(string(want))
+	// The hosts' names in the env are what workers reach each other by:
+	// node names on the simulator, the pods' DNS names here.
+	if !strings.Contains(stdout.String(), "TPU_WORKER_HOSTNAMES=r") || !strings.Contains(stdout.String(), ".default.svc") {
+		t.Errorf("the env does not name the worker pods by their DNS names:\n%s", stdout.String())
+	}
+	got, wantLines := sortedLines(hostNamesMasked(stdout.String())), sortedLines(hostNamesMasked(string(want)))
 	if !slices.Equal(got, wantLines) {
 		t.Errorf("output differs from the simulator's:\n%s\nwant (in any order of lines):\n%s", stdout.String(), want)
 	}
@@ -86,6 +92,12 @@ func TestE2EExampleSlice(t *testing.T) {
 		t.Errorf("worker pods left behind: %v", err)
 	}
 }
+
+// hostNames matches the values of the env variables that name hosts.
+var hostNames = regexp.MustCompile(`(TPU_WORKER_HOSTNAMES|TPU_PROCESS_ADDRESSES|MEGASCALE_COORDINATOR_ADDRESS)=\S+`)
+
+// hostNamesMasked replaces the host names in s's env by a placeholder.
+func hostNamesMasked(s string) string { return hostNames.ReplaceAllString(s, "$1=<hosts>") }
 
 // sortedLines returns the lines of s, sorted, each with the shapes of a
 // "(the cluster has A, B, C)" list sorted too: shapes are listed in the
