@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -340,9 +341,46 @@ func runTestServer(mode string) {
 			w.(http.Flusher).Flush()
 		}
 	})
-	srv := &http.Server{Addr: "127.0.0.1:" + os.Getenv("PORT"), Handler: mux}
+	// /flaky closes its first connection (in any replica: a marker file
+	// in SERVE_TEST_STATE says it happened) before answering; /eof
+	// always does; /cut sends one event of a stream, then breaks the
+	// connection.
+	mux.HandleFunc("POST /flaky", func(w http.ResponseWriter, r *http.Request) {
+		marker := filepath.Join(os.Getenv("SERVE_TEST_STATE"), "flaky")
+		if f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
+			f.Close()
+			closeConn(w)
+			return
+		}
+		io.WriteString(w, `{"ok":true}`)
+	})
+	mux.HandleFunc("POST /eof", func(w http.ResponseWriter, r *http.Request) { closeConn(w) })
+	mux.HandleFunc("GET /cut", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: 0\n\n")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	// /raw... answers with the request URI exactly as it arrived and the
+	// X-Secret header, before any path cleaning.
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.RequestURI, "/raw") {
+			json.NewEncoder(w).Encode(map[string]string{"uri": r.RequestURI, "secret": r.Header.Get("X-Secret")})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Addr: "127.0.0.1:" + os.Getenv("PORT"), Handler: handler}
 	if err := srv.ListenAndServe(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+}
+
+// closeConn closes the request's connection without a response.
+func closeConn(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err == nil {
+		conn.Close()
 	}
 }

@@ -8,7 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/textproto"
+	"net/url"
+	"strings"
 	"syscall"
 	"time"
 
@@ -86,7 +90,7 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 	case isProcess:
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		d.proxy(ctx, w, r, rest, body, start)
+		d.proxy(ctx, w, r, body, start)
 	case rest == "" && r.Method == http.MethodPost:
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
@@ -135,6 +139,7 @@ func (d *deployment) attempt(ctx context.Context, do func(*replica) error) (int,
 		err = do(rep)
 		d.release(rep)
 		var bad badRequest
+		var up upstreamError
 		switch {
 		case err == nil:
 			return 0, ""
@@ -142,6 +147,22 @@ func (d *deployment) attempt(ctx context.Context, do func(*replica) error) (int,
 			return http.StatusBadRequest, err.Error()
 		case ctx.Err() != nil:
 			return ctxCode(ctx), fmt.Sprintf("deployment %q: %v", d.spec.Name, ctx.Err())
+		case errors.As(err, &up):
+			// The connection to the replica's server failed before the
+			// response began: retried where the request may be.
+			lost := lostReplica(up.err)
+			if lost {
+				d.lost(rep, fmt.Sprintf("request failed: %v", up.err), false)
+			}
+			// A lost replica is replaced, so a retry waits for one; a
+			// replica that is up but failed this request is retried
+			// elsewhere only if another is ready.
+			if d.spec.Idempotent && n < d.spec.MaxRetries && (lost || d.othersReady(append(tried, rep))) {
+				tried = append(tried, rep)
+				d.s.metrics.dep(d.spec.Name).retries.Inc()
+				continue
+			}
+			return http.StatusBadGateway, fmt.Sprintf("deployment %q: replica %s: %v", d.spec.Name, rep.id, up)
 		case lostReplica(err):
 			d.lost(rep, fmt.Sprintf("request failed: %v", err), false)
 			if d.spec.Idempotent && n < d.spec.MaxRetries {
@@ -234,35 +255,99 @@ func (d *deployment) stream(ctx context.Context, w http.ResponseWriter, body []b
 	d.observe(cmp.Or(code, http.StatusOK), start)
 }
 
-// hopHeaders are not forwarded by a proxy (RFC 9110 7.6.1).
+// hopHeaders are not forwarded by a proxy (RFC 9110 7.6.1), nor are the
+// headers a Connection header names (removeHopHeaders).
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// proxy forwards the request to a Process replica's server. A request
-// whose replica is lost before the response begins is retried when the
-// deployment is idempotent; a response is streamed, flushed at every read,
-// so server-sent events pass through as they come.
-func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.Request, path string, body []byte, start time.Time) {
+// removeHopHeaders deletes the hop-by-hop headers of h: those the
+// Connection header names, then hopHeaders.
+func removeHopHeaders(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+// upstreamError is a failure to reach a Process replica's server or to
+// get the start of its response (refused, reset, closed, timed out). Its
+// message says which, without the server's internal address.
+type upstreamError struct{ err error }
+
+func (e upstreamError) Error() string {
+	switch {
+	case errors.Is(e.err, syscall.ECONNREFUSED):
+		return "its server refused the connection"
+	case errors.Is(e.err, syscall.ECONNRESET):
+		return "its server reset the connection before responding"
+	case errors.Is(e.err, io.EOF), errors.Is(e.err, io.ErrUnexpectedEOF):
+		return "its server closed the connection before responding"
+	}
+	if ne, ok := errors.AsType[net.Error](e.err); ok && ne.Timeout() {
+		return "its server did not respond in time"
+	}
+	return "its server could not be reached"
+}
+
+func (e upstreamError) Unwrap() error { return e.err }
+
+// escapedRest returns the part of the request's path after the deployment
+// name, escaped exactly as the client sent it ("" for none).
+func escapedRest(r *http.Request) string {
+	p := r.URL.EscapedPath()
+	if len(p) < 2 {
+		return ""
+	}
+	if i := strings.IndexByte(p[1:], '/'); i >= 0 {
+		return p[1+i:]
+	}
+	return ""
+}
+
+// proxy forwards the request to a Process replica's server: the path
+// after the deployment's name and the query byte for byte as the client
+// sent them, the headers without hop-by-hop ones. A request whose
+// connection fails before the response begins (refused, reset, closed,
+// timed out) is retried on another replica when the deployment is
+// idempotent; a response is streamed, flushed at every read, so
+// server-sent events pass through as they come; a response the server
+// breaks off midway is aborted for the client too (as
+// net/http/httputil.ReverseProxy does), never ended as if complete.
+func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.Request, body []byte, start time.Time) {
 	status := 0
+	cut := false
+	raw := cmp.Or(escapedRest(in), "/")
+	path, err := url.PathUnescape(raw)
+	if err != nil {
+		d.fail(w, start, http.StatusBadRequest, fmt.Sprintf("path %q: %v", raw, err))
+		return
+	}
 	code, msg := d.attempt(ctx, func(r *replica) error {
 		pi := r.inst.(*processInstance)
-		req, err := http.NewRequestWithContext(ctx, in.Method, pi.base+cmp.Or(path, "/"), bytes.NewReader(body))
-		if err != nil {
-			return badRequest{err}
-		}
-		req.URL.RawQuery = in.URL.RawQuery
-		req.Header = in.Header.Clone()
-		for _, h := range hopHeaders {
-			req.Header.Del(h)
-		}
-		resp, err := d.s.client.Do(req)
+		req, err := http.NewRequestWithContext(ctx, in.Method, pi.base, bytes.NewReader(body))
 		if err != nil {
 			return err
+		}
+		req.URL.Path, req.URL.RawPath, req.URL.RawQuery = path, raw, in.URL.RawQuery
+		req.Header = in.Header.Clone()
+		removeHopHeaders(req.Header)
+		resp, err := d.s.client.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return upstreamError{err}
 		}
 		// The response has begun: from here on the request is not retried,
 		// and the replica's slot is held until the body is copied.
 		defer resp.Body.Close()
 		status = resp.StatusCode
-		copyResponse(w, resp)
+		cut = !copyResponse(w, resp)
 		return nil
 	})
 	if code != 0 {
@@ -270,16 +355,20 @@ func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.
 		return
 	}
 	d.observe(status, start)
+	if cut {
+		panic(http.ErrAbortHandler) // the client sees a broken response, as the server sent it
+	}
 }
 
-func copyResponse(w http.ResponseWriter, resp *http.Response) {
+// copyResponse copies resp to w, flushing at every read. It reports
+// whether the body ended normally; false when the server broke it off
+// (or the client went away).
+func copyResponse(w http.ResponseWriter, resp *http.Response) bool {
+	removeHopHeaders(resp.Header)
 	for k, vs := range resp.Header {
 		for _, v := range vs {
 			w.Header().Add(k, v)
 		}
-	}
-	for _, h := range hopHeaders {
-		w.Header().Del(h)
 	}
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
@@ -288,12 +377,15 @@ func copyResponse(w http.ResponseWriter, resp *http.Response) {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return
+				return false
 			}
 			_ = rc.Flush()
 		}
+		if err == io.EOF {
+			return true
+		}
 		if err != nil {
-			return
+			return false
 		}
 	}
 }

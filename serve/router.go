@@ -136,6 +136,16 @@ func (d *deployment) closeQueueLocked() {
 
 // pickLocked chooses a ready replica below its limit by power of two
 // choices, or nil. d.mu must be held.
+// othersReady reports whether a ready replica outside exclude exists (a
+// retry could go there, now or once it has a free slot).
+func (d *deployment) othersReady(exclude []*replica) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.ContainsFunc(d.replicas, func(r *replica) bool {
+		return r.state == stateReady && !slices.Contains(exclude, r)
+	})
+}
+
 func (d *deployment) pickLocked(exclude []*replica) *replica {
 	ok := func(r *replica) bool {
 		return r.state == stateReady && r.ongoing < d.spec.MaxConcurrentRequests && !slices.Contains(exclude, r)
