@@ -1,8 +1,12 @@
 package serve
 
 import (
+	"bufio"
+	"bytes"
+	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +30,7 @@ type depMetrics struct {
 	byCode          sync.Map // HTTP status code → *vm.Counter
 	latency         *vm.PrometheusHistogram
 	retries         *vm.Counter
+	replicaStarts   *vm.Counter
 	replicaFailures *vm.Counter
 	scaleUp         *vm.PrometheusHistogram
 }
@@ -35,14 +40,36 @@ const (
 	requestsTotal        = "goray_serve_requests_total"
 	requestDuration      = "goray_serve_request_duration_seconds"
 	retriesTotal         = "goray_serve_retries_total"
+	replicaStartsTotal   = "goray_serve_replica_starts_total"
 	replicaFailuresTotal = "goray_serve_replica_failures_total"
 	scaleUpSeconds       = "goray_serve_scale_up_seconds"
 	replicasGauge        = "goray_serve_replicas"
 	targetGauge          = "goray_serve_target_replicas"
 	slicesGauge          = "goray_serve_slices_held"
 	queuedGauge          = "goray_serve_queued_requests"
-	ongoingGauge         = "goray_serve_replica_ongoing_requests"
+	ongoingGauge         = "goray_serve_ongoing_requests"
+	replicaOngoingGauge  = "goray_serve_replica_ongoing_requests"
 )
+
+// family is a metric family's type and help text, written once before its
+// series (the Prometheus text format allows one TYPE and one HELP line per
+// family, before its samples, with all of them together).
+type family struct{ typ, help string }
+
+var families = map[string]family{
+	requestsTotal:        {"counter", "Requests answered, by deployment and HTTP status code."},
+	requestDuration:      {"histogram", "Time from a request's arrival to its answer, queueing included."},
+	retriesTotal:         {"counter", "Requests retried on another replica after their replica was lost."},
+	replicaStartsTotal:   {"counter", "Replicas that became ready."},
+	replicaFailuresTotal: {"counter", "Replicas lost (host or actor died, health checks failed, connection refused)."},
+	scaleUpSeconds:       {"histogram", "Time from a replica's creation to its first request."},
+	replicasGauge:        {"gauge", "Replicas by state."},
+	targetGauge:          {"gauge", "Replicas the autoscaler aims for."},
+	slicesGauge:          {"gauge", "TPU slices the deployment's replicas hold."},
+	queuedGauge:          {"gauge", "Requests waiting for a replica slot."},
+	ongoingGauge:         {"gauge", "Requests in flight on the deployment's replicas."},
+	replicaOngoingGauge:  {"gauge", "Requests in flight on one replica."},
+}
 
 var (
 	latencyBuckets = vm.ExponentialBuckets(0.0001, 2, 20)
@@ -84,6 +111,7 @@ func (m *metrics) dep(name string) *depMetrics {
 		set:             m.set,
 		latency:         m.set.GetOrCreatePrometheusHistogramExt(series(requestDuration, "deployment", name), latencyBuckets),
 		retries:         m.set.GetOrCreateCounter(series(retriesTotal, "deployment", name)),
+		replicaStarts:   m.set.GetOrCreateCounter(series(replicaStartsTotal, "deployment", name)),
 		replicaFailures: m.set.GetOrCreateCounter(series(replicaFailuresTotal, "deployment", name)),
 		scaleUp:         m.set.GetOrCreatePrometheusHistogramExt(series(scaleUpSeconds, "deployment", name), scaleUpBuckets),
 	}
@@ -101,27 +129,80 @@ func (d *depMetrics) requests(code int) *vm.Counter {
 }
 
 // write writes every metric in the Prometheus text format, then the Go
-// runtime's and the process's.
+// runtime's and the process's: each family's samples together, goray's
+// preceded by one HELP and one TYPE line. The library's own comment
+// lines are dropped, so the output is the same whether or not a program
+// switched its process-wide metadata on (vm.ExposeMetadata).
 func (m *metrics) write(w io.Writer) {
-	m.set.WritePrometheus(w)
-	vm.WriteProcessMetrics(w)
+	var buf bytes.Buffer
+	m.set.WritePrometheus(&buf)
+	vm.WriteProcessMetrics(&buf)
+	var order []string
+	samples := map[string][]string{}
+	for line := range strings.Lines(buf.String()) {
+		if line == "\n" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		end := strings.IndexAny(line, "{ ")
+		if end < 0 {
+			continue // not a sample
+		}
+		name := line[:end]
+		fam := name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(name, suffix); ok && families[base].typ == "histogram" {
+				fam = base
+			}
+		}
+		if _, seen := samples[fam]; !seen {
+			order = append(order, fam)
+		}
+		samples[fam] = append(samples[fam], line)
+	}
+	bw := bufio.NewWriter(w)
+	for _, fam := range order {
+		if f, ok := families[fam]; ok {
+			fmt.Fprintf(bw, "# HELP %s %s\n# TYPE %s %s\n", fam, f.help, fam, f.typ)
+		}
+		for _, line := range samples[fam] {
+			bw.WriteString(line)
+		}
+	}
+	bw.Flush()
 }
 
-// writeStateGauges writes the gauges read from the live state.
+// writeStateGauges writes the gauges read from the live state, family by
+// family.
 func writeStateGauges(w io.Writer, st Status) {
+	for _, d := range st.Deployments {
+		for _, r := range d.Replicas {
+			vm.WriteGaugeUint64(w, series(replicaOngoingGauge, "deployment", d.Name, "replica", r.ID), uint64(max(r.Ongoing, 0)))
+		}
+	}
 	for _, d := range st.Deployments {
 		byState := map[string]int{}
 		for _, r := range d.Replicas {
 			byState[r.State]++
-			vm.WriteGaugeUint64(w, series(ongoingGauge, "deployment", d.Name, "replica", r.ID), uint64(max(r.Ongoing, 0)))
 		}
 		for _, name := range replicaStateNames {
 			vm.WriteGaugeUint64(w, series(replicasGauge, "deployment", d.Name, "state", name), uint64(byState[name]))
 		}
-		vm.WriteGaugeUint64(w, series(targetGauge, "deployment", d.Name), uint64(max(d.Target, 0)))
-		vm.WriteGaugeUint64(w, series(slicesGauge, "deployment", d.Name), uint64(max(d.SlicesHeld, 0)))
-		vm.WriteGaugeUint64(w, series(queuedGauge, "deployment", d.Name), uint64(max(d.Queued, 0)))
 	}
+	gauge := func(name string, value func(DeploymentStatus) int) {
+		for _, d := range st.Deployments {
+			vm.WriteGaugeUint64(w, series(name, "deployment", d.Name), uint64(max(value(d), 0)))
+		}
+	}
+	gauge(targetGauge, func(d DeploymentStatus) int { return d.Target })
+	gauge(slicesGauge, func(d DeploymentStatus) int { return d.SlicesHeld })
+	gauge(queuedGauge, func(d DeploymentStatus) int { return d.Queued })
+	gauge(ongoingGauge, func(d DeploymentStatus) int {
+		n := 0
+		for _, r := range d.Replicas {
+			n += max(r.Ongoing, 0)
+		}
+		return n
+	})
 }
 
 // WriteMetrics writes the server's metrics in the Prometheus text

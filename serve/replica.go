@@ -176,6 +176,7 @@ func (d *deployment) runReplica(r *replica) {
 		return
 	}
 	r.state, r.readyAt = stateReady, time.Now()
+	d.s.metrics.dep(d.spec.Name).replicaStarts.Inc()
 	d.retryAt, d.backoff, d.lastErr = time.Time{}, 0, nil
 	d.dispatchLocked()
 	d.changedLocked()
