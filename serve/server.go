@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/tpu"
 )
 
 // Options configures a Server. A nil *Options means the defaults.
@@ -104,7 +105,9 @@ type deployment struct {
 }
 
 // Deploy validates d, starts its MinReplicas replicas and waits until they
-// are ready. When ctx ends first, Deploy returns ctx.Err() and the
+// are ready. When ctx ends first, Deploy returns an error wrapping
+// ctx.Err() that says how many replicas were ready, what the others wait
+// for and how the cluster's slices of their shape stand, and the
 // deployment keeps starting in the background. A deployment whose replicas
 // cannot start at all (a shape the cluster does not have, an actor
 // constructor that fails) is removed, and Deploy returns the reason.
@@ -160,7 +163,46 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 		dep.shutdown(context.WithoutCancel(ctx))
 		return fmt.Errorf("serve: deploy %q: %w", spec.Name, err)
 	}
-	return err
+	return fmt.Errorf("serve: deploy %q: %s; it keeps starting in the background: %w", spec.Name, s.waitedFor(ctx, spec), err)
+}
+
+// waitedFor says what a Deploy whose context ended was waiting for: how
+// many replicas were ready, how many were waiting for a slice, how the
+// cluster's slices of the replicas' shape stood, and the last start error.
+func (s *Server) waitedFor(ctx context.Context, spec Deployment) string {
+	ds, _ := s.Status().Deployment(spec.Name)
+	starting := 0
+	for _, r := range ds.Replicas {
+		if r.State == "STARTING" {
+			starting++
+		}
+	}
+	msg := fmt.Sprintf("%d of %d replicas (MinReplicas) ready, %d starting, each waiting for a %s %s slice",
+		ds.Ready, spec.MinReplicas, starting, spec.Accelerator, spec.Topology)
+	if states, err := ray.TPUSlices(context.WithoutCancel(ctx), s.c); err == nil {
+		var total, free, busy, broken int
+		for _, st := range states {
+			g, gerr := tpu.ParseGeneration(st.Generation)
+			want, werr := tpu.ParseGeneration(spec.Accelerator)
+			if gerr != nil || werr != nil || g != want || st.Topology != spec.Topology {
+				continue
+			}
+			total++
+			switch {
+			case !st.Intact:
+				broken++
+			case st.Idle:
+				free++
+			default:
+				busy++
+			}
+		}
+		msg += fmt.Sprintf(" (the cluster has %d slices of that shape: %d free, %d busy, %d broken)", total, free, busy, broken)
+	}
+	if ds.LastError != "" {
+		msg += "; last start error: " + ds.LastError
+	}
+	return msg
 }
 
 func (d *deployment) startErr() error {
