@@ -25,7 +25,7 @@ func TestDirStaysInside(t *testing.T) {
 	is.NoErr(os.WriteFile(filepath.Join(outside, "secret"), []byte("s3cret"), 0o644))
 	dir := filepath.Join(base, "bucket")
 	is.NoErr(os.MkdirAll(dir, 0o755))
-	is.NoErr(os.Symlink(outside, filepath.Join(dir, "link")))                         // a directory outside
+	is.NoErr(os.Symlink(outside, filepath.Join(dir, "link")))                          // a directory outside
 	is.NoErr(os.Symlink(filepath.Join(outside, "secret"), filepath.Join(dir, "file"))) // a file outside
 	b, err := storage.Dir(dir)
 	is.NoErr(err)
