@@ -1,12 +1,12 @@
-package serve_test
+package promtest_test
 
 import (
 	"bytes"
 	"context"
-	"errors"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/matryer/is"
@@ -14,7 +14,17 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/backend/local"
+	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/serve"
+)
+
+type model_ struct{}
+
+var (
+	class = ray.NewActorClass("promtest.model", func(ctx context.Context, _ struct{}) (*model_, error) { return &model_{}, nil })
+	call  = ray.NewMethod(class, "call", func(ctx context.Context, _ *model_, in string) (string, error) { return in, nil })
 )
 
 // The metrics are valid Prometheus text as the Prometheus project's own
@@ -22,14 +32,37 @@ import (
 // turned the metrics library's process-wide metadata on: one HELP and one
 // TYPE per goray family, each family's samples together, the types right.
 func TestMetricsParseAsPrometheus(t *testing.T) {
-	c, _ := newCluster(t, 2)
+	ctx := context.Background()
+	b, err := local.New(local.ClusterSpec{
+		Nodes:     []local.NodeSpec{{Name: "cpu", Resources: backend.Resources{backend.CPU: 8}}},
+		TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x4", Count: 2, ChipsPerHost: 4}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ray.NewCluster(ctx, b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	srv := serve.New(c, nil)
-	base, client := startServer(t, srv)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	defer srv.Shutdown(ctx)
 	for _, name := range []string{"m1", "m2"} {
-		if err := srv.Deploy(context.Background(), deployment(name)); err != nil {
+		err := srv.Deploy(ctx, serve.Deployment{Name: name, Replica: serve.Actor(class, struct{}{}, serve.Unary(call)),
+			Accelerator: "v6e", Topology: "2x4", ChipsPerVM: 4})
+		if err != nil {
 			t.Fatal(err)
 		}
-		post(t, client, base+"/"+name, EchoIn{Text: "x"})
+		resp, err := http.Post("http://"+l.Addr().String()+"/"+name, "application/json", strings.NewReader(`"x"`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
 	}
 	for _, metadata := range []bool{false, true} {
 		t.Run(map[bool]string{false: "metadata off", true: "metadata on"}[metadata], func(t *testing.T) {
@@ -59,26 +92,8 @@ func TestMetricsParseAsPrometheus(t *testing.T) {
 			}
 			is.Equal(len(fams["goray_serve_replicas"].GetMetric()), 8) // 2 deployments × 4 states
 			is.Equal(len(fams["goray_serve_replica_starts_total"].GetMetric()), 2)
+			is.Equal(len(fams["goray_serve_requests_total"].GetMetric()), 2)
 			is.Equal(strings.Count(buf.String(), "# TYPE goray_serve_replicas "), 1)
 		})
 	}
-}
-
-// A Deploy whose MinReplicas the cluster cannot hold says, when its
-// context ends, how many replicas were ready and what the others wait for
-// (instead of a bare "context deadline exceeded").
-func TestDeploySaysWhatItWaitedFor(t *testing.T) {
-	is := is.New(t)
-	c, _ := newCluster(t, 1)
-	srv := serve.New(c, nil)
-	startServer(t, srv)
-	d := deployment("toomany")
-	d.MinReplicas = 2
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	err := srv.Deploy(ctx, d)
-	is.True(errors.Is(err, context.DeadlineExceeded))
-	t.Log(err)
-	is.True(strings.Contains(err.Error(), `serve: deploy "toomany": 1 of 2 replicas (MinReplicas) ready, 1 starting, each waiting for a v6e 2x4 slice (the cluster has 1 slices of that shape: 0 free, 1 busy, 0 broken)`))
-	is.True(strings.Contains(err.Error(), "it keeps starting in the background"))
 }
