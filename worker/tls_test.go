@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -267,5 +268,29 @@ func BenchmarkDial(b *testing.B) {
 				c.Close()
 			}
 		})
+	}
+}
+
+// A driver of another CA is refused with FailedPrecondition also when its
+// hello is large: the worker's TLS 1.3 alert comes after the client's
+// handshake has completed, so the driver may first see its request fail
+// to write (broken pipe, reset) rather than the alert.
+func TestDriverOfAnotherCALargeHello(t *testing.T) {
+	ca, other := newTestCA(t, "cluster"), newTestCA(t, "other")
+	addr, _ := startServer(t, &ServerOptions{TLS: serverTLS(t, testCreds(t, ca, RoleWorker))})
+	big := Manifest{Codec: "raw"}
+	for i := range 60000 {
+		big.Entries = append(big.Entries, Entry{Kind: KindTask, Name: fmt.Sprintf("task-%06d", i), Signature: "func(string) string"})
+	}
+	for range 20 {
+		is := is.New(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := Dial(ctx, addr, &ClientOptions{Token: testToken, Manifest: big, TLS: clientTLS(t, testCreds(t, other, RoleDriver))})
+		cancel()
+		if err == nil {
+			c.Close()
+		}
+		is.True(err != nil)
+		is.Equal(backend.CodeOf(err), backend.FailedPrecondition) // final, as for a small hello
 	}
 }
