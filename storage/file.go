@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // tmpMark marks the temporary files of writes in progress; List skips them.
@@ -51,6 +52,8 @@ type fileBucket struct {
 
 	mu  sync.Mutex
 	dir *os.Root // opened on first use; nil while the directory does not exist
+
+	writing sync.Map // temporary files of this process's open writers
 }
 
 func (b *fileBucket) String() string { return "file://" + filepath.ToSlash(b.root) }
@@ -152,7 +155,9 @@ func (b *fileBucket) NewWriter(ctx context.Context, key string) (io.WriteCloser,
 	var f *os.File
 	var tmp string
 	for range 100 {
-		tmp = filepath.Join(dir, "."+filepath.Base(p)+tmpMark+strconv.FormatUint(rand.Uint64(), 36))
+		// The writer's PID in the name tells RemoveDebris whether the
+		// write can still finish.
+		tmp = filepath.Join(dir, "."+filepath.Base(p)+tmpMark+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(rand.Uint64(), 36))
 		f, err = root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if !errors.Is(err, fs.ErrExist) {
 			break
@@ -161,7 +166,84 @@ func (b *fileBucket) NewWriter(ctx context.Context, key string) (io.WriteCloser,
 	if err != nil {
 		return nil, fmt.Errorf("storage: write %q in %s: %w", key, b, err)
 	}
+	b.writing.Store(tmp, true)
 	return &fileWriter{ctx: ctx, f: f, root: root, tmp: tmp, target: p, key: key, b: b}, nil
+}
+
+// RemoveDebris removes, under prefix, the temporary files of writes that
+// can no longer finish: those of processes that are no longer running
+// (killed mid-write) and this process's own that no writer holds, plus
+// the directories they leave empty. It reports how many files it
+// removed. Temporary files of a running process are left alone (on
+// systems where that cannot be told, every other process counts as
+// running).
+func (b *fileBucket) RemoveDebris(ctx context.Context, prefix string) (int, error) {
+	start := "."
+	if prefix != "" {
+		if err := ValidKey(strings.TrimSuffix(prefix, "/")); err != nil {
+			return 0, fmt.Errorf("storage: remove debris under %q in %s: invalid prefix: %w", prefix, b, err)
+		}
+		start = strings.TrimSuffix(prefix, "/")
+	}
+	root, err := b.open(false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var debris, dirs []string
+	err = fs.WalkDir(root.FS(), start, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+			return nil
+		}
+		_, rest, ok := strings.Cut(d.Name(), tmpMark)
+		if !ok || !d.Type().IsRegular() {
+			return nil
+		}
+		if pidStr, _, ok := strings.Cut(rest, "-"); ok {
+			pid, perr := strconv.Atoi(pidStr)
+			switch {
+			case perr != nil:
+				return nil // not a name this package wrote
+			case pid == os.Getpid():
+				if _, open := b.writing.Load(filepath.FromSlash(p)); open {
+					return nil
+				}
+			case processRunning(pid):
+				return nil
+			}
+		} else if info, err := d.Info(); err != nil || time.Since(info.ModTime()) < time.Hour {
+			return nil // written before names carried the PID: only when old
+		}
+		debris = append(debris, p)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("storage: remove debris under %q in %s: %w", prefix, b, err)
+	}
+	n := 0
+	for _, p := range debris {
+		if root.Remove(filepath.FromSlash(p)) == nil {
+			n++
+		}
+	}
+	for _, d := range slices.Backward(dirs) {
+		if d != "." {
+			root.Remove(filepath.FromSlash(d)) //nolint:errcheck // fails while the directory holds anything
+		}
+	}
+	return n, nil
 }
 
 type fileWriter struct {
@@ -199,6 +281,7 @@ func (w *fileWriter) Close() error {
 	if err == nil {
 		err = w.root.Rename(w.tmp, w.target)
 	}
+	w.b.writing.Delete(w.tmp)
 	if err != nil {
 		w.root.Remove(w.tmp)
 		if errors.Is(err, w.ctx.Err()) {

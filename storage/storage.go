@@ -55,6 +55,15 @@ type Object struct {
 	ModTime time.Time
 }
 
+// DebrisRemover is implemented by buckets in which an interrupted write
+// can leave something behind: the file:// bucket (Dir), whose writer
+// killed mid-write leaves its temporary file. RemoveDebris removes what
+// writes that can no longer finish left under prefix and reports how
+// many files it removed; train's checkpoint pruning calls it.
+type DebrisRemover interface {
+	RemoveDebris(ctx context.Context, prefix string) (int, error)
+}
+
 // Bucket is an object store. Implementations are safe for concurrent use.
 type Bucket interface {
 	// NewRangeReader reads length bytes of the object at key from offset

@@ -178,10 +178,18 @@ func (s *store) marker(ctx context.Context, it int) (*Checkpoint, error) {
 
 // prune keeps the newest s.keep complete checkpoints and deletes every
 // directory older than the oldest kept one (older complete checkpoints
-// and debris of crashed writes), marker first.
+// and debris of crashed writes), marker first. On a bucket where a write
+// killed midway leaves a temporary file (storage.DebrisRemover: file://),
+// it also removes those under the run, and the directories they alone
+// kept.
 func (s *store) prune(ctx context.Context) error {
 	if s.keep <= 0 {
 		return nil
+	}
+	if dr, ok := s.b.(storage.DebrisRemover); ok {
+		if _, err := dr.RemoveDebris(ctx, s.prefix); err != nil {
+			return fmt.Errorf("train: remove the debris of interrupted checkpoint writes: %w", err)
+		}
 	}
 	all, complete, err := s.scan(ctx)
 	if err != nil || len(complete) <= s.keep {

@@ -3,8 +3,10 @@ package train_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/matryer/is"
@@ -44,6 +46,17 @@ func TestCheckpointStorage(t *testing.T) {
 	debris := filepath.Join(dir, "ckpt", "checkpoint_000000009")
 	is.NoErr(os.MkdirAll(debris, 0o755))
 	is.NoErr(os.WriteFile(filepath.Join(debris, "rank_00000"), []byte("[999, half"), 0o644))
+	// A driver killed in the middle of writing checkpoints 7 and 8 (one
+	// with nothing but the file:// bucket's temporary file): what it left
+	// goes at the next pruning, as docs/train.md says.
+	cmd := exec.Command("true")
+	is.NoErr(cmd.Run())
+	dead := strconv.Itoa(cmd.Process.Pid)
+	for _, p := range []string{"checkpoint_000000007/.rank_00000.goray-tmp-" + dead + "-a", "checkpoint_000000008/.COMPLETE.goray-tmp-" + dead + "-b"} {
+		p = filepath.Join(dir, "ckpt", filepath.FromSlash(p))
+		is.NoErr(os.MkdirAll(filepath.Dir(p), 0o755))
+		is.NoErr(os.WriteFile(p, []byte("partial"), 0o600))
+	}
 
 	tr, err = train.New(c, counting, countCfg{Iters: 10, Len: 4}, scaling, run)
 	is.NoErr(err)
@@ -55,6 +68,7 @@ func TestCheckpointStorage(t *testing.T) {
 	data, err = res.Checkpoint.Load(ctx, 0)
 	is.NoErr(err)
 	is.Equal(string(data), "[100,100,100,100]")
+	is.Equal(dirs(t, filepath.Join(dir, "ckpt")), []string{"checkpoint_000000009", "checkpoint_000000010"}) // no debris left
 }
 
 func iterations(cks []*train.Checkpoint) []int {

@@ -1,0 +1,71 @@
+package storage_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/storage"
+)
+
+// deadPID returns the PID of a process that has exited.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Skipf("no process to reap: %v", err)
+	}
+	return cmd.Process.Pid
+}
+
+// RemoveDebris removes the temporary files of writers that are gone (a
+// process killed mid-write) and the directories they alone kept; it
+// leaves a write in progress in this process and one of a running
+// process alone, and the objects themselves.
+func TestRemoveDebris(t *testing.T) {
+	is := is.New(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	b, err := storage.Dir(dir)
+	is.NoErr(err)
+	defer b.Close()
+	is.NoErr(storage.WriteAll(ctx, b, "run/ck1/data", []byte("d")))
+	dead := strconv.Itoa(deadPID(t))
+	mk := func(rel string) string {
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		is.NoErr(os.MkdirAll(filepath.Dir(p), 0o755))
+		is.NoErr(os.WriteFile(p, []byte("partial"), 0o600))
+		return p
+	}
+	killed := mk("run/ck2/.rank_0.goray-tmp-" + dead + "-abc")                      // a directory with only debris
+	beside := mk("run/ck1/.rank_1.goray-tmp-" + dead + "-def")                      // debris beside an object
+	running := mk("run/ck3/.rank_0.goray-tmp-" + strconv.Itoa(os.Getppid()) + "-x") // a running process's write
+	outside := mk("other/.x.goray-tmp-" + dead + "-1")                              // not under the prefix
+	w, err := b.NewWriter(ctx, "run/ck4/data")                                      // this process's write in progress
+	is.NoErr(err)
+
+	n, err := b.(storage.DebrisRemover).RemoveDebris(ctx, "run/")
+	is.NoErr(err)
+	is.Equal(n, 2)
+	for _, p := range []string{killed, beside, filepath.Dir(killed)} {
+		_, err := os.Stat(p)
+		is.True(os.IsNotExist(err)) // removed, directory and all
+	}
+	for _, p := range []string{running, outside, filepath.Join(dir, "run/ck1/data")} {
+		_, err := os.Stat(p)
+		is.NoErr(err) // kept
+	}
+	_, err = w.Write([]byte("x"))
+	is.NoErr(err)
+	is.NoErr(w.Close()) // the write in progress finished
+	got, err := storage.ReadAll(ctx, b, "run/ck4/data")
+	is.NoErr(err)
+	is.Equal(string(got), "x")
+	_, err = b.(storage.DebrisRemover).RemoveDebris(ctx, "../")
+	is.True(err != nil) // a prefix outside the bucket is refused
+}
