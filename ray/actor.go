@@ -24,6 +24,7 @@ func NewActorClass[A, I any](name string, newFn func(ctx context.Context, in I) 
 	if newFn == nil {
 		panic("ray: NewActorClass " + name + ": nil constructor")
 	}
+	mustCross("NewActorClass "+name, "constructor input", reflect.TypeFor[I]())
 	registerClass(&classEntry{
 		name:    name,
 		actor:   reflect.TypeFor[A](),
@@ -57,6 +58,8 @@ func NewMethod[A, CI, I, O any](class *ActorClass[A, CI], name string, fn func(c
 		panic(fmt.Sprintf("ray: NewMethod %s.%s: nil function", class.name, name))
 	}
 	full := class.name + "." + name
+	mustCross("NewMethod "+full, "input", reflect.TypeFor[I]())
+	mustCross("NewMethod "+full, "output", reflect.TypeFor[O]())
 	registerMethod(class.name, &methodEntry{
 		name: name,
 		in:   reflect.TypeFor[I](),

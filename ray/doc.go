@@ -53,8 +53,15 @@
 // Arguments and results cross the backend as bytes, encoded by the
 // cluster's [Codec] ([JSON] by default). The local simulator encodes too, so
 // a value that cannot cross a network fails in tests as it would in
-// production. [Options].DisableCodec skips encoding on in-process backends,
-// for benchmarks.
+// production. Registration ([NewTask], [NewActorClass], [NewMethod])
+// refuses, with a panic naming the type and field, input and output types
+// that would cross wrong: an unexported struct field (it would arrive as
+// its zero value; a field tagged `ray:"-"` is left out on purpose), a
+// channel, a function, an error or another non-empty interface, a complex
+// number, a map key JSON cannot use; a type implementing json.Marshaler
+// and json.Unmarshaler (or the Text pair) is taken as it is.
+// [Options].DisableCodec skips encoding on in-process backends, for
+// benchmarks.
 //
 // # Errors
 //

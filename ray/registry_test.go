@@ -28,8 +28,9 @@ var (
 		return x, nil
 	})
 	regAny = ray.NewTask("registrytest.any", func(ctx context.Context, in any) (string, error) { return fmt.Sprint(in), nil })
-	// regBadOutput returns a value the JSON codec cannot encode.
-	regBadOutput = ray.NewTask("registrytest.badOutput", func(ctx context.Context, _ int) (func(), error) { return func() {}, nil })
+	// regBadOutput returns a value the JSON codec cannot encode (its type,
+	// any, passes registration).
+	regBadOutput = ray.NewTask("registrytest.badOutput", func(ctx context.Context, _ int) (any, error) { return func() {}, nil })
 	// regUntilCanceled returns when its context ends.
 	regUntilCanceled = ray.NewTask("registrytest.untilCanceled", func(ctx context.Context, _ int) (int, error) {
 		<-ctx.Done()

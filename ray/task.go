@@ -27,6 +27,8 @@ func NewTask[I, O any](name string, fn func(ctx context.Context, in I) (O, error
 	if fn == nil {
 		panic("ray: NewTask " + name + ": nil function")
 	}
+	mustCross("NewTask "+name, "input", reflect.TypeFor[I]())
+	mustCross("NewTask "+name, "output", reflect.TypeFor[O]())
 	registerTask(&taskEntry{
 		name: name,
 		in:   reflect.TypeFor[I](),

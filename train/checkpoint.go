@@ -31,7 +31,7 @@ type Checkpoint struct {
 	// Time is when it was committed.
 	Time time.Time `json:"time"`
 
-	store *store
+	store *store `ray:"-"` // the driver's; a worker reads its checkpoint through the rendezvous
 }
 
 func (c *Checkpoint) hasRank(r int) bool { return slices.Contains(c.Ranks, r) }

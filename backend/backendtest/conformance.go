@@ -220,7 +220,7 @@ func (s *suite) testErrors(t *testing.T) {
 	t.Run("UnencodableValue", func(t *testing.T) {
 		is := is.New(t)
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
-		_, err := chanOut.Remote(ctx, c, 1).Get(ctx)
+		_, err := anyOut.Remote(ctx, c, 1).Get(ctx)
 		is.True(err != nil)
 		is.Equal(ray.Code(err), ray.InvalidArgument)
 		ref := ray.Put(ctx, c, func() {})
