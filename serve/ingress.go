@@ -19,8 +19,6 @@ import (
 	"github.com/goray-dev/goray/ray"
 )
 
-// maxBody bounds a request body the router buffers (for retries).
-const maxBody = 32 << 20
 
 // retryAfter is the Retry-After, in seconds, of a 503.
 const retryAfter = "1"
@@ -75,36 +73,84 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 	defer s.requests.Done()
 
 	start := time.Now()
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		code := http.StatusBadRequest
-		if _, big := errors.AsType[*http.MaxBytesError](err); big {
-			code = http.StatusRequestEntityTooLarge
-		}
-		d.fail(w, start, code, fmt.Sprintf("read request body (at most %d bytes): %v", maxBody, err))
+	body, ok := s.readBody(w, r, d, start)
+	if !ok {
 		return
 	}
+	defer s.bodies.Release(body.held)
 	timeout := d.spec.RequestTimeout
 	_, isProcess := d.spec.Replica.(*processReplica)
 	switch {
 	case isProcess:
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		d.proxy(ctx, w, r, body, start)
+		d.proxy(ctx, w, r, body.data, start)
 	case rest == "" && r.Method == http.MethodPost:
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		d.unary(ctx, w, body, start)
+		d.unary(ctx, w, body.data, start)
 	case rest == "/stream" && r.Method == http.MethodPost:
 		ctx, cancel := context.WithTimeout(r.Context(), 10*timeout)
 		defer cancel()
-		d.stream(ctx, w, body, start)
+		d.stream(ctx, w, body.data, start)
 	case rest == "" || rest == "/stream":
 		w.Header().Set("Allow", http.MethodPost)
 		d.fail(w, start, http.StatusMethodNotAllowed, "use POST")
 	default:
 		d.fail(w, start, http.StatusNotFound, fmt.Sprintf("deployment %q serves POST /%s and POST /%s/stream", name, name, name))
 	}
+}
+
+// heldBody is a request body read into memory; held is the part of the
+// server's body budget it holds, released when the request ends.
+type heldBody struct {
+	data []byte
+	held int64
+}
+
+// readBody reads the request body into memory, in this order: admission
+// (a deployment whose queue is full answers 503 before the body is read),
+// the server's budget for bodies in memory (503 when this one does not
+// fit), then the read itself, bounded by MaxBodyBytes (413) and
+// BodyTimeout (408). It answers the request itself when it returns false.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment, start time.Time) (heldBody, bool) {
+	if d.overloaded() {
+		d.fail(w, start, http.StatusServiceUnavailable, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, errOverloaded))
+		return heldBody{}, false
+	}
+	limit := s.opts.MaxBodyBytes
+	if r.ContentLength > limit {
+		d.fail(w, start, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is larger than the limit of %d (Options.MaxBodyBytes)", r.ContentLength, limit))
+		return heldBody{}, false
+	}
+	want := limit
+	if r.ContentLength >= 0 {
+		want = r.ContentLength
+	}
+	if !s.bodies.TryAcquire(want) {
+		d.fail(w, start, http.StatusServiceUnavailable, fmt.Sprintf("the server holds as many request bodies as it may (Options.MaxBufferedBodyBytes, %d bytes); retry later", s.opts.MaxBufferedBodyBytes))
+		return heldBody{}, false
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) // not every ResponseWriter supports it
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		s.bodies.Release(want)
+		code := http.StatusBadRequest
+		msg := fmt.Sprintf("read request body (at most %d bytes): %v", limit, err)
+		if _, big := errors.AsType[*http.MaxBytesError](err); big {
+			code = http.StatusRequestEntityTooLarge
+		} else if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			code, msg = http.StatusRequestTimeout, fmt.Sprintf("the request body took longer than %v to arrive (Options.BodyTimeout)", s.opts.BodyTimeout)
+		}
+		d.fail(w, start, code, msg)
+		return heldBody{}, false
+	}
+	if extra := want - int64(len(data)); extra > 0 {
+		s.bodies.Release(extra) // held only what arrived
+	}
+	return heldBody{data: data, held: int64(len(data))}, true
 }
 
 func (d *deployment) fail(w http.ResponseWriter, start time.Time, code int, msg string) {

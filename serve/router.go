@@ -136,6 +136,14 @@ func (d *deployment) closeQueueLocked() {
 
 // pickLocked chooses a ready replica below its limit by power of two
 // choices, or nil. d.mu must be held.
+// overloaded reports whether a request would be refused as overloaded now:
+// no replica has a free slot and the queue is full.
+func (d *deployment) overloaded() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.waiters) >= d.spec.MaxQueuedRequests && d.pickLocked(nil) == nil
+}
+
 // othersReady reports whether a ready replica outside exclude exists (a
 // retry could go there, now or once it has a free slot).
 func (d *deployment) othersReady(exclude []*replica) bool {

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/tpu"
 )
@@ -25,7 +27,33 @@ type Options struct {
 	// means a client with keep-alive connections and no timeout of its
 	// own (each request's timeout applies).
 	Client *http.Client
+
+	// MaxBodyBytes bounds one request body, which the ingress holds in
+	// memory so that a retry can send it again (413 beyond it); 0 means
+	// DefaultMaxBodyBytes, 32 MiB.
+	MaxBodyBytes int64
+	// MaxBufferedBodyBytes bounds the bodies held in memory at once,
+	// across requests: a request whose body (its Content-Length, or
+	// MaxBodyBytes when it has none) does not fit gets 503 before its
+	// body is read; 0 means DefaultMaxBufferedBodyBytes, 256 MiB.
+	MaxBufferedBodyBytes int64
+	// BodyTimeout bounds the reading of one request body, so that a client
+	// sending it slowly cannot hold memory and a connection (408 when it
+	// passes); 0 means DefaultBodyTimeout, 60 s.
+	BodyTimeout time.Duration
+	// ReadHeaderTimeout and IdleTimeout are those of the http.Server that
+	// Serve runs (a server of your own that mounts Handler keeps its own):
+	// 0 means 30 s and 120 s. An idle keep-alive connection is closed after
+	// IdleTimeout.
+	ReadHeaderTimeout, IdleTimeout time.Duration
 }
+
+// The defaults of Options.
+const (
+	DefaultMaxBodyBytes         = 32 << 20
+	DefaultMaxBufferedBodyBytes = 256 << 20
+	DefaultBodyTimeout          = 60 * time.Second
+)
 
 // Server is an HTTP ingress in front of deployments whose replicas each
 // own a TPU slice. Create it with New, add deployments with Deploy, serve
@@ -35,6 +63,8 @@ type Options struct {
 // A Server is safe for concurrent use; its zero value is not usable.
 type Server struct {
 	c         *ray.Cluster
+	opts      Options             // with defaults
+	bodies    *semaphore.Weighted // bytes of request bodies held in memory
 	log       *slog.Logger
 	client    *http.Client
 	ownClient bool
@@ -58,7 +88,13 @@ func New(c *ray.Cluster, opts *Options) *Server {
 	if opts == nil {
 		opts = &Options{}
 	}
-	s := &Server{c: c, log: opts.Logger, client: opts.Client, deployments: map[string]*deployment{}, changed: make(chan struct{})}
+	s := &Server{c: c, log: opts.Logger, client: opts.Client, deployments: map[string]*deployment{}, changed: make(chan struct{}), opts: *opts}
+	s.opts.MaxBodyBytes = cmp.Or(max(s.opts.MaxBodyBytes, 0), DefaultMaxBodyBytes)
+	s.opts.MaxBufferedBodyBytes = cmp.Or(max(s.opts.MaxBufferedBodyBytes, 0), DefaultMaxBufferedBodyBytes)
+	s.opts.BodyTimeout = cmp.Or(max(s.opts.BodyTimeout, 0), DefaultBodyTimeout)
+	s.opts.ReadHeaderTimeout = cmp.Or(max(s.opts.ReadHeaderTimeout, 0), 30*time.Second)
+	s.opts.IdleTimeout = cmp.Or(max(s.opts.IdleTimeout, 0), 120*time.Second)
+	s.bodies = semaphore.NewWeighted(s.opts.MaxBufferedBodyBytes)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -285,7 +321,8 @@ func (s *Server) Serve(l net.Listener) error {
 		return http.ErrServerClosed
 	}
 	if s.httpSrv == nil {
-		s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+		s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: s.opts.ReadHeaderTimeout, IdleTimeout: s.opts.IdleTimeout,
+			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	}
 	srv := s.httpSrv
 	s.mu.Unlock()
