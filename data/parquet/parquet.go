@@ -14,6 +14,8 @@ package parquet
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"slices"
@@ -25,11 +27,23 @@ import (
 	"github.com/goray-dev/goray/data"
 )
 
+// ErrSchema is matched (errors.Is) by the error of a read whose row type
+// does not fit a file's schema; the error names the file, the columns and
+// both types.
+var ErrSchema = errors.New("parquet: the file's schema does not fit the row type")
+
 // batchRows is how many rows a read asks parquet-go for at a time.
 const batchRows = 256
 
 // Read reads Parquet files into rows of type T, a struct whose fields map
-// to columns by `parquet:"name"` tag or name. Files are named as for every
+// to columns by `parquet:"name"` tag or name. Before it reads a file it
+// checks T against the file's schema: a field with no column, a column
+// whose physical or logical type differs from the field's (BIGINT into
+// int32, decimal(9,2) into float64, TIME into time.Duration, a UUID into
+// string, a LIST into a slice without the list tag), or a nullable column
+// into a field that cannot hold NULL (not a pointer) fails the run with an
+// error naming the file, the column and both types, instead of reading
+// wrong values. Files are named as for every
 // source of package data: a file, a folder or a glob, on the local disk, in
 // a bucket or from a stream (read into memory first: Parquet needs random
 // access). Each file is read through range reads, footer first.
@@ -43,6 +57,9 @@ func Read[T any](files data.Files, opts ...data.Option) *data.Dataset[T] {
 		pf, err := pq.OpenFile(ra, ra.Size())
 		if err != nil {
 			return rows.Failed(ctx, data.Pos{Source: f.Name()}, err)
+		}
+		if err := checkSchema(pq.SchemaOf(new(T)), pf.Schema()); err != nil {
+			return rows.Failed(ctx, data.Pos{Source: f.Name()}, fmt.Errorf("%w %T: %w", ErrSchema, *new(T), err))
 		}
 		pr := pq.NewGenericReader[T](pf)
 		defer pr.Close()
@@ -181,4 +198,53 @@ func epochDays(t time.Time) int32 {
 		d--
 	}
 	return int32(d)
+}
+
+// checkSchema reports how the row type's schema want differs from a file's
+// schema got, for every leaf column of want: missing in got, of another
+// type (physical and logical), repeated differently, or nullable where
+// want cannot hold NULL.
+func checkSchema(want, got *pq.Schema) error {
+	var errs []error
+	for _, path := range want.Columns() {
+		w, _ := want.Lookup(path...)
+		name := strings.Join(path, ".")
+		g, ok := got.Lookup(path...)
+		if !ok {
+			errs = append(errs, fmt.Errorf("column %s: the file has no such column (a field with no column would read as its zero value; the file's columns: %s)", name, columnList(got)))
+			continue
+		}
+		wt, gt := typeName(w.Node), typeName(g.Node)
+		if wt != gt {
+			errs = append(errs, fmt.Errorf("column %s: the file's type is %s, the row's field is %s", name, gt, wt))
+			continue
+		}
+		if w.MaxRepetitionLevel != g.MaxRepetitionLevel {
+			errs = append(errs, fmt.Errorf("column %s: repeated %d levels deep in the file, %d in the row type (a LIST needs the list tag)", name, g.MaxRepetitionLevel, w.MaxRepetitionLevel))
+			continue
+		}
+		if g.MaxDefinitionLevel > w.MaxDefinitionLevel {
+			errs = append(errs, fmt.Errorf("column %s: the file's column can hold NULL, the row's field cannot (make it a pointer, or tag it optional)", name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// typeName is a leaf's physical and logical type, such as "INT32" or
+// "INT32 (DECIMAL(9,2))".
+func typeName(n pq.Node) string {
+	t := n.Type()
+	s := t.Kind().String()
+	if lt := t.LogicalType(); lt != nil {
+		s += " (" + lt.String() + ")"
+	}
+	return s
+}
+
+func columnList(s *pq.Schema) string {
+	var names []string
+	for _, p := range s.Columns() {
+		names = append(names, strings.Join(p, "."))
+	}
+	return strings.Join(names, ", ")
 }

@@ -123,10 +123,11 @@ type dated struct {
 	At    time.Time  `parquet:"at"`
 }
 
+// datedRaw reads the DATE columns as their int32 days.
 type datedRaw struct {
 	ID    int    `parquet:"id"`
-	Day   int32  `parquet:"day"`
-	Maybe *int32 `parquet:"maybe,optional"`
+	Day   int32  `parquet:"day,date"`
+	Maybe *int32 `parquet:"maybe,date,optional"`
 }
 
 // A time.Time field with the date tag is stored as Parquet's DATE, the
@@ -186,4 +187,121 @@ func TestBadTagIsAnError(t *testing.T) {
 	t.Log(err)
 	_, serr := os.Stat(filepath.Join(dir, "w.parquet"))
 	is.True(os.IsNotExist(serr)) // nothing written
+}
+
+// writeRows writes rows to a Parquet file with parquet-go directly.
+func writeRows[T any](t *testing.T, path string, rows []T) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := pq.NewGenericWriter[T](f)
+	if _, err := w.Write(rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+}
+
+type (
+	decimalRow struct {
+		Price int32 `parquet:"price,decimal(2:9)"`
+	}
+	priceFloat struct {
+		Price float64 `parquet:"price"`
+	}
+	bigRow struct {
+		N int64 `parquet:"n"`
+	}
+	smallN struct {
+		N int32 `parquet:"n"`
+	}
+	listRow struct {
+		Xs []int64 `parquet:"xs,list"`
+	}
+	plainXs struct {
+		Xs []int64 `parquet:"xs"`
+	}
+	timeRow struct {
+		T int64 `parquet:"t,time(microsecond)"`
+	}
+	durationT struct {
+		T time.Duration `parquet:"t"`
+	}
+	uuidRow struct {
+		ID string `parquet:"id,uuid"`
+	}
+	plainID struct {
+		ID string `parquet:"id"`
+	}
+	nullRow struct {
+		V *int64 `parquet:"v,optional"`
+	}
+	plainV struct {
+		V int64 `parquet:"v"`
+	}
+	extraField struct {
+		V     *int64 `parquet:"v,optional"`
+		Other string `parquet:"other"`
+	}
+)
+
+// Reading a file into a row type that does not fit its schema is an error
+// naming the file, the column and both types, for every mapping that
+// would lose or invent data, instead of wrong values: decimal(9,2) into
+// float64 (1.25 read as 125), BIGINT into int32 (wrapped), a LIST into a
+// slice without the list tag (read as empty), TIME into time.Duration
+// (1000x too small), a UUID into a plain string (no dashes), NULL into a
+// non-pointer and a field with no column (both read as zero).
+func TestReadRefusesSchemaMismatch(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	one := int64(1)
+	check := func(t *testing.T, file string, run func(data.Files) error, want ...string) {
+		is := is.New(t)
+		err := run(data.LocalFiles(file))
+		is.True(errors.Is(err, parquet.ErrSchema))
+		t.Log(err)
+		for _, w := range append(want, filepath.Base(file)) {
+			is.True(strings.Contains(err.Error(), w))
+		}
+	}
+	cases := []struct {
+		name  string
+		write func(string)
+		read  func(data.Files) error
+		want  []string
+	}{
+		{"decimal into float64", func(p string) { writeRows(t, p, []decimalRow{{125}}) },
+			func(f data.Files) error { _, err := data.Count(ctx, parquet.Read[priceFloat](f)); return err },
+			[]string{"column price", "INT32 (DECIMAL(9,2))", "DOUBLE"}},
+		{"BIGINT into int32", func(p string) { writeRows(t, p, []bigRow{{3000000001}}) },
+			func(f data.Files) error { _, err := data.Count(ctx, parquet.Read[smallN](f)); return err },
+			[]string{"column n", "INT64", "INT32"}},
+		{"LIST without the list tag", func(p string) { writeRows(t, p, []listRow{{[]int64{1, 2}}}) },
+			func(f data.Files) error { _, err := data.Count(ctx, parquet.Read[plainXs](f)); return err },
+			[]string{"column xs", "the file has no such column", "xs.list.element"}},
+		{"TIME into Duration", func(p string) { writeRows(t, p, []timeRow{{1000}}) },
+			func(f data.Files) error { _, err := data.Count(ctx, parquet.Read[durationT](f)); return err },
+			[]string{"column t", "TIME"}},
+		{"UUID into string", func(p string) { writeRows(t, p, []uuidRow{{"6ba7b810-9dad-11d1-80b4-00c04fd430c8"}}) },
+			func(f data.Files) error { _, err := data.Count(ctx, parquet.Read[plainID](f)); return err },
+			[]string{"column id", "UUID"}},
+		{"NULL into a non-pointer", func(p string) { writeRows(t, p, []nullRow{{nil}, {&one}}) },
+			func(f data.Files) error { _, err := data.Count(ctx, parquet.Read[plainV](f)); return err },
+			[]string{"column v", "can hold NULL"}},
+		{"field with no column", func(p string) { writeRows(t, p, []nullRow{{&one}}) },
+			func(f data.Files) error { _, err := data.Count(ctx, parquet.Read[extraField](f)); return err },
+			[]string{"column other", "no such column"}},
+	}
+	for i, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(dir, fmt.Sprintf("f%d.parquet", i))
+			tt.write(file)
+			check(t, file, tt.read, tt.want...)
+		})
+	}
 }
