@@ -328,3 +328,24 @@ func ExampleFormatSlices() {
 	// GEN        TOPOLOGY    TOTAL INTACT   FREE RESERVED
 	// v6e        4x4             2      2      1        1
 }
+
+// exampleWait runs until its context ends.
+var exampleWait = ray.NewTask("example.waitForever", func(ctx context.Context, _ struct{}) (int, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+})
+
+func ExampleObjectRef_Cancel() {
+	ctx := context.Background()
+	c := exampleCluster(ctx, exampleCPUs)
+	defer c.Close()
+
+	ref := exampleWait.Remote(ctx, c, struct{}{})
+	if err := ref.Cancel(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_, err := ref.Get(ctx)
+	fmt.Println(ray.Code(err))
+	// Output:
+	// Canceled
+}

@@ -108,6 +108,34 @@ func (r ObjectRef[T]) Release() {
 	r.s.c.b.Free(r.s.id)
 }
 
+// Cancel stops the task whose result r is, as Ray's ray.cancel does: a
+// task still waiting for its arguments or for resources is removed, a
+// running one has its context cancelled (a task that returns when its
+// context ends stops there; one that ignores it finishes, and its result
+// is dropped), and it is not retried. Get then fails with Canceled. A
+// task that already finished keeps its result; cancelling it does
+// nothing. A ref from Put, or a backend that cannot cancel
+// (backend.TaskCanceler), gives an error: InvalidArgument or
+// Unimplemented.
+func (r ObjectRef[T]) Cancel(ctx context.Context) error {
+	const op = "cancel task"
+	if r.s == nil {
+		return backend.Errorf(backend.InvalidArgument, op, "the zero ObjectRef has no task")
+	}
+	if r.s.err != nil {
+		return r.s.err
+	}
+	tc, ok := r.s.c.b.(backend.TaskCanceler)
+	if !ok {
+		return backend.Errorf(backend.Unimplemented, op, "backend %T cannot cancel tasks", r.s.c.b)
+	}
+	err := tc.CancelTask(ctx, r.s.id)
+	if backend.CodeOf(err) == backend.NotFound {
+		return backend.Errorf(backend.InvalidArgument, op, "object %s is not the result of a task (a value from Put, or a released ref): %w", r.s.id, err)
+	}
+	return err
+}
+
 // Ref is any object ref, whatever its type; [Wait] takes refs of mixed types
 // through it.
 type Ref interface {

@@ -36,6 +36,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	t.Run("TPUSlices", s.testSlices)
 	t.Run("TPUSliceFaults", s.testSliceFaults)
 	t.Run("TPUSubslices", s.testSubslices)
+	t.Run("Cancel", s.testCancel)
 	t.Run("JAXProcesses", s.testJAX)
 }
 
@@ -365,6 +366,57 @@ func (s *suite) testObjects(t *testing.T) {
 		is.NoErr(err)
 		is.Equal(v, "opened")
 	})
+}
+
+// testCancel: ObjectRef.Cancel stops a running task (its context ends) and
+// removes a queued one; both Gets fail with Canceled and the resources
+// come back; a finished task keeps its result; a Put value cannot be
+// cancelled.
+func (s *suite) testCancel(t *testing.T) {
+	s.need(t, s.h.Capabilities.Concurrent, "Concurrent")
+	is := is.New(t)
+	c, ctx := s.cluster(t, []Node{{Name: "one", Resources: backend.Resources{backend.CPU: 1}}}), s.ctxT(t)
+	if _, ok := c.Backend().(backend.TaskCanceler); !ok {
+		t.Skipf("backend %T does not implement backend.TaskCanceler", c.Backend())
+	}
+	runningGate, running := newGate(1)
+	defer running.release()
+	ref := block.Remote(ctx, c, runningGate, ray.Resources{ray.CPU: 1})
+	select {
+	case <-running.arrivedCh:
+	case <-ctx.Done():
+		t.Fatal("the task did not start")
+	}
+	queuedGate, queued := newGate(1)
+	defer queued.release()
+	waiting := block.Remote(ctx, c, queuedGate, ray.Resources{ray.CPU: 1}) // no CPU left: queued
+
+	is.NoErr(waiting.Cancel(ctx))
+	_, err := waiting.Get(ctx)
+	is.Equal(ray.Code(err), ray.Canceled)
+	is.Equal(queued.count(), 0) // it never ran
+
+	is.NoErr(ref.Cancel(ctx))
+	_, err = ref.Get(ctx)
+	is.Equal(ray.Code(err), ray.Canceled)
+	select {
+	case <-running.cancelCh: // its context ended
+	case <-ctx.Done():
+		t.Fatal("the running task's context was not cancelled")
+	}
+
+	// The CPU is free again; a finished task keeps its result.
+	done := echo.Remote(ctx, c, "after", ray.Resources{ray.CPU: 1})
+	v, err := done.Get(ctx)
+	is.NoErr(err)
+	is.Equal(v, "after")
+	is.NoErr(done.Cancel(ctx))
+	v, err = done.Get(ctx)
+	is.NoErr(err)
+	is.Equal(v, "after")
+
+	put := ray.Put(ctx, c, 1)
+	is.Equal(ray.Code(put.Cancel(ctx)), ray.InvalidArgument)
 }
 
 func timeout(t *testing.T, ctx context.Context, d time.Duration) context.Context {
