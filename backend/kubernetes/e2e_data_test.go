@@ -1,0 +1,86 @@
+//go:build e2e
+
+package kubernetes
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/matryer/is"
+	k8s "k8s.io/client-go/kubernetes"
+
+	"github.com/goray-dev/goray/data"
+	"github.com/goray-dev/goray/internal/kubeharness"
+	"github.com/goray-dev/goray/ray"
+)
+
+// scaled is a row as a pool actor in a worker pod answers it: the value,
+// and the slice its pod's own env says it runs on.
+type scaled struct {
+	V     int
+	Slice string
+}
+
+type k8sScaler struct{ factor int }
+
+var (
+	k8sScalerClass = ray.NewActorClass("k8stest.scaler", func(ctx context.Context, factor int) (*k8sScaler, error) {
+		return &k8sScaler{factor: factor}, nil
+	})
+	k8sScale = data.NewMapMethod(k8sScalerClass, "scale", func(_ context.Context, s *k8sScaler, x int) (scaled, error) {
+		return scaled{V: x * s.factor, Slice: os.Getenv("TPU_NAME")}, nil
+	})
+)
+
+// TestE2EDataPoolOnSlices: data.ApplyPool whose actors each hold a v6e 2x4
+// slice, in worker pods on a real control plane; every row comes back,
+// in order, computed in a pod of a reserved slice; the slices are
+// released and the pods deleted at the end.
+func TestE2EDataPoolOnSlices(t *testing.T) {
+	is := is.New(t)
+	cp := startHarness(t)
+	ctx := t.Context()
+	for _, pool := range []string{"slice-a", "slice-b"} {
+		_, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: pool, Generation: "v6e", Topology: "2x4", ChipsPerHost: 4})
+		is.NoErr(err)
+	}
+	_, err := cp.AddCPUNodes(ctx, kubeharness.CPUNodes{Name: "cpu", Count: 1})
+	is.NoErr(err)
+	client, err := k8s.NewForConfig(driverConfig(t, cp))
+	is.NoErr(err)
+	cfg := testConfig()
+	cfg.Client = client
+	cfg.Worker.Image = workerImage
+	cfg.Worker.StartTimeout = time.Minute
+	b, err := New(ctx, cfg)
+	is.NoErr(err)
+	c, err := ray.NewCluster(ctx, b, nil)
+	is.NoErr(err)
+	defer c.Close()
+
+	pool := data.Pool[*k8sScaler, int]{
+		Cluster: c, Class: k8sScalerClass, Arg: 3, Min: 2, Max: 2,
+		Slice: &ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "2x4", ChipsPerVM: 4},
+	}
+	got, err := data.Take(ctx, data.ApplyPool(data.Range(200), pool, k8sScale, data.BatchSize(10)), 1000)
+	is.NoErr(err)
+	is.Equal(len(got), 200)
+	slices := map[string]bool{}
+	for i, r := range got {
+		is.Equal(r.V, 3*i) // row by row, in order
+		slices[r.Slice] = true
+	}
+	t.Logf("rows computed on slices %v", slices)
+	for s := range slices {
+		is.True(s == "slice-a" || s == "slice-b") // in a pod of a reserved slice
+	}
+	states, err := ray.TPUSlices(ctx, c)
+	is.NoErr(err)
+	for _, st := range states {
+		is.Equal(st.ReservedBy, ray.PlacementGroupID(0)) // released
+	}
+	is.NoErr(c.Close())
+	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
+}
