@@ -258,6 +258,7 @@ func TestProcessReplica(t *testing.T) {
 		is.Equal(len(strings.Split(out["hostnames"], ",")), 2)
 		is.Equal(out["body"], `{"n":1}`)
 		is.Equal(out["query"], "x=1")
+		is.True(strings.HasPrefix(out["listen"], "127.0.0.1:")) // where the worker is reached: loopback on the simulator
 	}
 	check()
 	resp, err := client.Get(base + "/proc/events")

@@ -331,7 +331,7 @@ func runTestServer(mode string) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]string{
 			"body": string(b), "worker": os.Getenv("TPU_WORKER_ID"), "hostnames": os.Getenv("TPU_WORKER_HOSTNAMES"),
-			"query": r.URL.RawQuery,
+			"query": r.URL.RawQuery, "listen": r.Context().Value(http.LocalAddrContextKey).(net.Addr).String(),
 		})
 	})
 	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) {
@@ -370,7 +370,7 @@ func runTestServer(mode string) {
 		}
 		mux.ServeHTTP(w, r)
 	})
-	srv := &http.Server{Addr: "127.0.0.1:" + os.Getenv("PORT"), Handler: handler}
+	srv := &http.Server{Addr: net.JoinHostPort(os.Getenv("HOST"), os.Getenv("PORT")), Handler: handler}
 	if err := srv.ListenAndServe(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/worker"
 )
 
 // ProcessSpec describes an external HTTP server, such as a vLLM server,
@@ -29,8 +30,11 @@ import (
 // required; the other fields' zero values mean their defaults.
 type ProcessSpec struct {
 	// Command is the server program and its arguments, run on host 0.
-	// "{port}" in an argument is replaced by the port the server must
-	// listen on (on 127.0.0.1), which is also in the env as PORT.
+	// "{host}" and "{port}" in an argument are replaced by the address
+	// the server must listen on, also in the env as HOST and PORT: the
+	// address the driver reaches host 0's worker by (its pod's IP on
+	// Kubernetes, 127.0.0.1 on the simulator). A vLLM server takes
+	// "--host", "{host}", "--port", "{port}".
 	Command []string
 	// WorkerCommand, if set, runs on every other host of the slice (a
 	// multi-host server's workers), with the same substitutions.
@@ -106,14 +110,17 @@ func newHostProcess(ctx context.Context, spec hostProcessSpec) (*hostProcess, er
 		close(p.exited)
 		return p, nil
 	}
-	port, err := freePort()
+	// The server listens where the driver reaches this worker: its pod's
+	// IP on Kubernetes, loopback on the simulator.
+	host := cmp.Or(worker.Host(), "127.0.0.1")
+	port, err := freePort(host)
 	if err != nil {
 		return nil, err
 	}
-	p.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	p.addr = net.JoinHostPort(host, strconv.Itoa(port))
 	args := make([]string, len(spec.Command))
 	for i, a := range spec.Command {
-		args[i] = strings.ReplaceAll(a, "{port}", strconv.Itoa(port))
+		args[i] = strings.NewReplacer("{port}", strconv.Itoa(port), "{host}", host).Replace(a)
 	}
 	env := map[string]string{}
 	for _, kv := range os.Environ() {
@@ -125,7 +132,7 @@ func newHostProcess(ctx context.Context, spec hostProcessSpec) (*hostProcess, er
 		maps.Copy(env, rc.Environ())
 	}
 	maps.Copy(env, spec.Env)
-	env["PORT"] = strconv.Itoa(port)
+	env["PORT"], env["HOST"] = strconv.Itoa(port), host
 	p.cmd = exec.Command(args[0], args[1:]...)
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		p.cmd.Env = append(p.cmd.Env, k+"="+env[k])
@@ -289,8 +296,8 @@ func (p *processInstance) close(ctx context.Context) {
 	}
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -82,6 +83,21 @@ const readyPrefix = "goray-worker ready "
 // It only reads one environment variable.
 func Launched() bool { return os.Getenv(EnvAddr) != "" }
 
+// listenHost is the host a launched worker listens on (from EnvAddr).
+var listenHost atomic.Pointer[string]
+
+// Host returns the host this process listens on as a launched worker (the
+// host of EnvAddr, such as its pod's IP on Kubernetes), the address its
+// driver reaches it by, or "" when this process is not a launched worker.
+// A server that work in a worker starts for its driver (serve.Process's)
+// listens there so that the driver can reach it.
+func Host() string {
+	if h := listenHost.Load(); h != nil {
+		return *h
+	}
+	return ""
+}
+
 // ServeLaunched serves reg as a worker configured by the environment above
 // and returns the process's exit code once the worker is done: 0 when its
 // driver went away (lifeline closed, or no driver for the idle timeout),
@@ -92,6 +108,9 @@ func ServeLaunched(reg Registry) int {
 	for _, k := range []string{EnvAddr, EnvToken, EnvTokenFD, EnvTokenFile, EnvTLSDir, EnvTLSCA, EnvTLSCert, EnvTLSKey, EnvReadyFD, EnvLifelineFD, EnvMaxMessageSize, EnvIdleTimeout, EnvLogLevel} {
 		env[k] = os.Getenv(k)
 		os.Unsetenv(k)
+	}
+	if host, _, err := net.SplitHostPort(env[EnvAddr]); err == nil {
+		listenHost.Store(&host)
 	}
 	log, err := stderrLogger(env[EnvLogLevel])
 	if err == nil {

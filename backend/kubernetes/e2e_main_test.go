@@ -29,6 +29,10 @@ import (
 // TestMain serves this test binary as the worker image of the pods
 // (ray.Main) and as the harness's test program.
 func TestMain(m *testing.M) {
+	if os.Getenv("K8STEST_HTTP_SERVER") != "" {
+		runHTTPServer() // serve.Process's external server in the e2e tests
+		return
+	}
 	ray.Main()
 	kubeharness.RunTestProgram()
 	os.Exit(m.Run())
