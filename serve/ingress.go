@@ -19,7 +19,6 @@ import (
 	"github.com/goray-dev/goray/ray"
 )
 
-
 // retryAfter is the Retry-After, in seconds, of a 503.
 const retryAfter = "1"
 
