@@ -72,7 +72,7 @@ func TestE2ETrainAllReduce(t *testing.T) {
 	is.NoErr(err)
 	res, err := tr.Fit(ctx)
 	is.NoErr(err)
-	is.Equal(res.Metrics["ranks"], 8.0) // 8 pods took part
+	is.Equal(res.Metrics["ranks"], 8.0)  // 8 pods took part
 	is.Equal(res.Metrics["sum"], 5*36.0) // 5 iterations of 1+2+...+8
 	states, err := ray.TPUSlices(ctx, c)
 	is.NoErr(err)
