@@ -6,10 +6,8 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/matryer/is"
-	k8s "k8s.io/client-go/kubernetes"
 
 	"github.com/goray-dev/goray/data"
 	"github.com/goray-dev/goray/internal/kubeharness"
@@ -40,25 +38,10 @@ var (
 // released and the pods deleted at the end.
 func TestE2EDataPoolOnSlices(t *testing.T) {
 	is := is.New(t)
-	cp := startHarness(t)
 	ctx := t.Context()
-	for _, pool := range []string{"slice-a", "slice-b"} {
-		_, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: pool, Generation: "v6e", Topology: "2x4", ChipsPerHost: 4})
-		is.NoErr(err)
-	}
+	cp, c := slicesCluster(t, "2x4", []string{"slice-a", "slice-b"}, nil)
 	_, err := cp.AddCPUNodes(ctx, kubeharness.CPUNodes{Name: "cpu", Count: 1})
 	is.NoErr(err)
-	client, err := k8s.NewForConfig(driverConfig(t, cp))
-	is.NoErr(err)
-	cfg := testConfig()
-	cfg.Client = client
-	cfg.Worker.Image = workerImage
-	cfg.Worker.StartTimeout = time.Minute
-	b, err := New(ctx, cfg)
-	is.NoErr(err)
-	c, err := ray.NewCluster(ctx, b, nil)
-	is.NoErr(err)
-	defer c.Close()
 
 	pool := data.Pool[*k8sScaler, int]{
 		Cluster: c, Class: k8sScalerClass, Arg: 3, Min: 2, Max: 2,

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
+	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -133,3 +135,39 @@ func resourceOf(kind string) string {
 var osExecutable = os.Executable
 
 var _ = context.Background
+
+// slicesCluster starts a control plane with one v6e node pool of topology
+// per name in pools (4 chips per host), and a driver on it with the RBAC
+// identity of deploy/, worker pods of this test binary and cfg's other
+// settings as edit leaves them; the cluster is closed at cleanup.
+func slicesCluster(t *testing.T, topology string, pools []string, edit func(*Config)) (*kubeharness.ControlPlane, *ray.Cluster) {
+	t.Helper()
+	cp := startHarness(t)
+	ctx := t.Context()
+	for _, pool := range pools {
+		if _, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: pool, Generation: "v6e", Topology: topology, ChipsPerHost: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client, err := k8s.NewForConfig(driverConfig(t, cp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Client = client
+	cfg.Worker.Image = workerImage
+	cfg.Worker.StartTimeout = time.Minute
+	if edit != nil {
+		edit(&cfg)
+	}
+	b, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ray.NewCluster(ctx, b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return cp, c
+}

@@ -172,23 +172,8 @@ var envPairTask = ray.NewTask("k8stest.envpair", func(ctx context.Context, _ str
 // resolve in the cluster), never node names.
 func TestE2EOneEnvPerHost(t *testing.T) {
 	is := is.New(t)
-	cp := startHarness(t)
 	ctx := t.Context()
-	for _, pool := range []string{"slice-a", "slice-b"} {
-		_, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: pool, Generation: "v6e", Topology: "2x4", ChipsPerHost: 4})
-		is.NoErr(err)
-	}
-	cfg := testConfig()
-	client, err := k8s.NewForConfig(driverConfig(t, cp))
-	is.NoErr(err)
-	cfg.Client = client
-	cfg.Worker.Image = workerImage
-	cfg.Worker.StartTimeout = time.Minute
-	b, err := New(ctx, cfg)
-	is.NoErr(err)
-	c, err := ray.NewCluster(ctx, b, nil)
-	is.NoErr(err)
-	defer c.Close()
+	_, c := slicesCluster(t, "2x4", []string{"slice-a", "slice-b"}, nil)
 	spg, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "2x4", ChipsPerVM: 4, NumSlices: 2})
 	is.NoErr(err)
 	defer spg.Release(ctx)

@@ -15,10 +15,7 @@ import (
 	"time"
 
 	"github.com/matryer/is"
-	k8s "k8s.io/client-go/kubernetes"
 
-	"github.com/goray-dev/goray/internal/kubeharness"
-	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/serve"
 )
 
@@ -50,23 +47,8 @@ func runHTTPServer() {
 // client outside the pods all succeed and reach both replicas.
 func TestE2EServeProcess(t *testing.T) {
 	is := is.New(t)
-	cp := startHarness(t)
 	ctx := t.Context()
-	for _, pool := range []string{"slice-a", "slice-b"} {
-		_, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: pool, Generation: "v6e", Topology: "2x4", ChipsPerHost: 4})
-		is.NoErr(err)
-	}
-	client, err := k8s.NewForConfig(driverConfig(t, cp))
-	is.NoErr(err)
-	cfg := testConfig()
-	cfg.Client = client
-	cfg.Worker.Image = workerImage
-	cfg.Worker.StartTimeout = time.Minute
-	b, err := New(ctx, cfg)
-	is.NoErr(err)
-	c, err := ray.NewCluster(ctx, b, nil)
-	is.NoErr(err)
-	defer c.Close()
+	cp, c := slicesCluster(t, "2x4", []string{"slice-a", "slice-b"}, nil)
 	exe, err := osExecutable()
 	is.NoErr(err)
 

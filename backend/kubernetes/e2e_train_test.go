@@ -6,12 +6,9 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/matryer/is"
-	k8s "k8s.io/client-go/kubernetes"
 
-	"github.com/goray-dev/goray/internal/kubeharness"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/train"
 )
@@ -48,24 +45,10 @@ var k8sAllReduce = train.NewLoop("k8stest.allreduce", func(ctx context.Context, 
 // result is exact, and the slices and pods are released.
 func TestE2ETrainAllReduce(t *testing.T) {
 	is := is.New(t)
-	cp := startHarness(t)
 	ctx := t.Context()
-	for _, pool := range []string{"slice-a", "slice-b"} {
-		_, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: pool, Generation: "v6e", Topology: "4x4", ChipsPerHost: 4})
-		is.NoErr(err)
-	}
-	client, err := k8s.NewForConfig(driverConfig(t, cp))
-	is.NoErr(err)
-	cfg := testConfig()
-	cfg.Client = client
-	cfg.Worker.Image = workerImage
-	cfg.Worker.StartTimeout = time.Minute
-	cfg.DriverHost = "127.0.0.1" // the harness's pods reach the test process on loopback
-	b, err := New(ctx, cfg)
-	is.NoErr(err)
-	c, err := ray.NewCluster(ctx, b, nil)
-	is.NoErr(err)
-	defer c.Close()
+	cp, c := slicesCluster(t, "4x4", []string{"slice-a", "slice-b"}, func(cfg *Config) {
+		cfg.DriverHost = "127.0.0.1" // the harness's pods reach the test process on loopback
+	})
 
 	tr, err := train.New(c, k8sAllReduce, 5, train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", NumSlices: 2},
 		train.RunConfig{Name: "e2e", Progress: train.ProgressOff})
