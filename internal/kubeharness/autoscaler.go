@@ -101,6 +101,7 @@ type scaledPool struct {
 	triggered  time.Time
 	readyAt    time.Time
 	emptySince time.Time
+	podLabels  []map[string]string // of the pods that triggered it
 }
 
 // StartAutoscaler starts the autoscaler; it stops when the test ends,
@@ -293,6 +294,9 @@ func (a *Autoscaler) scaleUp(ctx context.Context, wg *sync.WaitGroup) {
 		a.next++
 		name := fmt.Sprintf("autoscaled-%d", a.next)
 		p := &scaledPool{name: name, accel: ask.accel, chips: chips, triggered: time.Now()}
+		for _, pod := range pods {
+			p.podLabels = append(p.podLabels, maps.Clone(pod.Labels))
+		}
 		a.pools[name] = p
 		a.groups[g] = name
 		a.note("scale-up %s %s %s: %d nodes", name, ask.accel, ask.topology, hosts)
@@ -349,7 +353,7 @@ func (a *Autoscaler) create(ctx context.Context, p *scaledPool, ask tpuAsk, host
 		p.nodes = append(p.nodes, n.Name)
 	}
 	p.ready, p.readyAt = true, time.Now()
-	a.ups = append(a.ups, ScaleUp{Pool: p.name, Triggered: p.triggered, Ready: p.readyAt})
+	a.ups = append(a.ups, ScaleUp{Pool: p.name, Triggered: p.triggered, Ready: p.readyAt, PodLabels: p.podLabels})
 }
 
 // ScaleUp is one scale-up the autoscaler made: when pending pods
@@ -357,6 +361,8 @@ func (a *Autoscaler) create(ctx context.Context, p *scaledPool, ask tpuAsk, host
 type ScaleUp struct {
 	Pool             string
 	Triggered, Ready time.Time
+	// PodLabels are the labels of the pending pods that triggered it.
+	PodLabels []map[string]string
 }
 
 // ScaleUps lists its finished scale-ups, in order.
