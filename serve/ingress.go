@@ -76,22 +76,22 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 	if !ok {
 		return
 	}
-	defer s.bodies.Release(body.held)
+	defer s.bodies.Release(int64(len(body))) // readBody holds len(body) of the budget
 	timeout := d.spec.RequestTimeout
 	_, isProcess := d.spec.Replica.(*processReplica)
 	switch {
 	case isProcess:
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		d.proxy(ctx, w, r, body.data, start)
+		d.proxy(ctx, w, r, body, start)
 	case rest == "" && r.Method == http.MethodPost:
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		d.unary(ctx, w, body.data, start)
+		d.unary(ctx, w, body, start)
 	case rest == "/stream" && r.Method == http.MethodPost:
 		ctx, cancel := context.WithTimeout(r.Context(), 10*timeout)
 		defer cancel()
-		d.stream(ctx, w, body.data, start)
+		d.stream(ctx, w, body, start)
 	case rest == "" || rest == "/stream":
 		w.Header().Set("Allow", http.MethodPost)
 		d.fail(w, start, http.StatusMethodNotAllowed, "use POST")
@@ -100,27 +100,22 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 	}
 }
 
-// heldBody is a request body read into memory; held is the part of the
-// server's body budget it holds, released when the request ends.
-type heldBody struct {
-	data []byte
-	held int64
-}
-
 // readBody reads the request body into memory, in this order: admission
 // (a deployment whose queue is full answers 503 before the body is read),
 // the server's budget for bodies in memory (503 when this one does not
 // fit), then the read itself, bounded by MaxBodyBytes (413) and
-// BodyTimeout (408). It answers the request itself when it returns false.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment, start time.Time) (heldBody, bool) {
+// BodyTimeout (408). It answers the request itself when it returns false;
+// otherwise the body holds len(body) bytes of the budget, for the caller
+// to release.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment, start time.Time) ([]byte, bool) {
 	if d.overloaded() {
 		d.fail(w, start, http.StatusServiceUnavailable, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, errOverloaded))
-		return heldBody{}, false
+		return nil, false
 	}
 	limit := s.opts.MaxBodyBytes
 	if r.ContentLength > limit {
 		d.fail(w, start, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is larger than the limit of %d (Options.MaxBodyBytes)", r.ContentLength, limit))
-		return heldBody{}, false
+		return nil, false
 	}
 	want := limit
 	if r.ContentLength >= 0 {
@@ -128,7 +123,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment,
 	}
 	if !s.bodies.TryAcquire(want) {
 		d.fail(w, start, http.StatusServiceUnavailable, fmt.Sprintf("the server holds as many request bodies as it may (Options.MaxBufferedBodyBytes, %d bytes); retry later", s.opts.MaxBufferedBodyBytes))
-		return heldBody{}, false
+		return nil, false
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) // not every ResponseWriter supports it
@@ -144,12 +139,12 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment,
 			code, msg = http.StatusRequestTimeout, fmt.Sprintf("the request body took longer than %v to arrive (Options.BodyTimeout)", s.opts.BodyTimeout)
 		}
 		d.fail(w, start, code, msg)
-		return heldBody{}, false
+		return nil, false
 	}
 	if extra := want - int64(len(data)); extra > 0 {
 		s.bodies.Release(extra) // held only what arrived
 	}
-	return heldBody{data: data, held: int64(len(data))}, true
+	return data, true
 }
 
 func (d *deployment) fail(w http.ResponseWriter, start time.Time, code int, msg string) {

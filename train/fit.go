@@ -349,16 +349,17 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	rz.stopAccepting()
 	tasksDone := make(chan struct{})
 	go func() { wg.Wait(); close(tasksDone) }()
-	grace := time.NewTimer(min(abortGrace, t.run.StopGrace))
-	if rz.wait(min(abortGrace, t.run.StopGrace)) {
+	grace := min(abortGrace, t.run.StopGrace)
+	deadline := time.Now().Add(grace)
+	if rz.wait(grace) {
 		// The workers hung up; their tasks' results (a panic's stack
-		// among them) are on their way back from the worker processes.
+		// among them) are on their way back from the worker processes:
+		// wait for them in what is left of the grace.
 		select {
 		case <-tasksDone:
-		case <-grace.C:
+		case <-time.After(time.Until(deadline)):
 		}
 	}
-	grace.Stop()
 	spg.Release(context.WithoutCancel(ctx)) //nolint:errcheck // releasing twice is a no-op; a failure here leaves nothing we could do
 	wg.Wait()
 	rz.close(t.run.StopGrace)

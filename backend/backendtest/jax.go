@@ -8,7 +8,6 @@ import (
 
 	"github.com/matryer/is"
 
-	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/tpu"
 )
@@ -78,16 +77,11 @@ func jaxNodes() []Node {
 		if err != nil {
 			panic(err)
 		}
+		var names []string
 		for k := range sl.count {
-			slice := fmt.Sprintf("%s-%d", shape.PodType(), k)
-			for w := range shape.Hosts() {
-				nodes = append(nodes, Node{
-					Name:      fmt.Sprintf("%s-w%d", slice, w),
-					Resources: backend.Resources{backend.CPU: 8, backend.TPU: float64(shape.ChipsPerHost)},
-					Labels:    tpu.HostLabels(shape, slice, slice, w),
-				})
-			}
+			names = append(names, fmt.Sprintf("%s-%d", shape.PodType(), k))
 		}
+		nodes = append(nodes, tpuHostNodes(shape, "%s-w%d", names...)...)
 	}
 	return nodes
 }

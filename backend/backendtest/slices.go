@@ -38,10 +38,18 @@ func DefaultTPUNodes() []Node {
 	if err != nil {
 		panic(err)
 	}
-	for _, slice := range []string{"slice-a", "slice-b"} {
+	return append(nodes, tpuHostNodes(shape, "%s-%d", "slice-a", "slice-b")...)
+}
+
+// tpuHostNodes returns a node per host of a slice of shape for every
+// slice name, labelled as GKE labels TPU hosts (the slice is its own node
+// pool); nameFormat names host w of slice s (fmt, s then w).
+func tpuHostNodes(shape tpu.SliceShape, nameFormat string, names ...string) []Node {
+	var nodes []Node
+	for _, slice := range names {
 		for w := range shape.Hosts() {
 			nodes = append(nodes, Node{
-				Name:      fmt.Sprintf("%s-%d", slice, w),
+				Name:      fmt.Sprintf(nameFormat, slice, w),
 				Resources: backend.Resources{backend.CPU: 8, backend.TPU: float64(shape.ChipsPerHost)},
 				Labels:    tpu.HostLabels(shape, slice, slice, w),
 			})

@@ -176,13 +176,12 @@ func (rt *Runtime) grantSubslice(w *sliceWait, g *subsliceGrant, id backend.Plac
 func (rt *Runtime) claimSubslice(ctx context.Context, op string, p *shapePool, w *sliceWait) (_ *backend.SliceReservation, _ error, again bool) {
 	s, index := w.pickedSub, w.pickedIndex
 	w.pickedSub = nil
-	g := subsliceGrantOf(w, s, index, nil)
+	ws, _ := w.sub.Workers(index)
+	hosts := lo.Map(ws, func(wid int, _ int) *node { return s.hosts[wid] })
 	id := backend.PlacementGroupID(rt.newID())
-	claim := Claim{ID: id.String(), Slices: []string{s.name}, Hosts: [][]string{slices.Clone(g.rs.Hosts)},
-		Handles: [][]any{handlesOf(lo.Map(g.rs.Hosts, func(h string, _ int) *node { return rt.byName[h] }))}, Subslice: true}
-	if names := rt.hostNames(claim); !slices.Equal(names[0], g.rs.Hosts) {
-		g = subsliceGrantOf(w, s, index, names[0])
-	}
+	claim := Claim{ID: id.String(), Slices: []string{s.name}, Hosts: [][]string{lo.Map(hosts, func(n *node, _ int) string { return n.name })},
+		Handles: [][]any{handlesOf(hosts)}, Subslice: true}
+	g := subsliceGrantOf(w, s, index, rt.hostNames(claim)[0])
 	pc := &pickedClaim{
 		op: op, id: id, claim: claim,
 		unpick: func() {

@@ -94,11 +94,11 @@ func Read[T any](files data.Files, opts ...data.Option) *data.Dataset[T] {
 // date).
 func Write[T any](ctx context.Context, d *data.Dataset[T], to data.Files, opts ...data.Option) error {
 	return data.WriteFile(ctx, d, to, func(w io.Writer) (data.Encoder[T], error) {
-		dates := dateColumns[T]()
-		if len(dates) == 0 {
-			return encoder[T]{pq.NewGenericWriter[T](w)}, nil
-		}
 		schema := pq.SchemaOf(new(T))
+		dates := dateColumns[T](schema)
+		if len(dates) == 0 {
+			return encoder[T]{pq.NewGenericWriter[T](w, schema)}, nil
+		}
 		return &dateEncoder[T]{w: pq.NewWriter(w, schema), schema: schema, dates: dates}, nil
 	}, opts...)
 }
@@ -119,13 +119,13 @@ type dateColumn struct {
 	column int   // leaf column index in the schema
 }
 
-// dateColumns finds the DATE columns of T that hold time.Time values.
-func dateColumns[T any]() []dateColumn {
+// dateColumns finds the DATE columns of T (whose schema is schema) that
+// hold time.Time values.
+func dateColumns[T any](schema *pq.Schema) []dateColumn {
 	rt := reflect.TypeFor[T]()
 	if rt.Kind() != reflect.Struct {
 		return nil
 	}
-	schema := pq.SchemaOf(new(T))
 	var out []dateColumn
 	for _, f := range reflect.VisibleFields(rt) {
 		if !f.IsExported() || len(f.Index) != 1 {
