@@ -217,10 +217,9 @@ func (s *Server) waitedFor(ctx context.Context, spec Deployment) string {
 		ds.Ready, spec.MinReplicas, starting, spec.Accelerator, spec.Topology)
 	if states, err := ray.TPUSlices(context.WithoutCancel(ctx), s.c); err == nil {
 		var total, free, busy, broken int
+		want, _ := tpu.ParseGeneration(spec.Accelerator) // validated by Deploy
 		for _, st := range states {
-			g, gerr := tpu.ParseGeneration(st.Generation)
-			want, werr := tpu.ParseGeneration(spec.Accelerator)
-			if gerr != nil || werr != nil || g != want || st.Topology != spec.Topology {
+			if g, err := tpu.ParseGeneration(st.Generation); err != nil || g != want || st.Topology != spec.Topology {
 				continue
 			}
 			total++
