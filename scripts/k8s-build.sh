@@ -5,6 +5,10 @@
 #   etcd            go.etcd.io/etcd/server/v3   (module tools/etcd)
 #   kube-apiserver  k8s.io/kubernetes           (module tools/k8s)
 #   kube-scheduler  k8s.io/kubernetes           (module tools/k8s)
+#   kube-controller-manager  k8s.io/kubernetes  (module tools/k8s)
+#   coredns         github.com/coredns/coredns  (module tools/coredns: the
+#                   kubernetes, template, bind, ready, health, errors and
+#                   log plugins)
 #   kwok            sigs.k8s.io/kwok/cmd/kwok   (go install, own k8s deps)
 #   kwok-stages.yaml  kwok's node/pod Stage objects, copied from its module
 #
@@ -22,11 +26,13 @@ set -euo pipefail
 KUBE_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
 KWOK_VERSION=v0.8.0
-KEY="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
+# COREDNS_VERSION must match the require line of tools/coredns/go.mod.
+COREDNS_VERSION=v1.15.0
+KEY="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_coredns-${COREDNS_VERSION}"
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${GORAY_K8S_BIN_DIR:-$REPO/.cache/k8s/$KEY/bin}
-BINARIES=(etcd kube-apiserver kube-scheduler kwok kwok-stages.yaml)
+BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager coredns kwok kwok-stages.yaml)
 
 # The Go build cache stays valid across runs as long as the flags stay the
 # same: no -trimpath here (it changes every compile cache key); -ldflags only
@@ -73,7 +79,7 @@ if [ ! -s "$BIN/etcd" ]; then
 	echo "k8s-build: etcd $ETCD_VERSION built in $(since "$t")"
 fi
 
-if [ ! -s "$BIN/kube-apiserver" ] || [ ! -s "$BIN/kube-scheduler" ]; then
+if [ ! -s "$BIN/kube-apiserver" ] || [ ! -s "$BIN/kube-scheduler" ] || [ ! -s "$BIN/kube-controller-manager" ]; then
 	t=$(now)
 	MINOR=${KUBE_VERSION#v1.}
 	MINOR=${MINOR%%.*}
@@ -82,9 +88,18 @@ if [ ! -s "$BIN/kube-apiserver" ] || [ ! -s "$BIN/kube-scheduler" ]; then
 		LD+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$MINOR"
 		LD+=" -X $p.gitTreeState=clean -X $p.buildDate=2026-01-01T00:00:00Z"
 	done
-	go build -C "$REPO/tools/k8s" -ldflags "$LD" -o "$TMP/" ./cmd/kube-apiserver ./cmd/kube-scheduler
-	mv "$TMP/kube-apiserver" "$TMP/kube-scheduler" "$BIN/"
-	echo "k8s-build: kube-apiserver, kube-scheduler $KUBE_VERSION built in $(since "$t")"
+	go build -C "$REPO/tools/k8s" -ldflags "$LD" -o "$TMP/" ./cmd/kube-apiserver ./cmd/kube-scheduler ./cmd/kube-controller-manager
+	mv "$TMP/kube-apiserver" "$TMP/kube-scheduler" "$TMP/kube-controller-manager" "$BIN/"
+	echo "k8s-build: kube-apiserver, kube-scheduler, kube-controller-manager $KUBE_VERSION built in $(since "$t")"
+fi
+
+if [ ! -s "$BIN/coredns" ]; then
+	t=$(now)
+	grep -q "github.com/coredns/coredns $COREDNS_VERSION\$" "$REPO/tools/coredns/go.mod" ||
+		{ echo "k8s-build: tools/coredns/go.mod does not pin coredns $COREDNS_VERSION" >&2; exit 1; }
+	go build -C "$REPO/tools/coredns" -ldflags='-s -w' -o "$TMP/coredns" .
+	mv "$TMP/coredns" "$BIN/coredns"
+	echo "k8s-build: coredns $COREDNS_VERSION built in $(since "$t")"
 fi
 
 if [ ! -s "$BIN/kwok" ]; then

@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 		return
 	}
 	ray.Main()
+	if kc := os.Getenv(envDriver); kc != "" {
+		runDriverProcess(kc) // a driver that TestE2EDeadDriverSlice kills
+	}
 	kubeharness.RunTestProgram()
 	os.Exit(m.Run())
 }
@@ -136,13 +139,23 @@ var osExecutable = os.Executable
 
 var _ = context.Background
 
-// slicesCluster starts a control plane with one v6e node pool of topology
-// per name in pools (4 chips per host), and a driver on it with the RBAC
-// identity of deploy/, worker pods of this test binary and cfg's other
-// settings as edit leaves them; the cluster is closed at cleanup.
+// slicesCluster starts a control plane whose pods are network-isolated
+// (a network namespace each, cluster DNS from CoreDNS; the test skips where
+// namespaces cannot be made) with one v6e node pool of topology per name in
+// pools (4 chips per host), and a driver on it with the RBAC identity of
+// deploy/, worker pods of this test binary, DriverHost the address at which
+// pods reach the test process, and cfg's other settings as edit leaves
+// them; the cluster is closed at cleanup.
 func slicesCluster(t *testing.T, topology string, pools []string, edit func(*Config)) (*kubeharness.ControlPlane, *ray.Cluster) {
 	t.Helper()
-	cp := startHarness(t)
+	exe, err := osExecutable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := kubeharness.Start(t, &kubeharness.Options{
+		Images:  map[string]string{workerImage: exe},
+		Network: kubeharness.NetworkIsolated,
+	})
 	ctx := t.Context()
 	for _, pool := range pools {
 		if _, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: pool, Generation: "v6e", Topology: topology, ChipsPerHost: 4}); err != nil {
@@ -157,6 +170,7 @@ func slicesCluster(t *testing.T, topology string, pools []string, edit func(*Con
 	cfg.Client = client
 	cfg.Worker.Image = workerImage
 	cfg.Worker.StartTimeout = time.Minute
+	cfg.DriverHost = cp.HostIP()
 	if edit != nil {
 		edit(&cfg)
 	}

@@ -3,7 +3,11 @@
 package kubernetes
 
 import (
+	"bytes"
 	"context"
+	"net"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,12 +18,15 @@ import (
 )
 
 // k8sAllReduce sums (rank+1) over every rank for iters iterations,
-// checking each host's TPU env names its pods by their DNS names, and
-// reports the vector's first element.
+// checking each host's TPU env names its pods by their DNS names, which
+// resolve in the pod (cluster DNS), and reports the vector's first element.
 var k8sAllReduce = train.NewLoop("k8stest.allreduce", func(ctx context.Context, w *train.Worker, iters int) error {
 	for _, h := range strings.Split(w.Getenv("TPU_WORKER_HOSTNAMES"), ",") {
 		if !strings.HasSuffix(h, ".svc") {
 			return &train.WorkerFailedError{Rank: w.Rank(), Cause: "TPU_WORKER_HOSTNAMES names " + h + ", not a pod's DNS name"}
+		}
+		if _, err := net.DefaultResolver.LookupHost(ctx, h); err != nil {
+			return &train.WorkerFailedError{Rank: w.Rank(), Cause: "TPU_WORKER_HOSTNAMES: " + err.Error()}
 		}
 	}
 	state := make([]float64, 4)
@@ -38,30 +45,83 @@ var k8sAllReduce = train.NewLoop("k8stest.allreduce", func(ctx context.Context, 
 	return nil
 })
 
-// TestE2ETrainAllReduce: train on 2 × v6e 4x4 (8 worker pods) on a real
-// control plane, with the rendezvous where the backend says workers reach
-// the driver (Config.DriverHost here: the test process is outside the
-// cluster): every rank joins, AllReduce sums across the 8 pods, the
-// result is exact, and the slices and pods are released.
-func TestE2ETrainAllReduce(t *testing.T) {
-	is := is.New(t)
+// TestE2ETrain: train on 2 × v6e 4x4 (8 worker pods, each in its own
+// network namespace with cluster DNS) on a real control plane, with the
+// rendezvous where the backend says workers reach the driver
+// (Config.DriverHost: the test process is outside the cluster).
+//
+//   - A loop: every rank joins, AllReduce sums across the 8 pods, the result
+//     is exact.
+//   - A python3 program per host (train.NewProgram, train/testdata/host.py):
+//     each resolves every name of its slice's TPU_WORKER_HOSTNAMES and
+//     MEGASCALE_COORDINATOR_ADDRESS through CoreDNS (its own name to its
+//     pod IP) and meets the other ranks at
+//     JAX_COORDINATOR_ADDRESS, as jax.distributed.initialize would.
+//
+// After each, the slices and pods are released.
+func TestE2ETrain(t *testing.T) {
 	ctx := t.Context()
-	cp, c := slicesCluster(t, "4x4", []string{"slice-a", "slice-b"}, func(cfg *Config) {
-		cfg.DriverHost = "127.0.0.1" // the harness's pods reach the test process on loopback
+	cp, c := slicesCluster(t, "4x4", []string{"slice-a", "slice-b"}, nil)
+	scaling := train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", NumSlices: 2}
+	released := func(t *testing.T) {
+		is := is.New(t)
+		states, err := ray.TPUSlices(ctx, c)
+		is.NoErr(err)
+		for _, st := range states {
+			is.Equal(st.ReservedBy, ray.PlacementGroupID(0))
+		}
+	}
+
+	t.Run("allreduce", func(t *testing.T) {
+		is := is.New(t)
+		tr, err := train.New(c, k8sAllReduce, 5, scaling, train.RunConfig{Name: "e2e", Progress: train.ProgressOff})
+		is.NoErr(err)
+		res, err := tr.Fit(ctx)
+		is.NoErr(err)
+		is.Equal(res.Metrics["ranks"], 8.0)  // 8 pods took part
+		is.Equal(res.Metrics["sum"], 5*36.0) // 5 iterations of 1+2+...+8
+		released(t)
 	})
 
-	tr, err := train.New(c, k8sAllReduce, 5, train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", NumSlices: 2},
-		train.RunConfig{Name: "e2e", Progress: train.ProgressOff})
-	is.NoErr(err)
-	res, err := tr.Fit(ctx)
-	is.NoErr(err)
-	is.Equal(res.Metrics["ranks"], 8.0)  // 8 pods took part
-	is.Equal(res.Metrics["sum"], 5*36.0) // 5 iterations of 1+2+...+8
-	states, err := ray.TPUSlices(ctx, c)
-	is.NoErr(err)
-	for _, st := range states {
-		is.Equal(st.ReservedBy, ray.PlacementGroupID(0))
+	t.Run("python program", func(t *testing.T) {
+		is := is.New(t)
+		python, script := pythonAndHostScript(t)
+		var out bytes.Buffer
+		tr, err := train.NewProgram(c, train.Program{Path: python, Args: []string{script, "meet"},
+			Env: map[string]string{"EXTRA": "yes", "CHECK_DNS": "1"}},
+			scaling, train.RunConfig{Name: "e2e-program", Progress: train.ProgressOff, Output: &out})
+		is.NoErr(err)
+		_, err = tr.Fit(ctx)
+		lines := out.String()
+		if err != nil || strings.Contains(lines, "BAD") {
+			t.Fatalf("Fit: %v; output:\n%s", err, lines)
+		}
+		is.Equal(strings.Count(lines, "env ok"), 8)
+		is.Equal(strings.Count(lines, "resolved 4 host names"), 8) // every pod resolved every name of its slice
+		is.Equal(strings.Count(lines, "met the coordinator"), 7)
+		is.True(strings.Contains(lines, "[rank 0] coordinator met ranks [1, 2, 3, 4, 5, 6, 7]"))
+		released(t)
+	})
+
+	is.New(t).NoErr(c.Close())
+	is.New(t).NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
+	if ns := cp.NetworkNamespaces(); len(ns) > 0 {
+		t.Errorf("network namespaces left after the pods: %v", ns)
 	}
-	is.NoErr(c.Close())
-	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
+}
+
+// pythonAndHostScript returns the python3 interpreter itself (not a pyenv
+// shim, which needs the test's HOME) and train/testdata/host.py, by
+// absolute path: pods run on this machine's file system.
+func pythonAndHostScript(t *testing.T) (string, string) {
+	t.Helper()
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		t.Skipf("python3 is needed for this test: %v", err)
+	}
+	script, err := filepath.Abs(filepath.Join("..", "..", "train", "testdata", "host.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out)), script
 }

@@ -27,7 +27,8 @@ type agentConfig struct {
 	runDir  string
 	images  imageTable
 	ips     *ipAllocator
-	apiHost string // for KUBERNETES_SERVICE_HOST/PORT
+	net     *podNetwork // NetworkIsolated only
+	apiHost string      // for KUBERNETES_SERVICE_HOST/PORT
 	apiPort string
 	logf    func(format string, args ...any)
 }
@@ -37,6 +38,7 @@ func (cp *ControlPlane) agentConfig() agentConfig {
 		runDir:  cp.runDir,
 		images:  newImageTable(cp.opts.Images),
 		ips:     cp.ips,
+		net:     cp.net,
 		apiHost: "127.0.0.1",
 		apiPort: strconv.Itoa(cp.apiPort),
 		logf:    cp.tb.Logf,

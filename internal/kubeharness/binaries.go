@@ -15,11 +15,12 @@ import (
 // Pinned versions of the control-plane binaries. scripts/k8s-build.sh builds
 // exactly these; binDirKey must match its KEY (TestBuildScriptKey checks it).
 const (
-	KubeVersion = "v1.37.2"
-	EtcdVersion = "v3.7.3"
-	KwokVersion = "v0.8.0"
+	KubeVersion    = "v1.37.2"
+	EtcdVersion    = "v3.7.3"
+	KwokVersion    = "v0.8.0"
+	CoreDNSVersion = "v1.15.0"
 
-	binDirKey = "k8s-" + KubeVersion + "_etcd-" + EtcdVersion + "_kwok-" + KwokVersion
+	binDirKey = "k8s-" + KubeVersion + "_etcd-" + EtcdVersion + "_kwok-" + KwokVersion + "_coredns-" + CoreDNSVersion
 )
 
 // Environment variables read by the harness.
@@ -38,7 +39,7 @@ const (
 )
 
 // binaryNames are the files Start needs in the binary folder.
-var binaryNames = []string{"etcd", "kube-apiserver", "kube-scheduler"}
+var binaryNames = []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "coredns"}
 
 // kwokNames are the extra files needed once a kwok node pool is added.
 var kwokNames = []string{"kwok", "kwok-stages.yaml"}

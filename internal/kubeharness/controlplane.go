@@ -41,16 +41,21 @@ type Options struct {
 	// An empty value means the image has no entrypoint: the container's
 	// command is looked up on the host PATH.
 	Images map[string]string
-	// APIServerArgs and SchedulerArgs are appended to the harness's flags
+	// APIServerArgs, SchedulerArgs and ControllerManagerArgs are appended to the harness's flags
 	// (a later flag wins), e.g. "--enable-admission-plugins=ExtendedResourceToleration".
-	APIServerArgs []string
-	SchedulerArgs []string
+	APIServerArgs         []string
+	SchedulerArgs         []string
+	ControllerManagerArgs []string
 	// StartTimeout bounds the start of each component. Default 90s.
 	StartTimeout time.Duration
 	// ClientQPS and ClientBurst configure Config() and the node agent.
 	// Defaults 1000 and 2000 (the harness creates thousands of objects).
 	ClientQPS   float32
 	ClientBurst int
+	// Network says how pods are networked: NetworkLoopback (the default)
+	// or NetworkIsolated (a network namespace per pod and cluster DNS from
+	// CoreDNS; Start skips the test where namespaces cannot be made).
+	Network Network
 }
 
 // ControlPlane is a running etcd + kube-apiserver + kube-scheduler on
@@ -71,6 +76,7 @@ type ControlPlane struct {
 	client kubernetes.Interface
 	ips    *ipAllocator
 	agent  *nodeAgent
+	net    *podNetwork // NetworkIsolated only
 
 	apiURL       string
 	apiPort      int
@@ -89,7 +95,7 @@ type ControlPlane struct {
 
 // StartupTimes are the wall-clock durations of Start, per component.
 type StartupTimes struct {
-	Etcd, APIServer, Scheduler, Agent, Total time.Duration
+	Etcd, APIServer, Scheduler, ControllerManager, DNS, Agent, Total time.Duration
 }
 
 // Start starts a control plane for tb and registers its teardown with
@@ -120,6 +126,11 @@ func Start(tb testing.TB, opts *Options) *ControlPlane {
 	}
 	if o.ClientBurst <= 0 {
 		o.ClientBurst = 2000
+	}
+	if o.Network == NetworkIsolated {
+		if err := CheckIsolatedNetwork(); err != nil {
+			tb.Skipf("kubeharness: this test needs network-isolated pods (NetworkIsolated), which cannot run here: %v", err)
+		}
 	}
 	reapStaleRunDirs()
 	runDir, err := os.MkdirTemp("", runDirPrefix)
@@ -186,11 +197,12 @@ func (cp *ControlPlane) start() error {
 			return err
 		}
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(6)
 	if err != nil {
 		return err
 	}
 	etcdPort, peerPort, apiPort, schedPort := ports[0], ports[1], ports[2], ports[3]
+	kcmPort, dnsReadyPort := ports[4], ports[5]
 	cp.apiPort, cp.schedPort = apiPort, schedPort
 	cp.apiURL = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
 
@@ -240,8 +252,9 @@ func (cp *ControlPlane) start() error {
 		"--service-account-issuer=" + cp.apiURL,
 		"--service-account-key-file=" + saKey, "--service-account-signing-key-file=" + saKey,
 		"--service-cluster-ip-range=10.0.0.0/24",
-		// No kube-controller-manager: nothing would remove the not-ready
-		// taint or create the default ServiceAccount.
+		// The controller manager runs without the node lifecycle
+		// controller (nothing would remove the not-ready taint), and the
+		// agent mounts no service-account token volumes.
 		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
 		"--allow-privileged=true", "--profiling=false",
 	}
@@ -300,6 +313,27 @@ clientConnection: {kubeconfig: %q, qps: 500, burst: 1000}
 	}
 	cp.startupTimes.Scheduler = time.Since(t)
 
+	// kube-controller-manager
+	t = time.Now()
+	if err := cp.startControllerManager(kcmPort, insecure); err != nil {
+		return err
+	}
+	cp.startupTimes.ControllerManager = time.Since(t)
+
+	// the pod network and CoreDNS
+	if cp.opts.Network == NetworkIsolated {
+		t = time.Now()
+		if cp.net == nil {
+			if cp.net, err = newPodNetwork(); err != nil {
+				return err
+			}
+		}
+		if err := cp.startCoreDNS(dnsReadyPort); err != nil {
+			return err
+		}
+		cp.startupTimes.DNS = time.Since(t)
+	}
+
 	// node agent
 	t = time.Now()
 	agentCfg := cp.Config()
@@ -315,9 +349,10 @@ clientConnection: {kubeconfig: %q, qps: 500, burst: 1000}
 	cp.startupTimes.Agent = time.Since(t)
 	cp.startupTimes.Total = time.Since(t0)
 	s := cp.startupTimes
-	cp.tb.Logf("kubeharness: control plane %s up in %v (etcd %v, kube-apiserver %v, kube-scheduler %v, agent %v); run folder %s",
+	cp.tb.Logf("kubeharness: control plane %s up in %v (etcd %v, kube-apiserver %v, kube-scheduler %v, kube-controller-manager %v, dns %v, agent %v); run folder %s",
 		cp.apiURL, s.Total.Round(time.Millisecond), s.Etcd.Round(time.Millisecond), s.APIServer.Round(time.Millisecond),
-		s.Scheduler.Round(time.Millisecond), s.Agent.Round(time.Millisecond), cp.runDir)
+		s.Scheduler.Round(time.Millisecond), s.ControllerManager.Round(time.Millisecond), s.DNS.Round(time.Millisecond),
+		s.Agent.Round(time.Millisecond), cp.runDir)
 	return nil
 }
 
@@ -456,6 +491,9 @@ func (cp *ControlPlane) stop() {
 		for i := len(procs) - 1; i >= 0; i-- {
 			procs[i].stop(3 * time.Second)
 		}
+		if cp.net != nil {
+			cp.net.close()
+		}
 		if cp.tb.Failed() {
 			for _, p := range procs {
 				cp.tb.Logf("kubeharness: tail of %s log:\n%s", p.name, tail(cp.ComponentLog(p.name), 40))
@@ -498,6 +536,9 @@ func (cp *ControlPlane) kill() {
 	cp.mu.Unlock()
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].stop(0)
+	}
+	if cp.net != nil {
+		cp.net.close()
 	}
 	if !cp.keep {
 		_ = os.RemoveAll(cp.runDir)
@@ -573,4 +614,29 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// HostIP returns the address at which pods reach the test process (the
+// driver of a test): the pod network's gateway with NetworkIsolated, where
+// a server of the test must listen on it (or on all addresses) to be
+// reached; 127.0.0.1 with NetworkLoopback.
+func (cp *ControlPlane) HostIP() string {
+	if cp.net != nil {
+		return cp.net.gw.String()
+	}
+	return "127.0.0.1"
+}
+
+// Network returns how this control plane's pods are networked.
+func (cp *ControlPlane) Network() Network { return cp.opts.Network }
+
+// NetworkNamespaces returns the names of the pod network namespaces that
+// exist now (NetworkIsolated; nil otherwise), for tests that check nothing
+// is left once the pods are gone. A namespace is removed when its pod's
+// processes have stopped.
+func (cp *ControlPlane) NetworkNamespaces() []string {
+	if cp.net == nil {
+		return nil
+	}
+	return cp.net.namespaces()
 }

@@ -1,7 +1,9 @@
 // Package kubeharness runs a real Kubernetes control plane on loopback for
-// tests: etcd, kube-apiserver and kube-scheduler built from the Go module
-// proxy, simulated GKE TPU node pools, and a node agent that runs the pods
-// bound to those nodes as local processes.
+// tests: etcd, kube-apiserver, kube-scheduler and kube-controller-manager
+// built from the Go module proxy, simulated GKE TPU node pools, and a node
+// agent that runs the pods bound to those nodes as local processes; with
+// Options.Network NetworkIsolated each pod gets a network namespace of its
+// own and cluster DNS from CoreDNS.
 //
 // It is test-only: import it from _test files that carry `//go:build e2e`.
 // Every file of the package except this one has that constraint, so the
@@ -30,12 +32,12 @@
 // /readyz and default namespace, and the scheduler's /readyz, then starts
 // the node agent; a start that loses a picked port to another process is
 // retried on new ports (three attempts). Config and Client give tests an
-// admin client. There is no
-// kube-controller-manager: no Deployments, Jobs, ReplicaSets, garbage
-// collection or namespace deletion. The ServiceAccount and
-// TaintNodesByCondition admission plugins are off, since without the
-// controller manager nothing would create default ServiceAccounts or lift
-// the not-ready taint.
+// admin client. kube-controller-manager runs the garbage collector, Job,
+// TTL-after-finished, namespace, ServiceAccount, EndpointSlice, ReplicaSet
+// and Deployment controllers, but not the node lifecycle controller (nodes
+// send no heartbeats). The TaintNodesByCondition admission plugin is off
+// (nothing would lift the not-ready taint), and so is ServiceAccount
+// admission (the agent mounts no token volumes).
 //
 // # Nodes
 //
@@ -48,16 +50,18 @@
 // plain nodes. Agent nodes (the default) run their pods as processes; kwok
 // nodes (NodePool.Kwok) are simulated by kwok, which starts on first use and
 // makes their pods Running without running anything, for scale tests. Nodes
-// are created Ready and stay Ready: with no controller manager nothing
-// watches heartbeats, so neither the agent nor kwok sends any.
+// are created Ready and stay Ready: the controller manager runs without the
+// node lifecycle controller, so nothing watches heartbeats, and neither the
+// agent nor kwok sends any.
 //
 // # Node agent
 //
 // One agent serves every agent node of a control plane; it is the
-// harness's kubelet. A pod bound to an agent node gets its own loopback IP
-// (127.B.x.y, unique within the control plane; Linux accepts binds on any
-// 127/8 address) and each container runs as a process in its own process
-// group:
+// harness's kubelet. A pod bound to an agent node gets its own IP: with
+// NetworkLoopback (the default) a loopback 127.B.x.y, unique within the
+// control plane (Linux accepts binds on any 127/8 address); with
+// NetworkIsolated a 10.B.x.y in a network namespace of its own (see
+// Network). Each container runs as a process in its own process group:
 //
 //   - argv: the container's command + args when command is set, run on the
 //     host as is (looked up on PATH); otherwise the image's binary from the
@@ -81,10 +85,11 @@
 //     as kube-controller-manager's pod garbage collector would.
 //
 // Not supported: volumes (the container sees the host file system), probes
-// (Ready means running), resource limits (nothing is enforced), ports and
-// Services (talk to pod IPs), exec/attach/port-forward and `kubectl logs`
-// (there is no kubelet API), and network isolation (a process can bind
-// any address; bind to $POD_IP).
+// (Ready means running), resource limits (nothing is enforced),
+// kube-proxy (ClusterIP Services lead nowhere: talk to pod IPs or, with
+// NetworkIsolated, headless-Service names), exec/attach/port-forward and
+// `kubectl logs` (there is no kubelet API), and, with NetworkLoopback,
+// network isolation (a process can bind any address; bind to $POD_IP).
 //
 // Image table. An image maps to a local binary; Options.Images entries
 // override and extend the built-in table. Keys match exactly first, then
@@ -104,8 +109,8 @@
 // node, while the harness wants one agent for 64 or more nodes; it brings
 // k8s.io/apiserver, k8s.io/kubelet and controller-runtime into the library's
 // go.mod for a test-only feature; and what it adds (kubelet HTTPS API, node
-// leases and status loops) is what the harness needs least, with no
-// controller manager watching leases. The agent here is a few hundred lines
+// leases and status loops) is what the harness needs least, with nothing
+// watching node leases. The agent here is a few hundred lines
 // over one shared client-go pod informer.
 //
 // # Teardown

@@ -14,7 +14,8 @@ import (
 // nodes annotated kwok.x-k8s.io/node=fake and their pods: it moves those
 // pods to Running with an IP from 10.244.0.0/16 (nothing runs) and
 // finalizes their deletion. It sends no node heartbeats and makes no
-// Leases; with no kube-controller-manager nothing needs them.
+// Leases; the controller manager runs without the node lifecycle
+// controller, so nothing needs them.
 func (cp *ControlPlane) ensureKwok() error {
 	cp.kwokMu.Lock() // held until kwok is up: one kwok per control plane
 	defer cp.kwokMu.Unlock()

@@ -48,6 +48,8 @@ type podRun struct {
 	ip     string
 	hostIP string
 	dir    string
+	netns  string // NetworkIsolated: the pod's network namespace, once made
+	netErr error  // NetworkIsolated: why the namespace could not be made
 
 	stopMu   sync.Mutex
 	stopKind stopKind
@@ -96,9 +98,12 @@ func newPodRun(a *nodeAgent, pod *corev1.Pod, hostIP string) *podRun {
 		procs:  make(map[string]*PodProcess),
 		last:   pod,
 	}
-	if pod.Spec.HostNetwork {
+	switch {
+	case pod.Spec.HostNetwork:
 		r.ip = hostIP
-	} else {
+	case a.cfg.net != nil:
+		// loop makes the namespace and sets the IP before anything runs.
+	default:
 		r.ip = a.cfg.ips.next().String()
 	}
 	for _, c := range pod.Spec.InitContainers {
@@ -147,6 +152,10 @@ func (r *podRun) loop() {
 	r.startTime = metav1.Now()
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		r.a.cfg.logf("kubeharness: node agent: pod %s/%s: %v", r.pod.Namespace, r.pod.Name, err)
+	}
+	if n := r.a.cfg.net; n != nil && !r.pod.Spec.HostNetwork {
+		r.makeNetwork(n)
+		defer func() { n.remove(r.netns) }()
 	}
 	r.advance()
 	r.publish()
@@ -307,6 +316,13 @@ func (r *podRun) exec(c *ctrState) (*process, string, error) {
 		return nil, "", err
 	}
 	defer logf.Close()
+	if r.netErr != nil {
+		return nil, "", r.netErr
+	}
+	if r.netns != "" {
+		argv = execArgv(r.netns, append([]string{path}, argv[1:]...))
+		path = argv[0]
+	}
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args[0] = argv[0]
 	cmd.Env = env.list()
@@ -319,6 +335,31 @@ func (r *podRun) exec(c *ctrState) (*process, string, error) {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	p, err := startProcess(r.pod.Namespace+"/"+r.pod.Name+"/"+c.spec.Name, cmd)
 	return p, logPath, err
+}
+
+// makeNetwork gives the pod its network namespace and IP (NetworkIsolated):
+// the pod's hostname (spec.hostname or its name) and, with a subdomain,
+// its DNS name in /etc/hosts as kubelet writes them; cluster DNS in
+// resolv.conf unless dnsPolicy is Default or None (dnsConfig is not
+// applied). A failure leaves every container to fail with StartError.
+func (r *podRun) makeNetwork(n *podNetwork) {
+	host := r.pod.Spec.Hostname
+	if host == "" {
+		host = r.pod.Name
+	}
+	fqdn := ""
+	if sub := r.pod.Spec.Subdomain; sub != "" {
+		fqdn = fmt.Sprintf("%s.%s.%s.svc.%s", host, sub, r.pod.Namespace, clusterDomain)
+	}
+	policy := r.pod.Spec.DNSPolicy
+	clusterDNS := policy != corev1.DNSDefault && policy != corev1.DNSNone
+	name, ip, err := n.add(r.pod.Namespace, host, fqdn, clusterDNS)
+	if err != nil {
+		r.netErr = fmt.Errorf("pod network: %w", err)
+		r.a.cfg.logf("kubeharness: node agent: pod %s/%s: %v", r.pod.Namespace, r.pod.Name, r.netErr)
+		return
+	}
+	r.netns, r.ip = name, ip
 }
 
 func (c *ctrState) argv(env *envList) ([]string, error) {

@@ -74,8 +74,10 @@ func (r *podRun) fillStatus(st *corev1.PodStatus) {
 	st.Phase = phase
 	st.HostIP = r.hostIP
 	st.HostIPs = []corev1.HostIP{{IP: r.hostIP}}
-	st.PodIP = r.ip
-	st.PodIPs = []corev1.PodIP{{IP: r.ip}}
+	st.PodIP, st.PodIPs = r.ip, nil
+	if r.ip != "" { // no IP when the pod's network could not be made
+		st.PodIPs = []corev1.PodIP{{IP: r.ip}}
+	}
 	st.StartTime = &r.startTime
 	st.InitContainerStatuses = nil
 	for _, c := range r.init {

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -33,8 +34,13 @@ const envTestProgram = "GORAY_KUBEHARNESS_TESTPROG"
 //
 //	exit CODE          print a line, exit with CODE
 //	sleep [DURATION]   sleep (default: until killed; SIGTERM ends it with 143)
-//	serve [PORT]       HTTP on $POD_IP:PORT (default 8080), answering
+//	serve [PORT [IP]]  HTTP on IP:PORT (default $POD_IP:8080), answering
 //	                   "pod=$POD_NAME ip=$POD_IP"
+//	resolve NAME [TIMEOUT]  look NAME up until it resolves (default 10s),
+//	                   print "NAME -> ADDRS", exit 0; exit 1 on timeout
+//	dial ADDR [TIMEOUT [stay]]  TCP dials of ADDR until one connects (exit
+//	                   0, or with stay sleep until killed) or TIMEOUT
+//	                   (default 2s) passes (exit 1, printing the error)
 //	get URL [TIMEOUT]  GET URL until it answers 200 (default 30s), print the
 //	                   body, exit 0; exit 1 on timeout
 //	env                print the environment, sorted
@@ -48,7 +54,7 @@ func RunTestProgram() {
 
 func testProgram(args []string, out io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(out, "testprog: no command; want exit, sleep, serve, get, env or echo")
+		fmt.Fprintln(out, "testprog: no command; want exit, sleep, serve, get, resolve, dial, env or echo")
 		return 2
 	}
 	arg := func(i int, def string) string {
@@ -74,7 +80,7 @@ func testProgram(args []string, out io.Writer) int {
 		}
 		select {}
 	case "serve":
-		addr := net.JoinHostPort(os.Getenv("POD_IP"), arg(1, "8080"))
+		addr := net.JoinHostPort(arg(2, os.Getenv("POD_IP")), arg(1, "8080"))
 		body := fmt.Sprintf("pod=%s ip=%s\n", os.Getenv("POD_NAME"), os.Getenv("POD_IP"))
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -129,6 +135,49 @@ func testProgram(args []string, out io.Writer) int {
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
+	case "resolve":
+		timeout, err := time.ParseDuration(arg(2, "10s"))
+		if err != nil {
+			timeout = 10 * time.Second
+		}
+		deadline := time.Now().Add(timeout)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			addrs, err := net.DefaultResolver.LookupHost(ctx, arg(1, ""))
+			cancel()
+			if err == nil {
+				fmt.Fprintf(out, "testprog: %s -> %s\n", arg(1, ""), strings.Join(addrs, ","))
+				return 0
+			}
+			if time.Now().After(deadline) {
+				fmt.Fprintf(out, "testprog: resolve %s: %v\n", arg(1, ""), err)
+				return 1
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	case "dial":
+		timeout, err := time.ParseDuration(arg(2, "2s"))
+		if err != nil {
+			timeout = 2 * time.Second
+		}
+		deadline := time.Now().Add(timeout)
+		var c net.Conn
+		for {
+			if c, err = net.DialTimeout("tcp", arg(1, ""), max(time.Until(deadline), 500*time.Millisecond)); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				fmt.Fprintf(out, "testprog: dial %s: %v\n", arg(1, ""), err)
+				return 1
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		fmt.Fprintf(out, "testprog: dial %s: connected from %s\n", arg(1, ""), c.LocalAddr())
+		_ = c.Close()
+		if arg(3, "") == "stay" {
+			select {}
+		}
+		return 0
 	case "env":
 		env := os.Environ()
 		sort.Strings(env)

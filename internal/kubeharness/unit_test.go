@@ -179,13 +179,18 @@ func TestBuildScriptKey(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(root, "scripts", "k8s-build.sh"))
 	is.NoErr(err)
 	s := string(b)
-	for name, want := range map[string]string{"KUBE_VERSION": KubeVersion, "ETCD_VERSION": EtcdVersion, "KWOK_VERSION": KwokVersion} {
+	for name, want := range map[string]string{
+		"KUBE_VERSION": KubeVersion, "ETCD_VERSION": EtcdVersion, "KWOK_VERSION": KwokVersion, "COREDNS_VERSION": CoreDNSVersion,
+	} {
 		m := regexp.MustCompile(`(?m)^` + name + `=(\S+)$`).FindStringSubmatch(s)
 		is.True(m != nil)
 		is.Equal(m[1], want) // version pinned in scripts/k8s-build.sh
 	}
-	is.True(strings.Contains(s, `KEY="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"`))
+	is.True(strings.Contains(s, `KEY="k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_coredns-${COREDNS_VERSION}"`))
 	dir, err := DefaultBinDir()
 	is.NoErr(err)
-	is.Equal(filepath.Base(filepath.Dir(dir)), "k8s-v1.37.2_etcd-v3.7.3_kwok-v0.8.0")
+	is.Equal(filepath.Base(filepath.Dir(dir)), "k8s-v1.37.2_etcd-v3.7.3_kwok-v0.8.0_coredns-v1.15.0")
+	gomod, err := os.ReadFile(filepath.Join(root, "tools", "coredns", "go.mod"))
+	is.NoErr(err)
+	is.True(strings.Contains(string(gomod), "github.com/coredns/coredns "+CoreDNSVersion+"\n")) // tools/coredns builds the pinned version
 }

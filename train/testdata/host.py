@@ -22,6 +22,25 @@ if world > len(hosts):
         problems.append("MEGASCALE %s/%s" % (env.get("MEGASCALE_SLICE_ID"), env.get("MEGASCALE_NUM_SLICES")))
 if env.get("EXTRA") != "yes":
     problems.append("EXTRA")
+if env.get("CHECK_DNS") == "1":
+    # Every host name of the TPU env resolves (cluster DNS on Kubernetes),
+    # and this host's own name to this pod's IP.
+    for i, h in enumerate(hosts):
+        try:
+            ip = socket.gethostbyname(h)
+        except OSError as e:
+            problems.append("resolve %s: %s" % (h, e))
+            continue
+        if i == int(env["TPU_WORKER_ID"]) and ip != env.get("POD_IP"):
+            problems.append("own name %s is %s, not POD_IP %s" % (h, ip, env.get("POD_IP")))
+    mc = env.get("MEGASCALE_COORDINATOR_ADDRESS", "")
+    if mc:
+        try:
+            socket.gethostbyname(mc.rsplit(":", 1)[0] if mc.count(":") == 1 else mc)
+        except OSError as e:
+            problems.append("resolve MEGASCALE_COORDINATOR_ADDRESS %s: %s" % (mc, e))
+    if not problems:
+        print("rank %d resolved %d host names" % (rank, len(hosts)), flush=True)
 print("rank %d worker %s of %s: %s" % (rank, env["TPU_WORKER_ID"], env["TPU_NAME"], "env ok" if not problems else "BAD " + " ".join(problems)), flush=True)
 
 host, port = env["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)
