@@ -25,8 +25,9 @@
 // is either
 //
 //   - an actor class ([Actor]): one actor per host; requests are typed
-//     calls of a ray.Method ([Unary]) or a [Stream] ([Streaming]) on the
-//     host-0 actor, JSON in and out; or
+//     calls of a ray.Method ([Unary]), batches of them ([Batched], Ray
+//     Serve's @serve.batch) or a [Stream] ([Streaming]) on the host-0
+//     actor, JSON in and out; or
 //   - an external HTTP server process ([Process]), such as vLLM, started on
 //     host 0 (and optionally a worker command on the other hosts), that the
 //     router proxies to.

@@ -2,12 +2,15 @@ package serve_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
@@ -98,4 +101,71 @@ func Example() {
 	// data: {}
 	//
 	// ready: 1 slices held: 1 hosts: [v6e-8-0-w0 v6e-8-0-w1]
+}
+
+// greetAll is greet for a batch: one call for every request that reached
+// the replica together, one output per input, in order.
+var greetAll = ray.NewMethod(greeter, "greetAll", func(ctx context.Context, g *Greeter, ins []GreetIn) ([]GreetOut, error) {
+	outs := make([]GreetOut, len(ins))
+	for i, in := range ins {
+		outs[i] = GreetOut{Text: fmt.Sprintf("%s, %s (batch of %d)", g.greeting, in.Name, len(ins))}
+	}
+	return outs, nil
+})
+
+// Batched gathers the requests that reach a replica at once into one call
+// (Ray Serve's @serve.batch): here three clients, one batch.
+func ExampleBatched() {
+	ctx := context.Background()
+	b, err := local.New(local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x4", ChipsPerHost: 4}}}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := ray.NewCluster(ctx, b, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	srv := serve.New(c, nil)
+	defer srv.Shutdown(ctx)
+	err = srv.Deploy(ctx, serve.Deployment{
+		Name: "greeter",
+		// Up to 8 requests per call; the first waits up to 100ms for more.
+		Replica:     serve.Actor(greeter, "Hello", serve.Batched(greetAll, serve.BatchOptions{MaxSize: 8, MaxWait: 100 * time.Millisecond})),
+		Accelerator: "v6e", Topology: "2x4", ChipsPerVM: 4,
+		MaxConcurrentRequests: 8, // at least MaxSize, or batches cannot fill
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	client := ts.Client()
+	defer client.CloseIdleConnections()
+
+	names := []string{"v6e", "v5p", "v7x"}
+	replies := make([]string, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			resp, err := client.Post(ts.URL+"/greeter", "application/json", strings.NewReader(`{"Name": "`+name+`"}`))
+			if err != nil {
+				log.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var out GreetOut
+			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+				log.Fatal(err)
+			}
+			replies[i] = out.Text
+		})
+	}
+	wg.Wait()
+	for _, r := range replies {
+		fmt.Println(r)
+	}
+	// Output:
+	// Hello, v6e (batch of 3)
+	// Hello, v5p (batch of 3)
+	// Hello, v7x (batch of 3)
 }

@@ -50,6 +50,21 @@ type EchoIn struct {
 	// Work is how long the call computes (on an accelerator, not the
 	// host's CPU), for benchmarks.
 	Work time.Duration `json:",omitempty"`
+	// Step is how long one model step takes on the host's accelerator,
+	// which runs one step at a time (see accelerator), for benchmarks.
+	Step time.Duration `json:",omitempty"`
+}
+
+// accelerators holds a mutex per host: one model step at a time.
+var accelerators sync.Map // host -> *sync.Mutex
+
+// accelerator runs one model step of d on the host's accelerator.
+func accelerator(ctx context.Context, d time.Duration) {
+	rc, _ := ray.Runtime(ctx)
+	mu, _ := accelerators.LoadOrStore(rc.NodeName(), new(sync.Mutex))
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	time.Sleep(d)
 }
 
 type EchoOut struct {
@@ -80,6 +95,9 @@ var (
 		}
 		if in.Work > 0 {
 			time.Sleep(in.Work) // accelerator time: the host CPU is free
+		}
+		if in.Step > 0 {
+			accelerator(ctx, in.Step)
 		}
 		rc, _ := ray.Runtime(ctx)
 		return EchoOut{Text: e.prefix + in.Text, Host: rc.NodeName(), WorkerID: rc.Env("TPU_WORKER_ID"), Hostnames: rc.Env("TPU_WORKER_HOSTNAMES")}, nil

@@ -58,7 +58,10 @@ type Endpoint[A any] struct {
 }
 
 type actorEndpoints[A any] struct {
-	unary  func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error)
+	// unaryCount counts the endpoints (Unary, Batched) that set unary: a
+	// deployment may have one.
+	unaryCount int
+	unary      func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error)
 	stream func(ctx context.Context, h *ray.ActorHandle[A], body []byte, emit func([]byte) error) error
 	check  func(ctx context.Context, h *ray.ActorHandle[A]) error
 }
@@ -75,6 +78,7 @@ func decodeBody[I any](body []byte) (I, error) {
 // called on the replica's host-0 actor, and its output is the JSON reply.
 func Unary[A, I, O any](m *ray.Method[A, I, O]) Endpoint[A] {
 	return Endpoint[A]{func(e *actorEndpoints[A]) {
+		e.unaryCount++
 		e.unary = func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error) {
 			in, err := decodeBody[I](body)
 			if err != nil {
@@ -194,7 +198,10 @@ func (r *actorReplica[A, CI]) validate() error {
 		return errors.New("serve.Actor: nil actor class")
 	}
 	if r.eps.unary == nil && r.eps.stream == nil {
-		return fmt.Errorf("serve.Actor %s: no endpoint: pass serve.Unary and/or serve.Streaming", r.class.Name())
+		return fmt.Errorf("serve.Actor %s: no endpoint: pass serve.Unary (or serve.Batched) and/or serve.Streaming", r.class.Name())
+	}
+	if r.eps.unaryCount > 1 {
+		return fmt.Errorf("serve.Actor %s: %d endpoints serve POST /<deployment> (serve.Unary, serve.Batched); pass one", r.class.Name(), r.eps.unaryCount)
 	}
 	return nil
 }
