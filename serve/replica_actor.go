@@ -62,8 +62,8 @@ type actorEndpoints[A any] struct {
 	// deployment may have one.
 	unaryCount int
 	unary      func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error)
-	stream func(ctx context.Context, h *ray.ActorHandle[A], body []byte, emit func([]byte) error) error
-	check  func(ctx context.Context, h *ray.ActorHandle[A]) error
+	stream     func(ctx context.Context, h *ray.ActorHandle[A], body []byte, emit func([]byte) error) error
+	check      func(ctx context.Context, h *ray.ActorHandle[A]) error
 }
 
 func decodeBody[I any](body []byte) (I, error) {
