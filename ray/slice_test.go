@@ -192,7 +192,8 @@ func TestSliceBundles(t *testing.T) {
 }
 
 func TestSliceErrors(t *testing.T) {
-	c := tpuCluster(t, v6e(1), local.TPUSliceSpec{Generation: "v5p", Topology: "2x2x2"})
+	c := tpuCluster(t, v6e(1), local.TPUSliceSpec{Generation: "v5p", Topology: "2x2x2"},
+		local.TPUSliceSpec{Generation: "v6e", Topology: "2x4", ChipsPerHost: 4})
 	for _, tc := range []struct {
 		name string
 		spec ray.SliceSpec
@@ -202,6 +203,9 @@ func TestSliceErrors(t *testing.T) {
 		{"InvalidTopology", ray.SliceSpec{Topology: "4x5", AcceleratorVersion: "v6e"}, ray.InvalidArgument, "valid: 1x1, 2x2, 2x4, 2x8, 4x4, 4x8, 8x8, 8x16, 16x16"},
 		{"UnknownGeneration", ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v9z"}, ray.InvalidArgument, "v9z"},
 		{"NoSuchShape", ray.SliceSpec{Topology: "8x8", AcceleratorVersion: "v6e"}, ray.Infeasible, "1 × v6e 4x4, 1 × v5p 2x2x2"},
+		// v6e 2x4 is one 8-chip host by default; the cluster's are two hosts of 4.
+		{"OtherChipsPerHost", ray.SliceSpec{Topology: "2x4", AcceleratorVersion: "v6e"}, ray.Infeasible,
+			"want 1 × v6e 2x4 with 8 chips per host (1 host), but the cluster's v6e 2x4 slices have 4 chips per host (2 hosts): ask for ChipsPerVM 4"},
 		{"TooMany", ray.SliceSpec{Topology: "2x2x2", AcceleratorVersion: "v5p", NumSlices: 2}, ray.Infeasible, "only 1"},
 		{"NegativeSlices", ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: -1}, ray.InvalidArgument, "negative"},
 		{"NegativeResources", ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", ResourcesPerBundle: ray.Resources{ray.CPU: -1}}, ray.InvalidArgument, "CPU"},

@@ -221,6 +221,34 @@ func (x *sliceIndex) addHost(b *Runtime, n *node) {
 func (x *sliceIndex) named(name string) bool { return x.names[name] }
 
 // describeShapes lists what slices the cluster has, for errors.
+// sameTopology returns the shape of a pool of the cluster with shape's
+// generation and topology but other chips per host, or nil.
+func (x *sliceIndex) sameTopology(shape tpu.SliceShape) *tpu.SliceShape {
+	for _, p := range x.order {
+		if len(p.all) > 0 && p.shape.Generation == shape.Generation && p.shape.Topology.String() == shape.Topology.String() &&
+			chipsPerHost(p.shape) != chipsPerHost(shape) {
+			return &p.shape
+		}
+	}
+	return nil
+}
+
+func hostCount(n int) string {
+	if n == 1 {
+		return "1 host"
+	}
+	return strconv.Itoa(n) + " hosts"
+}
+
+// chipsPerHost is a shape's chips per host, its generation's default if
+// unset.
+func chipsPerHost(s tpu.SliceShape) int {
+	if s.ChipsPerHost != 0 {
+		return s.ChipsPerHost
+	}
+	return s.Generation.DefaultChipsPerHost(s.Topology)
+}
+
 func (x *sliceIndex) describeShapes() string {
 	if len(x.order) == 0 {
 		return "the cluster has no TPU slices"
@@ -293,10 +321,18 @@ func (rt *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest)
 			have = len(p.all)
 		}
 		shapes := rt.slices.describeShapes()
-		rt.mu.Unlock()
 		if have == 0 {
+			if other := rt.slices.sameTopology(shape); other != nil {
+				rt.mu.Unlock()
+				return nil, backend.Errorf(backend.Infeasible, op,
+					"want %d × %s %s with %d chips per host (%s), but the cluster's %s %s slices have %d chips per host (%s): ask for ChipsPerVM %d (ray.SliceSpec.ChipsPerVM, train.ScalingConfig.ChipsPerHost) (%s)",
+					n, shape.Generation, shape.Topology, chipsPerHost(shape), hostCount(shape.Hosts()), shape.Generation, shape.Topology,
+					chipsPerHost(*other), hostCount(other.Hosts()), chipsPerHost(*other), shapes)
+			}
+			rt.mu.Unlock()
 			return nil, backend.Errorf(backend.Infeasible, op, "want %d × %s but the cluster has no slice of that shape (%s)", n, shape, shapes)
 		}
+		rt.mu.Unlock()
 		return nil, backend.Errorf(backend.Infeasible, op, "want %d × %s but the cluster has only %d of that shape (%s)", n, shape, have, shapes)
 	}
 	demand := rt.vector(res)
