@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/wire"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/goray-dev/goray/backend"
@@ -30,6 +31,16 @@ type Backend struct {
 // in-cluster), a fresh ClusterID, the slice Leases, the Source and the
 // Runner. Nothing talks to the cluster until ray.NewCluster starts it.
 func New(ctx context.Context, cfg Config) (*Backend, error) {
+	if cfg.Worker.Image == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		client, err := NewClientset(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Worker.Image, err = OwnImage(ctx, client, cfg); err != nil {
+			return nil, err
+		}
+		cfg.Client = client
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -100,3 +111,27 @@ func (b *Backend) DriverHost(ctx context.Context) (string, error) {
 }
 
 var _ backend.DriverAddresser = (*Backend)(nil)
+
+// OwnImage returns the image of the first container of the pod the driver
+// runs in: $POD_NAME (else $HOSTNAME, which kubelet sets to the pod's
+// name) in cfg's namespace. New uses it when Worker.Image is empty in a
+// pod, so the workers run the driver's own program.
+func OwnImage(ctx context.Context, client kubernetes.Interface, cfg Config) (string, error) {
+	const op = "find the driver pod's own image"
+	name := os.Getenv("POD_NAME")
+	if name == "" {
+		name = os.Getenv("HOSTNAME")
+	}
+	ns := cfg.withDefaults().Namespace
+	if name == "" {
+		return "", backend.Errorf(backend.InvalidArgument, op, "Worker.Image is empty and neither $POD_NAME nor $HOSTNAME names the driver's pod: set Worker.Image, or pass POD_NAME (env valueFrom.fieldRef.fieldPath metadata.name)")
+	}
+	pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", backend.Errorf(apiCode(err), op, "Worker.Image is empty, so the workers would run the driver pod's image, but pod %s/%s could not be read: %v; set Worker.Image (or POD_NAME, if the pod's hostname is not its name)", ns, name, err)
+	}
+	if len(pod.Spec.Containers) == 0 || pod.Spec.Containers[0].Image == "" {
+		return "", backend.Errorf(backend.InvalidArgument, op, "Worker.Image is empty and pod %s/%s has no container image to use: set Worker.Image", ns, name)
+	}
+	return pod.Spec.Containers[0].Image, nil
+}

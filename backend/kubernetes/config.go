@@ -89,8 +89,11 @@ type Config struct {
 // WorkerConfig describes the worker pods: the user's own program, built
 // into an image, whose main calls ray.Main first.
 type WorkerConfig struct {
-	// Image is the worker image, such as "ko://example.com/app" built by
-	// ko or "us-docker.pkg.dev/p/r/app:v1". Required.
+	// Image is the worker image, such as "us-docker.pkg.dev/p/r/app:v1"
+	// (what `ko build` prints). Empty in a driver that runs in a pod means
+	// the image of the driver pod's first container, read from the API
+	// (the pod is $POD_NAME, else $HOSTNAME): the same program as the
+	// driver, as workers must be. Outside a pod it is required.
 	Image string
 	// Command and Args replace the image's entrypoint and arguments; nil
 	// keeps them.
@@ -278,7 +281,7 @@ func (c Config) Validate() error {
 		bad("Identity %q: want 1 to 512 non-blank characters", c.Identity)
 	}
 	if c.Worker.Image == "" {
-		bad("Worker.Image is empty: name the image of your program (whose main calls ray.Main first), such as one built by ko")
+		bad("Worker.Image is empty: name the image of your program (whose main calls ray.Main first), such as one built by ko; only a driver running in a pod may leave it empty (it then uses its own pod's image)")
 	}
 	if c.Worker.Port < 1 || c.Worker.Port > 65535 {
 		bad("Worker.Port %d: want 1..65535 (0 means %d)", c.Worker.Port, DefaultWorkerPort)

@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 	if kc := os.Getenv(envDriver); kc != "" {
 		runDriverProcess(kc) // a driver that TestE2EDeadDriverSlice kills
 	}
+	if os.Getenv(envDriverJob) == "1" {
+		runDriverJob() // the driver pod of TestE2EDriverJob
+	}
 	kubeharness.RunTestProgram()
 	os.Exit(m.Run())
 }

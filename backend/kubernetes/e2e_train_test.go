@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/matryer/is"
 
@@ -25,8 +26,17 @@ var k8sAllReduce = train.NewLoop("k8stest.allreduce", func(ctx context.Context, 
 		if !strings.HasSuffix(h, ".svc") {
 			return &train.WorkerFailedError{Rank: w.Rank(), Cause: "TPU_WORKER_HOSTNAMES names " + h + ", not a pod's DNS name"}
 		}
-		if _, err := net.DefaultResolver.LookupHost(ctx, h); err != nil {
-			return &train.WorkerFailedError{Rank: w.Rank(), Cause: "TPU_WORKER_HOSTNAMES: " + err.Error()}
+		// A pod's name is in cluster DNS once the EndpointSlice of its
+		// Service has its IP, which may come a moment after the pods of a
+		// slice start: look up as JAX does, until a deadline.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			_, err := net.DefaultResolver.LookupHost(ctx, h)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return &train.WorkerFailedError{Rank: w.Rank(), Cause: "TPU_WORKER_HOSTNAMES: " + err.Error()}
+			}
 		}
 	}
 	state := make([]float64, 4)

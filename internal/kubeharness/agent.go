@@ -30,6 +30,7 @@ type agentConfig struct {
 	net     *podNetwork // NetworkIsolated only
 	apiHost string      // for KUBERNETES_SERVICE_HOST/PORT
 	apiPort string
+	caPEM   []byte // the apiserver's CA, for service-account token mounts
 	logf    func(format string, args ...any)
 }
 
@@ -39,8 +40,9 @@ func (cp *ControlPlane) agentConfig() agentConfig {
 		images:  newImageTable(cp.opts.Images),
 		ips:     cp.ips,
 		net:     cp.net,
-		apiHost: "127.0.0.1",
+		apiHost: cp.HostIP(),
 		apiPort: strconv.Itoa(cp.apiPort),
+		caPEM:   cp.caPEM,
 		logf:    cp.tb.Logf,
 	}
 }

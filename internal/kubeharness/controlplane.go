@@ -167,7 +167,8 @@ func Start(tb testing.TB, opts *Options) *ControlPlane {
 }
 
 // Config returns a copy of the admin client configuration (bearer token,
-// the apiserver's self-signed CA) for https://127.0.0.1:<port>.
+// the apiserver's self-signed CA) for https://127.0.0.1:<port>, or with
+// NetworkIsolated https://<HostIP>:<port>, where pods reach it too.
 func (cp *ControlPlane) Config() *rest.Config { return rest.CopyConfig(cp.config) }
 
 // Client returns an admin clientset for the control plane.
@@ -204,7 +205,19 @@ func (cp *ControlPlane) start() error {
 	etcdPort, peerPort, apiPort, schedPort := ports[0], ports[1], ports[2], ports[3]
 	kcmPort, dnsReadyPort := ports[4], ports[5]
 	cp.apiPort, cp.schedPort = apiPort, schedPort
-	cp.apiURL = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	// With isolated pods the apiserver listens on the pod network's
+	// gateway, so that pods reach it (as in-cluster clients do) and its
+	// self-signed certificate names that address; else on loopback.
+	apiHost := "127.0.0.1"
+	if cp.opts.Network == NetworkIsolated {
+		if cp.net == nil {
+			if cp.net, err = newPodNetwork(); err != nil {
+				return err
+			}
+		}
+		apiHost = cp.net.gw.String()
+	}
+	cp.apiURL = fmt.Sprintf("https://%s:%d", apiHost, apiPort)
 
 	tok := make([]byte, 24)
 	if _, err := rand.Read(tok); err != nil {
@@ -244,7 +257,7 @@ func (cp *ControlPlane) start() error {
 	t = time.Now()
 	apiArgs := []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--bind-address=" + apiHost, "--advertise-address=" + apiHost,
 		fmt.Sprintf("--secure-port=%d", apiPort),
 		// 127.0.0.1 may not be advertised with the lease reconciler.
 		"--endpoint-reconciler-type=none",
@@ -320,14 +333,9 @@ clientConnection: {kubeconfig: %q, qps: 500, burst: 1000}
 	}
 	cp.startupTimes.ControllerManager = time.Since(t)
 
-	// the pod network and CoreDNS
-	if cp.opts.Network == NetworkIsolated {
+	// CoreDNS on the pod network
+	if cp.net != nil {
 		t = time.Now()
-		if cp.net == nil {
-			if cp.net, err = newPodNetwork(); err != nil {
-				return err
-			}
-		}
 		if err := cp.startCoreDNS(dnsReadyPort); err != nil {
 			return err
 		}

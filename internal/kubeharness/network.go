@@ -137,6 +137,11 @@ func newPodNetwork() (*podNetwork, error) {
 		return nil, err
 	}
 	reapStaleNetworks()
+	// The mount point of service-account tokens must exist on the host;
+	// what is mounted there stays inside each pod's mount namespace.
+	if err := os.MkdirAll(saMountPath, 0o755); err != nil {
+		return nil, fmt.Errorf("pod network: service-account mount point: %w", err)
+	}
 	lock, err := os.OpenFile(netLockPath, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("pod network lock: %w", err)
@@ -278,12 +283,22 @@ func (pn *podNetwork) namespaces() []string {
 	return names
 }
 
+// saMountPath is where a pod's service-account token, CA and namespace
+// are, as kubelet mounts them and client-go's in-cluster config reads them.
+const saMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+
 // execArgv wraps a pod process's argv so that it runs in the namespace,
-// with the namespace's /etc/netns files bind-mounted over /etc's. `ip netns
-// exec` execs the command in place, so the PID, process group and
-// parent-death signal the harness set stay the pod's.
-func execArgv(netns string, argv []string) []string {
-	return append([]string{ipBin, "netns", "exec", netns}, argv...)
+// with the namespace's /etc/netns files bind-mounted over /etc's and, when
+// saDir is set, saDir bind-mounted at saMountPath. `ip netns exec` runs
+// the command in a mount namespace of its own whose mounts do not reach
+// the host, and execs in place (as does the shell), so the PID, process
+// group and parent-death signal the harness set stay the pod's.
+func execArgv(netns, saDir string, argv []string) []string {
+	out := []string{ipBin, "netns", "exec", netns}
+	if saDir != "" {
+		out = append(out, "/bin/sh", "-c", `mount --bind "$1" `+saMountPath+` && shift && exec "$@"`, "sh", saDir)
+	}
+	return append(out, argv...)
 }
 
 // reapStaleNetworks removes the namespaces and bridges of test binaries

@@ -37,8 +37,10 @@ func finished(t *testing.T, cp *kubeharness.ControlPlane, ns, name string) (core
 // CoreDNS (full and short, through the search path) and by pod IP; a
 // server on 127.0.0.1 in one pod is reachable from that pod's other
 // container and from no other pod; the test process reaches pods by IP and
-// pods reach it at HostIP; names outside cluster.local do not resolve; and
-// every namespace is gone once the pods are.
+// pods reach it at HostIP; a pod reaches the API server with client-go's
+// in-cluster config (its ServiceAccount's token mounted as kubelet does);
+// names outside cluster.local do not resolve; and every namespace is gone
+// once the pods are.
 func TestIsolatedNetwork(t *testing.T) {
 	is := is.New(t)
 	cp := kubeharness.Start(t, &kubeharness.Options{Network: kubeharness.NetworkIsolated})
@@ -67,8 +69,11 @@ func TestIsolatedNetwork(t *testing.T) {
 	)
 	_, err = c.CoreV1().Pods("default").Create(ctx, server, metav1.CreateOptions{})
 	is.NoErr(err)
-	srv, err := cp.WaitForPod(ctx, "default", "server", isPhase(corev1.PodRunning))
+	srv, err := cp.WaitForPod(ctx, "default", "server", isPhase(corev1.PodRunning, corev1.PodFailed))
 	is.NoErr(err)
+	if srv.Status.Phase != corev1.PodRunning {
+		t.Fatalf("server pod: %s: %+v", srv.Status.Phase, srv.Status.ContainerStatuses)
+	}
 	is.True(strings.HasPrefix(srv.Status.PodIP, "10.")) // an address of the pod network, not loopback
 
 	// The test process reaches the pod by its IP.
@@ -104,6 +109,15 @@ func TestIsolatedNetwork(t *testing.T) {
 		"to-driver":     {"get", "http://" + l.Addr().String() + "/", "30s"},
 		"other-lo":      {"dial", "127.0.0.1:9090", "2s"},
 		"outside":       {"resolve", "example.com", "2s"},
+		"whoami":        {"whoami"},
+	}
+	// The controller manager makes the namespace's default ServiceAccount,
+	// whose token the agent mounts.
+	for {
+		if _, err := c.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	for name, args := range pods {
 		_, err := c.CoreV1().Pods("default").Create(ctx, kubeharness.NewTestProgramPod(name, args...), metav1.CreateOptions{})
@@ -121,6 +135,10 @@ func TestIsolatedNetwork(t *testing.T) {
 	phase, logs = finished(t, cp, "default", "other-lo")
 	if phase != corev1.PodFailed || !strings.Contains(logs, "connection refused") {
 		t.Errorf("another pod's 127.0.0.1 should be its own, with nothing listening: %s\n%s", phase, logs)
+	}
+	phase, logs = finished(t, cp, "default", "whoami")
+	if phase != corev1.PodSucceeded || !strings.Contains(logs, "whoami: system:serviceaccount:default:default") {
+		t.Errorf("a pod should reach the API server with its in-cluster config: %s\n%s", phase, logs)
 	}
 	phase, logs = finished(t, cp, "default", "outside")
 	is.Equal(phase, corev1.PodFailed) // nothing outside cluster.local resolves

@@ -13,7 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -49,7 +51,8 @@ type podRun struct {
 	hostIP string
 	dir    string
 	netns  string // NetworkIsolated: the pod's network namespace, once made
-	netErr error  // NetworkIsolated: why the namespace could not be made
+	netErr error  // NetworkIsolated: why the namespace (or token) could not be made
+	saDir  string // NetworkIsolated: the service-account files mounted at saMountPath
 
 	stopMu   sync.Mutex
 	stopKind stopKind
@@ -156,6 +159,9 @@ func (r *podRun) loop() {
 	if n := r.a.cfg.net; n != nil && !r.pod.Spec.HostNetwork {
 		r.makeNetwork(n)
 		defer func() { n.remove(r.netns) }()
+		if r.netErr == nil {
+			r.saDir, r.netErr = r.serviceAccountFiles()
+		}
 	}
 	r.advance()
 	r.publish()
@@ -320,7 +326,7 @@ func (r *podRun) exec(c *ctrState) (*process, string, error) {
 		return nil, "", r.netErr
 	}
 	if r.netns != "" {
-		argv = execArgv(r.netns, append([]string{path}, argv[1:]...))
+		argv = execArgv(r.netns, r.saDir, append([]string{path}, argv[1:]...))
 		path = argv[0]
 	}
 	cmd := exec.Command(path, argv[1:]...)
@@ -360,6 +366,72 @@ func (r *podRun) makeNetwork(n *podNetwork) {
 		return
 	}
 	r.netns, r.ip = name, ip
+}
+
+// serviceAccountFiles writes what kubelet mounts at saMountPath for a pod
+// that does not opt out (automountServiceAccountToken: false): a token of
+// its ServiceAccount ("default" if unnamed) from the TokenRequest API, the
+// apiserver's CA and the namespace. The pod waits for a ServiceAccount
+// that does not exist yet.
+func (r *podRun) serviceAccountFiles() (string, error) {
+	pod := r.pod
+	if a := pod.Spec.AutomountServiceAccountToken; a != nil && !*a {
+		return "", nil
+	}
+	sa := pod.Spec.ServiceAccountName
+	// A token is bound to its pod, which the API server allows only for
+	// the pod's own ServiceAccount; without ServiceAccount admission
+	// (off, see Start) a pod naming none has none, so its token of
+	// "default" is unbound.
+	var bound *authnv1.BoundObjectReference
+	if sa == "" {
+		sa = "default"
+	} else {
+		bound = &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
+	exp := int64(24 * 3600)
+	var tr *authnv1.TokenRequest
+	var err error
+	// As kubelet retries a volume it cannot mount yet, a ServiceAccount
+	// that does not exist yet (the controller manager makes "default"
+	// shortly after a namespace) keeps the pod waiting, until it is
+	// stopped.
+	for {
+		ctx, cancel := context.WithTimeout(r.a.ctx, 30*time.Second)
+		tr, err = r.a.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authnv1.TokenRequest{
+			Spec: authnv1.TokenRequestSpec{
+				ExpirationSeconds: &exp,
+				BoundObjectRef:    bound,
+			},
+		}, metav1.CreateOptions{})
+		cancel()
+		if err == nil || !apierrors.IsNotFound(err) {
+			break
+		}
+		select {
+		case <-r.stopCh:
+			r.stopCh <- struct{}{} // for loop, which handles the stop
+			return "", fmt.Errorf("service account %s/%s: %w", pod.Namespace, sa, err)
+		case <-r.a.ctx.Done():
+			return "", r.a.ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("service account %s/%s token for %s: %w", pod.Namespace, sa, saMountPath, err)
+	}
+	dir := filepath.Join(r.dir, "serviceaccount")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	for name, data := range map[string][]byte{
+		"token": []byte(tr.Status.Token), "ca.crt": r.a.cfg.caPEM, "namespace": []byte(pod.Namespace),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
 }
 
 func (c *ctrState) argv(env *envList) ([]string, error) {

@@ -15,6 +15,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // envTestProgram is set by the node agent for containers of
@@ -43,6 +48,9 @@ const envTestProgram = "GORAY_KUBEHARNESS_TESTPROG"
 //	                   (default 2s) passes (exit 1, printing the error)
 //	get URL [TIMEOUT]  GET URL until it answers 200 (default 30s), print the
 //	                   body, exit 0; exit 1 on timeout
+//	whoami             ask the API server who this pod is, with client-go's
+//	                   in-cluster config (NetworkIsolated mounts the token),
+//	                   and print "whoami: <user>"
 //	env                print the environment, sorted
 //	echo ARGS...       print ARGS
 func RunTestProgram() {
@@ -54,7 +62,7 @@ func RunTestProgram() {
 
 func testProgram(args []string, out io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(out, "testprog: no command; want exit, sleep, serve, get, resolve, dial, env or echo")
+		fmt.Fprintln(out, "testprog: no command; want exit, sleep, serve, get, resolve, dial, whoami, env or echo")
 		return 2
 	}
 	arg := func(i int, def string) string {
@@ -177,6 +185,26 @@ func testProgram(args []string, out io.Writer) int {
 		if arg(3, "") == "stay" {
 			select {}
 		}
+		return 0
+	case "whoami":
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			fmt.Fprintf(out, "testprog: whoami: %v\n", err)
+			return 1
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			fmt.Fprintf(out, "testprog: whoami: %v\n", err)
+			return 1
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err != nil {
+			fmt.Fprintf(out, "testprog: whoami: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(out, "whoami: %s\n", r.Status.UserInfo.Username)
 		return 0
 	case "env":
 		env := os.Environ()

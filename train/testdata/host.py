@@ -25,9 +25,19 @@ if env.get("EXTRA") != "yes":
 if env.get("CHECK_DNS") == "1":
     # Every host name of the TPU env resolves (cluster DNS on Kubernetes),
     # and this host's own name to this pod's IP.
+    def resolve(name):
+        # A pod's name is in cluster DNS a moment after its IP is known:
+        # retry for a while, as JAX's initialization does.
+        for attempt in range(300):
+            try:
+                return socket.gethostbyname(name)
+            except OSError:
+                if attempt == 299:
+                    raise
+                time.sleep(0.1)
     for i, h in enumerate(hosts):
         try:
-            ip = socket.gethostbyname(h)
+            ip = resolve(h)
         except OSError as e:
             problems.append("resolve %s: %s" % (h, e))
             continue
@@ -36,7 +46,7 @@ if env.get("CHECK_DNS") == "1":
     mc = env.get("MEGASCALE_COORDINATOR_ADDRESS", "")
     if mc:
         try:
-            socket.gethostbyname(mc.rsplit(":", 1)[0] if mc.count(":") == 1 else mc)
+            resolve(mc.rsplit(":", 1)[0] if mc.count(":") == 1 else mc)
         except OSError as e:
             problems.append("resolve MEGASCALE_COORDINATOR_ADDRESS %s: %s" % (mc, e))
     if not problems:
