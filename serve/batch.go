@@ -17,8 +17,8 @@ type BatchOptions struct {
 	// default). A batch is sent as soon as it is full.
 	MaxSize int
 	// MaxWait is how long the first request of a batch waits for more
-	// before the batch is sent anyway; 0 means 10ms (Ray's default), a
-	// negative value sends what has arrived at once.
+	// before the batch is sent anyway; 0 means 10ms (Ray's default). A
+	// negative value means no wait: every request goes alone.
 	MaxWait time.Duration
 }
 
@@ -54,7 +54,7 @@ func (o BatchOptions) withDefaults() BatchOptions {
 // the deployment's MaxConcurrentRequests to at least MaxSize. A deployment
 // has one endpoint for POST /<deployment>: Unary or Batched, not both.
 func Batched[A, I, O any](m *ray.Method[A, []I, []O], opts BatchOptions) Endpoint[A] {
-	b := &batcher[A, I, O]{m: m, opts: opts.withDefaults(), open: map[*ray.ActorHandle[A]]*batch[I, O]{}}
+	b := &batcher[A, I, O]{m: m, opts: opts.withDefaults(), open: map[*ray.ActorHandle[A]]*batch[A, I, O]{}}
 	return Endpoint[A]{func(e *actorEndpoints[A]) {
 		e.unaryCount++
 		e.unary = func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error) {
@@ -79,10 +79,11 @@ type batcher[A, I, O any] struct {
 	opts BatchOptions
 
 	mu   sync.Mutex
-	open map[*ray.ActorHandle[A]]*batch[I, O]
+	open map[*ray.ActorHandle[A]]*batch[A, I, O]
 }
 
-type batch[I, O any] struct {
+type batch[A, I, O any] struct {
+	h       *ray.ActorHandle[A] // set when closed
 	ins     []I
 	replies []chan batchReply[O]
 	timer   *time.Timer
@@ -105,10 +106,20 @@ func (b *batcher[A, I, O]) call(ctx context.Context, h *ray.ActorHandle[A], in I
 	bt := b.open[h]
 	if bt == nil {
 		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		bt = &batch[I, O]{ctx: bctx, cancel: cancel}
+		bt = &batch[A, I, O]{ctx: bctx, cancel: cancel}
 		b.open[h] = bt
 		if b.opts.MaxWait > 0 {
-			bt.timer = time.AfterFunc(b.opts.MaxWait, func() { b.send(h, bt) })
+			bt.timer = time.AfterFunc(b.opts.MaxWait, func() {
+				b.mu.Lock()
+				open := b.open[h] == bt // not sent already as full
+				if open {
+					b.close(h, bt)
+				}
+				b.mu.Unlock()
+				if open {
+					b.send(bt)
+				}
+			})
 		}
 	}
 	bt.ins = append(bt.ins, in)
@@ -117,9 +128,14 @@ func (b *batcher[A, I, O]) call(ctx context.Context, h *ray.ActorHandle[A], in I
 	bt.waiting++
 	bt.mu.Unlock()
 	full := len(bt.ins) >= b.opts.MaxSize || b.opts.MaxWait == 0
+	if full {
+		// Closed to new requests before the lock is let go, so that a
+		// batch never grows past MaxSize.
+		b.close(h, bt)
+	}
 	b.mu.Unlock()
 	if full {
-		go b.send(h, bt)
+		go b.send(bt)
 	}
 	select {
 	case r := <-reply:
@@ -136,21 +152,20 @@ func (b *batcher[A, I, O]) call(ctx context.Context, h *ray.ActorHandle[A], in I
 	}
 }
 
-// send closes bt to new requests (if it is still h's open batch) and calls
-// the method with its inputs; a batch is sent once.
-func (b *batcher[A, I, O]) send(h *ray.ActorHandle[A], bt *batch[I, O]) {
-	b.mu.Lock()
-	if b.open[h] != bt {
-		b.mu.Unlock()
-		return // sent already (full, then its timer fired)
-	}
+// close makes bt no longer h's open batch. b.mu must be held.
+func (b *batcher[A, I, O]) close(h *ray.ActorHandle[A], bt *batch[A, I, O]) {
 	delete(b.open, h)
 	if bt.timer != nil {
 		bt.timer.Stop()
 	}
-	b.mu.Unlock()
+	bt.h = h
+}
+
+// send calls the method with a closed batch's inputs and answers each
+// caller.
+func (b *batcher[A, I, O]) send(bt *batch[A, I, O]) {
 	defer bt.cancel()
-	outs, err := b.m.Remote(bt.ctx, h, bt.ins).Get(bt.ctx)
+	outs, err := b.m.Remote(bt.ctx, bt.h, bt.ins).Get(bt.ctx)
 	if err == nil && len(outs) != len(bt.ins) {
 		err = fmt.Errorf("serve.Batched: method %s returned %d outputs for a batch of %d inputs; it must return one per input, in order",
 			b.m.Name(), len(outs), len(bt.ins))
