@@ -16,7 +16,7 @@ func ExampleConfig_Validate() {
 	fmt.Println(cfg.Validate())
 	// Output:
 	// configure Kubernetes backend: Namespace "ML": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')
-	// Worker.Image is empty: name the image of your program (whose main calls ray.Main first), such as one built by ko
+	// Worker.Image is empty: name the image of your program (whose main calls ray.Main first), such as one built by ko; only a driver running in a pod may leave it empty (it then uses its own pod's image)
 	// Worker.Port 70000: want 1..65535 (0 means 7077)
 	// CPUPool.Min 4, Max 2: want 0 <= Min <= Max (Max 0 means 16)
 }
