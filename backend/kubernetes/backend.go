@@ -71,6 +71,7 @@ func NewFromParts(cfg Config, id ClusterID, src *Source, r *Runner) (*Backend, e
 	if !cfg.KeepKlog {
 		RouteKlog(cfg.withDefaults().Logger)
 	}
+	r.gone = src.WorkerGone
 	rt, err := cluster.New(src, r, cluster.Options{Logger: cfg.withDefaults().Logger})
 	if err != nil {
 		return nil, backend.Wrap(backend.CodeOf(err), "create Kubernetes backend", err)

@@ -64,7 +64,7 @@ func startHarness(t *testing.T) *kubeharness.ControlPlane {
 // a REST config that authenticates as the ServiceAccount goray-driver
 // (a token from the TokenRequest API): the e2e tests run with the least
 // privilege the docs ask users to grant, not as an administrator.
-func driverConfig(t *testing.T, cp *kubeharness.ControlPlane) *rest.Config {
+func driverConfig(t testing.TB, cp *kubeharness.ControlPlane) *rest.Config {
 	t.Helper()
 	ctx := t.Context()
 	applyManifests(t, cp, deploy.RBAC)
@@ -149,7 +149,7 @@ var _ = context.Background
 // deploy/, worker pods of this test binary, DriverHost the address at which
 // pods reach the test process, and cfg's other settings as edit leaves
 // them; the cluster is closed at cleanup.
-func slicesCluster(t *testing.T, topology string, pools []string, edit func(*Config)) (*kubeharness.ControlPlane, *ray.Cluster) {
+func slicesCluster(t testing.TB, topology string, pools []string, edit func(*Config)) (*kubeharness.ControlPlane, *ray.Cluster) {
 	t.Helper()
 	exe, err := osExecutable()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -15,7 +16,9 @@ import (
 	"time"
 
 	"github.com/matryer/is"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/serve"
 )
 
@@ -27,6 +30,10 @@ func runHTTPServer() {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
+	mux.HandleFunc("POST /slow", func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond) // a model step
+		fmt.Fprint(w, os.Getenv("TPU_NAME"))
+	})
 	mux.HandleFunc("POST /where", func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(map[string]string{
 			"listen": r.Context().Value(http.LocalAddrContextKey).(net.Addr).String(),
@@ -94,6 +101,129 @@ func TestE2EServeProcess(t *testing.T) {
 	wg.Wait()
 	t.Logf("requests reached the replicas on %v", seen)
 	is.Equal(len(seen), 2) // both replicas served
+	is.NoErr(srv.Shutdown(ctx))
+	is.NoErr(c.Close())
+	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
+}
+
+// TestE2EServeFailoverAndScaleUp: a serve.Process deployment of two v6e
+// 2x4 replicas (up to three, autoscaled) under 50 concurrent idempotent
+// requests loses one replica's host-0 pod, deleted mid-flight: no request
+// fails (each one in flight on it is retried on the other), the replica
+// is replaced, and under sustained load the deployment scales up by a
+// slice to three ready replicas.
+func TestE2EServeFailoverAndScaleUp(t *testing.T) {
+	is := is.New(t)
+	ctx := t.Context()
+	cp, c := slicesCluster(t, "2x4", []string{"slice-a", "slice-b", "slice-c"}, nil)
+	exe, err := osExecutable()
+	is.NoErr(err)
+	srv := serve.New(c, nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	is.NoErr(err)
+	go srv.Serve(l)
+	defer srv.Shutdown(context.WithoutCancel(ctx))
+	is.NoErr(srv.Deploy(ctx, serve.Deployment{
+		Name: "proc",
+		Replica: serve.Process(serve.ProcessSpec{
+			Command: []string{exe}, WorkerCommand: []string{exe},
+			Env: map[string]string{"K8STEST_HTTP_SERVER": "1"}, StopTimeout: 5 * time.Second,
+		}),
+		Accelerator: "v6e", Topology: "2x4", ChipsPerVM: 4, Idempotent: true,
+		MinReplicas: 2, MaxReplicas: 3, MaxConcurrentRequests: 32, MaxQueuedRequests: 1024,
+		Autoscaling: &serve.Autoscaling{TargetOngoingRequests: 8, UpscaleDelay: 2 * time.Second, Interval: 200 * time.Millisecond},
+		Health:      &serve.HealthCheck{Period: 200 * time.Millisecond, FailureThreshold: 2},
+	}))
+	st, _ := srv.Status().Deployment("proc")
+	is.Equal(st.Ready, 2)
+
+	client := &http.Client{Timeout: time.Minute}
+	load := func(n int) (failed []string) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				resp, err := client.Post("http://"+l.Addr().String()+"/proc/slow", "application/json", strings.NewReader("{}"))
+				if err != nil {
+					mu.Lock()
+					failed = append(failed, err.Error())
+					mu.Unlock()
+					return
+				}
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b, _ := io.ReadAll(resp.Body)
+					mu.Lock()
+					failed = append(failed, fmt.Sprintf("%d %s", resp.StatusCode, b))
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return failed
+	}
+
+	// A replica's host-0 pod is deleted while 50 requests are in flight.
+	victim := st.Replicas[0]
+	pods, err := cp.Client().CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: LabelCluster})
+	is.NoErr(err)
+	var pod string
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == victim.Hosts[0] {
+			pod = p.Name
+		}
+	}
+	is.True(pod != "")
+	done := make(chan []string, 1)
+	go func() { done <- load(50) }()
+	time.Sleep(150 * time.Millisecond) // requests are in flight on both replicas
+	is.NoErr(cp.Client().CoreV1().Pods("default").Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+	failed := <-done
+	if len(failed) > 0 {
+		t.Fatalf("%d of 50 requests failed while a replica's pod was deleted: %v", len(failed), failed)
+	}
+	is.NoErr(srv.WaitStatus(ctx, func(s serve.Status) bool {
+		d, _ := s.Deployment("proc")
+		return d.ReplicaFailures >= 1 && d.Ready >= 2
+	})) // the lost replica was noticed and replaced
+
+	// Sustained load: the autoscaler adds a replica on the third slice.
+	stop := make(chan struct{})
+	loadDone := make(chan []string, 1)
+	go func() {
+		var all []string
+		for {
+			select {
+			case <-stop:
+				loadDone <- all
+				return
+			default:
+				all = append(all, load(64)...)
+			}
+		}
+	}()
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	err = srv.WaitStatus(wctx, func(s serve.Status) bool {
+		d, _ := s.Deployment("proc")
+		return d.Ready == 3
+	})
+	close(stop)
+	failed = <-loadDone
+	if err != nil {
+		states, _ := ray.TPUSlices(ctx, c)
+		for _, st := range states {
+			t.Logf("slice %s: intact %v, reserved by %q", st.Name, st.Intact, st.ReservedName)
+		}
+		d, _ := srv.Status().Deployment("proc")
+		b, _ := json.MarshalIndent(d, "", "  ")
+		t.Logf("deployment: %s", b)
+	}
+	is.NoErr(err) // scaled up by a slice
+	is.Equal(len(failed), 0)
+	st, _ = srv.Status().Deployment("proc")
+	is.Equal(st.SlicesHeld, 3)
+	t.Logf("scaled up to %d replicas; last scale-up took %v", st.Ready, st.LastScaleUp)
 	is.NoErr(srv.Shutdown(ctx))
 	is.NoErr(c.Close())
 	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))

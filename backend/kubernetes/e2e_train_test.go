@@ -5,6 +5,7 @@ package kubernetes
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/matryer/is"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/train"
@@ -134,4 +137,107 @@ func pythonAndHostScript(t *testing.T) (string, string) {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(out)), script
+}
+
+type k8sCountCfg struct {
+	Iters int
+	Pause time.Duration
+}
+
+// k8sCounting adds (rank+1) through an AllReduce each iteration (pausing
+// Pause), checkpointing the running sum from rank 0: after Iters
+// iterations the sum is Iters × (1+…+world), however often the run
+// restarted from a checkpoint. It reports its slice.
+var k8sCounting = train.NewLoop("k8stest.counting", func(ctx context.Context, w *train.Worker, cfg k8sCountCfg) error {
+	sum := 0.0
+	if data, err := w.LoadCheckpoint(ctx); err != nil {
+		return err
+	} else if data != nil {
+		if err := json.Unmarshal(data, &sum); err != nil {
+			return err
+		}
+	}
+	for it := w.Iteration(); it < cfg.Iters; it++ {
+		xs := []float64{float64(w.Rank() + 1)}
+		if err := train.AllReduce(ctx, w, xs, train.Sum); err != nil {
+			return err
+		}
+		sum += xs[0]
+		var ck []byte
+		if w.Rank() == 0 {
+			ck, _ = json.Marshal(sum)
+		}
+		if err := w.Report(ctx, train.Metrics{"sum": sum, "attempt": float64(w.Attempt())}, ck); err != nil {
+			return err
+		}
+		select {
+		case <-time.After(cfg.Pause):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+})
+
+// TestE2ETrainResumesAfterNodeNotReady: a host's node of the slice a run
+// trains on goes NotReady at iteration 5 (as a kubelet that stops
+// reporting does): the attempt fails with Unavailable, the run resumes from
+// its checkpoint on the other slice and reaches the same answer as a run
+// without the failure.
+func TestE2ETrainResumesAfterNodeNotReady(t *testing.T) {
+	is := is.New(t)
+	ctx := t.Context()
+	cp, c := slicesCluster(t, "2x4", []string{"slice-a", "slice-b"}, nil)
+	setReady := func(name string, ready bool) error {
+		n, err := cp.Client().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == corev1.NodeReady {
+				n.Status.Conditions[i].Status = map[bool]corev1.ConditionStatus{true: corev1.ConditionTrue, false: corev1.ConditionFalse}[ready]
+				n.Status.Conditions[i].Reason = "KubeletNotReady"
+			}
+		}
+		_, err = cp.Client().CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	}
+	var lostSlice, lostNode string
+	var injectErr error
+	inject := func(r train.Report) {
+		if r.Attempt != 0 || r.Iteration != 5 || lostNode != "" {
+			return
+		}
+		lostSlice = r.Slices[0]
+		states, err := ray.TPUSlices(ctx, c)
+		if err != nil {
+			injectErr = err
+			return
+		}
+		for _, s := range states {
+			if s.Name == lostSlice {
+				lostNode = s.Hosts[1].Node
+			}
+		}
+		injectErr = setReady(lostNode, false)
+	}
+	const iters = 15
+	tr, err := train.New(c, k8sCounting, k8sCountCfg{Iters: iters, Pause: 200 * time.Millisecond},
+		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "2x4", ChipsPerHost: 4},
+		train.RunConfig{Name: "resume", Progress: train.ProgressOff, MaxFailures: 1, OnReport: inject})
+	is.NoErr(err)
+	res, err := tr.Fit(ctx)
+	is.NoErr(err)
+	is.NoErr(injectErr)
+	is.Equal(res.Metrics["sum"], float64(iters*3)) // 1+2 per iteration, as without the failure
+	is.Equal(res.Attempts, 2)
+	is.Equal(len(res.Failures), 1)
+	f := res.Failures[0]
+	is.Equal(f.Slice, lostSlice)
+	is.Equal(ray.Code(f.Err), ray.Unavailable) // the host was lost
+	is.True(f.ResumeFrom >= 4)
+	t.Logf("node %s of %s went NotReady at iteration 5: %v; resumed from checkpoint %d on the other slice", lostNode, lostSlice, f.Err, f.ResumeFrom)
+	is.NoErr(setReady(lostNode, true))
+	is.NoErr(c.Close())
+	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
 }

@@ -55,9 +55,12 @@ type Runner struct {
 	pt     podTemplate
 	token  string
 
-	local   backend.Executor
-	copts   worker.ClientOptions
-	lost    cluster.LostFunc
+	local backend.Executor
+	copts worker.ClientOptions
+	lost  cluster.LostFunc
+	// gone is told when a lost worker's pod has been deleted (the
+	// backend sets it to Source.WorkerGone).
+	gone    func(node string)
 	pods    listersv1.PodLister
 	factory informers.SharedInformerFactory
 	stop    context.CancelFunc
@@ -245,7 +248,14 @@ func (r *Runner) workerLost(w *podWorker, cause error) {
 		// calls (worker.Client.Close itself may be called there).
 		r.mu.Lock()
 		if !r.closed {
-			r.bg.Go(func() { r.deleteWorkers([]*podWorker{w}) })
+			r.bg.Go(func() {
+				r.deleteWorkers([]*podWorker{w})
+				// The pod is gone; its node may serve again (a pod deleted
+				// or evicted on a healthy node), as the source decides.
+				if r.gone != nil {
+					r.gone(w.node)
+				}
+			})
 		}
 		r.mu.Unlock()
 	})

@@ -449,6 +449,30 @@ func (s *Source) Kill(ctx context.Context, name string) error {
 	return nil
 }
 
+// WorkerGone tells the source that the worker pod of a node it reported
+// was lost (deleted, evicted, ended) and has been deleted, while the node
+// itself may be fine: the node is reported again if it is usable, so a
+// lost pod does not take its host, and its slice, away for good. A node
+// that is unusable (NotReady, deleted, killed) stays lost.
+func (s *Source) WorkerGone(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.kubeOf(name)
+	for pool, st := range s.slices {
+		if slices.Contains(st.hosts, k) {
+			if st.alive[k] {
+				delete(st.alive, k) // the runtime has it lost already
+				s.reconcileSlice(pool)
+			}
+			return
+		}
+	}
+	if s.cpu[k] {
+		s.cpu[k] = false
+		s.reconcileCPU(k)
+	}
+}
+
 // Restore brings a killed node back (reported when it is usable).
 func (s *Source) Restore(ctx context.Context, name string) error {
 	s.mu.Lock()

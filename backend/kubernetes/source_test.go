@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/matryer/is"
 	corev1 "k8s.io/api/core/v1"
@@ -221,4 +222,31 @@ func TestSourceRuntimeNameLabel(t *testing.T) {
 	is.NoErr(src.Kill(t.Context(), "solo"))
 	is.NoErr(src.Restore(t.Context(), "solo"))
 	is.Equal(names(sink.snapshot()), []string{"added solo", "lost solo", "added solo"})
+}
+
+// TestSourceWorkerGone: a node whose worker pod was lost (and deleted) is
+// reported again when the node is still usable, TPU host and CPU node
+// alike, so a deleted or evicted pod does not take its host, and so its
+// slice, away for good; an unusable node stays lost.
+func TestSourceWorkerGone(t *testing.T) {
+	is := is.New(t)
+	slice := tpuNodes("a", "tpu-v6e-slice", "2x4", 2, 4)
+	src, client, sink := runSource(t, testConfig(), objects(slice, []*corev1.Node{cpuNodeObj("cpu-1")})...)
+	sink.waitFor(t, 3)
+
+	src.WorkerGone("a-1") // the runtime had it lost through the runner
+	src.WorkerGone("cpu-1")
+	ev := sink.waitFor(t, 5)
+	is.Equal(names(ev[3:]), []string{"added a-1", "added cpu-1"})
+
+	// A NotReady node is not brought back by its pod's loss.
+	n := slice[0].DeepCopy()
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+	_, err := client.CoreV1().Nodes().UpdateStatus(t.Context(), n, metav1.UpdateOptions{})
+	is.NoErr(err)
+	ev = sink.waitFor(t, 6)
+	is.True(strings.HasPrefix(names(ev)[5], "lost a-0"))
+	src.WorkerGone("a-0")
+	time.Sleep(100 * time.Millisecond)
+	is.Equal(len(sink.snapshot()), 6) // still lost
 }

@@ -1,0 +1,219 @@
+//go:build e2e
+
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/goray-dev/goray/backend/local"
+	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/train"
+)
+
+type k8sBenchCfg struct{ Len, Iters int }
+
+// k8sBenchLoop times Iters AllReduces of Len float32 between two
+// barriers; rank 0 reports the seconds.
+var k8sBenchLoop = train.NewLoop("k8stest.bench", func(ctx context.Context, w *train.Worker, cfg k8sBenchCfg) error {
+	xs := make([]float32, cfg.Len)
+	for i := range xs {
+		xs[i] = float32(w.Rank())
+	}
+	if err := train.AllReduce(ctx, w, xs, train.Sum); err != nil { // warm up
+		return err
+	}
+	if err := w.Barrier(ctx); err != nil {
+		return err
+	}
+	start := time.Now()
+	for range cfg.Iters {
+		if err := train.AllReduce(ctx, w, xs, train.Sum); err != nil {
+			return err
+		}
+	}
+	if err := w.Barrier(ctx); err != nil {
+		return err
+	}
+	return w.Report(ctx, train.Metrics{"seconds": time.Since(start).Seconds()}, nil)
+})
+
+// tcpSink accepts connections on its pod's IP and reads each to the end,
+// then answers one byte, so a sender's time includes the receiving.
+type tcpSink struct{ l net.Listener }
+
+var (
+	tcpSinkClass = ray.NewActorClass("k8stest.tcpsink", func(ctx context.Context, _ struct{}) (*tcpSink, error) {
+		l, err := net.Listen("tcp", net.JoinHostPort(os.Getenv("POD_IP"), "0"))
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					if _, err := io.Copy(io.Discard, c); err == nil {
+						_, _ = c.Write([]byte{1})
+					}
+				}()
+			}
+		}()
+		return &tcpSink{l: l}, nil
+	})
+	tcpSinkAddr = ray.NewMethod(tcpSinkClass, "addr", func(ctx context.Context, s *tcpSink, _ struct{}) (string, error) {
+		return s.l.Addr().String(), nil
+	})
+	tcpSinkClose = ray.NewMethod(tcpSinkClass, "close", func(ctx context.Context, s *tcpSink, _ struct{}) (struct{}, error) {
+		return struct{}{}, s.l.Close()
+	})
+)
+
+type tcpSendIn struct {
+	Addr  string
+	Bytes int64
+}
+
+// tcpSend sends Bytes to a tcpSink and returns the seconds until the
+// sink had them all.
+var tcpSend = ray.NewTask("k8stest.tcpsend", func(ctx context.Context, in tcpSendIn) (float64, error) {
+	c, err := net.Dial("tcp", in.Addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	buf := make([]byte, 1<<20)
+	start := time.Now()
+	for sent := int64(0); sent < in.Bytes; sent += int64(len(buf)) {
+		if _, err := c.Write(buf); err != nil {
+			return 0, err
+		}
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		return 0, err
+	}
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		return 0, err
+	}
+	return time.Since(start).Seconds(), nil
+})
+
+// BenchmarkE2EAllReduce measures, in one run on one control plane with
+// network-isolated pods (each its own network namespace, traffic through
+// the harness's bridge):
+//
+//   - pods=4 and pods=8: AllReduce of 1M float32 (4 MB) across the worker
+//     pods of one and two v6e 4x4 slices (train's ring, over TCP between
+//     pods);
+//   - in-process/workers=4 and 8: the same ring on the simulator, every
+//     worker in this process;
+//   - sum/workers=4 and 8: the same data summed in one goroutine;
+//   - tcp/pod-to-pod: the raw TCP bandwidth from one pod to another (64 MB
+//     per op), the wire the ring runs on.
+//
+// algbw-GB/s is the vector's size over one AllReduce's time, busbw-GB/s
+// that times 2(n-1)/n (what each worker sends and receives).
+//
+//	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EAllReduce -benchtime 20x -count 3 ./
+func BenchmarkE2EAllReduce(b *testing.B) {
+	const n = 1 << 20
+	_, c := slicesCluster(b, "4x4", []string{"slice-a", "slice-b"}, nil)
+	report := func(b *testing.B, seconds float64, workers int) {
+		perOp := seconds / float64(b.N)
+		b.ReportMetric(perOp*1e9, "ns/op")
+		b.ReportMetric(4*n/perOp/1e9, "algbw-GB/s")
+		b.ReportMetric(4*n/perOp/1e9*2*float64(workers-1)/float64(workers), "busbw-GB/s")
+	}
+	for _, workers := range []int{4, 8} {
+		b.Run(fmt.Sprintf("pods=%d", workers), func(b *testing.B) {
+			tr, err := train.New(c, k8sBenchLoop, k8sBenchCfg{Len: n, Iters: b.N},
+				train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", NumSlices: workers / 4},
+				train.RunConfig{Name: "bench", Progress: train.ProgressOff})
+			if err != nil {
+				b.Fatal(err)
+			}
+			res, err := tr.Fit(b.Context())
+			if err != nil {
+				b.Fatal(err)
+			}
+			report(b, res.Metrics["seconds"], workers)
+		})
+		b.Run(fmt.Sprintf("in-process/workers=%d", workers), func(b *testing.B) {
+			lb, err := local.New(local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "4x4", Count: workers / 4}}}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			lc, err := ray.NewCluster(b.Context(), lb, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer lc.Close()
+			tr, err := train.New(lc, k8sBenchLoop, k8sBenchCfg{Len: n, Iters: b.N},
+				train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", NumSlices: workers / 4},
+				train.RunConfig{Name: "bench", Progress: train.ProgressOff})
+			if err != nil {
+				b.Fatal(err)
+			}
+			res, err := tr.Fit(b.Context())
+			if err != nil {
+				b.Fatal(err)
+			}
+			report(b, res.Metrics["seconds"], workers)
+		})
+		b.Run(fmt.Sprintf("sum/workers=%d", workers), func(b *testing.B) {
+			data := make([][]float32, workers)
+			for r := range data {
+				data[r] = make([]float32, n)
+				for i := range data[r] {
+					data[r][i] = float32(r)
+				}
+			}
+			out := make([]float32, n)
+			b.ResetTimer()
+			for b.Loop() {
+				copy(out, data[0])
+				for _, d := range data[1:] {
+					for i, v := range d {
+						out[i] += v
+					}
+				}
+			}
+			b.ReportMetric(float64(workers*4*n)/(b.Elapsed().Seconds()/float64(b.N))/1e9, "read-GB/s")
+		})
+	}
+	b.Run("tcp/pod-to-pod", func(b *testing.B) {
+		const bytes = 64 << 20
+		ctx := b.Context()
+		spg, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "4x4"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer spg.Release(context.WithoutCancel(ctx))
+		pg := spg.PlacementGroup()
+		sink := tcpSinkClass.Remote(ctx, c, struct{}{}, ray.InBundle(pg, 0))
+		defer func() { _, _ = tcpSinkClose.Remote(ctx, sink, struct{}{}).Get(ctx) }()
+		addr, err := tcpSinkAddr.Remote(ctx, sink, struct{}{}).Get(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total := 0.0
+		b.ResetTimer()
+		for range b.N {
+			s, err := tcpSend.Remote(ctx, c, tcpSendIn{Addr: addr, Bytes: bytes}, ray.InBundle(pg, spg.BundlesPerHost())).Get(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			total += s
+		}
+		b.ReportMetric(total/float64(b.N)*1e9, "ns/op")
+		b.ReportMetric(float64(bytes)/(total/float64(b.N))/1e9, "GB/s")
+	})
+}
