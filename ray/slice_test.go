@@ -499,6 +499,8 @@ func TestSliceHostDeath(t *testing.T) {
 	is.NoErr(fi.KillNode(ctx, hosts[2]))
 	_, err = running.Get(ctx)
 	is.Equal(ray.Code(err), ray.Unavailable)
+	t.Log(err)
+	is.True(strings.Contains(err.Error(), "was lost (node "+hosts[2]+" was killed)")) // and why: the cause the backend gave
 	sums := ray.SummarizeSlices(must(ray.TPUSlices(ctx, c)))
 	is.Equal(sums[0].Intact, 1)
 	is.NoErr(spg.Release(ctx))

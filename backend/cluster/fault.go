@@ -67,7 +67,7 @@ func (rt *Runtime) nodeLostLocked(n *node, cause error, restarting bool) {
 	// all of its work, on every host, before single tasks are retried.
 	for bu := range n.bundles {
 		if len(bu.pg.slices) > 0 {
-			rt.breakSliceGroup(bu.pg, n)
+			rt.breakSliceGroup(bu.pg, n, cause, restarting)
 		}
 	}
 	for _, t := range n.running.snapshot() {
@@ -124,7 +124,7 @@ func (rt *Runtime) restoreLocked(n *node) bool {
 // reservation keeps its slices until it is removed, and a slice with a dead
 // host is not reserved again until every host is back (RestartNode), so a
 // caller retries by releasing and reserving afresh. b.mu must be held.
-func (rt *Runtime) breakSliceGroup(pg *pgroup, n *node) {
+func (rt *Runtime) breakSliceGroup(pg *pgroup, n *node, cause error, restarting bool) {
 	if pg.lost != nil || pg.state == pgRemoved {
 		return
 	}
@@ -132,8 +132,15 @@ func (rt *Runtime) breakSliceGroup(pg *pgroup, n *node) {
 	if s := rt.slices.byNode[n]; s != nil {
 		slice = " of TPU slice " + s.name
 	}
+	// The cause says why the host is gone (a node deleted or NotReady, a
+	// worker pod lost, the slice's Lease lost): the caller needs it to
+	// tell a dead host from a driver that lost its claim.
+	why := ""
+	if cause != nil && !restarting {
+		why = " (" + backend.Cause(cause).Error() + ")"
+	}
 	pg.lost = backend.Errorf(backend.Unavailable, "slice reservation "+pg.id.String(),
-		"host %s%s died; all work on the reservation was stopped, as a slice cannot run with a host missing: release it and reserve again", n.name, slice)
+		"host %s%s was lost%s; all work on the reservation was stopped, as a slice cannot run with a host missing: release it and reserve again", n.name, slice, why)
 	for _, bu := range pg.bundles {
 		for _, t := range bu.running.snapshot() {
 			rt.abortTask(t, pg.lost, false)

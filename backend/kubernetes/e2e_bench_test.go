@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
 
@@ -218,4 +219,89 @@ func startHarnessB(b *testing.B) *kubeharness.ControlPlane {
 		b.Fatal(err)
 	}
 	return kubeharness.Start(b, &kubeharness.Options{Images: map[string]string{workerImage: exe}})
+}
+
+// BenchmarkE2ECycleV6e4x4 measures what a program repeats: reserve a v6e
+// 4x4 (ray.NewSlicePlacementGroup), run a task on every host
+// (ray.RunOnSlice), release it, through a backend built as users build it
+// (from a kubeconfig, so with the backend's default API limits, 50
+// requests/s and bursts of 100), against kube-scheduler creating the same
+// 4 pods until Running and deleting them until gone, in the same run.
+// reserve-ms, run-ms and release-ms split the goray cycle.
+//
+//	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2ECycleV6e4x4 -benchtime 10x -count 3 ./
+func BenchmarkE2ECycleV6e4x4(b *testing.B) {
+	cp := startHarnessB(b)
+	ctx := context.Background()
+	if _, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: "bench", Generation: "v6e", Topology: "4x4"}); err != nil {
+		b.Fatal(err)
+	}
+	kubeconfig := driverKubeconfig(b, cp)
+	b.Run("goray", func(b *testing.B) {
+		cfg := Config{Kubeconfig: kubeconfig, Namespace: "default", Identity: "bench",
+			Worker: WorkerConfig{Image: workerImage, StartTimeout: time.Minute}}
+		be, err := New(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := ray.NewCluster(ctx, be, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		var reserve, run, release time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			spg, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "4x4"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			if _, err := ray.RunOnSlice(ctx, spg, envPairTask, struct{}{}); err != nil {
+				b.Fatal(err)
+			}
+			t2 := time.Now()
+			if err := spg.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			reserve, run, release = reserve+t1.Sub(t0), run+t2.Sub(t1), release+time.Since(t2)
+		}
+		n := float64(b.N)
+		b.ReportMetric(float64(reserve.Milliseconds())/n, "reserve-ms")
+		b.ReportMetric(float64(run.Milliseconds())/n, "run-ms")
+		b.ReportMetric(float64(release.Milliseconds())/n, "release-ms")
+	})
+	b.Run("kube-scheduler", func(b *testing.B) {
+		client := cp.Client()
+		sel, _ := kubeharness.TPUSelector("v6e", "4x4")
+		round := 0
+		for b.Loop() {
+			round++
+			for j := range 4 {
+				p := kubeharness.NewTestProgramPod(fmt.Sprintf("plain-%d-%d", round, j), "sleep")
+				p.Labels = map[string]string{"bench": "plain"}
+				p.Spec.NodeSelector = sel
+				q := resource.MustParse("4")
+				p.Spec.Containers[0].Image = workerImage
+				p.Spec.Containers[0].Args = []string{"-test.run=^$", "-test.bench=^$"}
+				p.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{resourceTPU: q}, Requests: corev1.ResourceList{resourceTPU: q}}
+				if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := cp.WaitForPods(ctx, "default", "bench=plain", 4, func(p *corev1.Pod) bool {
+				return p.Status.Phase == corev1.PodRunning
+			}); err != nil {
+				b.Fatal(err)
+			}
+			if err := client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)},
+				metav1.ListOptions{LabelSelector: "bench=plain"}); err != nil {
+				b.Fatal(err)
+			}
+			if err := cp.WaitForPodsGone(ctx, "default", "bench=plain"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

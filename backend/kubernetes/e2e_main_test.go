@@ -116,7 +116,7 @@ func applyManifests(t testing.TB, cp *kubeharness.ControlPlane, manifest []byte)
 
 // driverKubeconfig writes a kubeconfig for the identity of driverConfig,
 // for a driver that runs as its own process.
-func driverKubeconfig(t *testing.T, cp *kubeharness.ControlPlane) string {
+func driverKubeconfig(t testing.TB, cp *kubeharness.ControlPlane) string {
 	t.Helper()
 	rc := driverConfig(t, cp)
 	cfg := clientcmdapi.NewConfig()

@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/goray-dev/goray/backend"
@@ -88,7 +89,9 @@ func (s *StaticSource) Drain(ctx context.Context, name string) error {
 
 // Kill implements cluster.NodeSource: the node dies as a failed host does.
 func (s *StaticSource) Kill(ctx context.Context, name string) error {
-	return s.report("kill node "+name, name, func(sink cluster.NodeSink, _ cluster.Node) { sink.NodeLost(name, nil) })
+	return s.report("kill node "+name, name, func(sink cluster.NodeSink, _ cluster.Node) {
+		sink.NodeLost(name, errors.New("node "+name+" was killed"))
+	})
 }
 
 // Restore implements cluster.NodeSource: a dead node comes back, empty.

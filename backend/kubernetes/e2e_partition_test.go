@@ -1,0 +1,167 @@
+//go:build e2e
+
+package kubernetes
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/matryer/is"
+	k8s "k8s.io/client-go/kubernetes"
+
+	"github.com/goray-dev/goray/internal/kubeharness"
+	"github.com/goray-dev/goray/ray"
+)
+
+// spinTask runs until its context ends (at most a minute).
+var spinTask = ray.NewTask("k8stest.spin", func(ctx context.Context, _ struct{}) (struct{}, error) {
+	select {
+	case <-ctx.Done():
+		return struct{}{}, ctx.Err()
+	case <-time.After(time.Minute):
+		return struct{}{}, nil
+	}
+})
+
+// apiProxy forwards TCP connections to the API server until cut, after
+// which it refuses new ones and has closed the open ones: a partition
+// between one driver and the API server (its worker pods, which it dials
+// directly, stay reachable).
+type apiProxy struct {
+	l      net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	cut    bool
+}
+
+func newAPIProxy(t *testing.T, target string) *apiProxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &apiProxy{l: l, target: target}
+	t.Cleanup(func() { p.partition() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.cut {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return p
+}
+
+// partition closes every connection and refuses new ones.
+func (p *apiProxy) partition() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// TestE2EPartitionedDriverIsFenced: a driver cut off from the API server
+// (its connections to the workers intact) while work runs on its slice
+// stops that work before its Lease can expire, with an error saying the
+// Lease was lost; another driver gets the slice only after the expiry, so
+// the two never use the slice at once.
+func TestE2EPartitionedDriverIsFenced(t *testing.T) {
+	is := is.New(t)
+	cp := startHarness(t)
+	ctx := t.Context()
+	_, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: "slice-a", Generation: "v6e", Topology: "2x4", ChipsPerHost: 4})
+	is.NoErr(err)
+	rc := driverConfig(t, cp)
+	const lease = 6 * time.Second
+
+	// Driver a reaches the API server through the proxy.
+	u, err := url.Parse(rc.Host)
+	is.NoErr(err)
+	proxy := newAPIProxy(t, u.Host)
+	arc := *rc
+	arc.Host = "https://" + proxy.l.Addr().String()
+	arc.Timeout = 2 * time.Second
+	aClient, err := k8s.NewForConfig(&arc)
+	is.NoErr(err)
+	acfg := testConfig()
+	acfg.Identity, acfg.Client, acfg.Worker.Image = "driver-a", aClient, workerImage
+	acfg.Lease = LeaseConfig{Duration: lease}
+	ab, err := New(ctx, acfg)
+	is.NoErr(err)
+	a, err := ray.NewCluster(ctx, ab, nil)
+	is.NoErr(err)
+	spec := ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "2x4", ChipsPerVM: 4}
+	spg, err := ray.NewSlicePlacementGroup(ctx, a, spec)
+	is.NoErr(err)
+	work := make(chan error, 1)
+	go func() { _, err := ray.RunOnSlice(ctx, spg, spinTask, struct{}{}); work <- err }()
+	time.Sleep(500 * time.Millisecond) // the work runs on both hosts
+
+	proxy.partition()
+	cut := time.Now()
+	var fenced time.Duration
+	select {
+	case err := <-work:
+		fenced = time.Since(cut)
+		if err == nil || !strings.Contains(err.Error(), "lost the Lease") {
+			t.Fatalf("driver a's work ended %v after the partition with %v; want an error saying the Lease was lost", fenced, err)
+		}
+		t.Logf("driver a's work failed %v after the partition: %v", fenced.Round(100*time.Millisecond), err)
+	case <-time.After(lease + 10*time.Second):
+		t.Fatal("the partitioned driver kept running work on its slice")
+	}
+	is.True(fenced < lease) // before the Lease could expire
+
+	// Driver b, with a direct connection, gets the slice after the expiry.
+	bClient, err := k8s.NewForConfig(rc)
+	is.NoErr(err)
+	bcfg := testConfig()
+	bcfg.Identity, bcfg.Client, bcfg.Worker.Image = "driver-b", bClient, workerImage
+	bcfg.Lease = LeaseConfig{Duration: lease}
+	bb, err := New(ctx, bcfg)
+	is.NoErr(err)
+	b, err := ray.NewCluster(ctx, bb, nil)
+	is.NoErr(err)
+	defer b.Close()
+	bspec := spec
+	bspec.Timeout = lease + 30*time.Second
+	bspg, err := ray.NewSlicePlacementGroup(ctx, b, bspec)
+	is.NoErr(err)
+	granted := time.Since(cut)
+	t.Logf("driver b got the slice %v after the partition (Lease %v)", granted.Round(100*time.Millisecond), lease)
+	is.True(granted > fenced) // a had stopped first
+	_, err = ray.RunOnSlice(ctx, bspg, envPairTask, struct{}{})
+	is.NoErr(err)
+	is.NoErr(bspg.Release(ctx))
+
+	closeCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_ = spg.Release(closeCtx) // a cannot reach the API server: best effort
+	_ = a.Close()
+}
