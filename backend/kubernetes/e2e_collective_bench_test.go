@@ -4,15 +4,19 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/serve"
 	"github.com/goray-dev/goray/train"
 )
 
@@ -216,4 +220,71 @@ func BenchmarkE2EAllReduce(b *testing.B) {
 		b.ReportMetric(total/float64(b.N)*1e9, "ns/op")
 		b.ReportMetric(float64(bytes)/(total/float64(b.N))/1e9, "GB/s")
 	})
+}
+
+// BenchmarkE2EServeThroughPod compares, in one run on network-isolated
+// pods, a request to a serve.Process replica through the router (client →
+// router in this process → the server in host 0's pod) with the same
+// request sent straight to that server's pod IP, 16 clients each.
+//
+//	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EServeThroughPod -benchtime 3s -count 3 ./
+func BenchmarkE2EServeThroughPod(b *testing.B) {
+	_, c := slicesCluster(b, "2x4", []string{"slice-a"}, nil)
+	exe, err := osExecutable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := b.Context()
+	srv := serve.New(c, nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(l)
+	defer srv.Shutdown(context.WithoutCancel(ctx))
+	if err := srv.Deploy(ctx, serve.Deployment{
+		Name: "proc",
+		Replica: serve.Process(serve.ProcessSpec{
+			Command: []string{exe}, WorkerCommand: []string{exe},
+			Env: map[string]string{"K8STEST_HTTP_SERVER": "1"}, StopTimeout: 5 * time.Second,
+		}),
+		Accelerator: "v6e", Topology: "2x4", ChipsPerVM: 4, MinReplicas: 1, MaxConcurrentRequests: 64,
+	}); err != nil {
+		b.Fatal(err)
+	}
+	router := "http://" + l.Addr().String() + "/proc/where"
+	resp, err := http.Post(router, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var where map[string]string
+	err = json.NewDecoder(resp.Body).Decode(&where)
+	resp.Body.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	direct := "http://" + where["listen"] + "/where"
+	for _, tc := range []struct{ name, url string }{{"direct", direct}, {"router", router}} {
+		b.Run(tc.name, func(b *testing.B) {
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+			defer client.CloseIdleConnections()
+			b.SetParallelism(8) // 16 clients on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					resp, err := client.Post(tc.url, "application/json", strings.NewReader("{}"))
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Errorf("status %d", resp.StatusCode)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+		})
+	}
 }

@@ -361,7 +361,10 @@ func (s *Source) capacityCheck(ctx context.Context, c cluster.Claim) error {
 	if c.Subslice {
 		return nil
 	}
-	pods, err := s.client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: labelCapacity})
+	// From the API server's watch cache (ResourceVersion "0"), not a
+	// quorum read of etcd: this runs on every claim, and capacity pods
+	// stay for many seconds, far longer than the cache lags.
+	pods, err := s.client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: labelCapacity, ResourceVersion: "0"})
 	if err != nil {
 		return backend.Wrap(apiCode(err), "claim slices", fmt.Errorf("list capacity pods: %w", err))
 	}
@@ -395,8 +398,8 @@ func (s *Source) capacityCheck(ctx context.Context, c cluster.Claim) error {
 
 // replaceCapacity deletes this driver's capacity pods on the hosts of c.
 func (s *Source) replaceCapacity(ctx context.Context, c cluster.Claim) error {
-	if c.Subslice {
-		return nil
+	if c.Subslice || s.prov.Mode == ProvisionOff {
+		return nil // a driver that does not provision has no capacity pods
 	}
 	pods, err := s.client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: labelCapacity + "," + LabelCluster + "=" + s.cluster})
 	if err != nil {
