@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -55,20 +54,7 @@ func (o BatchOptions) withDefaults() BatchOptions {
 // has one endpoint for POST /<deployment>: Unary or Batched, not both.
 func Batched[A, I, O any](m *ray.Method[A, []I, []O], opts BatchOptions) Endpoint[A] {
 	b := &batcher[A, I, O]{m: m, opts: opts.withDefaults(), open: map[*ray.ActorHandle[A]]*batch[A, I, O]{}}
-	return Endpoint[A]{func(e *actorEndpoints[A]) {
-		e.unaryCount++
-		e.unary = func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error) {
-			in, err := decodeBody[I](body)
-			if err != nil {
-				return nil, err
-			}
-			out, err := b.call(ctx, h, in)
-			if err != nil {
-				return nil, err
-			}
-			return json.Marshal(out)
-		}
-	}}
+	return unaryEndpoint(b.call)
 }
 
 // batcher gathers the requests of each replica (by its host-0 actor) into

@@ -77,6 +77,14 @@ func decodeBody[I any](body []byte) (I, error) {
 // Unary serves POST /<deployment>: the JSON body is decoded into I, m is
 // called on the replica's host-0 actor, and its output is the JSON reply.
 func Unary[A, I, O any](m *ray.Method[A, I, O]) Endpoint[A] {
+	return unaryEndpoint(func(ctx context.Context, h *ray.ActorHandle[A], in I) (O, error) {
+		return m.Remote(ctx, h, in).Get(ctx)
+	})
+}
+
+// unaryEndpoint serves POST /<deployment> with call: the JSON body decoded
+// into I, the output encoded as the reply (Unary, Batched).
+func unaryEndpoint[A, I, O any](call func(ctx context.Context, h *ray.ActorHandle[A], in I) (O, error)) Endpoint[A] {
 	return Endpoint[A]{func(e *actorEndpoints[A]) {
 		e.unaryCount++
 		e.unary = func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error) {
@@ -84,7 +92,7 @@ func Unary[A, I, O any](m *ray.Method[A, I, O]) Endpoint[A] {
 			if err != nil {
 				return nil, err
 			}
-			out, err := m.Remote(ctx, h, in).Get(ctx)
+			out, err := call(ctx, h, in)
 			if err != nil {
 				return nil, err
 			}

@@ -137,7 +137,7 @@ func BenchmarkE2EAllReduce(b *testing.B) {
 		b.ReportMetric(4*n/perOp/1e9*2*float64(workers-1)/float64(workers), "busbw-GB/s")
 	}
 	for _, workers := range []int{4, 8} {
-		b.Run(fmt.Sprintf("pods=%d", workers), func(b *testing.B) {
+		ring := func(b *testing.B, c *ray.Cluster) {
 			tr, err := train.New(c, k8sBenchLoop, k8sBenchCfg{Len: n, Iters: b.N},
 				train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", NumSlices: workers / 4},
 				train.RunConfig{Name: "bench", Progress: train.ProgressOff})
@@ -149,7 +149,8 @@ func BenchmarkE2EAllReduce(b *testing.B) {
 				b.Fatal(err)
 			}
 			report(b, res.Metrics["seconds"], workers)
-		})
+		}
+		b.Run(fmt.Sprintf("pods=%d", workers), func(b *testing.B) { ring(b, c) })
 		b.Run(fmt.Sprintf("in-process/workers=%d", workers), func(b *testing.B) {
 			lb, err := local.New(local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "4x4", Count: workers / 4}}}, nil)
 			if err != nil {
@@ -160,17 +161,7 @@ func BenchmarkE2EAllReduce(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer lc.Close()
-			tr, err := train.New(lc, k8sBenchLoop, k8sBenchCfg{Len: n, Iters: b.N},
-				train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", NumSlices: workers / 4},
-				train.RunConfig{Name: "bench", Progress: train.ProgressOff})
-			if err != nil {
-				b.Fatal(err)
-			}
-			res, err := tr.Fit(b.Context())
-			if err != nil {
-				b.Fatal(err)
-			}
-			report(b, res.Metrics["seconds"], workers)
+			ring(b, lc)
 		})
 		b.Run(fmt.Sprintf("sum/workers=%d", workers), func(b *testing.B) {
 			data := make([][]float32, workers)
@@ -230,29 +221,8 @@ func BenchmarkE2EAllReduce(b *testing.B) {
 //	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EServeThroughPod -benchtime 3s -count 3 ./
 func BenchmarkE2EServeThroughPod(b *testing.B) {
 	_, c := slicesCluster(b, "2x4", []string{"slice-a"}, nil)
-	exe, err := osExecutable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := b.Context()
-	srv := serve.New(c, nil)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go srv.Serve(l)
-	defer srv.Shutdown(context.WithoutCancel(ctx))
-	if err := srv.Deploy(ctx, serve.Deployment{
-		Name: "proc",
-		Replica: serve.Process(serve.ProcessSpec{
-			Command: []string{exe}, WorkerCommand: []string{exe},
-			Env: map[string]string{"K8STEST_HTTP_SERVER": "1"}, StopTimeout: 5 * time.Second,
-		}),
-		Accelerator: "v6e", Topology: "2x4", ChipsPerVM: 4, MinReplicas: 1, MaxConcurrentRequests: 64,
-	}); err != nil {
-		b.Fatal(err)
-	}
-	router := "http://" + l.Addr().String() + "/proc/where"
+	_, base := serveProcess(b, c, func(d *serve.Deployment) { d.MinReplicas, d.MaxConcurrentRequests = 1, 64 })
+	router := base + "/proc/where"
 	resp, err := http.Post(router, "application/json", strings.NewReader("{}"))
 	if err != nil {
 		b.Fatal(err)

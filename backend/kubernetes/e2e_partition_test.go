@@ -14,6 +14,7 @@ import (
 
 	"github.com/matryer/is"
 	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/goray-dev/goray/internal/kubeharness"
 	"github.com/goray-dev/goray/ray"
@@ -100,22 +101,27 @@ func TestE2EPartitionedDriverIsFenced(t *testing.T) {
 	rc := driverConfig(t, cp)
 	const lease = 6 * time.Second
 
+	driver := func(identity string, rc *rest.Config) *ray.Cluster {
+		client, err := k8s.NewForConfig(rc)
+		is.NoErr(err)
+		cfg := testConfig()
+		cfg.Identity, cfg.Client, cfg.Worker.Image = identity, client, workerImage
+		cfg.Lease = LeaseConfig{Duration: lease}
+		be, err := New(ctx, cfg)
+		is.NoErr(err)
+		c, err := ray.NewCluster(ctx, be, nil)
+		is.NoErr(err)
+		return c
+	}
+
 	// Driver a reaches the API server through the proxy.
 	u, err := url.Parse(rc.Host)
 	is.NoErr(err)
 	proxy := newAPIProxy(t, u.Host)
-	arc := *rc
+	arc := rest.CopyConfig(rc)
 	arc.Host = "https://" + proxy.l.Addr().String()
 	arc.Timeout = 2 * time.Second
-	aClient, err := k8s.NewForConfig(&arc)
-	is.NoErr(err)
-	acfg := testConfig()
-	acfg.Identity, acfg.Client, acfg.Worker.Image = "driver-a", aClient, workerImage
-	acfg.Lease = LeaseConfig{Duration: lease}
-	ab, err := New(ctx, acfg)
-	is.NoErr(err)
-	a, err := ray.NewCluster(ctx, ab, nil)
-	is.NoErr(err)
+	a := driver("driver-a", arc)
 	spec := ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "2x4", ChipsPerVM: 4}
 	spg, err := ray.NewSlicePlacementGroup(ctx, a, spec)
 	is.NoErr(err)
@@ -139,15 +145,7 @@ func TestE2EPartitionedDriverIsFenced(t *testing.T) {
 	is.True(fenced < lease) // before the Lease could expire
 
 	// Driver b, with a direct connection, gets the slice after the expiry.
-	bClient, err := k8s.NewForConfig(rc)
-	is.NoErr(err)
-	bcfg := testConfig()
-	bcfg.Identity, bcfg.Client, bcfg.Worker.Image = "driver-b", bClient, workerImage
-	bcfg.Lease = LeaseConfig{Duration: lease}
-	bb, err := New(ctx, bcfg)
-	is.NoErr(err)
-	b, err := ray.NewCluster(ctx, bb, nil)
-	is.NoErr(err)
+	b := driver("driver-b", rc)
 	defer b.Close()
 	bspec := spec
 	bspec.Timeout = lease + 30*time.Second

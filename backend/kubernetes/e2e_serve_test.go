@@ -56,29 +56,16 @@ func TestE2EServeProcess(t *testing.T) {
 	is := is.New(t)
 	ctx := t.Context()
 	cp, c := slicesCluster(t, "2x4", []string{"slice-a", "slice-b"}, nil)
-	exe, err := osExecutable()
-	is.NoErr(err)
-
-	srv := serve.New(c, nil)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	is.NoErr(err)
-	go srv.Serve(l)
-	defer srv.Shutdown(context.WithoutCancel(ctx))
-	is.NoErr(srv.Deploy(ctx, serve.Deployment{
-		Name: "proc",
-		Replica: serve.Process(serve.ProcessSpec{
-			Command: []string{exe}, WorkerCommand: []string{exe},
-			Env: map[string]string{"K8STEST_HTTP_SERVER": "1"}, StopTimeout: 5 * time.Second,
-		}),
-		Accelerator: "v6e", Topology: "2x4", ChipsPerVM: 4, MinReplicas: 2, Idempotent: true, MaxConcurrentRequests: 32,
-	}))
+	srv, base := serveProcess(t, c, func(d *serve.Deployment) {
+		d.MinReplicas, d.Idempotent, d.MaxConcurrentRequests = 2, true, 32
+	})
 
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Go(func() {
-			resp, err := http.Post("http://"+l.Addr().String()+"/proc/where", "application/json", strings.NewReader("{}"))
+			resp, err := http.Post(base+"/proc/where", "application/json", strings.NewReader("{}"))
 			if err != nil {
 				t.Error(err)
 				return
@@ -116,24 +103,11 @@ func TestE2EServeFailoverAndScaleUp(t *testing.T) {
 	is := is.New(t)
 	ctx := t.Context()
 	cp, c := slicesCluster(t, "2x4", []string{"slice-a", "slice-b", "slice-c"}, nil)
-	exe, err := osExecutable()
-	is.NoErr(err)
-	srv := serve.New(c, nil)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	is.NoErr(err)
-	go srv.Serve(l)
-	defer srv.Shutdown(context.WithoutCancel(ctx))
-	is.NoErr(srv.Deploy(ctx, serve.Deployment{
-		Name: "proc",
-		Replica: serve.Process(serve.ProcessSpec{
-			Command: []string{exe}, WorkerCommand: []string{exe},
-			Env: map[string]string{"K8STEST_HTTP_SERVER": "1"}, StopTimeout: 5 * time.Second,
-		}),
-		Accelerator: "v6e", Topology: "2x4", ChipsPerVM: 4, Idempotent: true,
-		MinReplicas: 2, MaxReplicas: 3, MaxConcurrentRequests: 32, MaxQueuedRequests: 1024,
-		Autoscaling: &serve.Autoscaling{TargetOngoingRequests: 8, UpscaleDelay: 2 * time.Second, Interval: 200 * time.Millisecond},
-		Health:      &serve.HealthCheck{Period: 200 * time.Millisecond, FailureThreshold: 2},
-	}))
+	srv, base := serveProcess(t, c, func(d *serve.Deployment) {
+		d.Idempotent, d.MinReplicas, d.MaxReplicas, d.MaxConcurrentRequests, d.MaxQueuedRequests = true, 2, 3, 32, 1024
+		d.Autoscaling = &serve.Autoscaling{TargetOngoingRequests: 8, UpscaleDelay: 2 * time.Second, Interval: 200 * time.Millisecond}
+		d.Health = &serve.HealthCheck{Period: 200 * time.Millisecond, FailureThreshold: 2}
+	})
 	st, _ := srv.Status().Deployment("proc")
 	is.Equal(st.Ready, 2)
 
@@ -143,7 +117,7 @@ func TestE2EServeFailoverAndScaleUp(t *testing.T) {
 		var wg sync.WaitGroup
 		for range n {
 			wg.Go(func() {
-				resp, err := client.Post("http://"+l.Addr().String()+"/proc/slow", "application/json", strings.NewReader("{}"))
+				resp, err := client.Post(base+"/proc/slow", "application/json", strings.NewReader("{}"))
 				if err != nil {
 					mu.Lock()
 					failed = append(failed, err.Error())
@@ -227,4 +201,36 @@ func TestE2EServeFailoverAndScaleUp(t *testing.T) {
 	is.NoErr(srv.Shutdown(ctx))
 	is.NoErr(c.Close())
 	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
+}
+
+// serveProcess serves a deployment "proc" of the test's external server
+// (runHTTPServer, a serve.Process replica on v6e 2x4 slices) from c, with
+// edit's changes, on a loopback listener; it returns the server and the
+// router's base URL. The server shuts down at cleanup.
+func serveProcess(t testing.TB, c *ray.Cluster, edit func(*serve.Deployment)) (*serve.Server, string) {
+	t.Helper()
+	exe, err := osExecutable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve.New(c, nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	d := serve.Deployment{
+		Name: "proc",
+		Replica: serve.Process(serve.ProcessSpec{
+			Command: []string{exe}, WorkerCommand: []string{exe},
+			Env: map[string]string{"K8STEST_HTTP_SERVER": "1"}, StopTimeout: 5 * time.Second,
+		}),
+		Accelerator: "v6e", Topology: "2x4", ChipsPerVM: 4,
+	}
+	edit(&d)
+	if err := srv.Deploy(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+	return srv, "http://" + l.Addr().String()
 }
