@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // session is a worker's control connection to the run's rendezvous in the
@@ -27,14 +28,19 @@ type session struct {
 	onAbort  func(error)
 }
 
+// rendezvousDialTimeout bounds a worker's connect to the driver.
+const rendezvousDialTimeout = 10 * time.Second
+
 // dialSession connects to the rendezvous at addr and joins as rank with
 // peer address peerAddr (filled in by local when empty: the address of this
 // end of the connection, which the driver's network can reach).
 func dialSession(ctx context.Context, addr string) (*session, error) {
-	var d net.Dialer
+	// A driver address that workers cannot reach must fail in seconds,
+	// not after the operating system's connect timeout (minutes).
+	d := net.Dialer{Timeout: rendezvousDialTimeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("train: dial the run's rendezvous at %s: %w", addr, err)
+		return nil, fmt.Errorf("train: this worker cannot reach the run's rendezvous at %s, where the driver listens (RunConfig.Rendezvous, or when empty the address the backend gives for the driver: kubernetes.Config.DriverHost or the driver pod's IP): %w", addr, err)
 	}
 	return &session{cc: newCtrlConn(c), replies: make(chan *ctrlMsg, 1), done: make(chan struct{}), aborted: make(chan struct{})}, nil
 }

@@ -65,11 +65,15 @@ var k8sAllReduce = train.NewLoop("k8stest.allreduce", func(ctx context.Context, 
 //
 //   - A loop: every rank joins, AllReduce sums across the 8 pods, the result
 //     is exact.
+//
 //   - A python3 program per host (train.NewProgram, train/testdata/host.py):
 //     each resolves every name of its slice's TPU_WORKER_HOSTNAMES and
 //     MEGASCALE_COORDINATOR_ADDRESS through CoreDNS (its own name to its
 //     pod IP) and meets the other ranks at
 //     JAX_COORDINATOR_ADDRESS, as jax.distributed.initialize would.
+//
+//   - A rendezvous on 127.0.0.1, which no pod reaches: Fit fails within
+//     seconds naming the address and RunConfig.Rendezvous.
 //
 // After each, the slices and pods are released.
 func TestE2ETrain(t *testing.T) {
@@ -113,6 +117,24 @@ func TestE2ETrain(t *testing.T) {
 		is.Equal(strings.Count(lines, "resolved 4 host names"), 8) // every pod resolved every name of its slice
 		is.Equal(strings.Count(lines, "met the coordinator"), 7)
 		is.True(strings.Contains(lines, "[rank 0] coordinator met ranks [1, 2, 3, 4, 5, 6, 7]"))
+		released(t)
+	})
+
+	t.Run("rendezvous the pods cannot reach", func(t *testing.T) {
+		is := is.New(t)
+		// 127.0.0.1 is each pod's own loopback: the driver listens on its
+		// own, which no pod reaches.
+		tr, err := train.New(c, k8sAllReduce, 5, scaling,
+			train.RunConfig{Name: "e2e-bad", Progress: train.ProgressOff, Rendezvous: "127.0.0.1:0"})
+		is.NoErr(err)
+		start := time.Now()
+		_, err = tr.Fit(ctx)
+		took := time.Since(start)
+		is.True(err != nil)
+		t.Logf("after %v: %v", took.Round(100*time.Millisecond), err)
+		is.True(strings.Contains(err.Error(), "cannot reach the run's rendezvous at 127.0.0.1:")) // names the address
+		is.True(strings.Contains(err.Error(), "RunConfig.Rendezvous"))                            // and the setting
+		is.True(took < 30*time.Second)                                                            // in seconds, not a hang
 		released(t)
 	})
 
