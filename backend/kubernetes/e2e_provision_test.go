@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/goray-dev/goray/internal/kubeharness"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/tpu"
+	"github.com/goray-dev/goray/train"
 )
 
 // startAutoscaledHarness starts a control plane with no TPU nodes and the
@@ -400,6 +402,48 @@ func TestE2EProvisionRequestMultislice(t *testing.T) {
 	pts, err = admin.CoreV1().PodTemplates("default").List(ctx, metav1.ListOptions{})
 	is.NoErr(err)
 	is.Equal(len(pts.Items), 0)
+	is.NoErr(c.Close())
+	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
+}
+
+// TestE2EProvisionSpotTrainResumes: a run trains on a Spot slice that the
+// driver had provisioned; the autoscaler preempts the pool (deletes its
+// nodes) at iteration 5: the attempt fails with Unavailable, and the run
+// resumes from its checkpoint on new Spot capacity, which the driver asks
+// for as it asked for the first, with the same answer as without the
+// preemption.
+func TestE2EProvisionSpotTrainResumes(t *testing.T) {
+	is := is.New(t)
+	cp, as := startAutoscaledHarness(t, kubeharness.AutoscalerOptions{})
+	_, c := provisioningCluster(t, driverConfig(t, cp), "driver-a", ProvisionConfig{Mode: ProvisionPods, Spot: true})
+	ctx := t.Context()
+	var preempted string
+	var injectErr error
+	inject := func(r train.Report) {
+		if r.Attempt != 0 || r.Iteration != 5 || preempted != "" {
+			return
+		}
+		preempted = r.Slices[0]
+		injectErr = as.Preempt(ctx, preempted)
+	}
+	const iters = 15
+	tr, err := train.New(c, k8sCounting, k8sCountCfg{Iters: iters, Pause: 200 * time.Millisecond},
+		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4"},
+		// The harness's pods share the test process's loopback here.
+		train.RunConfig{Name: "spot", Progress: train.ProgressOff, MaxFailures: 1, OnReport: inject, Rendezvous: "127.0.0.1:0"})
+	is.NoErr(err)
+	res, err := tr.Fit(ctx)
+	is.NoErr(err)
+	is.NoErr(injectErr)
+	is.Equal(res.Metrics["sum"], float64(iters*10)) // 1+2+3+4 per iteration, as without the preemption
+	is.Equal(res.Attempts, 2)
+	f := res.Failures[0]
+	is.Equal(f.Slice, preempted)
+	is.Equal(ray.Code(f.Err), ray.Unavailable)
+	t.Logf("Spot pool %s preempted at iteration 5: %v; resumed from checkpoint %d; autoscaler: %v", preempted, f.Err, f.ResumeFrom, as.Events())
+	pools := as.Pools()
+	is.True(len(pools) >= 1)
+	is.True(!slices.Contains(pools, preempted)) // the run finished on new capacity
 	is.NoErr(c.Close())
 	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
 }
