@@ -13,6 +13,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -76,18 +77,23 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 	if !ok {
 		return
 	}
-	defer s.bodies.Release(int64(len(body))) // readBody holds len(body) of the budget
+	// readBody holds len(body) of the budget. A unary or proxied request
+	// gives it back as its response begins (no retry needs the body then),
+	// before the client can send its next request; a stream keeps it to
+	// the end, since a retried stream sends the body again.
+	release := sync.OnceFunc(func() { s.bodies.Release(int64(len(body))) })
+	defer release()
 	timeout := d.spec.RequestTimeout
 	_, isProcess := d.spec.Replica.(*processReplica)
 	switch {
 	case isProcess:
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		d.proxy(ctx, w, r, body, start)
+		d.proxy(ctx, &releaseOnResponse{ResponseWriter: w, release: release}, r, body, start)
 	case rest == "" && r.Method == http.MethodPost:
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		d.unary(ctx, w, body, start)
+		d.unary(ctx, &releaseOnResponse{ResponseWriter: w, release: release}, body, start)
 	case rest == "/stream" && r.Method == http.MethodPost:
 		ctx, cancel := context.WithTimeout(r.Context(), 10*timeout)
 		defer cancel()
@@ -429,3 +435,24 @@ func copyResponse(w http.ResponseWriter, resp *http.Response) bool {
 		}
 	}
 }
+
+// releaseOnResponse calls release when the response begins (its header is
+// written), then passes everything on; Unwrap lets
+// http.ResponseController reach the connection's writer (Flush, write
+// deadlines).
+type releaseOnResponse struct {
+	http.ResponseWriter
+	release func()
+}
+
+func (w *releaseOnResponse) WriteHeader(code int) {
+	w.release()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *releaseOnResponse) Write(b []byte) (int, error) {
+	w.release()
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *releaseOnResponse) Unwrap() http.ResponseWriter { return w.ResponseWriter }
