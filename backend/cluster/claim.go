@@ -42,7 +42,11 @@ func (rt *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *
 	w.picked = nil
 	id := backend.PlacementGroupID(rt.newID())
 	claim := claimOf(id, picked)
-	names := rt.hostNames(claim)
+	names, err := rt.hostNames(claim)
+	if err != nil {
+		rt.unpick(p, picked)
+		return nil, err, false
+	}
 	return rt.claimAndGrant(ctx, p, w, &pickedClaim{
 		op: op, id: id, claim: claim, env: hostEnvOf(picked, names),
 		unpick: func() { rt.unpick(p, picked) },
@@ -169,11 +173,30 @@ func claimOf(id backend.PlacementGroupID, picked []*tpuSlice) Claim {
 
 // hostNames returns the names the hosts of c are reached by: the
 // runner's (HostNamer), or the node names.
-func (rt *Runtime) hostNames(c Claim) [][]string {
-	if n, ok := rt.claimRunner.(HostNamer); ok {
-		return n.HostNames(c)
+func (rt *Runtime) hostNames(c Claim) ([][]string, error) {
+	n, ok := rt.claimRunner.(HostNamer)
+	if !ok {
+		return c.Hosts, nil
 	}
-	return c.Hosts
+	names := n.HostNames(c)
+	// Every env of the claim is built from these names (TPU_WORKER_
+	// HOSTNAMES, the coordinators): one name per host, none empty or
+	// repeated, or the claim fails here instead of handing out an env
+	// that names the wrong hosts or none.
+	bad := len(names) != len(c.Hosts)
+	seen := map[string]bool{}
+	for i := 0; !bad && i < len(names); i++ {
+		bad = len(names[i]) != len(c.Hosts[i])
+		for _, name := range names[i] {
+			bad = bad || name == "" || seen[name]
+			seen[name] = true
+		}
+	}
+	if bad {
+		return nil, backend.Errorf(backend.Internal, "claim "+c.ID,
+			"the runner's HostNames gave %q for hosts %q: want one distinct, non-empty name per host", names, c.Hosts)
+	}
+	return names, nil
 }
 
 // hostEnvOf returns each host's env (by node name) of picked slices whose
@@ -185,6 +208,8 @@ func hostEnvOf(picked []*tpuSlice, names [][]string) map[string]map[string]strin
 		for wid, h := range s.hosts {
 			e := maps.Clone(s.workerEnv(wid, names[si]))
 			if len(picked) > 1 {
+				// Cannot fail: si < len(picked), the port is the default
+				// and the coordinator a checked host name (hostNames).
 				ms, _ := tpu.MultisliceEnv(coordinator, tpu.DefaultMegascalePort, len(picked), si)
 				maps.Copy(e, ms)
 			}

@@ -73,3 +73,39 @@ func TestHostNamesAreTheEnvsNames(t *testing.T) {
 		})
 	}
 }
+
+// badNamingRunner names one host too few.
+type badNamingRunner struct{ *testRunner }
+
+func (badNamingRunner) HostNames(c cluster.Claim) [][]string {
+	out := namingRunner{}.HostNames(c)
+	out[0] = out[0][1:]
+	return out
+}
+
+// A runner whose HostNames do not give one name per host fails the
+// reservation with an error saying so, instead of an env whose
+// TPU_WORKER_HOSTNAMES is empty (tpu.WorkerEnv's error was dropped); the
+// slices stay free.
+func TestBadHostNamesFailTheClaim(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		req  *backend.SliceRequest
+	}{
+		{"whole slice", &backend.SliceRequest{Shape: shape4x4, NumSlices: 1, Name: "w"}},
+		{"sub-slice", subRequest("sub")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			is := is.New(t)
+			src := newTestSource(t, tpuHosts4x4(1))
+			rt := start(t, src, badNamingRunner{newTestRunner()})
+			defer rt.Close()
+			_, err := rt.ReserveSlices(context.Background(), tt.req)
+			is.Equal(backend.CodeOf(err), backend.Internal)
+			is.True(strings.Contains(err.Error(), "want one distinct, non-empty name per host"))
+			_, err = rt.ReserveSlices(context.Background(), tt.req)
+			is.True(err != nil) // and again: nothing was left claimed in between
+			is.True(strings.Contains(err.Error(), "want one distinct, non-empty name per host"))
+		})
+	}
+}

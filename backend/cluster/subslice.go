@@ -181,7 +181,13 @@ func (rt *Runtime) claimSubslice(ctx context.Context, op string, p *shapePool, w
 	id := backend.PlacementGroupID(rt.newID())
 	claim := Claim{ID: id.String(), Slices: []string{s.name}, Hosts: [][]string{lo.Map(hosts, func(n *node, _ int) string { return n.name })},
 		Handles: [][]any{handlesOf(hosts)}, Subslice: true}
-	g := subsliceGrantOf(w, s, index, rt.hostNames(claim)[0])
+	names, err := rt.hostNames(claim)
+	if err != nil {
+		s.setSubBusy(w.sub, index, false)
+		rt.serveSlices(p)
+		return nil, err, false
+	}
+	g := subsliceGrantOf(w, s, index, names[0])
 	pc := &pickedClaim{
 		op: op, id: id, claim: claim,
 		unpick: func() {

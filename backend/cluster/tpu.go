@@ -45,6 +45,9 @@ func (s *tpuSlice) hostNames() []string {
 // The env for the node names is built once.
 func (s *tpuSlice) workerEnv(wid int, hostnames []string) map[string]string {
 	build := func(i int) map[string]string {
+		// Cannot fail: the shape is the slice's (validated when its hosts
+		// were indexed), i is one of its hosts and hostnames holds one
+		// checked name per host (Runtime.hostNames).
 		env, _ := tpu.WorkerEnv(s.shape, s.name, hostnames, i)
 		return tpu.NodeEnv(env, s.hosts[i].labels)
 	}
@@ -573,6 +576,7 @@ func (rt *Runtime) sliceReservation(w *sliceWait, picked []*tpuSlice, names [][]
 		for wid, h := range s.hosts {
 			env := s.workerEnv(wid, rs.Hostnames)
 			if len(picked) > 1 {
+				// Cannot fail, as in hostEnvOf.
 				ms, _ := tpu.MultisliceEnv(coordinator, tpu.DefaultMegascalePort, len(picked), si)
 				env = maps.Clone(env)
 				maps.Copy(env, ms)
