@@ -48,7 +48,10 @@ func newAPIProxy(t *testing.T, target string) *apiProxy {
 		t.Fatal(err)
 	}
 	p := &apiProxy{l: l, target: target}
-	t.Cleanup(func() { p.partition() })
+	t.Cleanup(func() {
+		p.partition()
+		l.Close() // ends the accept loop
+	})
 	go func() {
 		for {
 			c, err := l.Accept()

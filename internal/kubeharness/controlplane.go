@@ -635,9 +635,6 @@ func (cp *ControlPlane) HostIP() string {
 	return "127.0.0.1"
 }
 
-// Network returns how this control plane's pods are networked.
-func (cp *ControlPlane) Network() Network { return cp.opts.Network }
-
 // NetworkNamespaces returns the names of the pod network namespaces that
 // exist now (NetworkIsolated; nil otherwise), for tests that check nothing
 // is left once the pods are gone. A namespace is removed when its pod's

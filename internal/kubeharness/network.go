@@ -260,13 +260,7 @@ func removeNamespace(name string) {
 
 // close removes every namespace left and the bridge.
 func (pn *podNetwork) close() {
-	pn.mu.Lock()
-	names := make([]string, 0, len(pn.pods))
-	for n := range pn.pods {
-		names = append(names, n)
-	}
-	pn.mu.Unlock()
-	for _, n := range names {
+	for _, n := range pn.namespaces() {
 		pn.remove(n)
 	}
 	_ = ipCmd("link", "del", pn.bridge)

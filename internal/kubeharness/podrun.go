@@ -410,7 +410,12 @@ func (r *podRun) serviceAccountFiles() (string, error) {
 		}
 		select {
 		case <-r.stopCh:
-			r.stopCh <- struct{}{} // for loop, which handles the stop
+			// Poke again for loop, which handles the stop; the channel may
+			// hold a newer poke already.
+			select {
+			case r.stopCh <- struct{}{}:
+			default:
+			}
 			return "", fmt.Errorf("service account %s/%s: %w", pod.Namespace, sa, err)
 		case <-r.a.ctx.Done():
 			return "", r.a.ctx.Err()
