@@ -10,9 +10,15 @@ import (
 
 // csvCodec maps CSV records to rows of type T and back. T is []string (a
 // record as it is, no header), map[string]string (header → value), or a
-// struct whose fields of kind string, bool, int*, uint* or float* are
-// matched to columns by their `csv:"name"` tag, else by field name; a tag
-// of "-" skips a field.
+// struct whose fields of kind string, bool, int*, uint* or float*, or
+// pointers to them, are matched to columns by their `csv:"name"` tag, else
+// by field name; a tag of "-" skips a field.
+//
+// CSV has no NULL of its own; like PostgreSQL's COPY and DuckDB, an empty
+// field without quotes is NULL and a quoted empty field ("") is the empty
+// string. Reading, NULL is a nil pointer, "" for a string field, and an
+// error for a bool or number field; writing, a nil pointer is an empty
+// field and an empty string is "".
 type csvCodec[T any] struct {
 	kind   csvKind
 	fields []csvField // struct: by column order of the struct
@@ -29,7 +35,8 @@ const (
 type csvField struct {
 	name  string
 	index int
-	kind  reflect.Kind
+	kind  reflect.Kind // of the value, behind the pointer for ptr fields
+	ptr   bool
 }
 
 func newCSVCodec[T any]() (*csvCodec[T], error) {
@@ -55,13 +62,17 @@ func newCSVCodec[T any]() (*csvCodec[T], error) {
 			}
 			name, _, _ = strings.Cut(tag, ",")
 		}
-		switch f.Type.Kind() {
+		ft, ptr := f.Type, f.Type.Kind() == reflect.Pointer
+		if ptr {
+			ft = ft.Elem()
+		}
+		switch ft.Kind() {
 		case reflect.String, reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
 		default:
-			return nil, fmt.Errorf("data: CSV field %s.%s is %v; valid kinds are string, bool, ints, uints and floats (tag it csv:\"-\" to skip it)", t, f.Name, f.Type)
+			return nil, fmt.Errorf("data: CSV field %s.%s is %v; valid kinds are string, bool, ints, uints and floats, or pointers to them (tag it csv:\"-\" to skip it)", t, f.Name, f.Type)
 		}
-		c.fields = append(c.fields, csvField{name: name, index: i, kind: f.Type.Kind()})
+		c.fields = append(c.fields, csvField{name: name, index: i, kind: ft.Kind(), ptr: ptr})
 	}
 	return c, nil
 }
@@ -69,17 +80,18 @@ func newCSVCodec[T any]() (*csvCodec[T], error) {
 // hasHeader says whether the first record names the columns.
 func (c *csvCodec[T]) hasHeader() bool { return c.kind != csvRecord }
 
-// decoder binds the codec to a file's header.
-func (c *csvCodec[T]) decoder(header []string) func(rec []string) (T, error) {
+// decoder binds the codec to a file's header. null(i) says whether field i
+// of the record is NULL (empty, not quoted).
+func (c *csvCodec[T]) decoder(header []string) func(rec []string, null func(int) bool) (T, error) {
 	switch c.kind {
 	case csvRecord:
-		return func(rec []string) (T, error) {
+		return func(rec []string, _ func(int) bool) (T, error) {
 			var v T
 			reflect.ValueOf(&v).Elem().Set(reflect.ValueOf(append([]string(nil), rec...)))
 			return v, nil
 		}
 	case csvMap:
-		return func(rec []string) (T, error) {
+		return func(rec []string, _ func(int) bool) (T, error) {
 			m := make(map[string]string, len(header))
 			for i, h := range header {
 				if i < len(rec) {
@@ -95,7 +107,7 @@ func (c *csvCodec[T]) decoder(header []string) func(rec []string) (T, error) {
 	for i, h := range header {
 		col[h] = i
 	}
-	return func(rec []string) (T, error) {
+	return func(rec []string, null func(int) bool) (T, error) {
 		var v T
 		rv := reflect.ValueOf(&v).Elem()
 		for _, f := range c.fields {
@@ -103,7 +115,17 @@ func (c *csvCodec[T]) decoder(header []string) func(rec []string) (T, error) {
 			if !ok || i >= len(rec) {
 				continue
 			}
-			if err := setField(rv.Field(f.index), f.kind, rec[i]); err != nil {
+			fv := rv.Field(f.index)
+			switch {
+			case null(i) && f.ptr:
+				continue // nil
+			case null(i) && f.kind != reflect.String:
+				return v, fmt.Errorf("column %q: NULL (an empty field) does not fit %v; make the field a pointer (*%v) to read NULL as nil", f.name, fv.Type(), fv.Type())
+			case f.ptr:
+				fv.Set(reflect.New(fv.Type().Elem()))
+				fv = fv.Elem()
+			}
+			if err := setField(fv, f.kind, rec[i]); err != nil {
 				return v, fmt.Errorf("column %q: %w", f.name, err)
 			}
 		}
@@ -165,8 +187,9 @@ func (c *csvCodec[T]) header(first T) []string {
 	return h
 }
 
-// encode turns a row into a record in header order.
-func (c *csvCodec[T]) encode(header []string, row T) []string {
+// encode turns a row into a record in header order, with null[i] set
+// where field i is NULL (a nil pointer, or a key a map row lacks).
+func (c *csvCodec[T]) encode(header []string, row T, null []bool) []string {
 	rv := reflect.ValueOf(row)
 	switch c.kind {
 	case csvRecord:
@@ -176,6 +199,8 @@ func (c *csvCodec[T]) encode(header []string, row T) []string {
 		for i, h := range header {
 			if v := rv.MapIndex(reflect.ValueOf(h)); v.IsValid() {
 				rec[i] = v.String()
+			} else {
+				null[i] = true
 			}
 		}
 		return rec
@@ -183,6 +208,13 @@ func (c *csvCodec[T]) encode(header []string, row T) []string {
 	rec := make([]string, len(c.fields))
 	for i, f := range c.fields {
 		fv := rv.Field(f.index)
+		if f.ptr {
+			if fv.IsNil() {
+				null[i] = true
+				continue
+			}
+			fv = fv.Elem()
+		}
 		switch f.kind {
 		case reflect.String:
 			rec[i] = fv.String()

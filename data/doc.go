@@ -24,7 +24,8 @@
 // ([LocalFiles]), in a bucket of package storage ([InBucket]: file:// and
 // mem:// built in; gs://, s3:// and azblob:// through the adapter module
 // github.com/goray-dev/goray/storage/gocloud) or from a stream
-// ([FromStream]). Formats are parsed by encoding/json and encoding/csv.
+// ([FromStream]). JSON is parsed by encoding/json; CSV by a reader of
+// this package that keeps quoted fields byte for byte (see [ReadCSV]).
 // Sources cut rows into blocks ([BlockRows]) that the operators process
 // in parallel.
 //

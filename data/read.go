@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,11 +108,19 @@ func readLine(br *bufio.Reader, buf []byte, max int) (line []byte, long bool, er
 	}
 }
 
-// ReadCSV reads CSV files with encoding/csv into rows of type T: []string
-// (every record, no header), map[string]string (header → value), or a
-// struct whose fields (string, bool, ints, uints, floats) match columns by
-// `csv:"name"` tag or field name. A record that does not parse or convert
-// is a bad row.
+// ReadCSV reads CSV files (RFC 4180: comma-separated, fields optionally
+// quoted, records ended by LF or CRLF, empty lines skipped) into rows of
+// type T: []string (every record, no header), map[string]string (header →
+// value), or a struct whose fields (string, bool, ints, uints, floats, or
+// pointers to them) match columns by `csv:"name"` tag or field name. A
+// quoted field is read byte for byte: a line break inside quotes stays
+// CRLF where the file has CRLF (encoding/csv would turn it into LF).
+//
+// NULL is an empty field without quotes, and the empty string a quoted
+// empty field (""), as PostgreSQL's COPY and DuckDB write them: a pointer
+// field reads NULL as nil, a string field as "", and a bool or number
+// field refuses it (a bad row naming the column). []string and map rows
+// read both as "". A record that does not parse or convert is a bad row.
 func ReadCSV[T any](files Files, opts ...Option) *Dataset[T] {
 	codec, cerr := newCSVCodec[T]()
 	return fileSource("read_csv", files, opts, func(ctx context.Context, f file, w *blockWriter[T]) error {
@@ -125,12 +132,10 @@ func ReadCSV[T any](files Files, opts ...Option) *Dataset[T] {
 			return sourceFailed(ctx, Pos{Source: f.name}, err)
 		}
 		defer rc.Close()
-		lim := &recordLimit{r: rc, max: int64(w.maxLine)}
-		cr := csv.NewReader(bufio.NewReaderSize(lim, 64<<10))
-		cr.FieldsPerRecord = -1
+		cr := newCSVReader(rc, w.maxLine)
 		var header []string
 		if codec.hasHeader() {
-			header, err = cr.Read()
+			header, _, err = cr.Read()
 			if err == io.EOF {
 				return nil
 			}
@@ -140,13 +145,9 @@ func ReadCSV[T any](files Files, opts ...Option) *Dataset[T] {
 		}
 		decode := codec.decoder(header)
 		var row int64
-		lastLine := int64(0) // line of the last record read
-		if header != nil {
-			lastLine = 1
-		}
 		for {
-			lim.start = cr.InputOffset()
-			rec, err := cr.Read()
+			lastLine := int64(cr.line) // the line the previous record ended on
+			rec, line, err := cr.Read()
 			if err == io.EOF {
 				return nil
 			}
@@ -154,10 +155,10 @@ func ReadCSV[T any](files Files, opts ...Option) *Dataset[T] {
 				return sourceFailed(ctx, Pos{Source: f.name, Row: row, Line: lastLine + 1},
 					fmt.Errorf("the record from line %d on is longer than MaxLineBytes (%d bytes)", lastLine+1, w.maxLine))
 			}
-			var pe *csv.ParseError
+			var se *csvSyntaxError
 			switch {
-			case errors.As(err, &pe):
-				p := Pos{Source: f.name, Row: row, Line: int64(pe.StartLine)}
+			case errors.As(err, &se):
+				p := Pos{Source: f.name, Row: row, Line: int64(line)}
 				row++
 				if err := w.bad(p, err); err != nil {
 					return err
@@ -166,11 +167,9 @@ func ReadCSV[T any](files Files, opts ...Option) *Dataset[T] {
 			case err != nil:
 				return sourceFailed(ctx, Pos{Source: f.name, Row: row}, err)
 			}
-			line, _ := cr.FieldPos(0)
-			lastLine = int64(line)
 			p := Pos{Source: f.name, Row: row, Line: int64(line)}
 			row++
-			v, derr := decode(rec)
+			v, derr := decode(rec, cr.null)
 			if derr != nil {
 				if err := w.bad(p, derr); err != nil {
 					return err
@@ -182,24 +181,4 @@ func ReadCSV[T any](files Files, opts ...Option) *Dataset[T] {
 			}
 		}
 	})
-}
-
-// errRecordTooLong is recordLimit's error.
-var errRecordTooLong = errors.New("data: CSV record longer than MaxLineBytes")
-
-// recordLimit fails a CSV read once more than max bytes (plus the reader's
-// buffer) were read past the start of the current record.
-type recordLimit struct {
-	r          io.Reader
-	read       int64
-	start, max int64
-}
-
-func (l *recordLimit) Read(p []byte) (int, error) {
-	if l.read-l.start > l.max+64<<10 {
-		return 0, errRecordTooLong
-	}
-	n, err := l.r.Read(p)
-	l.read += int64(n)
-	return n, err
 }

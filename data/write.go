@@ -3,7 +3,6 @@ package data
 import (
 	"bufio"
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -65,24 +64,28 @@ func (e *jsonlEncoder[T]) Write(rows []T) error {
 
 func (e *jsonlEncoder[T]) Close() error { return e.bw.Flush() }
 
-// WriteCSV runs d and writes its rows to one CSV file with encoding/csv,
-// atomically. Rows are []string (written as they are), map[string]string
-// (a header of the first row's sorted keys) or a struct (a header of its
-// column names, as for [ReadCSV]).
+// WriteCSV runs d and writes its rows to one CSV file, atomically. Rows
+// are []string (written as they are), map[string]string (a header of the
+// first row's sorted keys) or a struct (a header of its column names, as
+// for [ReadCSV]). A field is quoted where encoding/csv would quote it, and
+// when it is the empty string; a nil pointer field (or a key a map row
+// lacks) is NULL, an empty field without quotes, as PostgreSQL and DuckDB
+// write NULL. Line breaks inside fields are written as they are.
 func WriteCSV[T any](ctx context.Context, d *Dataset[T], to Files, opts ...Option) error {
 	return writeFile(ctx, d, to, opts, func(w io.Writer) (Encoder[T], error) {
 		codec, err := newCSVCodec[T]()
 		if err != nil {
 			return nil, err
 		}
-		return &csvEncoder[T]{codec: codec, cw: csv.NewWriter(w)}, nil
+		return &csvEncoder[T]{codec: codec, cw: newCSVWriter(w)}, nil
 	})
 }
 
 type csvEncoder[T any] struct {
 	codec   *csvCodec[T]
-	cw      *csv.Writer
+	cw      *csvWriter
 	header  []string
+	null    []bool
 	started bool
 }
 
@@ -91,12 +94,17 @@ func (e *csvEncoder[T]) Write(rows []T) error {
 		if !e.started {
 			e.started = true
 			if e.header = e.codec.header(row); e.header != nil {
-				if err := e.cw.Write(e.header); err != nil {
+				if err := e.cw.Write(e.header, nil); err != nil {
 					return err
 				}
 			}
 		}
-		if err := e.cw.Write(e.codec.encode(e.header, row)); err != nil {
+		if n := max(len(e.header), len(e.codec.fields)); len(e.null) < n {
+			e.null = make([]bool, n)
+		}
+		clear(e.null)
+		rec := e.codec.encode(e.header, row, e.null)
+		if err := e.cw.Write(rec, e.null); err != nil {
 			return err
 		}
 	}
@@ -105,10 +113,9 @@ func (e *csvEncoder[T]) Write(rows []T) error {
 
 func (e *csvEncoder[T]) Close() error {
 	if !e.started && e.codec.kind == csvStruct {
-		if err := e.cw.Write(e.codec.header(*new(T))); err != nil {
+		if err := e.cw.Write(e.codec.header(*new(T)), nil); err != nil {
 			return err
 		}
 	}
-	e.cw.Flush()
-	return e.cw.Error()
+	return e.cw.Flush()
 }

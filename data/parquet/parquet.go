@@ -23,6 +23,7 @@ import (
 	"time"
 
 	pq "github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/goray-dev/goray/data"
 )
@@ -40,10 +41,13 @@ const batchRows = 256
 // checks T against the file's schema: a field with no column, a column
 // whose physical or logical type differs from the field's (BIGINT into
 // int32, decimal(9,2) into float64, TIME into time.Duration, a UUID into
-// string, a LIST into a slice without the list tag), or a nullable column
-// into a field that cannot hold NULL (not a pointer) fails the run with an
-// error naming the file, the column and both types, instead of reading
-// wrong values. Files are named as for every
+// string, a LIST into a slice without the list tag), or a column holding
+// NULLs into a field that cannot hold NULL (not a pointer) fails the run
+// with an error naming the file, the column and both types, instead of
+// reading wrong values. A nullable column that holds no NULL (writers such
+// as DuckDB and Spark mark every column nullable) reads into a plain
+// field; a TIMESTAMP without UTC adjustment reads into a time.Time as that
+// wall-clock time in UTC. Files are named as for every
 // source of package data: a file, a folder or a glob, on the local disk, in
 // a bucket or from a stream (read into memory first: Parquet needs random
 // access). Each file is read through range reads, footer first.
@@ -58,7 +62,7 @@ func Read[T any](files data.Files, opts ...data.Option) *data.Dataset[T] {
 		if err != nil {
 			return rows.Failed(ctx, data.Pos{Source: f.Name()}, err)
 		}
-		if err := checkSchema(pq.SchemaOf(new(T)), pf.Schema()); err != nil {
+		if err := checkSchema(pq.SchemaOf(new(T)), pf.Schema(), lostNulls(pf)); err != nil {
 			return rows.Failed(ctx, data.Pos{Source: f.Name()}, fmt.Errorf("%w %T: %w", ErrSchema, *new(T), err))
 		}
 		pr := pq.NewGenericReader[T](pf)
@@ -202,9 +206,9 @@ func epochDays(t time.Time) int32 {
 
 // checkSchema reports how the row type's schema want differs from a file's
 // schema got, for every leaf column of want: missing in got, of another
-// type (physical and logical), repeated differently, or nullable where
-// want cannot hold NULL.
-func checkSchema(want, got *pq.Schema) error {
+// type (physical and logical), repeated differently, or holding NULLs
+// (counted by lost) where want cannot hold NULL.
+func checkSchema(want, got *pq.Schema, lost func(want, got *pq.Schema, path []string) (int64, error)) error {
 	var errs []error
 	for _, path := range want.Columns() {
 		w, _ := want.Lookup(path...)
@@ -215,7 +219,7 @@ func checkSchema(want, got *pq.Schema) error {
 			continue
 		}
 		wt, gt := typeName(w.Node), typeName(g.Node)
-		if wt != gt {
+		if wt != gt && !sameInstant(w.Node, g.Node) {
 			errs = append(errs, fmt.Errorf("column %s: the file's type is %s, the row's field is %s", name, gt, wt))
 			continue
 		}
@@ -224,10 +228,127 @@ func checkSchema(want, got *pq.Schema) error {
 			continue
 		}
 		if g.MaxDefinitionLevel > w.MaxDefinitionLevel {
-			errs = append(errs, fmt.Errorf("column %s: the file's column can hold NULL, the row's field cannot (make it a pointer, or tag it optional)", name))
+			// Many writers (DuckDB, Spark) mark every column nullable; a
+			// column that holds no NULL where the field cannot reads intact.
+			n, err := lost(want, got, path)
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("column %s: %w", name, err))
+			case n > 0:
+				errs = append(errs, fmt.Errorf("column %s: the file's column holds %d NULL values where the row's field cannot hold NULL (make it a pointer, or tag it optional)", name, n))
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sameInstant says whether two TIMESTAMP or TIME columns differ only in
+// isAdjustedToUTC: a timestamp without UTC adjustment (SQL's TIMESTAMP
+// WITHOUT TIME ZONE, written by DuckDB, Spark and pandas) reads into a
+// time.Time as that wall-clock time in UTC, and a time of day as its
+// offset from midnight, the same values either way.
+func sameInstant(a, b pq.Node) bool {
+	la, lb := a.Type().LogicalType(), b.Type().LogicalType()
+	if la == nil || lb == nil || a.Type().Kind() != b.Type().Kind() {
+		return false
+	}
+	switch va := la.Value.(type) {
+	case *format.TimestampType:
+		vb, ok := lb.Value.(*format.TimestampType)
+		return ok && va.Unit.String() == vb.Unit.String()
+	case *format.TimeType:
+		vb, ok := lb.Value.(*format.TimeType)
+		return ok && va.Unit.String() == vb.Unit.String()
+	}
+	return false
+}
+
+// lostNulls counts, in a file, the values of the leaf column at path that
+// are NULL at a level of the path where the row type cannot hold NULL (an
+// optional column or list element read into a field that is neither a
+// pointer nor optional). A NULL or empty list is not lost when the list
+// itself may be NULL. Column chunk statistics answer first: a chunk that
+// records no NULL has none; others have their definition levels read.
+func lostNulls(f *pq.File) func(want, got *pq.Schema, path []string) (int64, error) {
+	return func(want, got *pq.Schema, path []string) (int64, error) {
+		levels := lostLevels(want, got, path)
+		if len(levels) == 0 {
+			return 0, nil
+		}
+		leaf, _ := got.Lookup(path...)
+		var lost int64
+		for i, rg := range f.RowGroups() {
+			cc := rg.ColumnChunks()[leaf.ColumnIndex]
+			if st := f.Metadata().RowGroups[i].Columns[leaf.ColumnIndex].MetaData.Statistics; hasNullCount(st) && st.NullCount == 0 {
+				continue
+			}
+			n, err := countLevels(cc, levels)
+			if err != nil {
+				return 0, fmt.Errorf("reading its definition levels: %w", err)
+			}
+			lost += n
+		}
+		return lost, nil
+	}
+}
+
+// hasNullCount says whether a chunk's statistics were written at all (the
+// format asks writers to always write null_count, even when zero).
+func hasNullCount(st format.Statistics) bool {
+	return st.NullCount != 0 || st.MinValue != nil || st.MaxValue != nil || st.Min != nil || st.Max != nil
+}
+
+// lostLevels are the definition levels of the leaf at path that mean "NULL
+// at a node that is optional in got but required in want".
+func lostLevels(want, got *pq.Schema, path []string) []byte {
+	var levels []byte
+	var def byte // definition level contributed by the nodes above
+	wn, gn := pq.Node(want), pq.Node(got)
+	for _, name := range path {
+		wn, gn = child(wn, name), child(gn, name)
+		if wn == nil || gn == nil {
+			return levels
+		}
+		if gn.Optional() && !wn.Optional() {
+			levels = append(levels, def)
+		}
+		if gn.Optional() || gn.Repeated() {
+			def++
+		}
+	}
+	return levels
+}
+
+func child(n pq.Node, name string) pq.Node {
+	for _, f := range n.Fields() {
+		if f.Name() == name {
+			return f
+		}
+	}
+	return nil
+}
+
+// countLevels counts the values of a column chunk whose definition level is
+// one of levels.
+func countLevels(cc pq.ColumnChunk, levels []byte) (int64, error) {
+	pages := cc.Pages()
+	defer pages.Close()
+	var n int64
+	for {
+		p, err := pages.ReadPage()
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		for _, d := range p.DefinitionLevels() {
+			if slices.Contains(levels, d) {
+				n++
+			}
+		}
+		pq.Release(p)
+	}
 }
 
 // typeName is a leaf's physical and logical type, such as "INT32" or

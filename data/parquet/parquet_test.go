@@ -292,7 +292,7 @@ func TestReadRefusesSchemaMismatch(t *testing.T) {
 			[]string{"column id", "UUID"}},
 		{"NULL into a non-pointer", func(p string) { writeRows(t, p, []nullRow{{nil}, {&one}}) },
 			func(f data.Files) error { _, err := data.Count(ctx, parquet.Read[plainV](f)); return err },
-			[]string{"column v", "can hold NULL"}},
+			[]string{"column v", "holds 1 NULL values"}},
 		{"field with no column", func(p string) { writeRows(t, p, []nullRow{{&one}}) },
 			func(f data.Files) error { _, err := data.Count(ctx, parquet.Read[extraField](f)); return err },
 			[]string{"column other", "no such column"}},
@@ -304,4 +304,31 @@ func TestReadRefusesSchemaMismatch(t *testing.T) {
 			check(t, file, tt.read, tt.want...)
 		})
 	}
+}
+
+// A nullable column that holds no NULL reads into a plain field (as
+// DuckDB's and Spark's files, which mark every column nullable, need);
+// with one NULL among 5,000 rows in another row group, it is refused.
+func TestNullableColumnWithoutNulls(t *testing.T) {
+	is := is.New(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	rows := make([]nullRow, 5000)
+	for i := range rows {
+		v := int64(i)
+		rows[i].V = &v
+	}
+	full := filepath.Join(dir, "full.parquet")
+	writeRows(t, full, rows)
+	got, err := data.Take(ctx, parquet.Read[plainV](data.LocalFiles(full)), 10000)
+	is.NoErr(err)
+	is.Equal(len(got), 5000)
+	is.Equal(got[4999].V, int64(4999))
+
+	rows[4321].V = nil
+	holed := filepath.Join(dir, "holed.parquet")
+	writeRows(t, holed, rows)
+	_, err = data.Count(ctx, parquet.Read[plainV](data.LocalFiles(holed)))
+	is.True(errors.Is(err, parquet.ErrSchema))
+	is.True(strings.Contains(err.Error(), "column v: the file's column holds 1 NULL values"))
 }
