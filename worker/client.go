@@ -164,6 +164,26 @@ func Dial(ctx context.Context, addr string, opts *ClientOptions) (*Client, error
 	return c, nil
 }
 
+// pendingAlert returns the TLS alert a worker sent before it closed the
+// connection, if one is waiting to be read on nc, else err. In TLS 1.3 the
+// driver's handshake completes before the worker has checked the driver's
+// certificate, so a refusal (another CA) arrives while the driver writes
+// its hello; the worker then closes with the hello unread, which resets the
+// connection, and the write fails with "connection reset" or "broken pipe"
+// although the alert is already in the driver's receive queue.
+func pendingAlert(nc net.Conn, err error) error {
+	tc, ok := nc.(*tls.Conn)
+	if !ok || tlsRefusal(err) {
+		return err
+	}
+	tc.SetReadDeadline(time.Now().Add(time.Second)) //nolint:errcheck // a failed deadline shows as a failed read
+	var b [1]byte
+	if _, rerr := tc.Read(b[:]); tlsRefusal(rerr) {
+		return rerr
+	}
+	return err
+}
+
 // handshake performs the HTTP upgrade on nc and returns the reader to
 // continue with and the response headers.
 func handshake(ctx context.Context, nc net.Conn, addr string, opts *ClientOptions, limit int, hb time.Duration) (*bufio.Reader, http.Header, error) {
@@ -195,12 +215,12 @@ func handshake(ctx context.Context, nc net.Conn, addr string, opts *ClientOption
 	req.Header.Set("Upgrade", protocolName)
 	req.Header.Set("Content-Type", "application/json")
 	if err := req.Write(nc); err != nil {
-		return nil, nil, err
+		return nil, nil, pendingAlert(nc, err)
 	}
 	br := bufio.NewReaderSize(nc, 64<<10)
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, pendingAlert(nc, err)
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer resp.Body.Close()

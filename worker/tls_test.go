@@ -285,7 +285,9 @@ func TestDriverOfAnotherCALargeHello(t *testing.T) {
 	for range 20 {
 		is := is.New(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		c, err := Dial(ctx, addr, &ClientOptions{Token: testToken, Manifest: big, TLS: clientTLS(t, testCreds(t, other, RoleDriver))})
+		cli := clientTLS(t, testCreds(t, other, RoleDriver))
+		cli.RootCAs = clientTLS(t, testCreds(t, ca, RoleDriver)).RootCAs // only the worker can refuse
+		c, err := Dial(ctx, addr, &ClientOptions{Token: testToken, Manifest: big, TLS: cli})
 		cancel()
 		if err == nil {
 			c.Close()
@@ -293,4 +295,48 @@ func TestDriverOfAnotherCALargeHello(t *testing.T) {
 		is.True(err != nil)
 		is.Equal(backend.CodeOf(err), backend.FailedPrecondition) // final, as for a small hello
 	}
+}
+
+// A worker that refuses the driver's certificate and resets the connection
+// while the driver is still writing its hello: the driver's write fails
+// (connection reset, broken pipe) with the worker's TLS alert already
+// received; Dial reads the alert and fails with FailedPrecondition, not
+// with the write's error as Unavailable (which the driver would retry).
+func TestDriverOfAnotherCAResetMidHello(t *testing.T) {
+	ca, other := newTestCA(t, "cluster"), newTestCA(t, "other")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := serverTLS(t, testCreds(t, ca, RoleWorker))
+	done := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		herr := tls.Server(c, cfg).Handshake() // sends the alert: another CA
+		c.(*net.TCPConn).SetLinger(0)          //nolint:errcheck // close with a reset, the hello unread
+		c.Close()
+		done <- herr
+	}()
+	big := Manifest{Codec: "raw"}
+	for i := range 60000 {
+		big.Entries = append(big.Entries, Entry{Kind: KindTask, Name: fmt.Sprintf("task-%06d", i), Signature: "func(string) string"})
+	}
+	is := is.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// The driver trusts the cluster's CA but holds a certificate of
+	// another: only the worker can refuse, after the driver's side of the
+	// TLS 1.3 handshake is done and its hello is on the way.
+	cli := clientTLS(t, testCreds(t, other, RoleDriver))
+	cli.RootCAs = clientTLS(t, testCreds(t, ca, RoleDriver)).RootCAs
+	_, err = Dial(ctx, ln.Addr().String(), &ClientOptions{Token: testToken, Manifest: big, TLS: cli})
+	t.Log(err)
+	is.True(<-done != nil) // the worker side refused the certificate
+	is.Equal(backend.CodeOf(err), backend.FailedPrecondition)
+	is.True(strings.Contains(err.Error(), "certificate"))
 }
