@@ -89,8 +89,11 @@ func (b *badRows) list() []RowError {
 }
 
 // PanicError is a panic in a source or an operator's function, recovered
-// in the goroutine that ran it: it fails the run with this error instead
-// of ending the program, and no stream ends as complete after it.
+// in the goroutine that ran it, or in the worker process or pod that ran a
+// registered function or method (Value is then the ray error, whose cause
+// is a *ray.TaskError, and Stack the worker's). It fails the run, also
+// with SkipBadRows (a panic is a bug, not a bad row), and no stream ends
+// as complete after it.
 type PanicError struct {
 	// Op is the source or operator whose function panicked.
 	Op string

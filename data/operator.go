@@ -184,6 +184,10 @@ func process[I, O any](ctx context.Context, r *run, o *opState, k kernel[I, O], 
 	if _, ok := err.(*PanicError); ok {
 		return block[O]{}, err // a bug, not a bad row: it fails the run
 	}
+	if te := (*ray.TaskError)(nil); errors.As(err, &te) && te.Panicked {
+		// The same for a task or actor method that panicked in a worker.
+		return block[O]{}, &PanicError{Op: o.name, Value: err, Stack: []byte(te.Stack)}
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		return block[O]{}, cerr
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/matryer/is"
 
 	"github.com/goray-dev/goray/data"
+	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/storage"
 )
 
@@ -48,4 +49,38 @@ func TestPanicFailsTheRun(t *testing.T) {
 		is.Equal(pe.Value, "bad tag")
 		is.True(strings.Contains(err.Error(), "source read_boom panicked: bad tag"))
 	})
+}
+
+var panicsAt57 = data.NewMapFunc("data_test.panics_at_57", func(_ context.Context, x int) (int, error) {
+	if x == 57 {
+		var m map[int]int
+		m[x] = x // panics, in the task
+	}
+	return x, nil
+})
+
+// A registered function that panics in a ray task fails the run with a
+// *data.PanicError as a panic in the driver does (the task's stack in it,
+// the *ray.TaskError its cause), also with SkipBadRows: a panic is a bug,
+// not a bad row.
+func TestPanicInTaskFailsTheRun(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t)
+	for _, skip := range []int{0, 1000} {
+		is := is.New(t)
+		opts := []data.Option{data.BlockRows(10)}
+		if skip > 0 {
+			opts = append(opts, data.SkipBadRows(skip))
+		}
+		n, err := data.Count(ctx, data.Apply(data.Range(200), panicsAt57, data.OnTasks(c)), opts...)
+		is.Equal(n, int64(0))
+		var pe *data.PanicError
+		is.True(errors.As(err, &pe))
+		is.Equal(pe.Op, "data_test.panics_at_57")
+		var te *ray.TaskError
+		is.True(errors.As(err, &te))
+		is.True(te.Panicked)
+		is.True(strings.Contains(string(pe.Stack), "panic_test.go"))
+		is.True(strings.Contains(err.Error(), "assignment to entry in nil map"))
+	}
 }

@@ -4,7 +4,9 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/matryer/is"
@@ -59,6 +61,54 @@ func TestE2EDataPoolOnSlices(t *testing.T) {
 	for s := range slices {
 		is.True(s == "slice-a" || s == "slice-b") // in a pod of a reserved slice
 	}
+	states, err := ray.TPUSlices(ctx, c)
+	is.NoErr(err)
+	for _, st := range states {
+		is.Equal(st.ReservedBy, ray.PlacementGroupID(0)) // released
+	}
+	is.NoErr(c.Close())
+	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
+}
+
+var k8sScaleOrPanic = data.NewMapMethod(k8sScalerClass, "scale_or_panic", func(_ context.Context, s *k8sScaler, x int) (int, error) {
+	if x == 57 {
+		var m map[int]int
+		m[x] = x // panics, in the worker pod
+	}
+	return x * s.factor, nil
+})
+
+// TestE2EDataPanicInPodFailsTheRun: a pool actor's method that panics in
+// its worker pod fails the run with a *data.PanicError, as a panic in the
+// driver does, carrying the pod's stack (a ray.TaskError inside), also
+// with SkipBadRows; no count comes back as complete, and the slice is
+// released.
+func TestE2EDataPanicInPodFailsTheRun(t *testing.T) {
+	is := is.New(t)
+	ctx := t.Context()
+	cp, c := slicesCluster(t, "2x4", []string{"slice-a"}, nil)
+	_, err := cp.AddCPUNodes(ctx, kubeharness.CPUNodes{Name: "cpu", Count: 1})
+	is.NoErr(err)
+
+	pool := data.Pool[*k8sScaler, int]{
+		Cluster: c, Class: k8sScalerClass, Arg: 3, Min: 1, Max: 1,
+		Slice: &ray.SliceSpec{AcceleratorVersion: "v6e", Topology: "2x4", ChipsPerVM: 4},
+	}
+	n, err := data.Count(ctx, data.ApplyPool(data.Range(200), pool, k8sScaleOrPanic, data.BatchSize(10)))
+	t.Log(err)
+	is.Equal(n, int64(0)) // nothing counted as complete
+	var pe *data.PanicError
+	is.True(errors.As(err, &pe)) // a bug, not a bad row
+	is.Equal(pe.Op, "k8stest.scaler.scale_or_panic")
+	is.Equal(ray.Code(err), ray.TaskFailed)
+	var te *ray.TaskError
+	is.True(errors.As(err, &te))
+	is.True(te.Panicked)
+	is.True(strings.Contains(err.Error(), "assignment to entry in nil map"))
+	is.True(strings.Contains(string(pe.Stack), "e2e_data_test.go")) // the pod's stack, with the panicking line
+	_, err = data.Count(ctx, data.ApplyPool(data.Range(200), pool, k8sScaleOrPanic, data.BatchSize(10)), data.SkipBadRows(1000))
+	is.True(errors.As(err, &pe)) // not skipped as bad rows
+
 	states, err := ray.TPUSlices(ctx, c)
 	is.NoErr(err)
 	for _, st := range states {
