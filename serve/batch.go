@@ -54,7 +54,7 @@ func (o BatchOptions) withDefaults() BatchOptions {
 // has one endpoint for POST /<deployment>: Unary or Batched, not both.
 func Batched[A, I, O any](m *ray.Method[A, []I, []O], opts BatchOptions) Endpoint[A] {
 	b := &batcher[A, I, O]{m: m, opts: opts.withDefaults(), open: map[*ray.ActorHandle[A]]*batch[A, I, O]{}}
-	return unaryEndpoint(b.call)
+	return unaryEndpoint("serve.Batched("+m.Name()+")", b.call)
 }
 
 // batcher gathers the requests of each replica (by its host-0 actor) into

@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 		runTestServer(mode)
 		return
 	}
+	ray.Main() // the worker processes of the handle tests run this binary
 	goleak.VerifyTestMain(m)
 }
 

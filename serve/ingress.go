@@ -23,7 +23,7 @@ import (
 // retryAfter is the Retry-After, in seconds, of a 503.
 const retryAfter = "1"
 
-func (s *Server) routes() http.Handler {
+func (s *Server) httpRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /-/healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
@@ -115,7 +115,7 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 // to release.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment, start time.Time) ([]byte, bool) {
 	if d.overloaded() {
-		d.fail(w, start, http.StatusServiceUnavailable, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, errOverloaded))
+		d.fail(w, start, http.StatusServiceUnavailable, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, ErrOverloaded))
 		return nil, false
 	}
 	limit := s.opts.MaxBodyBytes
@@ -173,14 +173,28 @@ func lostReplica(err error) bool {
 // than a lost replica, or retries run out (non-idempotent requests are not
 // retried). It returns the HTTP code and message of a failure, or 0.
 func (d *deployment) attempt(ctx context.Context, do func(*replica) error) (int, string) {
+	if e := d.try(ctx, do); e != nil {
+		return e.Code, e.Message
+	}
+	return 0, ""
+}
+
+// try is attempt with the failure as a *CallError, whose kind handle
+// callers match with errors.Is; nil on success.
+func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallError {
+	fail := func(code int, kind, msg string) *CallError {
+		return &CallError{Deployment: d.spec.Name, Code: code, Message: msg, kind: kind}
+	}
 	var tried []*replica
 	for n := 0; ; n++ {
 		rep, err := d.acquire(ctx, tried)
 		switch {
-		case errors.Is(err, errOverloaded), errors.Is(err, errShuttingDown):
-			return http.StatusServiceUnavailable, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, err)
+		case errors.Is(err, ErrOverloaded):
+			return fail(http.StatusServiceUnavailable, kindOverloaded, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, err))
+		case errors.Is(err, ErrShuttingDown):
+			return fail(http.StatusServiceUnavailable, kindShutdown, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, err))
 		case err != nil:
-			return ctxCode(ctx), fmt.Sprintf("deployment %q: no replica became free: %v", d.spec.Name, err)
+			return fail(ctxCode(ctx), ctxKind(ctx), fmt.Sprintf("deployment %q: no replica became free: %v", d.spec.Name, err))
 		}
 		err = do(rep)
 		d.release(rep)
@@ -188,11 +202,11 @@ func (d *deployment) attempt(ctx context.Context, do func(*replica) error) (int,
 		var up upstreamError
 		switch {
 		case err == nil:
-			return 0, ""
+			return nil
 		case errors.As(err, &bad):
-			return http.StatusBadRequest, err.Error()
+			return fail(http.StatusBadRequest, kindBadCall, err.Error())
 		case ctx.Err() != nil:
-			return ctxCode(ctx), fmt.Sprintf("deployment %q: %v", d.spec.Name, ctx.Err())
+			return fail(ctxCode(ctx), ctxKind(ctx), fmt.Sprintf("deployment %q: %v", d.spec.Name, ctx.Err()))
 		case errors.As(err, &up):
 			// The connection to the replica's server failed before the
 			// response began: retried where the request may be.
@@ -208,7 +222,7 @@ func (d *deployment) attempt(ctx context.Context, do func(*replica) error) (int,
 				d.s.metrics.dep(d.spec.Name).retries.Inc()
 				continue
 			}
-			return http.StatusBadGateway, fmt.Sprintf("deployment %q: replica %s: %v", d.spec.Name, rep.id, up)
+			return fail(http.StatusBadGateway, kindLost, fmt.Sprintf("deployment %q: replica %s: %v", d.spec.Name, rep.id, up))
 		case lostReplica(err):
 			d.lost(rep, fmt.Sprintf("request failed: %v", err), false)
 			if d.spec.Idempotent && n < d.spec.MaxRetries {
@@ -216,9 +230,13 @@ func (d *deployment) attempt(ctx context.Context, do func(*replica) error) (int,
 				d.s.metrics.dep(d.spec.Name).retries.Inc()
 				continue
 			}
-			return http.StatusServiceUnavailable, fmt.Sprintf("deployment %q: replica %s was lost: %v", d.spec.Name, rep.id, err)
+			return fail(http.StatusServiceUnavailable, kindLost, fmt.Sprintf("deployment %q: replica %s was lost: %v", d.spec.Name, rep.id, err))
 		default:
-			return http.StatusInternalServerError, err.Error()
+			kind := kindInternal
+			if ray.Code(err) == ray.TaskFailed {
+				kind = kindFailed
+			}
+			return fail(http.StatusInternalServerError, kind, err.Error())
 		}
 	}
 }
@@ -232,9 +250,31 @@ func ctxCode(ctx context.Context) int {
 	return 499
 }
 
+// ctxKind is ctxCode's kind of CallError.
+func ctxKind(ctx context.Context) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return kindTimeout
+	}
+	return kindCanceled
+}
+
 func (d *deployment) unary(ctx context.Context, w http.ResponseWriter, body []byte, start time.Time) {
+	out, e := d.callUnary(ctx, body)
+	if e != nil {
+		d.fail(w, start, e.Code, e.Message)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(out, '\n'))
+	d.observe(http.StatusOK, start)
+}
+
+// callUnary routes one request of the deployment's request endpoint
+// (Unary or Batched), a JSON body in and out, for POST /<name> and for
+// handles alike.
+func (d *deployment) callUnary(ctx context.Context, body []byte) ([]byte, *CallError) {
 	var out []byte
-	code, msg := d.attempt(ctx, func(r *replica) error {
+	e := d.try(ctx, func(r *replica) error {
 		ai, ok := r.inst.(actorInstance)
 		if !ok || !ai.hasUnary() {
 			return badRequest{fmt.Errorf("deployment %q has no unary endpoint; POST /%s/stream", d.spec.Name, d.spec.Name)}
@@ -243,13 +283,7 @@ func (d *deployment) unary(ctx context.Context, w http.ResponseWriter, body []by
 		out, err = ai.unary(ctx, body)
 		return err
 	})
-	if code != 0 {
-		d.fail(w, start, code, msg)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(append(out, '\n'))
-	d.observe(http.StatusOK, start)
+	return out, e
 }
 
 // stream answers with server-sent events: one "data: <chunk JSON>" event

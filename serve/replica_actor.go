@@ -62,8 +62,11 @@ type actorEndpoints[A any] struct {
 	// deployment may have one.
 	unaryCount int
 	unary      func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error)
-	stream     func(ctx context.Context, h *ray.ActorHandle[A], body []byte, emit func([]byte) error) error
-	check      func(ctx context.Context, h *ray.ActorHandle[A]) error
+	// unaryEP describes the unary endpoint for handles: its input and
+	// output types and how it was declared.
+	unaryEP endpointInfo
+	stream  func(ctx context.Context, h *ray.ActorHandle[A], body []byte, emit func([]byte) error) error
+	check   func(ctx context.Context, h *ray.ActorHandle[A]) error
 }
 
 func decodeBody[I any](body []byte) (I, error) {
@@ -77,16 +80,18 @@ func decodeBody[I any](body []byte) (I, error) {
 // Unary serves POST /<deployment>: the JSON body is decoded into I, m is
 // called on the replica's host-0 actor, and its output is the JSON reply.
 func Unary[A, I, O any](m *ray.Method[A, I, O]) Endpoint[A] {
-	return unaryEndpoint(func(ctx context.Context, h *ray.ActorHandle[A], in I) (O, error) {
+	return unaryEndpoint("serve.Unary("+m.Name()+")", func(ctx context.Context, h *ray.ActorHandle[A], in I) (O, error) {
 		return m.Remote(ctx, h, in).Get(ctx)
 	})
 }
 
 // unaryEndpoint serves POST /<deployment> with call: the JSON body decoded
-// into I, the output encoded as the reply (Unary, Batched).
-func unaryEndpoint[A, I, O any](call func(ctx context.Context, h *ray.ActorHandle[A], in I) (O, error)) Endpoint[A] {
+// into I, the output encoded as the reply (Unary, Batched). desc says how
+// it was declared, for errors.
+func unaryEndpoint[A, I, O any](desc string, call func(ctx context.Context, h *ray.ActorHandle[A], in I) (O, error)) Endpoint[A] {
 	return Endpoint[A]{func(e *actorEndpoints[A]) {
 		e.unaryCount++
+		e.unaryEP = endpointInfo{desc: desc, in: describeType(reflect.TypeFor[I]()), out: describeType(reflect.TypeFor[O]())}
 		e.unary = func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error) {
 			in, err := decodeBody[I](body)
 			if err != nil {
@@ -212,6 +217,11 @@ func (r *actorReplica[A, CI]) validate() error {
 		return fmt.Errorf("serve.Actor %s: %d endpoints serve POST /<deployment> (serve.Unary, serve.Batched); pass one", r.class.Name(), r.eps.unaryCount)
 	}
 	return nil
+}
+
+// endpoint describes the request endpoint handles call, if any.
+func (r *actorReplica[A, CI]) endpoint() (endpointInfo, bool) {
+	return r.eps.unaryEP, r.eps.unary != nil
 }
 
 func (r *actorReplica[A, CI]) start(ctx context.Context, c *ray.Cluster, spg *ray.SlicePlacementGroup, maxConcurrent int) (instance, error) {

@@ -14,11 +14,14 @@ import (
 // FIFO queue of at most MaxQueuedRequests; a replica that frees a slot (or
 // becomes ready) hands it straight to the queue's head.
 
+// The router's refusals. A handle call's error matches them with
+// errors.Is (see [CallError]); an HTTP client gets 503 with Retry-After.
 var (
-	// errOverloaded: every replica is at its limit and the queue is full.
-	errOverloaded = errors.New("every replica is at its limit and the queue is full")
-	// errShuttingDown: the deployment is being removed.
-	errShuttingDown = errors.New("deployment is shutting down")
+	// ErrOverloaded: every replica of the deployment is at its
+	// MaxConcurrentRequests and its queue holds MaxQueuedRequests.
+	ErrOverloaded = errors.New("every replica is at its limit and the queue is full")
+	// ErrShuttingDown: the deployment (or its server) is being removed.
+	ErrShuttingDown = errors.New("deployment is shutting down")
 )
 
 // waiter is a queued request.
@@ -34,7 +37,7 @@ func (d *deployment) acquire(ctx context.Context, exclude []*replica) (*replica,
 	d.mu.Lock()
 	if d.closing {
 		d.mu.Unlock()
-		return nil, errShuttingDown
+		return nil, ErrShuttingDown
 	}
 	if len(d.waiters) == 0 {
 		if r := d.pickLocked(exclude); r != nil {
@@ -45,7 +48,7 @@ func (d *deployment) acquire(ctx context.Context, exclude []*replica) (*replica,
 	}
 	if len(d.waiters) >= d.spec.MaxQueuedRequests {
 		d.mu.Unlock()
-		return nil, errOverloaded
+		return nil, ErrOverloaded
 	}
 	w := &waiter{ch: make(chan *replica, 1), exclude: exclude}
 	d.waiters = append(d.waiters, w)
@@ -55,7 +58,7 @@ func (d *deployment) acquire(ctx context.Context, exclude []*replica) (*replica,
 	select {
 	case r := <-w.ch:
 		if r == nil {
-			return nil, errShuttingDown
+			return nil, ErrShuttingDown
 		}
 		return r, nil
 	case <-ctx.Done():
@@ -63,6 +66,7 @@ func (d *deployment) acquire(ctx context.Context, exclude []*replica) (*replica,
 	d.mu.Lock()
 	if i := slices.Index(d.waiters, w); i >= 0 {
 		d.waiters = slices.Delete(d.waiters, i, i+1)
+		d.changedLocked() // the queue is shorter: WaitStatus sees it
 		d.mu.Unlock()
 		return nil, ctx.Err()
 	}

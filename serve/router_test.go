@@ -94,7 +94,7 @@ func TestQueueHandsOffInOrderAndOverflows(t *testing.T) {
 		is.NoErr(d.s.WaitStatus(ctx, func(st Status) bool { return st.Deployments[0].Queued == i+1 }))
 	}
 	_, err := d.acquire(ctx, nil)
-	is.True(errors.Is(err, errOverloaded)) // the queue is full
+	is.True(errors.Is(err, ErrOverloaded)) // the queue is full
 	d.release(d.replicas[0])
 	is.Equal(<-got, 0) // first in, first served
 	d.release(d.replicas[0])

@@ -80,6 +80,19 @@ type Server struct {
 	changeMu sync.Mutex
 	changed  chan struct{} // closed and replaced on every state change
 	watchers atomic.Int32  // WaitStatus calls waiting on changed
+
+	// Handle calls (handle.go): id and callToken identify the server to
+	// handles that crossed to other processes.
+	id, callToken string
+	callMu        sync.Mutex
+	calls         int           // handle calls in flight
+	callsIdle     chan struct{} // closed when calls drops to 0
+	callsStopped  bool          // Shutdown is stopping the deployments
+	callLnMu      sync.Mutex
+	callLn        net.Listener // for calls from worker processes, opened on first use
+	callSrv       *http.Server
+	callDone      chan struct{}
+	callLnClosed  bool
 }
 
 // New returns a server whose replicas run on c. The caller keeps
@@ -106,7 +119,8 @@ func New(c *ray.Cluster, opts *Options) *Server {
 		}}
 	}
 	s.metrics = newMetrics(s)
-	s.handler = s.routes()
+	s.handler = s.httpRoutes()
+	s.register()
 	return s
 }
 
@@ -358,8 +372,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() { s.requests.Wait(); close(done) }()
 	select {
 	case <-done:
+		if err := s.stopCalls(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	case <-ctx.Done():
 		errs = append(errs, ctx.Err())
+		_ = s.stopCalls(ctx)
 	}
 	var wg sync.WaitGroup
 	for _, d := range deps {
@@ -367,6 +385,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	wg.Wait()
 	<-done
+	s.closeCalls()
 	if srv != nil {
 		_ = srv.Close()
 	}
