@@ -43,6 +43,7 @@ type opState struct {
 	start              time.Time
 	end                atomic.Int64 // unix nanos when the operator finished
 	pool               func() PoolStats
+	mem                *memStats // all-to-all operators: memory held and spilled
 }
 
 func newOpState(name string, cfg *config) *opState {
@@ -140,6 +141,25 @@ type run struct {
 	mu       sync.Mutex
 	ops      []*opState
 	cleanups []func(context.Context)
+
+	// root is the run that a sub-run (see sub) belongs to: operators and
+	// cleanups are registered there. nil for the run itself.
+	root *run
+}
+
+// sub makes a sub-run: the same run, whose goroutines get a context and
+// an errgroup of their own, so that an operator that needs no more input
+// ([Limit]) can stop its upstream, and wait for it, without ending the
+// run. The caller waits for sub.g; a failure in the sub-run cancels only
+// the sub-run, so the caller must return sub.g.Wait()'s error.
+func (r *run) sub() *run {
+	ctx, cancel := context.WithCancel(r.ctx)
+	g, ctx := errgroup.WithContext(ctx)
+	root := r
+	if r.root != nil {
+		root = r.root
+	}
+	return &run{ctx: ctx, cancel: cancel, g: g, cfg: r.cfg, bad: r.bad, start: r.start, root: root}
 }
 
 func newRun(ctx context.Context, cfg *config) *run {
@@ -150,8 +170,12 @@ func newRun(ctx context.Context, cfg *config) *run {
 
 // op registers an operator, with the run's defaults overridden by opts.
 func (r *run) op(name string, opts []Option) (*opState, *config) {
+	if r.root != nil {
+		return r.root.op(name, opts)
+	}
 	cfg := *r.cfg
 	cfg.name, cfg.compute, cfg.batchSize, cfg.errs, cfg.concSet = "", nil, 0, nil, false
+	cfg.descending = false
 	cfg.with(opts)
 	if cfg.name != "" {
 		name = cfg.name
@@ -166,6 +190,10 @@ func (r *run) op(name string, opts []Option) (*opState, *config) {
 // onEnd registers cleanup to run when the run ends, on every path, with a
 // context that is not cancelled.
 func (r *run) onEnd(f func(context.Context)) {
+	if r.root != nil {
+		r.root.onEnd(f)
+		return
+	}
 	r.mu.Lock()
 	r.cleanups = append(r.cleanups, f)
 	r.mu.Unlock()

@@ -1,9 +1,11 @@
 package data
 
 import (
-	"fmt"
 	"log/slog"
 	"runtime"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/storage"
 )
 
 // Option configures a run (passed to a sink such as [Rows] or [Count]), an
@@ -34,6 +36,11 @@ type config struct {
 	blockRows int
 	maxLine   int // longest line or CSV record a text source reads
 	errs      []error
+	// all-to-all operators (Sort, GroupBy, Join, ...) and Split
+	memBudget  int64          // estimated bytes an all-to-all operator holds before it spills
+	spill      storage.Bucket // where it spills; nil is a temporary directory
+	descending bool
+	equal      bool
 }
 
 type progressMode int
@@ -45,7 +52,7 @@ const (
 )
 
 func defaultConfig() config {
-	return config{maxRows: 16384, concurrency: runtime.GOMAXPROCS(0), blockRows: 1024, maxLine: DefaultMaxLineBytes}
+	return config{maxRows: 16384, concurrency: runtime.GOMAXPROCS(0), blockRows: 1024, maxLine: DefaultMaxLineBytes, memBudget: DefaultMemoryBudget}
 }
 
 func (c *config) with(opts []Option) *config {
@@ -68,8 +75,10 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
+// invalid records a bad option; the run fails with it, coded
+// InvalidArgument (errors.Is(err, ray.ErrInvalidArgument)).
 func invalid(c *config, format string, args ...any) {
-	c.errs = append(c.errs, fmt.Errorf("data: "+format, args...))
+	c.errs = append(c.errs, backend.Errorf(backend.InvalidArgument, "", "data: "+format, args...))
 }
 
 // MaxRowsInFlight caps the rows an operator has admitted and not yet handed

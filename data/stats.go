@@ -45,6 +45,28 @@ type OpStats struct {
 	Elapsed time.Duration
 	// Pool describes the operator's actor pool, if it ran on one.
 	Pool *PoolStats
+	// Memory describes what an all-to-all operator ([Sort], [GroupBy],
+	// [Join], ...) held in memory and spilled; nil for other operators.
+	Memory *MemoryStats
+}
+
+// MemoryStats describes the rows an all-to-all operator held in memory to
+// sort, group, join or shuffle them, and what it spilled beyond its
+// [MemoryBudget].
+type MemoryStats struct {
+	// Budget is the operator's MemoryBudget in bytes.
+	Budget int64
+	// PeakBytes is the most estimated bytes of rows (and aggregation
+	// states) held at once, PeakRows the most rows. PeakBytes stays at or
+	// under Budget, except for a single row larger than it, which is held
+	// alone.
+	PeakBytes, PeakRows int64
+	// SpilledRows and SpilledBytes (encoded) were written to SpillFiles
+	// files, all of which are removed by the end of the run.
+	SpilledRows, SpilledBytes, SpillFiles int64
+	// MergePasses counts the merges of spilled files into fewer files
+	// before the final merge (0 when the final merge could read them all).
+	MergePasses int64
 }
 
 // PoolStats describes an actor pool over a run.
@@ -83,6 +105,10 @@ func (r *run) snapshot() Stats {
 			p := o.pool()
 			st.Pool = &p
 		}
+		if o.mem != nil {
+			m := o.mem.snapshot()
+			st.Memory = &m
+		}
 		s.Operators = append(s.Operators, st)
 	}
 	return s
@@ -114,6 +140,12 @@ func (s Stats) String() string {
 			fmt.Fprintf(&b, ", pool %d..%d peak %d", p.Min, p.Max, p.Peak)
 			if p.SlicesReserved > 0 {
 				fmt.Fprintf(&b, ", %d slices reserved", p.SlicesReserved)
+			}
+		}
+		if m := o.Memory; m != nil {
+			fmt.Fprintf(&b, ", memory peak %d/%d bytes", m.PeakBytes, m.Budget)
+			if m.SpillFiles > 0 {
+				fmt.Fprintf(&b, ", spilled %d rows (%d bytes) in %d files", m.SpilledRows, m.SpilledBytes, m.SpillFiles)
 			}
 		}
 	}

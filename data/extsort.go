@@ -1,0 +1,411 @@
+package data
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"reflect"
+	"slices"
+)
+
+// extSorter is an external merge sort under a memory budget: rows are
+// collected in memory until the next would pass the budget, then sorted
+// (stably) and spilled as a run, a spill file of gob-encoded chunks; at
+// the end the runs, and the rows still in memory, are merged. More runs
+// than can be merged at once (fanIn) are first merged into fewer. With a
+// nil cmp it is a spool: rows come back in the order they were added.
+//
+// Memory: the rows collected are held up to the budget. Merging, each run
+// being read holds one chunk and one read buffer, each at most a share of
+// half the budget, and the rows left in memory when the input ended are
+// kept there (not spilled) only when they fit in the other half.
+type extSorter[E any] struct {
+	ctx    context.Context
+	o      *opState
+	area   *spillArea
+	cmp    func(a, b E) int
+	size   func(*E) int64
+	budget int64
+	fanIn  int
+	share  int64 // bytes of one chunk, and of one I/O buffer
+
+	buf      []E
+	bufBytes int64
+	runs     []*spillFile
+	checked  bool
+	n        int64 // rows added
+}
+
+func newExtSorter[E any](ctx context.Context, o *opState, area *spillArea, budget int64, cmp func(a, b E) int) *extSorter[E] {
+	fanIn := int(min(max(budget/(32<<10), 8), 128))
+	return &extSorter[E]{
+		ctx: ctx, o: o, area: area, cmp: cmp, size: sizer[E](), budget: budget,
+		fanIn: fanIn, share: max(budget/int64(4*(fanIn+1)), 512),
+	}
+}
+
+// add takes one row, spilling what is held first if it would pass the
+// budget.
+func (s *extSorter[E]) add(e E) error {
+	sz := s.size(&e)
+	if len(s.buf) > 0 && s.bufBytes+sz > s.budget {
+		if err := s.spill(); err != nil {
+			return err
+		}
+	}
+	s.buf = append(s.buf, e)
+	s.bufBytes += sz
+	s.n++
+	s.o.mem.hold(1, sz)
+	return nil
+}
+
+// spill sorts the rows held and writes them as a run.
+func (s *extSorter[E]) spill() error {
+	if s.cmp != nil {
+		slices.SortStableFunc(s.buf, s.cmp)
+	}
+	return s.spillSorted(s.buf, s.bufBytes)
+}
+
+// spillSorted writes rows, already in order, as a run and lets them go.
+// bytes is what they hold in the accounts.
+func (s *extSorter[E]) spillSorted(rows []E, bytes int64) error {
+	if !s.checked {
+		s.checked = true
+		if err := spillable(reflect.TypeFor[E]()); err != nil {
+			return fmt.Errorf("data: %s: the rows held passed MemoryBudget(%d) and must be spilled, but %w; export it, make the type implement encoding.BinaryMarshaler, or raise MemoryBudget", s.o.name, s.budget, err)
+		}
+	}
+	w, err := newRunWriter[E](s.ctx, s.area, int(min(s.share, 64<<10)))
+	if err != nil {
+		return err
+	}
+	abort := func(err error) error {
+		w.w.Close()
+		return err
+	}
+	for len(rows) > 0 {
+		k, b := 0, int64(0)
+		for k < len(rows) && (k == 0 || b+s.size(&rows[k]) <= s.share) {
+			b += s.size(&rows[k])
+			k++
+		}
+		if err := w.write(rows[:k], b); err != nil {
+			return abort(err)
+		}
+		rows = rows[k:]
+	}
+	f, err := w.close()
+	if err != nil {
+		return err
+	}
+	s.runs = append(s.runs, f)
+	clear(s.buf)
+	s.buf = s.buf[:0]
+	s.o.mem.free(int64(f.rows), bytes)
+	s.bufBytes = 0
+	return nil
+}
+
+// source is one sorted input of a merge.
+type source[E any] interface {
+	// next advances to the next row; false at the end.
+	next() (E, bool, error)
+	close() error
+}
+
+// memSource reads rows held in memory, freeing them from the accounts as
+// it goes.
+type memSource[E any] struct {
+	s    *extSorter[E]
+	rows []E
+	i    int
+}
+
+func (m *memSource[E]) next() (E, bool, error) {
+	var zero E
+	if m.i >= len(m.rows) {
+		return zero, false, nil
+	}
+	e := m.rows[m.i]
+	m.s.o.mem.free(1, m.s.size(&e))
+	m.rows[m.i] = zero
+	m.i++
+	return e, true, nil
+}
+
+func (m *memSource[E]) close() error {
+	for i := m.i; i < len(m.rows); i++ {
+		m.s.o.mem.free(1, m.s.size(&m.rows[i]))
+	}
+	m.rows = nil
+	return nil
+}
+
+// runSource reads a run back one chunk at a time.
+type runSource[E any] struct {
+	s     *extSorter[E]
+	r     *runReader[E]
+	c     chunk[E]
+	i     int
+	held  bool
+	ioBuf int64
+}
+
+func (s *extSorter[E]) open(f *spillFile) (*runSource[E], error) {
+	io := min(s.share, 64<<10)
+	r, err := openRun[E](s.ctx, f, int(io))
+	if err != nil {
+		return nil, err
+	}
+	s.o.mem.hold(0, io)
+	return &runSource[E]{s: s, r: r, ioBuf: io}, nil
+}
+
+func (f *runSource[E]) next() (E, bool, error) {
+	var zero E
+	for f.i >= len(f.c.Rows) {
+		f.release()
+		c, err := f.r.next()
+		if err == io.EOF {
+			return zero, false, nil
+		}
+		if err != nil {
+			return zero, false, err
+		}
+		f.c, f.i, f.held = c, 0, true
+		f.s.o.mem.hold(int64(len(c.Rows)), c.Bytes)
+	}
+	e := f.c.Rows[f.i]
+	f.c.Rows[f.i] = zero
+	f.i++
+	return e, true, nil
+}
+
+func (f *runSource[E]) release() {
+	if f.held {
+		f.s.o.mem.free(int64(len(f.c.Rows)), f.c.Bytes)
+		f.held = false
+	}
+	f.c = chunk[E]{}
+}
+
+func (f *runSource[E]) close() error {
+	f.release()
+	if f.ioBuf > 0 {
+		f.s.o.mem.free(0, f.ioBuf)
+		f.ioBuf = 0
+	}
+	return f.r.close(f.s.ctx)
+}
+
+// merger merges sorted sources; ties go to the earlier source, so a merge
+// of runs in input order is stable.
+type merger[E any] struct {
+	cmp   func(a, b E) int
+	srcs  []source[E]
+	heads []E
+	heap  []int // indexes of sources with a head, a binary min-heap
+}
+
+func newMerger[E any](cmp func(a, b E) int, srcs []source[E]) (*merger[E], error) {
+	m := &merger[E]{cmp: cmp, srcs: srcs, heads: make([]E, len(srcs))}
+	for i, s := range srcs {
+		e, ok, err := s.next()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			m.heads[i] = e
+			m.heap = append(m.heap, i)
+		}
+	}
+	for i := len(m.heap)/2 - 1; i >= 0; i-- {
+		m.down(i)
+	}
+	return m, nil
+}
+
+func (m *merger[E]) less(a, b int) bool {
+	if m.cmp == nil {
+		return a < b
+	}
+	if c := m.cmp(m.heads[a], m.heads[b]); c != 0 {
+		return c < 0
+	}
+	return a < b
+}
+
+func (m *merger[E]) down(i int) {
+	h := m.heap
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		j := l
+		if r := l + 1; r < len(h) && m.less(h[r], h[l]) {
+			j = r
+		}
+		if !m.less(h[j], h[i]) {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
+}
+
+func (m *merger[E]) next() (E, bool, error) {
+	var zero E
+	if len(m.heap) == 0 {
+		return zero, false, nil
+	}
+	i := m.heap[0]
+	e := m.heads[i]
+	n, ok, err := m.srcs[i].next()
+	if err != nil {
+		return zero, false, err
+	}
+	if ok {
+		m.heads[i] = n
+	} else {
+		m.heads[i] = zero
+		last := len(m.heap) - 1
+		m.heap[0] = m.heap[last]
+		m.heap = m.heap[:last]
+	}
+	if len(m.heap) > 0 {
+		m.down(0)
+	}
+	return e, true, nil
+}
+
+func (m *merger[E]) close() error {
+	var first error
+	for _, s := range m.srcs {
+		if err := s.close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// sorted ends the input and returns the rows in order, as a source to
+// pull from; the caller closes it.
+func (s *extSorter[E]) sorted() (source[E], error) {
+	if len(s.runs) == 0 {
+		if s.cmp != nil {
+			slices.SortStableFunc(s.buf, s.cmp)
+		}
+		rows := s.buf
+		s.buf = nil
+		return &memSource[E]{s: s, rows: rows}, nil
+	}
+	// Merging needs the other half of the budget: keep the rows held
+	// only if they fit in half.
+	if s.bufBytes > s.budget/2 {
+		if err := s.spill(); err != nil {
+			return nil, err
+		}
+	}
+	for len(s.runs) > s.fanIn {
+		if err := s.mergeRuns(); err != nil {
+			return nil, err
+		}
+	}
+	srcs := make([]source[E], 0, len(s.runs)+1)
+	fail := func(err error) (source[E], error) {
+		for _, src := range srcs {
+			src.close()
+		}
+		return nil, err
+	}
+	for _, f := range s.runs {
+		src, err := s.open(f)
+		if err != nil {
+			return fail(err)
+		}
+		srcs = append(srcs, src)
+	}
+	s.runs = nil
+	if len(s.buf) > 0 {
+		if s.cmp != nil {
+			slices.SortStableFunc(s.buf, s.cmp)
+		}
+		srcs = append(srcs, &memSource[E]{s: s, rows: s.buf})
+		s.buf = nil
+	}
+	m, err := newMerger(s.cmp, srcs)
+	if err != nil {
+		return fail(err)
+	}
+	return m, nil
+}
+
+// mergeRuns merges the first fanIn runs into one, which takes their place
+// (so runs stay in input order, and the merge stable).
+func (s *extSorter[E]) mergeRuns() error {
+	s.o.mem.mergePasses.Add(1)
+	srcs := make([]source[E], 0, s.fanIn)
+	defer func() {
+		for _, src := range srcs {
+			src.close()
+		}
+	}()
+	for _, f := range s.runs[:s.fanIn] {
+		src, err := s.open(f)
+		if err != nil {
+			return err
+		}
+		srcs = append(srcs, src)
+	}
+	m, err := newMerger(s.cmp, srcs)
+	if err != nil {
+		return err
+	}
+	w, err := newRunWriter[E](s.ctx, s.area, int(min(s.share, 64<<10)))
+	if err != nil {
+		return err
+	}
+	var out []E
+	var b int64
+	flush := func() error {
+		err := w.write(out, b)
+		s.o.mem.free(int64(len(out)), b)
+		clear(out)
+		out, b = out[:0], 0
+		return err
+	}
+	for {
+		e, ok, err := m.next()
+		if err != nil {
+			w.w.Close()
+			return err
+		}
+		if !ok {
+			break
+		}
+		sz := s.size(&e)
+		if len(out) > 0 && b+sz > s.share {
+			if err := flush(); err != nil {
+				w.w.Close()
+				return err
+			}
+		}
+		out = append(out, e)
+		b += sz
+		s.o.mem.hold(1, sz)
+	}
+	if err := flush(); err != nil {
+		w.w.Close()
+		return err
+	}
+	f, err := w.close()
+	if err != nil {
+		return err
+	}
+	s.o.mem.spilledRows.Add(-f.rows) // the same rows, spilled again: count them once
+	s.runs = append([]*spillFile{f}, s.runs[s.fanIn:]...)
+	return nil
+}
