@@ -54,6 +54,30 @@
 // the protocol needs nothing of the backend beyond actor calls, so it works
 // in worker processes and on Kubernetes alike.
 //
+// # Composition
+//
+// A deployment calls another through a typed [DeploymentHandle], Ray
+// Serve's DeploymentHandle: [Handle] returns one for a deployment's request
+// endpoint ([Unary] or [Batched]), checking its name and types, and
+// [DeploymentHandle.Call] goes through the callee's router as POST /<name>
+// does (replica choice, limits, queue, timeout, retries, batching,
+// metrics). A handle crosses to replicas as JSON, in an actor's
+// constructor input:
+//
+//	model, err := serve.Handle[ModelIn, ModelOut](srv, "model")
+//	srv.Deploy(ctx, serve.Deployment{Name: "tokenizer",
+//		Replica: serve.Actor(Tokenizer, TokenizerConfig{Model: model}, serve.Unary(Complete)), ...})
+//	// in Complete, wherever the actor runs:
+//	out, err := t.model.Call(ctx, ModelIn{IDs: ids})
+//
+// In the server's process a handle calls the router directly; in a worker
+// process or a pod it calls back to the driver's router over HTTP, on a
+// listener the Server opens at ray.DriverHost when a handle first crosses,
+// authenticated by a per-server token. A [Router] ([Server.Router]) crosses
+// the same way and gets handles by name inside a replica. Failures are
+// [*CallError]s matching [ErrOverloaded], [ErrReplicaLost],
+// [ErrNoDeployment], [ErrBadCall] and the others with errors.Is.
+//
 // # Routing
 //
 // Power of two choices on ongoing requests among ready replicas below

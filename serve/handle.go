@@ -126,8 +126,16 @@ type typeInfo struct {
 	Key  string `json:"key"`
 }
 
+// typeInfos caches describeType, which every call needs.
+var typeInfos sync.Map // reflect.Type → typeInfo
+
 func describeType(t reflect.Type) typeInfo {
-	return typeInfo{Name: t.String(), Key: worker.TypeString(t)}
+	if ti, ok := typeInfos.Load(t); ok {
+		return ti.(typeInfo)
+	}
+	ti := typeInfo{Name: t.String(), Key: worker.TypeString(t)}
+	typeInfos.Store(t, ti)
+	return ti
 }
 
 // endpointInfo describes a deployment's request endpoint for handles.

@@ -526,7 +526,7 @@ func TestHandleNestedWorkerProcesses(t *testing.T) {
 // JSON it crosses as, with the server's ID changed so that the calls go
 // over the network to the server's call listener, as from a worker
 // process, while the test can still gate the model's calls.
-func elsewhere[I, O any](t *testing.T, h serve.DeploymentHandle[I, O], token string) serve.DeploymentHandle[I, O] {
+func elsewhere[I, O any](t testing.TB, h serve.DeploymentHandle[I, O], token string) serve.DeploymentHandle[I, O] {
 	t.Helper()
 	is := is.New(t)
 	b, err := json.Marshal(h)
