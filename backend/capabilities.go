@@ -69,13 +69,44 @@ type FaultInjector interface {
 	RestartNode(ctx context.Context, node string) error
 }
 
-// TaskCanceler is implemented by backends that can stop a submitted task.
+// TaskCanceler is implemented by backends that can stop a submitted task
+// or actor call.
 type TaskCanceler interface {
-	// CancelTask stops a task that is waiting, queued or running: its
-	// context is cancelled, it is not retried, and its result fails with
-	// code Canceled. Cancelling a finished task does nothing. An ID that
-	// is not a task's result is NotFound.
-	CancelTask(ctx context.Context, id ObjectID) error
+	// CancelTask stops the task or actor call whose result id is, if it is
+	// waiting, queued or running: a waiting or queued one is removed, a
+	// running one has its context cancelled; it is not retried, and its
+	// result fails with code Canceled at once. Cancelling finished work
+	// does nothing. An ID that is not the result of a task or call is
+	// NotFound. With opts.Force, a running task's worker process is ended
+	// (its other work fails as after a crash, and the runner starts a new
+	// one); Force on an actor call is InvalidArgument.
+	CancelTask(ctx context.Context, id ObjectID, opts CancelOptions) error
+}
+
+// CancelOptions are the options of [TaskCanceler.CancelTask].
+type CancelOptions struct {
+	// Force ends the worker process that runs the task, for code that
+	// does not return when its context ends. Backends that run tasks in
+	// the driver's process cannot end a goroutine: there Force cancels
+	// the context and drops the result, as without it.
+	Force bool
+}
+
+// forceKey is the context key of CancelForced.
+type forceKey struct{}
+
+// ForceCancelKey is the context key whose value (a bool) a runtime's task
+// context reports as true once CancelTask with Force cancelled it;
+// [CancelForced] reads it.
+var ForceCancelKey any = forceKey{}
+
+// CancelForced reports whether ctx (a task's context, or one derived from
+// it) was cancelled by CancelTask with Force: an executor that runs the
+// task in a worker process then ends that process instead of only
+// cancelling the task in it.
+func CancelForced(ctx context.Context) bool {
+	v, _ := ctx.Value(ForceCancelKey).(bool)
+	return v
 }
 
 // DriverAddresser is implemented by backends that know an address of the

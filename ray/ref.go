@@ -108,16 +108,27 @@ func (r ObjectRef[T]) Release() {
 	r.s.c.b.Free(r.s.id)
 }
 
-// Cancel stops the task whose result r is, as Ray's ray.cancel does: a
-// task still waiting for its arguments or for resources is removed, a
-// running one has its context cancelled (a task that returns when its
-// context ends stops there; one that ignores it finishes, and its result
-// is dropped), and it is not retried. Get then fails with Canceled. A
-// task that already finished keeps its result; cancelling it does
-// nothing. A ref from Put, or a backend that cannot cancel
+// Cancel stops the task or actor method call whose result r is, as Ray's
+// ray.cancel does: work still waiting for its arguments, for resources or
+// in the actor's queue is removed; running work has its context cancelled
+// (code that returns when its context ends stops there; code that ignores
+// it finishes, and its result is dropped), and it is not retried. Get then
+// fails with Canceled. Work that already finished keeps its result;
+// cancelling it does nothing. A running call keeps its place in the
+// actor's concurrency until it returns.
+//
+// With [Force], a running task's worker process is ended, for code that
+// ignores its context: the task's Get fails with Canceled, other work in
+// that process fails as after a crash (retried per its options; actors
+// restart per theirs), and the backend starts a new worker process. On
+// the in-process simulator, which cannot end a goroutine, Force cancels
+// as without it. Force on an actor call is InvalidArgument (as in Ray:
+// it would end the actor; use the handle's Kill).
+//
+// A ref from Put, or a backend that cannot cancel
 // (backend.TaskCanceler), gives an error: InvalidArgument or
 // Unimplemented.
-func (r ObjectRef[T]) Cancel(ctx context.Context) error {
+func (r ObjectRef[T]) Cancel(ctx context.Context, opts ...CancelOption) error {
 	const op = "cancel task"
 	if r.s == nil {
 		return backend.Errorf(backend.InvalidArgument, op, "the zero ObjectRef has no task")
@@ -129,12 +140,23 @@ func (r ObjectRef[T]) Cancel(ctx context.Context) error {
 	if !ok {
 		return backend.Errorf(backend.Unimplemented, op, "backend %T cannot cancel tasks", r.s.c.b)
 	}
-	err := tc.CancelTask(ctx, r.s.id)
+	var o backend.CancelOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	err := tc.CancelTask(ctx, r.s.id, o)
 	if backend.CodeOf(err) == backend.NotFound {
-		return backend.Errorf(backend.InvalidArgument, op, "object %s is not the result of a task (a value from Put, or a released ref): %w", r.s.id, err)
+		return backend.Errorf(backend.InvalidArgument, op, "object %s is not the result of a task or actor call (a value from Put, or a released ref): %w", r.s.id, err)
 	}
 	return err
 }
+
+// CancelOption configures [ObjectRef.Cancel].
+type CancelOption func(*backend.CancelOptions)
+
+// Force makes [ObjectRef.Cancel] end the worker process that runs the
+// task, as Ray's ray.cancel(ref, force=True).
+func Force() CancelOption { return func(o *backend.CancelOptions) { o.Force = true } }
 
 // Ref is any object ref, whatever its type; [Wait] takes refs of mixed types
 // through it.

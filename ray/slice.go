@@ -448,7 +448,7 @@ func runOnSliceOnce[I, O any](ctx context.Context, s *SlicePlacementGroup, task 
 		if tc, ok := s.c.b.(backend.TaskCanceler); ok {
 			for _, r := range refs {
 				if r.Err() == nil {
-					tc.CancelTask(context.WithoutCancel(ctx), r.ID()) //nolint:errcheck // best effort: a finished task is not affected
+					tc.CancelTask(context.WithoutCancel(ctx), r.ID(), backend.CancelOptions{}) //nolint:errcheck // best effort: a finished task is not affected
 				}
 			}
 		}

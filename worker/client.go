@@ -413,7 +413,11 @@ func (c *Client) call(ctx context.Context, m *message, what string) (backend.Val
 		delete(c.pending, m.id)
 		c.pmu.Unlock()
 		if mine {
-			c.conn.send(&message{typ: msgCancel, id: m.id}, true) //nolint:errcheck // a lost connection cancels everything
+			typ := msgCancel
+			if m.typ == msgRunTask && backend.CancelForced(ctx) {
+				typ = msgKill // the worker process ends
+			}
+			c.conn.send(&message{typ: typ, id: m.id}, true) //nolint:errcheck // a lost connection cancels everything
 		}
 		return backend.Value{}, ctx.Err()
 	}

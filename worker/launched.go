@@ -202,7 +202,8 @@ func serveLaunched(reg Registry, env map[string]string, log *slog.Logger) error 
 	if err != nil {
 		return err
 	}
-	opts := &ServerOptions{Token: token, TLS: tlsConfig, IdleTimeout: DefaultIdleTimeout, Logger: log}
+	opts := &ServerOptions{Token: token, TLS: tlsConfig, IdleTimeout: DefaultIdleTimeout, Logger: log,
+		OnForceCancel: func(string) { os.Exit(ExitForceCancel) }}
 	if s := env[EnvMaxMessageSize]; s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {

@@ -47,13 +47,15 @@ const (
 	// worker to driver
 	msgResult
 	msgError
-	msgLast = msgError
+	// driver to worker: cancel a running task by ending the worker process
+	msgKill
+	msgLast = msgKill
 )
 
 var msgNames = [...]string{
 	msgRunTask: "run-task", msgNewActor: "new-actor", msgCall: "call", msgCancel: "cancel",
 	msgDropActor: "drop-actor", msgHeartbeat: "heartbeat", msgGoodbye: "goodbye",
-	msgResult: "result", msgError: "error",
+	msgResult: "result", msgError: "error", msgKill: "kill",
 }
 
 func (t msgType) String() string {
@@ -105,7 +107,7 @@ func appendFrame(b []byte, m *message) ([]byte, error) {
 		b = appendString(b, m.name)
 		b = appendInfo(b, m.info)
 		b, err = appendValue(b, m.value)
-	case msgCancel:
+	case msgCancel, msgKill:
 		b = binary.AppendUvarint(b, m.id)
 	case msgDropActor:
 		b = binary.AppendUvarint(b, m.actor)
@@ -150,7 +152,7 @@ func decodeMessage(body []byte) (message, error) {
 		m.name = d.string()
 		m.info = d.info()
 		m.value = d.value()
-	case msgCancel:
+	case msgCancel, msgKill:
 		m.id = d.uvarint()
 	case msgDropActor:
 		m.actor = d.uvarint()

@@ -59,7 +59,16 @@ type ServerOptions struct {
 	// line per period, which carries the count of the refusals held back
 	// since the previous line; 0 means DefaultRefusalLogPeriod.
 	RefusalLogPeriod time.Duration
+	// OnForceCancel is called when a driver cancels a running task with
+	// Force (backend.CancelOptions): it should end the process, which is
+	// what a launched worker ([ServeLaunched]) does, with exit code
+	// [ExitForceCancel]. nil cancels the task's context as without Force.
+	OnForceCancel func(task string)
 }
+
+// ExitForceCancel is the exit code of a launched worker ended by a forced
+// cancel of a task it ran.
+const ExitForceCancel = 3
 
 // ErrNoDriver is returned by [Server.Serve] when no driver has been
 // connected for ServerOptions.IdleTimeout.
@@ -81,6 +90,7 @@ type Server struct {
 	idle    time.Duration
 	log     *slog.Logger
 	refused *refusalLog
+	onForce func(task string)
 	tls     *tls.Config
 
 	mu      sync.Mutex
@@ -111,7 +121,7 @@ func NewServer(reg Registry, opts *ServerOptions) (*Server, error) {
 	}
 	s := &Server{
 		reg: reg, entries: Manifest{Entries: reg.Entries()}, token: sha256.Sum256([]byte(opts.Token)),
-		limit: limit, idle: opts.IdleTimeout, log: opts.Logger,
+		limit: limit, idle: opts.IdleTimeout, log: opts.Logger, onForce: opts.OnForceCancel,
 		conns: map[*serverConn]struct{}{}, execs: map[string]backend.Executor{},
 	}
 	s.entries.Sort()
@@ -327,7 +337,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sc := &serverConn{
 		conn: newConn(nc, brw.Reader, limit, hb, s.log), s: s, exec: exec, remote: r.RemoteAddr,
-		running: map[uint64]context.CancelFunc{}, actors: map[uint64]*actorSlot{},
+		running: map[uint64]context.CancelFunc{}, tasks: map[uint64]string{}, actors: map[uint64]*actorSlot{},
 	}
 	sc.ctx, sc.cancel = context.WithCancel(context.Background())
 	if !s.add(sc) {
@@ -391,6 +401,7 @@ type serverConn struct {
 
 	mu      sync.Mutex
 	running map[uint64]context.CancelFunc
+	tasks   map[uint64]string // the running tasks' names, by request ID
 	actors  map[uint64]*actorSlot
 	work    sync.WaitGroup
 }
@@ -436,6 +447,9 @@ func (sc *serverConn) handle(m *message) error {
 		if !ok {
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
+		sc.mu.Lock()
+		sc.tasks[m.id] = m.name
+		sc.mu.Unlock()
 		sc.work.Add(1)
 		go sc.runTask(ctx, m.id, m.name, m.value, m.info)
 	case msgNewActor:
@@ -488,6 +502,18 @@ func (sc *serverConn) handle(m *message) error {
 		if cancel != nil {
 			cancel()
 		}
+	case msgKill:
+		sc.mu.Lock()
+		cancel, task := sc.running[m.id], sc.tasks[m.id]
+		sc.mu.Unlock()
+		switch {
+		case cancel == nil || task == "": // finished, or not a task
+		case sc.s.onForce != nil:
+			sc.s.log.Warn("goray worker: a driver cancelled a running task with Force; the process ends", "task", task)
+			sc.s.onForce(task)
+		default:
+			cancel()
+		}
 	case msgDropActor:
 		sc.mu.Lock()
 		a := sc.actors[m.actor]
@@ -519,6 +545,7 @@ func (sc *serverConn) end(id uint64) {
 	sc.mu.Lock()
 	cancel := sc.running[id]
 	delete(sc.running, id)
+	delete(sc.tasks, id)
 	sc.mu.Unlock()
 	if cancel != nil {
 		cancel()

@@ -371,7 +371,8 @@ func (s *suite) testObjects(t *testing.T) {
 // testCancel: ObjectRef.Cancel stops a running task (its context ends) and
 // removes a queued one; both Gets fail with Canceled and the resources
 // come back; a finished task keeps its result; a Put value cannot be
-// cancelled.
+// cancelled. The same for actor calls; Force on a task that ignores its
+// context.
 func (s *suite) testCancel(t *testing.T) {
 	s.need(t, s.h.Capabilities.Concurrent, "Concurrent")
 	is := is.New(t)
@@ -417,6 +418,46 @@ func (s *suite) testCancel(t *testing.T) {
 
 	put := ray.Put(ctx, c, 1)
 	is.Equal(ray.Code(put.Cancel(ctx)), ray.InvalidArgument)
+
+	t.Run("ActorCalls", func(t *testing.T) {
+		// A running call's context ends, a queued call never runs, both
+		// fail with Canceled, and the actor goes on; Force is refused.
+		is := is.New(t)
+		h := counterClass.Remote(ctx, c, 1)
+		name, g := newGate(1)
+		defer g.release()
+		running := counterBlock.Remote(ctx, h, name)
+		s.waitChan(t, g.arrivedCh, "running call")
+		queued := counterAdd.Remote(ctx, h, 100)
+		is.Equal(ray.Code(running.Cancel(ctx, ray.Force())), ray.InvalidArgument) // it would end the actor
+		is.NoErr(queued.Cancel(ctx))
+		is.NoErr(running.Cancel(ctx))
+		_, err := running.Get(ctx)
+		is.Equal(ray.Code(err), ray.Canceled)
+		_, err = queued.Get(ctx)
+		is.Equal(ray.Code(err), ray.Canceled)
+		s.waitChan(t, g.cancelCh, "the running call's context to be cancelled")
+		v, err := counterAdd.Remote(ctx, h, 10).Get(ctx)
+		is.NoErr(err)
+		is.Equal(v, 11) // the cancelled add of 100 never ran
+		is.NoErr(queued.Cancel(ctx)) // cancelling again does nothing
+	})
+	t.Run("Force", func(t *testing.T) {
+		// A task that ignores its context: with Force its Get fails with
+		// Canceled at once (its worker process, where there is one, ends),
+		// and the cluster goes on running work on that node.
+		is := is.New(t)
+		name, g := newGate(1)
+		defer g.release()
+		ref := stubborn.Remote(ctx, c, name, ray.Resources{ray.CPU: 1})
+		s.waitChan(t, g.arrivedCh, "stubborn task")
+		is.NoErr(ref.Cancel(ctx, ray.Force()))
+		_, err := ref.Get(ctx)
+		is.Equal(ray.Code(err), ray.Canceled)
+		v, err := echo.Remote(ctx, c, "next", ray.Resources{ray.CPU: 1}, ray.Retries(3)).Get(ctx)
+		is.NoErr(err)
+		is.Equal(v, "next")
+	})
 }
 
 func timeout(t *testing.T, ctx context.Context, d time.Duration) context.Context {

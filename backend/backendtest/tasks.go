@@ -59,6 +59,12 @@ var (
 	// "cancelled".
 	block = ray.NewTask("backendtest.block", blockOn)
 
+	// stubborn waits until its gate opens, ignoring ctx, as code that
+	// never looks at its context does.
+	stubborn = ray.NewTask("backendtest.stubborn", func(ctx context.Context, gate string) (string, error) {
+		return blockOn(context.WithoutCancel(ctx), gate)
+	})
+
 	counterClass = ray.NewActorClass("backendtest.counter", func(ctx context.Context, start int) (*counter, error) {
 		if start < 0 {
 			return nil, fmt.Errorf("negative start %d", start)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"sync"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/internal/admission"
@@ -45,6 +46,7 @@ type call struct {
 	spec    *backend.CallSpec
 	arg     backend.Value
 	dep     *object
+	run     *callRun // while it runs
 	attempt int
 	gen     int
 	done    bool
@@ -214,6 +216,7 @@ func (rt *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backe
 		return 0, backend.Errorf(backend.NotFound, op, "method %q of actor class %q is not registered", spec.Method, spec.Class)
 	}
 	cl := &call{obj: rt.newObject(), spec: spec, arg: spec.Arg.Value}
+	cl.obj.call = cl
 	if a.state == actorDead {
 		rt.completeLocked(cl.obj, backend.Value{}, callDeathErr(a, cl))
 		return cl.obj.id, nil
@@ -304,6 +307,7 @@ func (rt *Runtime) runCall(a *actor, cl *call) {
 		c.res = rt.resources(c.demand)
 	}
 	r := &callRun{Context: a.ctx, rt: rt, a: a, cl: cl, inst: a.inst, gen: a.gen}
+	cl.run = r
 	r.info = backend.RuntimeInfo{
 		Task: rt.op("", a.spec.Class, cl.spec.Method), Attempt: cl.attempt, Node: a.node.name,
 		NodeLabels: a.node.labels, Env: a.node.env, Actor: a.id, Placement: backend.Placement{Bundle: -1},
@@ -322,8 +326,10 @@ func (rt *Runtime) runCall(a *actor, cl *call) {
 }
 
 // callRun is one actor call on its way through a pool goroutine. It is
-// also the call's context: the actor incarnation's context, plus the call's
-// RuntimeInfo, in one allocation.
+// also the call's context: the actor incarnation's context (Context), plus
+// the call's RuntimeInfo and its own cancellation (CancelTask), in one
+// allocation. Like taskCtx, it makes its Done channel, and watches the
+// actor's context, only if the code asks for them.
 type callRun struct {
 	context.Context
 	info backend.RuntimeInfo
@@ -332,6 +338,12 @@ type callRun struct {
 	cl   *call
 	inst backend.ActorInstance
 	gen  int
+
+	mu     sync.Mutex
+	done   chan struct{}
+	err    error // the call's own cancellation
+	afters map[*afterFunc]struct{}
+	stop   func() bool // stops watching the actor's context
 }
 
 func (r *callRun) Value(key any) any {
@@ -341,11 +353,98 @@ func (r *callRun) Value(key any) any {
 	return r.Context.Value(key)
 }
 
+func (r *callRun) Err() error {
+	r.mu.Lock()
+	err := r.err
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return r.Context.Err()
+}
+
+// watchLocked makes the call's context follow the actor's. r.mu must be
+// held.
+func (r *callRun) watchLocked() {
+	if r.stop == nil && r.err == nil {
+		r.stop = context.AfterFunc(r.Context, func() { r.cancel(r.Context.Err()) })
+	}
+}
+
+func (r *callRun) Done() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done == nil {
+		r.done = make(chan struct{})
+		if r.err != nil {
+			close(r.done)
+		} else {
+			r.watchLocked()
+		}
+	}
+	return r.done
+}
+
+// AfterFunc lets context.WithCancel and friends derive from a callRun
+// without starting a goroutine (the context package looks for it).
+func (r *callRun) AfterFunc(f func()) (stop func() bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		go f()
+		return func() bool { return false }
+	}
+	r.watchLocked()
+	a := &afterFunc{f: f}
+	if r.afters == nil {
+		r.afters = map[*afterFunc]struct{}{}
+	}
+	r.afters[a] = struct{}{}
+	return func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if _, ok := r.afters[a]; !ok {
+			return false
+		}
+		delete(r.afters, a)
+		return true
+	}
+}
+
+// cancel ends the call's context with err (context.Canceled, or the
+// actor's context's error).
+func (r *callRun) cancel(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return
+	}
+	r.err = err
+	if r.done != nil {
+		close(r.done)
+	}
+	for a := range r.afters {
+		go a.f()
+	}
+	r.afters = nil
+}
+
+// finished stops watching the actor's context once the call returned.
+func (r *callRun) finished() {
+	r.mu.Lock()
+	stop := r.stop
+	r.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
 // run runs the call, then, on the same goroutine, the calls that finishing
 // it lets start.
 func (r *callRun) run() {
 	for r != nil {
 		v, err := r.inst.Call(r, r.cl.spec.Method, r.cl.arg, &r.info)
+		r.finished()
 		r = r.rt.finishCall(r, v, err)
 	}
 }
@@ -360,6 +459,7 @@ func (rt *Runtime) finishCall(r *callRun, v backend.Value, err error) (next *cal
 		return nil
 	}
 	delete(a.inflight, cl)
+	cl.run = nil
 	rt.running--
 	if err != nil {
 		rt.failures.Add(admission.NewTaskFailure(r.info.Task, r.info.Attempt, r.info.Node, err))
@@ -405,7 +505,10 @@ func (rt *Runtime) killActorLocked(a *actor, err error, restart bool) {
 	rt.releaseActor(a)
 	running := make([]*call, 0, len(a.inflight))
 	for cl := range a.inflight {
-		running = append(running, cl)
+		cl.run = nil
+		if !cl.done { // not cancelled
+			running = append(running, cl)
+		}
 	}
 	rt.running -= len(a.inflight)
 	clear(a.inflight)

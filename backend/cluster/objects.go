@@ -26,6 +26,8 @@ type object struct {
 	wait *objWait
 	// task is the task whose result this is, or nil.
 	task *task
+	// call is the actor call whose result this is, or nil.
+	call *call
 }
 
 type objWait struct {

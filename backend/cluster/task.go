@@ -252,15 +252,18 @@ func (rt *Runtime) stopRunning(t *task) {
 var _ backend.TaskCanceler = (*Runtime)(nil)
 
 // CancelTask implements backend.TaskCanceler.
-func (rt *Runtime) CancelTask(ctx context.Context, id backend.ObjectID) error {
+func (rt *Runtime) CancelTask(ctx context.Context, id backend.ObjectID, opts backend.CancelOptions) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if err := rt.precheck("cancel task"); err != nil {
 		return err
 	}
 	o := rt.objects.get(id)
-	if o == nil || o.task == nil {
-		return backend.Errorf(backend.NotFound, "cancel task", "%s is not the result of a live task", id)
+	if o == nil || (o.task == nil && o.call == nil) {
+		return backend.Errorf(backend.NotFound, "cancel task", "%s is not the result of a live task or actor call", id)
+	}
+	if o.call != nil {
+		return rt.cancelCall(o.call, opts)
 	}
 	if o.done {
 		return nil
@@ -273,7 +276,32 @@ func (rt *Runtime) CancelTask(ctx context.Context, id backend.ObjectID) error {
 		rt.completeLocked(t.obj, backend.Value{}, err)
 		return nil
 	}
+	if opts.Force && t.state == stateRunning {
+		t.run.cancelRun(true)
+	}
 	rt.abortTask(t, err, false)
 	rt.schedule()
+	return nil
+}
+
+// cancelCall cancels an actor call: a queued one is removed (the mailbox
+// skips it), a running one has its context cancelled and keeps its slot
+// of the actor's concurrency until it returns. Its result is Canceled at
+// once either way. rt.mu must be held.
+func (rt *Runtime) cancelCall(cl *call, opts backend.CancelOptions) error {
+	op := rt.op("call ", cl.spec.Class, cl.spec.Method)
+	if opts.Force {
+		return backend.Errorf(backend.InvalidArgument, op, "an actor call cannot be cancelled with Force, which would end the actor's worker process and every other call of the actor (as in Ray); cancel it without Force, or kill the actor with its handle's Kill")
+	}
+	if cl.done {
+		return nil
+	}
+	if cl.run != nil {
+		cl.run.cancel(context.Canceled)
+	}
+	rt.finishCallLocked(cl, backend.Value{}, backend.Errorf(backend.Canceled, op, "cancelled"))
+	if a := rt.actors[cl.spec.Actor]; a != nil {
+		rt.dispatchCalls(a)
+	}
 	return nil
 }

@@ -23,6 +23,7 @@ type taskCtx struct {
 	mu     sync.Mutex
 	done   chan struct{}
 	err    error
+	forced bool // cancelled by CancelTask with Force
 	afters map[*afterFunc]struct{}
 }
 
@@ -51,8 +52,13 @@ func (c *taskCtx) Err() error {
 }
 
 func (c *taskCtx) Value(key any) any {
-	if key == any(backend.RuntimeInfoKey{}) {
+	switch key {
+	case any(backend.RuntimeInfoKey{}):
 		return &c.info
+	case backend.ForceCancelKey:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.forced
 	}
 	return nil
 }
@@ -82,12 +88,17 @@ func (c *taskCtx) AfterFunc(f func()) (stop func() bool) {
 	}
 }
 
-func (c *taskCtx) cancel() {
+func (c *taskCtx) cancel() { c.cancelRun(false) }
+
+// cancelRun cancels the context; with force, executors that run the task
+// in a worker process end that process (backend.CancelForced).
+func (c *taskCtx) cancelRun(force bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
 		return
 	}
+	c.forced = force
 	c.err = context.Canceled
 	if c.done != nil {
 		close(c.done)

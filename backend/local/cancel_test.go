@@ -27,21 +27,21 @@ func TestCancelTask(t *testing.T) {
 	waiting := boundedAdd.RemoteRef(ctx, c, queued)
 	done := ray.Put(ctx, c, 5)
 
-	is.NoErr(b.CancelTask(ctx, waiting.ID()))
-	is.NoErr(b.CancelTask(ctx, queued.ID()))
-	is.NoErr(b.CancelTask(ctx, running.ID()))
+	is.NoErr(b.CancelTask(ctx, waiting.ID(), backend.CancelOptions{}))
+	is.NoErr(b.CancelTask(ctx, queued.ID(), backend.CancelOptions{}))
+	is.NoErr(b.CancelTask(ctx, running.ID(), backend.CancelOptions{}))
 	for _, r := range []ray.ObjectRef[int]{running, queued, waiting} {
 		_, err := r.Get(ctx)
 		is.Equal(ray.Code(err), ray.Canceled) // not retried
 	}
-	is.Equal(ray.Code(b.CancelTask(ctx, done.ID())), ray.NotFound) // not a task
+	is.Equal(ray.Code(b.CancelTask(ctx, done.ID(), backend.CancelOptions{})), ray.NotFound) // not a task
 	v, err := boundedAdd.Remote(ctx, c, 41).Get(ctx)               // the CPU is free again
 	is.NoErr(err)
 	is.Equal(v, 42)
 	finished := boundedAdd.Remote(ctx, c, 1)
 	_, err = finished.Get(ctx)
 	is.NoErr(err)
-	is.NoErr(b.CancelTask(ctx, finished.ID()))
+	is.NoErr(b.CancelTask(ctx, finished.ID(), backend.CancelOptions{}))
 	v, err = finished.Get(ctx)
 	is.NoErr(err)
 	is.Equal(v, 2)

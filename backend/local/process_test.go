@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -77,6 +78,11 @@ var (
 			return place{}, ctx.Err()
 		}
 		return place{Node: rc.NodeName(), PID: os.Getpid(), Attempt: rc.Attempt()}, nil
+	})
+	// ignoreCancel runs until its process ends, ignoring its context.
+	ignoreCancel = ray.NewTask("proctest.ignore_cancel", func(ctx context.Context, tag string) (place, error) {
+		fmt.Fprintf(os.Stderr, "proctest: started %s\n", tag)
+		select {} // never returns
 	})
 	whereProc = ray.NewTask("proctest.where", func(ctx context.Context, _ struct{}) (place, error) {
 		rc, _ := ray.Runtime(ctx)
@@ -428,4 +434,49 @@ func ExampleProcessOptions() {
 	// Output:
 	// ran in another process: true
 	// worker processes: 2
+}
+
+// Cancel with Force ends the worker process that runs a task which ignores
+// its context: Get fails with Canceled at once, the process exits, the
+// node's other task in that process fails as after a crash and is retried,
+// and the runner starts a new worker for the node, which runs the next
+// work. Without Force the process stays (the task goes on in it).
+func TestForceCancelEndsTheWorkerProcess(t *testing.T) {
+	is := is.New(t)
+	watch, watchN := newStderrWatch("proctest: started stubborn"), newStderrWatch("proctest: started neighbour")
+	c, b := processCluster(t, &local.ProcessOptions{Stderr: io.MultiWriter(watch, watchN), RestartBackoff: 10 * time.Millisecond})
+	ctx := testCtx(t)
+	zoneC := ray.NodeSelector{"zone": "c"} // node-2 only
+	ref := ignoreCancel.Remote(ctx, c, "stubborn", zoneC)
+	watch.wait(t)
+	pid := b.WorkerPIDs()["node-2"]
+	is.True(pid != 0)
+	neighbour := hold.Remote(ctx, c, "neighbour", zoneC, ray.Retries(1)) // another task in that process
+	watchN.wait(t)
+
+	is.NoErr(ref.Cancel(ctx, ray.Force()))
+	_, err := ref.Get(ctx)
+	is.Equal(ray.Code(err), ray.Canceled)
+	p, err := neighbour.Get(ctx)
+	is.NoErr(err)
+	is.Equal(p.Attempt, 1) // lost with the process, retried
+	is.True(p.PID != pid)  // in the new worker process of node-2
+	is.Equal(p.Node, "node-2")
+	for syscall.Kill(pid, 0) == nil { // the old process is gone (reaped by the runner)
+		select {
+		case <-ctx.Done():
+			t.Fatalf("worker process %d still runs after a forced cancel", pid)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
+	// Without Force the task is cancelled but its process stays.
+	ref = ignoreCancel.Remote(ctx, c, "stubborn", zoneC)
+	pid = b.WorkerPIDs()["node-2"]
+	is.NoErr(ref.Cancel(ctx))
+	_, err = ref.Get(ctx)
+	is.Equal(ray.Code(err), ray.Canceled)
+	q, err := whereProc.Remote(ctx, c, struct{}{}, zoneC).Get(ctx)
+	is.NoErr(err)
+	is.Equal(q.PID, pid)
 }

@@ -81,10 +81,11 @@ func (b *Backend) RemovePlacementGroup(ctx context.Context, id backend.Placement
 	return b.rt.RemovePlacementGroup(ctx, id)
 }
 
-// CancelTask stops a waiting, queued or running task
-// (backend.TaskCanceler): its result fails with Canceled.
-func (b *Backend) CancelTask(ctx context.Context, id backend.ObjectID) error {
-	return b.rt.CancelTask(ctx, id)
+// CancelTask stops a waiting, queued or running task or actor call
+// (backend.TaskCanceler): its result fails with Canceled. With opts.Force
+// a running task's worker process ends.
+func (b *Backend) CancelTask(ctx context.Context, id backend.ObjectID, opts backend.CancelOptions) error {
+	return b.rt.CancelTask(ctx, id, opts)
 }
 
 // SupportsNativeValues implements backend.NativeValues.
