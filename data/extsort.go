@@ -24,7 +24,7 @@ type extSorter[E any] struct {
 	o      *opState
 	area   *spillArea
 	cmp    func(a, b E) int
-	size   func(*E) int64
+	size   sizer[E]
 	budget int64
 	fanIn  int
 	share  int64 // bytes of one chunk, and of one I/O buffer
@@ -39,7 +39,7 @@ type extSorter[E any] struct {
 func newExtSorter[E any](ctx context.Context, o *opState, area *spillArea, budget int64, cmp func(a, b E) int) *extSorter[E] {
 	fanIn := int(min(max(budget/(32<<10), 8), 128))
 	return &extSorter[E]{
-		ctx: ctx, o: o, area: area, cmp: cmp, size: sizer[E](), budget: budget,
+		ctx: ctx, o: o, area: area, cmp: cmp, size: newSizer[E](), budget: budget,
 		fanIn: fanIn, share: max(budget/int64(4*(fanIn+1)), 512),
 	}
 }
@@ -47,7 +47,7 @@ func newExtSorter[E any](ctx context.Context, o *opState, area *spillArea, budge
 // add takes one row, spilling what is held first if it would pass the
 // budget.
 func (s *extSorter[E]) add(e E) error {
-	sz := s.size(&e)
+	sz := s.size.val(e)
 	if len(s.buf) > 0 && s.bufBytes+sz > s.budget {
 		if err := s.spill(); err != nil {
 			return err
@@ -87,8 +87,8 @@ func (s *extSorter[E]) spillSorted(rows []E, bytes int64) error {
 	}
 	for len(rows) > 0 {
 		k, b := 0, int64(0)
-		for k < len(rows) && (k == 0 || b+s.size(&rows[k]) <= s.share) {
-			b += s.size(&rows[k])
+		for k < len(rows) && (k == 0 || b+s.size.of(&rows[k]) <= s.share) {
+			b += s.size.of(&rows[k])
 			k++
 		}
 		if err := w.write(rows[:k], b); err != nil {
@@ -128,8 +128,8 @@ func (m *memSource[E]) next() (E, bool, error) {
 	if m.i >= len(m.rows) {
 		return zero, false, nil
 	}
+	m.s.o.mem.free(1, m.s.size.of(&m.rows[m.i]))
 	e := m.rows[m.i]
-	m.s.o.mem.free(1, m.s.size(&e))
 	m.rows[m.i] = zero
 	m.i++
 	return e, true, nil
@@ -137,7 +137,7 @@ func (m *memSource[E]) next() (E, bool, error) {
 
 func (m *memSource[E]) close() error {
 	for i := m.i; i < len(m.rows); i++ {
-		m.s.o.mem.free(1, m.s.size(&m.rows[i]))
+		m.s.o.mem.free(1, m.s.size.of(&m.rows[i]))
 	}
 	m.rows = nil
 	return nil
@@ -386,7 +386,7 @@ func (s *extSorter[E]) mergeRuns() error {
 		if !ok {
 			break
 		}
-		sz := s.size(&e)
+		sz := s.size.val(e)
 		if len(out) > 0 && b+sz > s.share {
 			if err := flush(); err != nil {
 				w.w.Close()

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"reflect"
 	"slices"
 )
 
@@ -165,8 +164,8 @@ func GroupBy[T any, K cmp.Ordered, A, R any](d *Dataset[T], key func(T) K, agg A
 		}
 		return startAllToAll(r, "group_by", opts, func(o *opState, cfg *config, area *spillArea, out *rowOut[Group[K, R]]) error {
 			s := newExtSorter(r.ctx, o, area, cfg.memBudget, byKey[K, A](cfg.descending))
-			sizeK, sizeA := sizer[K](), sizer[A]()
-			flatA := flat(reflect.TypeFor[A]())
+			sizeK, sizeA := newSizer[K](), newSizer[A]()
+			flatA := sizeA.flat > 0
 			states := map[K]A{}
 			var held int64
 			spill := func() error {
@@ -185,7 +184,7 @@ func GroupBy[T any, K cmp.Ordered, A, R any](d *Dataset[T], key func(T) K, agg A
 				a, ok := states[k]
 				if !ok {
 					a = agg.init()
-					sz := sizeK(&k) + sizeA(&a) + mapEntryBytes
+					sz := sizeK.val(k) + sizeA.val(a) + mapEntryBytes
 					if held > 0 && held+sz > cfg.memBudget {
 						if err := spill(); err != nil {
 							return err
@@ -198,10 +197,10 @@ func GroupBy[T any, K cmp.Ordered, A, R any](d *Dataset[T], key func(T) K, agg A
 					states[k] = agg.Add(a, row)
 					return nil
 				}
-				before := sizeA(&a)
+				before := sizeA.val(a)
 				a = agg.Add(a, row)
 				states[k] = a
-				if d := sizeA(&a) - before; d != 0 {
+				if d := sizeA.val(a) - before; d != 0 {
 					held += d
 					o.mem.hold(0, d)
 				}
@@ -278,7 +277,7 @@ func MapGroups[T any, K cmp.Ordered, O any](d *Dataset[T], key func(T) K, fn fun
 			if err != nil {
 				return err
 			}
-			size := sizer[T]()
+			size := newSizer[T]()
 			var group []T
 			var gk K
 			var gbytes, index int64
@@ -313,7 +312,7 @@ func MapGroups[T any, K cmp.Ordered, O any](d *Dataset[T], key func(T) K, fn fun
 					}
 				}
 				gk = e.K
-				sz := size(&e.V)
+				sz := size.val(e.V)
 				group = append(group, e.V)
 				gbytes += sz
 				o.mem.hold(1, sz)
@@ -399,7 +398,7 @@ func join[L, R any, K cmp.Ordered](left *Dataset[L], right *Dataset[R], lkey fun
 				return err
 			}
 			defer lsrc.close()
-			size := sizer[R]()
+			size := newSizer[R]()
 			var group []R // the right rows of key gk
 			var gk K
 			var gbytes int64
@@ -421,7 +420,7 @@ func join[L, R any, K cmp.Ordered](left *Dataset[L], right *Dataset[R], lkey fun
 					}
 				}
 				for okR && nextR.K == k {
-					sz := size(&nextR.V)
+					sz := size.val(nextR.V)
 					group = append(group, nextR.V)
 					gbytes += sz
 					o.mem.hold(1, sz)

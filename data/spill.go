@@ -97,18 +97,38 @@ func (m *memStats) snapshot() MemoryStats {
 	}
 }
 
-// sizer returns the size estimate of a value of type E: a constant for
-// types that hold no pointers (no strings, slices, maps, pointers or
+// sizer estimates the size of values of type E: a constant for types
+// that hold no pointers (no strings, slices, maps, pointers or
 // interfaces), else sizeOf, which walks the value.
-func sizer[E any]() func(*E) int64 {
-	t := reflect.TypeFor[E]()
-	if flat(t) {
+type sizer[E any] struct{ flat int64 }
+
+func newSizer[E any]() sizer[E] {
+	if flat(reflect.TypeFor[E]()) {
 		var zero E
-		n := int64(unsafe.Sizeof(zero))
-		return func(*E) int64 { return n }
+		return sizer[E]{flat: max(int64(unsafe.Sizeof(zero)), 1)}
 	}
-	return sizeOf[E]
+	return sizer[E]{}
 }
+
+// of is the size of *e; e should point into a slice (a pointer to a
+// local variable makes it escape to the heap).
+func (z sizer[E]) of(e *E) int64 {
+	if z.flat > 0 {
+		return z.flat
+	}
+	return sizeOf(e)
+}
+
+// val is the size of e; it allocates only for types that are not flat.
+func (z sizer[E]) val(e E) int64 {
+	if z.flat > 0 {
+		return z.flat
+	}
+	return sizeOfVal(e)
+}
+
+//go:noinline
+func sizeOfVal[E any](e E) int64 { return sizeOf(&e) }
 
 // flat says whether values of t hold nothing outside themselves.
 func flat(t reflect.Type) bool {
