@@ -67,6 +67,20 @@
 // v6e 2x2, say); the slice is released when its actor leaves the pool or
 // the run ends, on every path, including cancellation.
 //
+// # All-to-all operations
+//
+// [Sort], [SortBy], [GroupBy] (with [CountOf], [SumOf], [MinOf], [MaxOf],
+// [MeanOf] or any [Agg]), [MapGroups], [Join], [LeftJoin],
+// [RandomShuffle] and [Repartition] read their whole input before they
+// hand on a row. Each holds at most its [MemoryBudget] of rows (256 MiB
+// by default) and spills the rest, sorted, to files in a temporary
+// directory or the bucket of [SpillTo], which it merges back and deletes
+// by the end of the run, on every path: an external merge sort, whose
+// memory does not grow with the data. [Union], [Limit] and [Skip] reshape
+// the stream without holding it. [Split] deals a dataset's rows to n
+// consumers at once (train workers, say), and [Shard] gives one of those
+// shards alone, the same rows, for a consumer that restarts.
+//
 // # Streaming, memory and order
 //
 // Operators run as a pipeline: every operator works on its blocks while
