@@ -89,6 +89,7 @@ var (
 	})
 	echoCall = ray.NewMethod(echoClass, "call", func(ctx context.Context, e *echo, in EchoIn) (EchoOut, error) {
 		if err := gates.wait(ctx, in.Gate); err != nil {
+			gates.get(in.Gate).ended <- err // the call was cancelled at the gate
 			return EchoOut{}, err
 		}
 		if in.Fail {

@@ -324,9 +324,9 @@ func (h DeploymentHandle[I, O]) Deployment() string { return h.deployment }
 // Call calls the deployment's request endpoint with in and returns its
 // output. Failures are *[CallError]s (see there for the errors.Is
 // sentinels); when ctx ends first Call returns ctx.Err(), and the call
-// leaves the callee's queue or frees its replica's slot at once (the
-// replica's method itself runs to its end, as actor calls cannot be
-// cancelled).
+// leaves the callee's queue or frees its replica's slot at once; a [Unary]
+// method's context ends too, and with it the calls it makes through
+// handles (a [Batched] call goes on while other callers wait for it).
 func (h DeploymentHandle[I, O]) Call(ctx context.Context, in I) (O, error) {
 	var zero O
 	if h.deployment == "" || !h.r.valid() {

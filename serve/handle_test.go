@@ -312,6 +312,12 @@ func TestHandleBackpressureAndCancel(t *testing.T) {
 	cancelRun()
 	is.Equal(<-running, context.Canceled)
 	waitStatus(t, srv, "the slot freed", func(st serve.Status) bool { return dep(st, "bp").Replicas[0].Ongoing == 0 })
+	select {
+	case err := <-gates.get(g).ended: // the model's method was cancelled too
+		is.True(errors.Is(err, context.Canceled))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled call still runs in the replica")
+	}
 
 	// The caller's deadline bounds the call.
 	short, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)

@@ -81,7 +81,15 @@ func decodeBody[I any](body []byte) (I, error) {
 // called on the replica's host-0 actor, and its output is the JSON reply.
 func Unary[A, I, O any](m *ray.Method[A, I, O]) Endpoint[A] {
 	return unaryEndpoint("serve.Unary("+m.Name()+")", func(ctx context.Context, h *ray.ActorHandle[A], in I) (O, error) {
-		return m.Remote(ctx, h, in).Get(ctx)
+		ref := m.Remote(ctx, h, in)
+		out, err := ref.Get(ctx)
+		if ctx.Err() != nil {
+			// The caller went away or timed out: the method's context
+			// ends too (best effort), and so do the calls it makes
+			// through handles.
+			_ = ref.Cancel(context.WithoutCancel(ctx))
+		}
+		return out, err
 	})
 }
 
