@@ -51,7 +51,7 @@ func (rt *Runtime) nodeLostLocked(n *node, cause error, restarting bool) {
 	n.restarting = restarting
 	rt.epoch++
 	var lost error
-	if cause == nil || restarting {
+	if cause == nil {
 		lost = backend.Errorf(backend.Unavailable, "node "+name, "node %s died", name)
 	} else {
 		lost = backend.Errorf(backend.Unavailable, "node "+name, "node %s died: %w", name, backend.Cause(cause))
@@ -67,7 +67,7 @@ func (rt *Runtime) nodeLostLocked(n *node, cause error, restarting bool) {
 	// all of its work, on every host, before single tasks are retried.
 	for bu := range n.bundles {
 		if len(bu.pg.slices) > 0 {
-			rt.breakSliceGroup(bu.pg, n, cause, restarting)
+			rt.breakSliceGroup(bu.pg, n, cause)
 		}
 	}
 	for _, t := range n.running.snapshot() {
@@ -124,7 +124,7 @@ func (rt *Runtime) restoreLocked(n *node) bool {
 // reservation keeps its slices until it is removed, and a slice with a dead
 // host is not reserved again until every host is back (RestartNode), so a
 // caller retries by releasing and reserving afresh. b.mu must be held.
-func (rt *Runtime) breakSliceGroup(pg *pgroup, n *node, cause error, restarting bool) {
+func (rt *Runtime) breakSliceGroup(pg *pgroup, n *node, cause error) {
 	if pg.lost != nil || pg.state == pgRemoved {
 		return
 	}
@@ -136,7 +136,7 @@ func (rt *Runtime) breakSliceGroup(pg *pgroup, n *node, cause error, restarting 
 	// worker pod lost, the slice's Lease lost): the caller needs it to
 	// tell a dead host from a driver that lost its claim.
 	why := ""
-	if cause != nil && !restarting {
+	if cause != nil {
 		why = " (" + backend.Cause(cause).Error() + ")"
 	}
 	pg.lost = backend.Errorf(backend.Unavailable, "slice reservation "+pg.id.String(),

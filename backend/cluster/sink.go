@@ -15,6 +15,21 @@ import (
 // again without this mark when it gives up.
 var ErrRestarting = errors.New("worker restarting")
 
+// Restarting marks cause with [ErrRestarting]: the result matches it
+// (errors.Is) and cause, and reads as cause, so the errors of the work
+// the node ran still say why its worker was lost.
+func Restarting(cause error) error {
+	if cause == nil {
+		cause = ErrRestarting
+	}
+	return restarting{cause}
+}
+
+type restarting struct{ error }
+
+func (e restarting) Is(target error) bool { return target == ErrRestarting }
+func (e restarting) Unwrap() error        { return e.error }
+
 // sink is the runtime as the [NodeSink] its source reports to (a type of
 // its own, so that Runtime's method set stays backend.Backend's).
 type sink Runtime

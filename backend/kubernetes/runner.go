@@ -238,9 +238,16 @@ func (r *Runner) workerLost(w *podWorker, cause error) {
 		if r.reserved[w.node] == w {
 			delete(r.reserved, w.node)
 		}
+		closed := r.closed
 		r.mu.Unlock()
 		r.log.Warn("worker pod lost", "pod", w.name, "node", w.node, "cause", cause)
 		if r.lost != nil {
+			if !closed {
+				// The pod is replaced below if its node is fine (the
+				// source decides, after WorkerGone): work only this node
+				// can hold waits for it meanwhile.
+				cause = cluster.Restarting(cause)
+			}
 			r.lost(w.node, cause)
 		}
 		// An ended pod is kept by nobody. In the background: this may run

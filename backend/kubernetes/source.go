@@ -454,15 +454,22 @@ func (s *Source) Kill(ctx context.Context, name string) error {
 // itself may be fine: the node is reported again if it is usable, so a
 // lost pod does not take its host, and its slice, away for good. A node
 // that is unusable (NotReady, deleted, killed) stays lost.
+//
+// The runner reports such a node lost as restarting (cluster.ErrRestarting),
+// so work only it can hold waits for it; a node that is not reported again
+// here is reported lost for good, which fails that work as Infeasible.
 func (s *Source) WorkerGone(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := s.kubeOf(name)
 	for pool, st := range s.slices {
-		if slices.Contains(st.hosts, k) {
+		if wid := slices.Index(st.hosts, k); wid >= 0 {
 			if st.alive[k] {
 				delete(st.alive, k) // the runtime has it lost already
 				s.reconcileSlice(pool)
+			}
+			if cur := st.hosts[wid]; !st.alive[cur] {
+				s.sink.NodeLost(st.names[wid], fmt.Errorf("the worker pod of %s was lost and its node cannot run a new one (%s)", name, s.unusable(cur)))
 			}
 			return
 		}
@@ -471,6 +478,25 @@ func (s *Source) WorkerGone(name string) {
 		s.cpu[k] = false
 		s.reconcileCPU(k)
 	}
+	if !s.cpu[k] {
+		s.sink.NodeLost(name, fmt.Errorf("the worker pod of %s was lost and its node cannot run a new one (%s)", name, s.unusable(k)))
+	}
+}
+
+// unusable says why a Kubernetes node cannot run a worker pod. s.mu is
+// held.
+func (s *Source) unusable(name string) string {
+	obj, exists, _ := s.nodes.GetIndexer().GetByKey(name)
+	switch {
+	case !exists:
+		return "node " + name + " was deleted"
+	case s.killed[name]:
+		return "node " + name + " was killed"
+	}
+	if why := nodeUnusable(obj.(*corev1.Node)); why != "" {
+		return why
+	}
+	return "node " + name + " is not usable for goray"
 }
 
 // Restore brings a killed node back (reported when it is usable).

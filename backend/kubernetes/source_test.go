@@ -227,7 +227,8 @@ func TestSourceRuntimeNameLabel(t *testing.T) {
 // TestSourceWorkerGone: a node whose worker pod was lost (and deleted) is
 // reported again when the node is still usable, TPU host and CPU node
 // alike, so a deleted or evicted pod does not take its host, and so its
-// slice, away for good; an unusable node stays lost.
+// slice, away for good; an unusable node is reported lost again, so that
+// the runtime stops waiting for its restart.
 func TestSourceWorkerGone(t *testing.T) {
 	is := is.New(t)
 	slice := tpuNodes("a", "tpu-v6e-slice", "2x4", 2, 4)
@@ -246,7 +247,13 @@ func TestSourceWorkerGone(t *testing.T) {
 	is.NoErr(err)
 	ev = sink.waitFor(t, 6)
 	is.True(strings.HasPrefix(names(ev)[5], "lost a-0"))
+	// Its pod's loss is reported lost again, for good: the runner reported
+	// it as restarting, and the runtime stops waiting for it.
 	src.WorkerGone("a-0")
+	ev = sink.waitFor(t, 7)
+	is.True(strings.HasPrefix(names(ev)[6], "lost a-0"))
+	t.Log(ev[6].err)
+	is.True(strings.Contains(ev[6].err.Error(), "cannot run a new one"))
 	time.Sleep(100 * time.Millisecond)
-	is.Equal(len(sink.snapshot()), 6) // still lost
+	is.Equal(len(sink.snapshot()), 7) // and not added
 }

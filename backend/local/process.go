@@ -3,7 +3,6 @@ package local
 import (
 	"cmp"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"slices"
@@ -440,7 +439,7 @@ func (w *procWorker) killNodes(cause error, restarting bool) {
 		return
 	}
 	if restarting {
-		cause = errors.Join(cluster.ErrRestarting, cause)
+		cause = cluster.Restarting(cause)
 	}
 	for _, n := range w.pe.nodesOf(w) {
 		w.pe.lostFn(n, cause)
