@@ -439,7 +439,7 @@ func (s *suite) testCancel(t *testing.T) {
 		s.waitChan(t, g.cancelCh, "the running call's context to be cancelled")
 		v, err := counterAdd.Remote(ctx, h, 10).Get(ctx)
 		is.NoErr(err)
-		is.Equal(v, 11) // the cancelled add of 100 never ran
+		is.Equal(v, 11)              // the cancelled add of 100 never ran
 		is.NoErr(queued.Cancel(ctx)) // cancelling again does nothing
 	})
 	t.Run("Force", func(t *testing.T) {

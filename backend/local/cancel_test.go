@@ -35,7 +35,7 @@ func TestCancelTask(t *testing.T) {
 		is.Equal(ray.Code(err), ray.Canceled) // not retried
 	}
 	is.Equal(ray.Code(b.CancelTask(ctx, done.ID(), backend.CancelOptions{})), ray.NotFound) // not a task
-	v, err := boundedAdd.Remote(ctx, c, 41).Get(ctx)               // the CPU is free again
+	v, err := boundedAdd.Remote(ctx, c, 41).Get(ctx)                                        // the CPU is free again
 	is.NoErr(err)
 	is.Equal(v, 42)
 	finished := boundedAdd.Remote(ctx, c, 1)
