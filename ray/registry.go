@@ -25,7 +25,29 @@ var registry = struct {
 	// every run) reads without a lock. A registration drops it; the next
 	// lookup makes it again.
 	taskView atomic.Pointer[map[string]*taskEntry]
+	// sealed says why registrations are refused: worker processes started
+	// with the manifest of this process's registry (see sealRegistry).
+	sealed string
 }{tasks: map[string]*taskEntry{}, classes: map[string]*classEntry{}}
+
+// sealRegistry refuses later registrations: the registry was described to
+// worker processes (a driver dialing them, or a worker serving), which know
+// only what was registered when their program started; a task registered
+// later would be found in the driver and be NotFound in every worker.
+// why says who sealed it. registry must be locked.
+func sealRegistry(why string) {
+	if registry.sealed == "" {
+		registry.sealed = why
+	}
+}
+
+// checkOpen panics, naming what is registered, if the registry is sealed.
+// registry must be locked.
+func checkOpen(fn, what string) {
+	if registry.sealed != "" {
+		panic(fmt.Sprintf("ray: %s %s: registered after %s; worker processes only know what their program registers as it starts, so register tasks, actor classes and methods at package level (a package-level var, or init), as every example does", fn, what, registry.sealed))
+	}
+}
 
 type runFunc func(ctx context.Context, c Codec, arg backend.Value) (backend.Value, error)
 
@@ -55,6 +77,7 @@ func registerTask(e *taskEntry) {
 	}
 	registry.Lock()
 	defer registry.Unlock()
+	checkOpen("NewTask", fmt.Sprintf("%q", e.name))
 	if _, dup := registry.tasks[e.name]; dup {
 		panic(fmt.Sprintf("ray: NewTask: duplicate task name %q", e.name))
 	}
@@ -71,6 +94,7 @@ func registerClass(e *classEntry) {
 	}
 	registry.Lock()
 	defer registry.Unlock()
+	checkOpen("NewActorClass", fmt.Sprintf("%q", e.name))
 	if _, dup := registry.classes[e.name]; dup {
 		panic(fmt.Sprintf("ray: NewActorClass: duplicate actor class name %q", e.name))
 	}
@@ -86,6 +110,7 @@ func registerMethod(class string, m *methodEntry) {
 	}
 	registry.Lock()
 	defer registry.Unlock()
+	checkOpen("NewMethod", fmt.Sprintf("%q of actor class %q", m.name, class))
 	c := registry.classes[class]
 	if _, dup := c.methods[m.name]; dup {
 		panic(fmt.Sprintf("ray: NewMethod: duplicate method %q on actor class %q", m.name, class))

@@ -22,7 +22,11 @@ type Task[I, O any] struct {
 // unique in the process and stable across builds (workers find tasks by
 // name); use a package-qualified name such as "examples.square". NewTask
 // panics on an empty or duplicate name, naming it; call it from package
-// initialization.
+// initialization. Once worker processes have started (a backend's worker
+// processes or pods, or this process serving as one), registering panics
+// with "register ... at package level": the workers know only what their
+// program registered as it started. The same holds for [NewActorClass]
+// and [NewMethod].
 func NewTask[I, O any](name string, fn func(ctx context.Context, in I) (O, error)) *Task[I, O] {
 	if fn == nil {
 		panic("ray: NewTask " + name + ": nil function")

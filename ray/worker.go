@@ -43,7 +43,9 @@ func Main(codecs ...Codec) {
 // workerRegistry is the process's registry as a worker serves it.
 type workerRegistry struct{ codecs []Codec }
 
-func (r workerRegistry) Entries() []worker.Entry { return registryEntries() }
+func (r workerRegistry) Entries() []worker.Entry {
+	return registryEntries("this worker process started serving")
+}
 
 func (r workerRegistry) Executor(name string) (backend.Executor, error) {
 	const op = "run worker main"
@@ -68,7 +70,7 @@ func (r workerRegistry) Executor(name string) (backend.Executor, error) {
 // WorkerManifest describes the executor's codec and the process's
 // registry, for the handshake with worker processes.
 func (x executor) WorkerManifest() worker.Manifest {
-	m := worker.Manifest{Entries: registryEntries()}
+	m := worker.Manifest{Entries: registryEntries("worker processes started")}
 	if x.codec != nil {
 		m.Codec = x.codec.Name()
 	}
@@ -76,10 +78,12 @@ func (x executor) WorkerManifest() worker.Manifest {
 }
 
 // registryEntries lists every registered task, actor class and method with
-// its Go types, sorted.
-func registryEntries() []worker.Entry {
-	registry.RLock()
-	defer registry.RUnlock()
+// its Go types, sorted, for worker processes: it seals the registry (why
+// says what started them).
+func registryEntries(why string) []worker.Entry {
+	registry.Lock()
+	defer registry.Unlock()
+	sealRegistry(why)
 	var out []worker.Entry
 	for name, t := range registry.tasks {
 		out = append(out, worker.Entry{Kind: worker.KindTask, Name: name,

@@ -480,3 +480,39 @@ func TestForceCancelEndsTheWorkerProcess(t *testing.T) {
 	is.NoErr(err)
 	is.Equal(q.PID, pid)
 }
+
+// panicOf returns what f panics with, or "".
+func panicOf(f func()) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprint(r)
+		}
+	}()
+	f()
+	return ""
+}
+
+// Registering after worker processes started panics at once, naming what
+// was registered and saying to register at package level, instead of the
+// work failing later with NotFound in every worker.
+func TestLateRegistrationPanics(t *testing.T) {
+	is := is.New(t)
+	c, _ := processCluster(t, nil)
+	ctx := testCtx(t)
+	_, err := whereProc.Remote(ctx, c, struct{}{}).Get(ctx) // the workers run
+	is.NoErr(err)
+	msg := panicOf(func() {
+		ray.NewTask("proctest.late", func(ctx context.Context, x int) (int, error) { return x, nil })
+	})
+	t.Log(msg)
+	is.True(strings.Contains(msg, `ray: NewTask "proctest.late": registered after worker processes started`))
+	is.True(strings.Contains(msg, "register tasks, actor classes and methods at package level"))
+	msg = panicOf(func() {
+		ray.NewActorClass("proctest.lateClass", func(ctx context.Context, x int) (*int, error) { return &x, nil })
+	})
+	is.True(strings.Contains(msg, `ray: NewActorClass "proctest.lateClass": registered after worker processes started`))
+	msg = panicOf(func() {
+		ray.NewMethod(tally, "late", func(ctx context.Context, a *tallyActor, x int) (int, error) { return x, nil })
+	})
+	is.True(strings.Contains(msg, `ray: NewMethod "late" of actor class "proctest.tally": registered after`))
+}
