@@ -55,6 +55,8 @@ type taskEntry struct {
 	name    string
 	in, out reflect.Type
 	run     runFunc
+	// stream runs a streaming task (NewStreamTask), nil for others.
+	stream func(ctx context.Context, c Codec, arg backend.Value, yield func(backend.Value) error) error
 }
 
 type classEntry struct {

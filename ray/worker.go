@@ -86,8 +86,11 @@ func registryEntries(why string) []worker.Entry {
 	sealRegistry(why)
 	var out []worker.Entry
 	for name, t := range registry.tasks {
-		out = append(out, worker.Entry{Kind: worker.KindTask, Name: name,
-			Signature: "func(" + worker.TypeString(t.in) + ") " + worker.TypeString(t.out)})
+		sig := "func(" + worker.TypeString(t.in) + ") " + worker.TypeString(t.out)
+		if t.stream != nil {
+			sig = "func(" + worker.TypeString(t.in) + ") stream of " + worker.TypeString(t.out)
+		}
+		out = append(out, worker.Entry{Kind: worker.KindTask, Name: name, Signature: sig})
 	}
 	for name, c := range registry.classes {
 		actor := worker.TypeString(c.actor)

@@ -37,6 +37,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	t.Run("TPUSliceFaults", s.testSliceFaults)
 	t.Run("TPUSubslices", s.testSubslices)
 	t.Run("Cancel", s.testCancel)
+	t.Run("Streams", s.testStreams)
 	t.Run("JAXProcesses", s.testJAX)
 }
 

@@ -1,0 +1,130 @@
+package backendtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/ray"
+)
+
+// streamItem is a value of countStream: its number and where it was made.
+type streamItem struct {
+	I       int    `json:"i"`
+	Node    string `json:"node"`
+	Attempt int    `json:"attempt"`
+}
+
+type countStreamArgs struct {
+	N      int    `json:"n"`
+	FailAt int    `json:"failAt,omitempty"` // fail instead of yielding this one (0: never)
+	GateAt int    `json:"gateAt,omitempty"` // on attempt 0, block on Gate before yielding this one
+	Gate   string `json:"gate,omitempty"`
+}
+
+// countStream yields 0..N-1 with where each was made.
+var countStream = ray.NewStreamTask("backendtest.count_stream", func(ctx context.Context, in countStreamArgs, yield func(streamItem) error) error {
+	rc, _ := ray.Runtime(ctx)
+	for i := range in.N {
+		if in.FailAt > 0 && i == in.FailAt {
+			return fmt.Errorf("no item %d", i)
+		}
+		if in.Gate != "" && i == in.GateAt && rc.Attempt() == 0 {
+			if _, err := blockOn(ctx, in.Gate); err != nil {
+				return err
+			}
+		}
+		if err := yield(streamItem{I: i, Node: rc.NodeName(), Attempt: rc.Attempt()}); err != nil {
+			return err
+		}
+	}
+	return nil
+})
+
+// testStreams: a streaming task's values arrive in order, then the end or
+// the task's error; closing the stream ends the task's context; a task lost
+// with its node is retried without delivering a value twice.
+func (s *suite) testStreams(t *testing.T) {
+	s.need(t, s.h.Capabilities.Concurrent, "Concurrent")
+	t.Run("InOrder", func(t *testing.T) {
+		is := is.New(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
+		n := 0
+		for v, err := range countStream.Remote(ctx, c, countStreamArgs{N: 50}, ray.StreamBuffer(4)).All(ctx) {
+			is.NoErr(err)
+			is.Equal(v.I, n)
+			n++
+		}
+		is.Equal(n, 50)
+	})
+	t.Run("ErrorAfterValues", func(t *testing.T) {
+		is := is.New(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
+		st := countStream.Remote(ctx, c, countStreamArgs{N: 50, FailAt: 3})
+		for i := range 3 {
+			v, err := st.Next(ctx)
+			is.NoErr(err)
+			is.Equal(v.I, i)
+		}
+		_, err := st.Next(ctx)
+		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.True(strings.Contains(err.Error(), "no item 3"))
+		is.True(strings.Contains(err.Error(), "backendtest.count_stream"))
+		st.Close()
+	})
+	t.Run("CloseEndsTheTask", func(t *testing.T) {
+		is := is.New(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
+		name, g := newGate(1)
+		defer g.release()
+		st := countStream.Remote(ctx, c, countStreamArgs{N: 10, GateAt: 2, Gate: name})
+		for i := range 2 {
+			v, err := st.Next(ctx)
+			is.NoErr(err)
+			is.Equal(v.I, i)
+		}
+		s.waitChan(t, g.arrivedCh, "the task to block")
+		st.Close()
+		s.waitChan(t, g.cancelCh, "the closed stream's task to see its context end")
+		_, err := st.Next(ctx)
+		is.Equal(ray.Code(err), ray.FailedPrecondition)
+	})
+	t.Run("RetriedWithoutDuplicates", func(t *testing.T) {
+		s.need(t, s.h.Capabilities.FaultInjection, "FaultInjection")
+		is := is.New(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
+		name, g := newGate(1)
+		defer g.release()
+		st := countStream.Remote(ctx, c, countStreamArgs{N: 10, GateAt: 5, Gate: name},
+			ray.NodeSelector{"zone": "in(a,b)"}, ray.StreamBuffer(2))
+		defer st.Close()
+		var got []streamItem
+		for range 5 {
+			v, err := st.Next(ctx)
+			is.NoErr(err)
+			got = append(got, v)
+		}
+		s.waitChan(t, g.arrivedCh, "the task to block at item 5")
+		lostNode := got[4].Node
+		is.NoErr(c.Backend().(backend.FaultInjector).KillNode(ctx, lostNode))
+		for {
+			v, err := st.Next(ctx)
+			if err == io.EOF {
+				break
+			}
+			is.NoErr(err)
+			got = append(got, v)
+		}
+		is.Equal(len(got), 10) // no value twice, none lost
+		for i, v := range got {
+			is.Equal(v.I, i)
+		}
+		is.Equal(got[5].Attempt, 1) // the rest came from the retry,
+		is.True(got[5].Node != lostNode)
+	})
+}
