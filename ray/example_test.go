@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strings"
 
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
@@ -348,4 +349,36 @@ func ExampleObjectRef_Cancel() {
 	fmt.Println(ray.Code(err))
 	// Output:
 	// Canceled
+}
+
+// exampleTokens streams a prompt's words one by one, as a model streams
+// tokens.
+var exampleTokens = ray.NewStreamTask("example.tokens", func(ctx context.Context, prompt string, yield func(string) error) error {
+	for _, w := range strings.Fields(prompt) {
+		if err := yield(strings.ToUpper(w)); err != nil {
+			return err // the caller has gone
+		}
+	}
+	return nil
+})
+
+func ExampleNewStreamTask() {
+	ctx := context.Background()
+	c := exampleCluster(ctx, exampleCPUs)
+	defer c.Close()
+
+	// Values arrive as the task yields them; at most 4 wait unconsumed.
+	for tok, err := range exampleTokens.Remote(ctx, c, "streams arrive as they are made", ray.StreamBuffer(4)).All(ctx) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(tok)
+	}
+	// Output:
+	// STREAMS
+	// ARRIVE
+	// AS
+	// THEY
+	// ARE
+	// MADE
 }
