@@ -75,6 +75,8 @@ import (
 //
 //	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EScale -benchtime 400x -timeout 30m ./
 //
+// -count repeats each claim loop with the same drivers; discovery and
+// heap are measured once per size and run of the benchmark.
 // GORAY_E2E_SCALE_MAX_NODES=512 stops after the sizes up to 512 nodes;
 // GORAY_E2E_SCALE_HEAP_PROFILE=<path> writes a heap profile per size
 // (<path>.<slices>) once the 8 drivers have started.
@@ -431,31 +433,44 @@ func runScaleClaims(b *testing.B, admin k8s.Interface, drivers []*scaleDriver, s
 		r.maxLatency, r.heldRefusals, r.cpu, r.discovery.Round(time.Millisecond), r.discovery8.Round(time.Millisecond), r.newSlice.Round(time.Millisecond), r.heap, r.heap8)
 }
 
-// scaleSummary is a table of each claim loop's figures by fleet size,
-// with the largest size's over the smallest's.
+// scaleSummary is a table of each claim loop's figures by fleet size
+// (the median of the runs -count made of it), with the largest size's
+// over the smallest's.
 func scaleSummary(rs []*scaleResult) string {
 	var sb strings.Builder
 	for _, c := range scaleClaims {
-		var cols []*scaleResult
+		var sizes []int
+		bySize := map[int][]*scaleResult{}
 		for _, r := range rs {
 			if r.claim == c.spec.Topology && r.drivers == c.drivers {
-				cols = append(cols, r)
+				if bySize[r.nodes] == nil {
+					sizes = append(sizes, r.nodes)
+				}
+				bySize[r.nodes] = append(bySize[r.nodes], r)
 			}
 		}
-		if len(cols) == 0 {
+		if len(sizes) == 0 {
 			continue
 		}
-		fmt.Fprintf(&sb, "\nscale summary: claims of v6e %s by %d drivers\n%-20s", c.spec.Topology, c.drivers, "nodes")
-		for _, r := range cols {
-			fmt.Fprintf(&sb, " %10d", r.nodes)
+		fmt.Fprintf(&sb, "\nscale summary: claims of v6e %s by %d drivers (median of %d runs)\n%-20s",
+			c.spec.Topology, c.drivers, len(bySize[sizes[0]]), "nodes")
+		for _, n := range sizes {
+			fmt.Fprintf(&sb, " %10d", n)
 		}
 		fmt.Fprintf(&sb, " %10s", "last/first")
 		row := func(name string, f func(r *scaleResult) float64) {
 			fmt.Fprintf(&sb, "\n%-20s", name)
-			for _, r := range cols {
-				fmt.Fprintf(&sb, " %10.2f", f(r))
+			var med []float64
+			for _, n := range sizes {
+				var vs []float64
+				for _, r := range bySize[n] {
+					vs = append(vs, f(r))
+				}
+				slices.Sort(vs)
+				med = append(med, vs[len(vs)/2])
+				fmt.Fprintf(&sb, " %10.2f", med[len(med)-1])
 			}
-			if first, last := f(cols[0]), f(cols[len(cols)-1]); len(cols) > 1 && first != 0 {
+			if first, last := med[0], med[len(med)-1]; len(med) > 1 && first != 0 {
 				fmt.Fprintf(&sb, " %9.2fx", last/first)
 			}
 		}
