@@ -30,6 +30,10 @@ type Checkpoint struct {
 	Attempt int `json:"attempt"`
 	// Time is when it was committed.
 	Time time.Time `json:"time"`
+	// Datasets are where every rank was in each dataset of
+	// RunConfig.Datasets at this report; a run resumed from the checkpoint
+	// starts each rank's shard there (see DatasetShard).
+	Datasets map[string]*DatasetPosition `json:"datasets,omitempty"`
 
 	store *store `ray:"-"` // the driver's; a worker reads its checkpoint through the rendezvous
 }

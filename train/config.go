@@ -128,6 +128,11 @@ type RunConfig struct {
 	// StopGrace bounds the wait for workers to stop after the run ends or
 	// fails; 0 means 10s.
 	StopGrace time.Duration
+	// Datasets are datasets the workers read, each its own shard, with
+	// DatasetShard (Ray Train's datasets= and get_dataset_shard). They run
+	// in the driver, once per epoch, and reach the workers through the
+	// rendezvous; see DatasetShard for the shares and resuming.
+	Datasets Datasets
 }
 
 // Report is one of rank 0's reports, as passed to RunConfig.OnReport.
@@ -233,6 +238,9 @@ func (r RunConfig) withDefaults() (RunConfig, error) {
 	}
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := checkDatasets(r.Datasets); err != nil {
+		return r, err
 	}
 	return r, nil
 }

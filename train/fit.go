@@ -54,6 +54,9 @@ func NewProgram(c *ray.Cluster, prog Program, scaling ScalingConfig, run RunConf
 	if prog.Path == "" {
 		return nil, errors.New("train.NewProgram: Program.Path is empty: name the program to run, such as \"python3\"")
 	}
+	if len(run.Datasets) > 0 {
+		return nil, invalid(fmt.Errorf("train.NewProgram: RunConfig.Datasets (%s) are read by Go loops, with train.DatasetShard; an external program cannot read them: use train.New", datasetNames(run.Datasets)))
+	}
 	return newTrainer(c, scaling, run, func(t *Trainer) { t.program = &prog })
 }
 
@@ -269,6 +272,10 @@ func (t *Trainer) lostRank(ctx context.Context, hosts []string) (int, bool) {
 // (the run may restart) and an error when it cannot go on.
 func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *Checkpoint, sink *reportSink) (*Failure, error) {
 	p := t.plan
+	starts, err := startPositions(t.run.Datasets, resume, p.workers)
+	if err != nil {
+		return nil, invalid(fmt.Errorf("train: run %s: %w", t.run.Name, err))
+	}
 	spg, err := ray.NewSlicePlacementGroup(ctx, t.c, ray.SliceSpec{
 		Topology: p.shape.Topology.String(), AcceleratorVersion: p.shape.Generation.String(), ChipsPerVM: t.scaling.ChipsPerHost,
 		NumSlices: p.numSlices, ResourcesPerBundle: p.resources, Name: fmt.Sprintf("%s-attempt-%d", t.run.Name, attempt),
@@ -295,7 +302,13 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 		}
 		addr = net.JoinHostPort(host, "0")
 	}
-	rz, err := newRendezvous(addr, hex.EncodeToString(token), attempt, p.workers, st, spg.SliceNames(), t.run.FailureVerdict, sink, &lineSink{w: out})
+	var feed func(*sync.WaitGroup) *feeder
+	if len(t.run.Datasets) > 0 {
+		feed = func(wg *sync.WaitGroup) *feeder {
+			return newFeeder(ctx, hex.EncodeToString(token), attempt, p.workers, t.run.Datasets, starts, wg)
+		}
+	}
+	rz, err := newRendezvous(addr, hex.EncodeToString(token), attempt, p.workers, st, spg.SliceNames(), t.run.FailureVerdict, sink, &lineSink{w: out}, feed)
 	if err != nil {
 		return nil, err
 	}
@@ -319,6 +332,12 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 			Rendezvous: rz.addr(), Token: rz.token, Attempt: attempt,
 			Rank: i, WorldSize: p.workers, SliceIndex: i / perSlice, NumSlices: p.numSlices,
 			Env: spg.WorkerEnv(i), Resume: resume, Verdict: t.run.FailureVerdict,
+		}
+		if len(t.run.Datasets) > 0 {
+			in.Datasets = make(map[string]shardInput, len(t.run.Datasets))
+			for name, d := range t.run.Datasets {
+				in.Datasets[name] = shardInput{RowType: d.rowType(), Start: starts[name][i]}
+			}
 		}
 		ref := workerTask.Remote(ctx, t.c, in, ray.InBundle(spg.PlacementGroup(), i), ray.Retries(0), p.resources,
 			ray.Name(fmt.Sprintf("%s/attempt-%d/rank-%d", t.run.Name, attempt, i)))

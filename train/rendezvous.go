@@ -1,6 +1,7 @@
 package train
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -29,11 +30,12 @@ type rendezvous struct {
 	verdict time.Duration // grace for a peer's own failure report
 	sink    *reportSink
 	lines   *lineSink
+	feed    *feeder // nil when the run has no datasets
 
 	mu     sync.Mutex
 	conns  map[int]*ctrlConn
-	joins  map[int]uint64     // each rank's join request ID
-	all    map[*ctrlConn]bool // every accepted connection, joined or not
+	joins  map[int]uint64    // each rank's join request ID
+	all    map[net.Conn]bool // every accepted connection, joined or not
 	addrs  []string
 	joined int
 	left   []bool // the rank's loop returned successfully
@@ -61,16 +63,20 @@ type iterState struct {
 	reported int
 	ranks    []int
 	metrics  Metrics
+	pos      map[string]*DatasetPosition
 }
 
-func newRendezvous(addr, token string, attempt, world int, st *store, sliceNames []string, verdict time.Duration, sink *reportSink, lines *lineSink) (*rendezvous, error) {
+func newRendezvous(addr, token string, attempt, world int, st *store, sliceNames []string, verdict time.Duration, sink *reportSink, lines *lineSink, feed func(*sync.WaitGroup) *feeder) (*rendezvous, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("train: listen for workers on %s: %w", addr, err)
 	}
 	r := &rendezvous{ln: ln, token: token, attempt: attempt, world: world, store: st, slices: sliceNames, verdict: verdict,
-		sink: sink, lines: lines, conns: map[int]*ctrlConn{}, joins: map[int]uint64{}, all: map[*ctrlConn]bool{}, addrs: make([]string, world), left: make([]bool, world),
+		sink: sink, lines: lines, conns: map[int]*ctrlConn{}, joins: map[int]uint64{}, all: map[net.Conn]bool{}, addrs: make([]string, world), left: make([]bool, world),
 		iters: map[int]*iterState{}, failed: make(chan struct{})}
+	if feed != nil {
+		r.feed = feed(&r.wg)
+	}
 	r.wg.Go(r.accept)
 	return r, nil
 }
@@ -83,17 +89,40 @@ func (r *rendezvous) accept() {
 		if err != nil {
 			return
 		}
-		cc := newCtrlConn(c)
 		r.mu.Lock()
 		if r.closed {
 			r.mu.Unlock()
 			c.Close()
 			continue
 		}
-		r.all[cc] = true
+		r.all[c] = true
 		r.mu.Unlock()
-		r.wg.Go(func() { r.serve(cc) })
+		r.wg.Go(func() { r.serveConn(c) })
 	}
+}
+
+// serveConn handles one accepted connection: a worker's control
+// connection, whose first byte is the '{' of its join message, or one of
+// its shard connections.
+func (r *rendezvous) serveConn(c net.Conn) {
+	defer func() {
+		r.mu.Lock()
+		delete(r.all, c)
+		r.mu.Unlock()
+		c.Close()
+	}()
+	br := bufio.NewReader(c)
+	first, err := br.Peek(1)
+	if err != nil {
+		return
+	}
+	if first[0] != '{' {
+		if r.feed != nil {
+			r.feed.serve(c, br)
+		}
+		return
+	}
+	r.serve(newCtrlConnFrom(c, br))
 }
 
 // serve handles one worker's control connection.
@@ -137,6 +166,9 @@ func (r *rendezvous) serve(cc *ctrlConn) {
 			r.peerLost(rank, m.Peer, m.Err)
 		case msgLeave:
 			left = true
+			if r.feed != nil {
+				r.feed.leave(rank)
+			}
 			if m.Err == "" {
 				r.mu.Lock()
 				r.left[rank] = true
@@ -201,6 +233,17 @@ func (r *rendezvous) report(rank int, m *ctrlMsg) error {
 	if rank == 0 {
 		st.metrics = m.Metrics
 	}
+	for name, p := range m.Positions {
+		if st.pos == nil {
+			st.pos = map[string]*DatasetPosition{}
+		}
+		dp := st.pos[name]
+		if dp == nil {
+			dp = &DatasetPosition{Epochs: make([]int, r.world), Rows: make([]int64, r.world)}
+			st.pos[name] = dp
+		}
+		dp.Epochs[rank], dp.Rows[rank] = p.Epoch, p.Rows
+	}
 	complete := st.reported == r.world && len(st.ranks) > 0 && r.fail == nil
 	if st.reported == r.world {
 		delete(r.iters, m.Iteration)
@@ -212,7 +255,7 @@ func (r *rendezvous) report(rank int, m *ctrlMsg) error {
 	slices.Sort(st.ranks)
 	r.commitMu.Lock()
 	defer r.commitMu.Unlock()
-	return r.store.commit(ctx, &Checkpoint{Iteration: m.Iteration, Metrics: st.metrics, Ranks: st.ranks, Attempt: r.attempt, Time: time.Now()})
+	return r.store.commit(ctx, &Checkpoint{Iteration: m.Iteration, Metrics: st.metrics, Ranks: st.ranks, Attempt: r.attempt, Time: time.Now(), Datasets: st.pos})
 }
 
 // peerLost: rank's connection to peer broke. If no failure is known yet,
@@ -295,6 +338,9 @@ func (r *rendezvous) stopAccepting() {
 	}
 	r.mu.Unlock()
 	r.ln.Close()
+	if r.feed != nil {
+		r.feed.stop()
+	}
 }
 
 // wait waits up to d for every worker connection to end; it reports
@@ -316,6 +362,9 @@ func (r *rendezvous) wait(d time.Duration) bool {
 // ones to hang up, then cuts them off.
 func (r *rendezvous) close(grace time.Duration) {
 	r.stopAccepting()
+	if r.feed != nil {
+		defer r.feed.close()
+	}
 	if r.wait(grace) {
 		return
 	}
@@ -323,7 +372,7 @@ func (r *rendezvous) close(grace time.Duration) {
 	conns := lo.Keys(r.all)
 	r.mu.Unlock()
 	for _, c := range conns {
-		c.close()
+		c.Close()
 	}
 	r.wg.Wait()
 }

@@ -45,6 +45,9 @@ type ctrlMsg struct {
 	Line      string   `json:"line,omitempty"`
 	Err       string   `json:"err,omitempty"`
 	Canceled  bool     `json:"canceled,omitempty"`
+	// Positions are, in a report, where the worker is in each dataset of
+	// the run (see DatasetShard).
+	Positions map[string]shardPos `json:"positions,omitempty"`
 }
 
 // ctrlConn is a control connection: messages are written under a lock so
@@ -56,8 +59,12 @@ type ctrlConn struct {
 	enc *json.Encoder
 }
 
-func newCtrlConn(c net.Conn) *ctrlConn {
-	return &ctrlConn{c: c, dec: json.NewDecoder(c), enc: json.NewEncoder(c)}
+func newCtrlConn(c net.Conn) *ctrlConn { return newCtrlConnFrom(c, c) }
+
+// newCtrlConnFrom reads the messages from r, which reads c (a reader that
+// has peeked at the connection's first byte).
+func newCtrlConnFrom(c net.Conn, r io.Reader) *ctrlConn {
+	return &ctrlConn{c: c, dec: json.NewDecoder(r), enc: json.NewEncoder(c)}
 }
 
 func (cc *ctrlConn) send(m *ctrlMsg) error {
@@ -94,6 +101,17 @@ const (
 	opHello // first frame on a peer connection: payload is the token, seq the rank
 )
 
+// Frames of a shard connection: a worker's connection to the rendezvous
+// that carries one epoch of its shard of a dataset (see feed.go). Their
+// kinds start at 0x10 so that the first byte of a shard connection is
+// never '{', the first byte of a control connection.
+const (
+	opShardOpen   opKind = iota + 0x10 // worker: JSON shardOpen
+	opShardRows                        // driver: a JSON array of rows
+	opShardCredit                      // worker: one more rows frame may come
+	opShardEnd                         // driver: the shard's end; payload: an error, or empty
+)
+
 func (k opKind) String() string {
 	switch k {
 	case opAllReduce:
@@ -106,6 +124,14 @@ func (k opKind) String() string {
 		return "Barrier"
 	case opHello:
 		return "hello"
+	case opShardOpen:
+		return "shard open"
+	case opShardRows:
+		return "shard rows"
+	case opShardCredit:
+		return "shard credit"
+	case opShardEnd:
+		return "shard end"
 	}
 	return fmt.Sprintf("op(%d)", uint8(k))
 }
@@ -141,6 +167,24 @@ func readHeader(r io.Reader, op opKind, seq uint32) (int, error) {
 		return 0, fmt.Errorf("frame of %d bytes is corrupt", n)
 	}
 	return int(n), nil
+}
+
+// readFrame reads a frame of any kind, with a payload of at most limit
+// bytes.
+func readFrame(r io.Reader, limit int) (opKind, []byte, error) {
+	var h [frameHeader]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.LittleEndian.Uint64(h[8:16])
+	if n > uint64(limit) {
+		return 0, nil, fmt.Errorf("%s frame of %d bytes is over the limit of %d", opKind(h[0]), n, limit)
+	}
+	payload := make([]byte, n)
+	if _, err := io.ReadFull(r, payload); err != nil {
+		return 0, nil, err
+	}
+	return opKind(h[0]), payload, nil
 }
 
 // mismatchError: the ranks called different collectives, or the same

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goray-dev/goray/backend"
@@ -77,6 +78,9 @@ type workerInput struct {
 	Env        map[string]string `json:"env"`
 	Resume     *Checkpoint       `json:"resume,omitempty"`
 	Verdict    time.Duration     `json:"verdict"`
+	// Datasets are the run's datasets: their row types and where this
+	// rank starts in each.
+	Datasets map[string]shardInput `json:"datasets,omitempty"`
 }
 
 // workerTask runs one worker of a run on its host.
@@ -95,6 +99,11 @@ type Worker struct {
 
 	reportMu  sync.Mutex
 	iteration int
+
+	shards map[string]*shardState // the run's datasets; fixed for the loop call
+	done   atomic.Bool            // the loop returned
+	connMu sync.Mutex
+	conns  map[net.Conn]bool // open shard connections
 }
 
 // Rank is the worker's index among all workers of the run: slice by slice,
@@ -167,7 +176,7 @@ func (w *Worker) Report(ctx context.Context, metrics Metrics, checkpoint []byte)
 	w.reportMu.Lock()
 	defer w.reportMu.Unlock()
 	it := w.iteration + 1
-	_, err := w.sess.request(ctx, &ctrlMsg{Type: msgReport, Iteration: it, Metrics: metrics, Data: checkpoint, HasData: checkpoint != nil})
+	_, err := w.sess.request(ctx, &ctrlMsg{Type: msgReport, Iteration: it, Metrics: metrics, Data: checkpoint, HasData: checkpoint != nil, Positions: w.positions()})
 	if err != nil {
 		return fmt.Errorf("train: report iteration %d: %w", it, err)
 	}
@@ -197,7 +206,14 @@ func runWorker(ctx context.Context, in workerInput) (struct{}, error) {
 	if in.Resume != nil {
 		w.iteration = in.Resume.Iteration
 	}
+	if len(in.Datasets) > 0 {
+		w.shards = make(map[string]*shardState, len(in.Datasets))
+		for name, d := range in.Datasets {
+			w.shards[name] = &shardState{name: name, rowType: d.RowType, pos: d.Start}
+		}
+	}
 	err = w.run(ctx, fn)
+	w.done.Store(true)
 	canceled := ctx.Err() != nil
 	if canceled && err != nil {
 		err = fmt.Errorf("train: rank %d was stopped: %w", in.Rank, context.Cause(ctx))
@@ -220,6 +236,7 @@ func (w *Worker) run(ctx context.Context, fn loopFunc) (err error) {
 	defer cancel(nil)
 	w.sess.start(func(err error) {
 		w.ring.fail(err)
+		w.closeShardConns()
 		cancel(err)
 	})
 	addr := ln.Addr().String()
