@@ -49,6 +49,24 @@ type ClientOptions struct {
 	// fail with Unavailable. A backend uses it to mark the worker's nodes
 	// dead first, so that the failed calls are retried per their options.
 	OnLost func(err error)
+	// OnOutput, if set, receives the lines the worker process's code
+	// writes to its stdout and stderr (see [Output]), in order, on the
+	// connection's reader goroutine: it must not block for long.
+	OnOutput func(Output)
+}
+
+// Output is a line a worker process wrote.
+type Output struct {
+	// Stream is 1 for stdout, 2 for stderr.
+	Stream int
+	// Source is the work that wrote it ("task <name>", "actor <class>" or
+	// "actor <class>.<method>") when it was the only work running in the
+	// process, else "". Node is that work's node.
+	Source, Node string
+	// Line is the line, without its line break.
+	Line []byte
+	// PID is the worker process's.
+	PID int
 }
 
 // Client is a driver's connection to one worker. It implements
@@ -65,6 +83,8 @@ type Client struct {
 	tasks   map[string]bool
 	methods map[string]bool // classes and "class.method"
 	onLost  func(error)
+	// onOutput receives the worker's output lines.
+	onOutput func(Output)
 
 	nextID    atomic.Uint64
 	nextActor atomic.Uint64
@@ -149,7 +169,7 @@ func Dial(ctx context.Context, addr string, opts *ClientOptions) (*Client, error
 	c := &Client{
 		conn: newConn(nc, br, limit, hb, log), addr: addr, pid: pid,
 		tasks: map[string]bool{}, methods: map[string]bool{}, onLost: opts.OnLost,
-		pending: map[uint64]*pendingCall{}, readEnd: make(chan struct{}),
+		pending: map[uint64]*pendingCall{}, readEnd: make(chan struct{}), onOutput: opts.OnOutput,
 	}
 	for _, e := range opts.Manifest.Entries {
 		switch e.Kind {
@@ -202,7 +222,7 @@ func handshake(ctx context.Context, nc net.Conn, addr string, opts *ClientOption
 		}
 		scheme = "https://"
 	}
-	body, err := json.Marshal(helloRequest{Fingerprint: opts.Manifest.Fingerprint(), Manifest: opts.Manifest, MaxMsg: limit, Heartbeat: hb.Milliseconds()})
+	body, err := json.Marshal(helloRequest{Fingerprint: opts.Manifest.Fingerprint(), Manifest: opts.Manifest, MaxMsg: limit, Heartbeat: hb.Milliseconds(), Output: opts.OnOutput != nil})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -365,6 +385,11 @@ func (c *Client) handle(m *message) error {
 		c.pmu.Unlock()
 		if p != nil {
 			p.ch <- reply{v: m.value, err: m.err}
+		}
+		return nil
+	case msgOutput:
+		if c.onOutput != nil {
+			c.onOutput(Output{Stream: int(m.id), Source: m.name, Node: m.node, Line: m.value.Data, PID: c.pid})
 		}
 		return nil
 	}

@@ -105,7 +105,7 @@ func Host() string {
 // Errors go to stderr. Package ray's Main calls it; programs do not.
 func ServeLaunched(reg Registry) int {
 	env := map[string]string{}
-	for _, k := range []string{EnvAddr, EnvToken, EnvTokenFD, EnvTokenFile, EnvTLSDir, EnvTLSCA, EnvTLSCert, EnvTLSKey, EnvReadyFD, EnvLifelineFD, EnvMaxMessageSize, EnvIdleTimeout, EnvLogLevel} {
+	for _, k := range []string{EnvAddr, EnvToken, EnvTokenFD, EnvTokenFile, EnvTLSDir, EnvTLSCA, EnvTLSCert, EnvTLSKey, EnvReadyFD, EnvLifelineFD, EnvMaxMessageSize, EnvIdleTimeout, EnvLogLevel, EnvOutputTee} {
 		env[k] = os.Getenv(k)
 		os.Unsetenv(k)
 	}
@@ -249,6 +249,12 @@ func serveLaunched(reg Registry, env map[string]string, log *slog.Logger) error 
 			io.Copy(io.Discard, lifeline) //nolint:errcheck // any end means the launcher is gone
 			cancel(errDriverGone)
 		}()
+	}
+	stopOutput, err := captureOutput(srv, env[EnvOutputTee] == "1")
+	if err != nil {
+		log.Warn("goray worker: the output of its code is not forwarded to drivers", "err", err)
+	} else {
+		defer stopOutput()
 	}
 	log.Info("goray worker: serving", "addr", ln.Addr().String())
 	served := make(chan error, 1)

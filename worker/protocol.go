@@ -49,13 +49,15 @@ const (
 	msgError
 	// driver to worker: cancel a running task by ending the worker process
 	msgKill
-	msgLast = msgKill
+	// worker to driver: a line the worker's code wrote to stdout or stderr
+	msgOutput
+	msgLast = msgOutput
 )
 
 var msgNames = [...]string{
 	msgRunTask: "run-task", msgNewActor: "new-actor", msgCall: "call", msgCancel: "cancel",
 	msgDropActor: "drop-actor", msgHeartbeat: "heartbeat", msgGoodbye: "goodbye",
-	msgResult: "result", msgError: "error", msgKill: "kill",
+	msgResult: "result", msgError: "error", msgKill: "kill", msgOutput: "output",
 }
 
 func (t msgType) String() string {
@@ -76,6 +78,8 @@ func (t msgType) String() string {
 //	goodbye    err                         (the sender closes the connection)
 //	result     id value
 //	error      id err
+//	kill       id
+//	output     id name node value          (id: 1 stdout, 2 stderr; name: source)
 type message struct {
 	typ   msgType
 	id    uint64
@@ -84,6 +88,7 @@ type message struct {
 	info  *backend.RuntimeInfo
 	value backend.Value
 	err   error
+	node  string // output: the node of the work that wrote it
 }
 
 // errGarbled is the cause of every decoding error.
@@ -109,6 +114,11 @@ func appendFrame(b []byte, m *message) ([]byte, error) {
 		b, err = appendValue(b, m.value)
 	case msgCancel, msgKill:
 		b = binary.AppendUvarint(b, m.id)
+	case msgOutput:
+		b = binary.AppendUvarint(b, m.id)
+		b = appendString(b, m.name)
+		b = appendString(b, m.node)
+		b, err = appendValue(b, m.value)
 	case msgDropActor:
 		b = binary.AppendUvarint(b, m.actor)
 	case msgHeartbeat:
@@ -154,6 +164,11 @@ func decodeMessage(body []byte) (message, error) {
 		m.value = d.value()
 	case msgCancel, msgKill:
 		m.id = d.uvarint()
+	case msgOutput:
+		m.id = d.uvarint()
+		m.name = d.string()
+		m.node = d.string()
+		m.value = d.value()
 	case msgDropActor:
 		m.actor = d.uvarint()
 	case msgHeartbeat:

@@ -27,6 +27,8 @@ func sampleMessages() []message {
 		{typ: msgNewActor, id: 4, actor: 5, name: "c", info: info, value: backend.Value{Data: []byte("0")}},
 		{typ: msgCall, id: 6, actor: 5, name: "add", value: backend.Value{Data: []byte("1")}},
 		{typ: msgCancel, id: 6},
+		{typ: msgKill, id: 7},
+		{typ: msgOutput, id: 2, name: "task t", node: "node-1", value: backend.Value{Data: []byte("a line")}},
 		{typ: msgDropActor, actor: 5},
 		{typ: msgHeartbeat},
 		{typ: msgGoodbye, err: backend.Errorf(backend.ResourceExhausted, "", "too big")},

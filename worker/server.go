@@ -91,7 +91,11 @@ type Server struct {
 	log     *slog.Logger
 	refused *refusalLog
 	onForce func(task string)
-	tls     *tls.Config
+	// lastAlone is the last work that ended with nothing else running,
+	// at lastAloneAt, for naming output read after it ended (s.mu).
+	lastAlone   workLabel
+	lastAloneAt time.Time
+	tls         *tls.Config
 
 	mu      sync.Mutex
 	closed  bool
@@ -222,6 +226,13 @@ func (w serverLogWriter) Write(p []byte) (int, error) {
 }
 
 // helloRequest is the body of the handshake request.
+// workLabel names running work for the lines of output it writes.
+type workLabel struct {
+	source string // "task <name>", "actor <class>" or "actor <class>.<method>"
+	node   string
+	task   bool
+}
+
 type helloRequest struct {
 	// Fingerprint is the driver's Manifest.Fingerprint: equal
 	// fingerprints mean the same code; on a mismatch the manifests say
@@ -230,6 +241,8 @@ type helloRequest struct {
 	Manifest    Manifest `json:"manifest"`
 	MaxMsg      int      `json:"maxMessageSize"`
 	Heartbeat   int64    `json:"heartbeatMillis"`
+	// Output asks for the worker's output (ClientOptions.OnOutput).
+	Output bool `json:"output,omitempty"`
 }
 
 // handshakeError is the body of a refused handshake.
@@ -337,7 +350,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sc := &serverConn{
 		conn: newConn(nc, brw.Reader, limit, hb, s.log), s: s, exec: exec, remote: r.RemoteAddr,
-		running: map[uint64]context.CancelFunc{}, tasks: map[uint64]string{}, actors: map[uint64]*actorSlot{},
+		running: map[uint64]context.CancelFunc{}, labels: map[uint64]workLabel{}, actors: map[uint64]*actorSlot{},
+		output: hello.Output,
 	}
 	sc.ctx, sc.cancel = context.WithCancel(context.Background())
 	if !s.add(sc) {
@@ -401,7 +415,8 @@ type serverConn struct {
 
 	mu      sync.Mutex
 	running map[uint64]context.CancelFunc
-	tasks   map[uint64]string // the running tasks' names, by request ID
+	labels  map[uint64]workLabel // the running work, by request ID
+	output  bool                 // the driver asked for the worker's output
 	actors  map[uint64]*actorSlot
 	work    sync.WaitGroup
 }
@@ -448,7 +463,7 @@ func (sc *serverConn) handle(m *message) error {
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
 		sc.mu.Lock()
-		sc.tasks[m.id] = m.name
+		sc.labels[m.id] = workLabel{source: "task " + m.name, node: nodeOf(m.info), task: true}
 		sc.mu.Unlock()
 		sc.work.Add(1)
 		go sc.runTask(ctx, m.id, m.name, m.value, m.info)
@@ -469,6 +484,7 @@ func (sc *serverConn) handle(m *message) error {
 		ctx, cancel := context.WithCancel(sc.ctx)
 		sc.actors[m.actor] = &actorSlot{class: m.name, ctx: ctx, cancel: cancel}
 		sc.running[m.id] = cancel // cancelling the creation drops the actor
+		sc.labels[m.id] = workLabel{source: "actor " + m.name, node: nodeOf(m.info)}
 		sc.mu.Unlock()
 		sc.work.Add(1)
 		go sc.newActor(ctx, m.id, m.actor, m.name, m.value, m.info)
@@ -493,6 +509,9 @@ func (sc *serverConn) handle(m *message) error {
 		if !ok {
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
+		sc.mu.Lock()
+		sc.labels[m.id] = workLabel{source: "actor " + a.class + "." + m.name, node: nodeOf(m.info)}
+		sc.mu.Unlock()
 		sc.work.Add(1)
 		go sc.call(ctx, m.id, inst, m.name, m.value, m.info)
 	case msgCancel:
@@ -504,13 +523,13 @@ func (sc *serverConn) handle(m *message) error {
 		}
 	case msgKill:
 		sc.mu.Lock()
-		cancel, task := sc.running[m.id], sc.tasks[m.id]
+		cancel, lbl := sc.running[m.id], sc.labels[m.id]
 		sc.mu.Unlock()
 		switch {
-		case cancel == nil || task == "": // finished, or not a task
+		case cancel == nil || !lbl.task: // finished, or not a task
 		case sc.s.onForce != nil:
-			sc.s.log.Warn("goray worker: a driver cancelled a running task with Force; the process ends", "task", task)
-			sc.s.onForce(task)
+			sc.s.log.Warn("goray worker: a driver cancelled a running task with Force; the process ends", "task", lbl.source)
+			sc.s.onForce(lbl.source)
 		default:
 			cancel()
 		}
@@ -545,8 +564,12 @@ func (sc *serverConn) end(id uint64) {
 	sc.mu.Lock()
 	cancel := sc.running[id]
 	delete(sc.running, id)
-	delete(sc.tasks, id)
+	lbl, labelled := sc.labels[id]
+	delete(sc.labels, id)
 	sc.mu.Unlock()
+	if labelled && sc.output {
+		sc.s.ended(lbl)
+	}
 	if cancel != nil {
 		cancel()
 	}
@@ -564,6 +587,7 @@ func (sc *serverConn) newActor(ctx context.Context, id, key uint64, class string
 	inst, err := sc.exec.NewActor(ctx, class, arg, info)
 	sc.mu.Lock()
 	delete(sc.running, id)
+	delete(sc.labels, id)
 	a := sc.actors[key]
 	switch {
 	case a == nil || ctx.Err() != nil:
@@ -610,4 +634,77 @@ func (sc *serverConn) replyOp(id uint64, v backend.Value, err error, what string
 	}
 	code := backend.CodeOf(serr)
 	sc.send(&message{typ: msgError, id: id, err: backend.Errorf(code, "worker", "result of %s cannot be sent to the driver: %v", what, errors.Unwrap(serr))}, false) //nolint:errcheck
+}
+
+// Output sends a line that this process wrote to its stdout (stream 1) or
+// stderr (2) to every connected driver that asked for output, and reports
+// whether one did. The line names the work that wrote it when exactly one
+// task, actor constructor or method runs in the process, or, when none
+// runs, the last one that ran alone and ended within a second (a line is
+// read after its writer may have returned): a process-wide stream cannot
+// tell more, so the name is a best guess and lines written while several
+// run are not named.
+func (s *Server) Output(stream int, line []byte) bool {
+	s.mu.Lock()
+	conns := make([]*serverConn, 0, len(s.conns))
+	for sc := range s.conns {
+		if sc.output {
+			conns = append(conns, sc)
+		}
+	}
+	s.mu.Unlock()
+	if len(conns) == 0 {
+		return false
+	}
+	lbl := s.outputLabel(conns)
+	sent := false
+	for _, sc := range conns {
+		m := &message{typ: msgOutput, id: uint64(stream), name: lbl.source, node: lbl.node, value: backend.Value{Data: line}}
+		if sc.conn.send(m, false) == nil {
+			sent = true
+		}
+	}
+	return sent
+}
+
+// outputLabel names the work a line of output comes from (see Output).
+func (s *Server) outputLabel(conns []*serverConn) workLabel {
+	var lbl workLabel
+	n := 0
+	for _, sc := range conns {
+		sc.mu.Lock()
+		for _, l := range sc.labels {
+			lbl = l
+			n++
+		}
+		sc.mu.Unlock()
+	}
+	switch {
+	case n == 1:
+		return lbl
+	case n == 0:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if time.Since(s.lastAloneAt) < time.Second {
+			return s.lastAlone
+		}
+	}
+	return workLabel{}
+}
+
+// ended records that work labelled lbl ended, alone in the process when
+// sc's running work and every other connection's is none.
+func (s *Server) ended(lbl workLabel) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sc := range s.conns {
+		sc.mu.Lock()
+		n := len(sc.labels)
+		sc.mu.Unlock()
+		if n > 0 {
+			s.lastAlone, s.lastAloneAt = workLabel{}, time.Time{}
+			return
+		}
+	}
+	s.lastAlone, s.lastAloneAt = lbl, time.Now()
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -115,6 +116,13 @@ type WorkerConfig struct {
 	// LogLevel is the workers' log level (debug, info, warn, error, off);
 	// "" means warn.
 	LogLevel string
+	// Stdout and Stderr receive what the code of tasks and actors writes
+	// to os.Stdout and os.Stderr in the worker pods, line by line, prefixed
+	// with where it comes from ("(task examples.square, node=..., pid=1)
+	// ..."; see worker.PrefixOutput), as Ray prints its workers' output on
+	// the driver. nil means the driver's os.Stdout and os.Stderr; io.Discard
+	// turns a stream off. The pods' own logs keep every line as well.
+	Stdout, Stderr io.Writer
 	// CertValidity is how long the workers' and the driver's TLS
 	// certificates are valid; 0 means 24 hours. The backend renews them at
 	// half of it (a new Secret generation for new pods), from a CA that is

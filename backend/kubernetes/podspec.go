@@ -117,6 +117,7 @@ func (pt *podTemplate) pod(s podSpec) *corev1.Pod {
 		pt.fromSecret(worker.EnvTLSCert, secretCertKey),
 		pt.fromSecret(worker.EnvTLSKey, secretKeyKey),
 		{Name: worker.EnvIdleTimeout, Value: w.IdleTimeout.String()},
+		{Name: worker.EnvOutputTee, Value: "1"}, // the pod's log keeps every line
 	}
 	if w.LogLevel != "" {
 		env = append(env, corev1.EnvVar{Name: worker.EnvLogLevel, Value: w.LogLevel})

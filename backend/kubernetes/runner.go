@@ -150,7 +150,8 @@ func (r *Runner) Start(ctx context.Context, exec backend.Executor, lost cluster.
 		return nil, backend.Errorf(backend.Internal, op, "%w", err)
 	}
 	r.presentDriverCert(tlsConfig)
-	r.copts = worker.ClientOptions{Token: r.token, TLS: tlsConfig, Manifest: m, Logger: r.log}
+	r.copts = worker.ClientOptions{Token: r.token, TLS: tlsConfig, Manifest: m, Logger: r.log,
+		OnOutput: worker.PrefixOutput(r.cfg.Worker.Stdout, r.cfg.Worker.Stderr)}
 	ns := r.cfg.Namespace
 	secret, err := r.client.CoreV1().Secrets(ns).Create(ctx, newSecret(r.pt.secret, ns, r.pt.cluster, r.token, workerCreds), metav1.CreateOptions{})
 	if err != nil {

@@ -49,8 +49,11 @@ import (
 type ProcessOptions struct {
 	// Count is the number of worker processes; 0 means one per node.
 	Count int
-	// Stdout and Stderr receive the workers' output (their logs go to
-	// Stderr); nil means this process's.
+	// Stdout and Stderr receive the workers' output: each line the code
+	// of a task or actor writes to os.Stdout or os.Stderr, prefixed with
+	// where it comes from ("(task examples.square, node=cpu-1, pid=4242)
+	// ..."; see worker.PrefixOutput), and the workers' own logs (to
+	// Stderr). nil means this process's; io.Discard drops them.
 	Stdout, Stderr io.Writer
 	// LogLevel is the workers' log level: debug, info, warn, error or
 	// off; "" means warn.
@@ -205,7 +208,7 @@ func (r *procRunner) Start(ctx context.Context, exec backend.Executor, lost clus
 		Stdout: o.Stdout, Stderr: o.Stderr, LogLevel: o.LogLevel, StartTimeout: o.StartTimeout,
 		Client: worker.ClientOptions{
 			Token: worker.NewToken(), Manifest: m, MaxMessageSize: o.MaxMessageSize,
-			Heartbeat: o.Heartbeat, Logger: pe.log,
+			Heartbeat: o.Heartbeat, Logger: pe.log, OnOutput: worker.PrefixOutput(o.Stdout, o.Stderr),
 		},
 	}
 	pe.live.Store(true)

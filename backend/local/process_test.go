@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"strings"
 	"sync"
@@ -84,6 +85,12 @@ var (
 		fmt.Fprintf(os.Stderr, "proctest: started %s\n", tag)
 		select {} // never returns
 	})
+	// say writes its input to stdout, and with the log package to stderr.
+	say = ray.NewTask("proctest.say", func(ctx context.Context, s string) (struct{}, error) {
+		fmt.Println(s)
+		log.Printf("logged %s", s)
+		return struct{}{}, nil
+	})
 	whereProc = ray.NewTask("proctest.where", func(ctx context.Context, _ struct{}) (place, error) {
 		rc, _ := ray.Runtime(ctx)
 		return place{Node: rc.NodeName(), PID: os.Getpid()}, nil
@@ -122,6 +129,12 @@ func (w *stderrWatch) Write(p []byte) (int, error) {
 		w.once.Do(func() { close(w.seen) })
 	}
 	return len(p), nil
+}
+
+func (w *stderrWatch) text() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
 
 func (w *stderrWatch) wait(t *testing.T) {
@@ -515,4 +528,24 @@ func TestLateRegistrationPanics(t *testing.T) {
 		ray.NewMethod(tally, "late", func(ctx context.Context, a *tallyActor, x int) (int, error) { return x, nil })
 	})
 	is.True(strings.Contains(msg, `ray: NewMethod "late" of actor class "proctest.tally": registered after`))
+}
+
+// What a task writes to stdout and stderr in a worker process reaches the
+// driver line by line, each prefixed with the task, its node and the
+// worker's PID, on the matching stream.
+func TestWorkerOutputReachesTheDriver(t *testing.T) {
+	is := is.New(t)
+	out, errs := newStderrWatch("(task proctest.say, node=node-2, pid="), newStderrWatch("logged hello from node-2")
+	c, b := processCluster(t, &local.ProcessOptions{Stdout: out, Stderr: errs})
+	ctx := testCtx(t)
+	_, err := say.Remote(ctx, c, "hello from node-2", ray.NodeSelector{"zone": "c"}).Get(ctx)
+	is.NoErr(err)
+	out.wait(t)
+	errs.wait(t)
+	pid := b.WorkerPIDs()["node-2"]
+	want := fmt.Sprintf("(task proctest.say, node=node-2, pid=%d) hello from node-2\n", pid)
+	is.True(strings.Contains(out.text(), want))
+	is.True(!strings.Contains(out.text(), "logged")) // stderr's lines stay on stderr
+	is.True(strings.Contains(errs.text(), fmt.Sprintf("(task proctest.say, node=node-2, pid=%d) ", pid)))
+	t.Log(out.text(), errs.text())
 }
