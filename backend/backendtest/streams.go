@@ -32,7 +32,7 @@ var countStream = ray.NewStreamTask("backendtest.count_stream", func(ctx context
 	rc, _ := ray.Runtime(ctx)
 	for i := range in.N {
 		if in.FailAt > 0 && i == in.FailAt {
-			return fmt.Errorf("no item %d", i)
+			return fmt.Errorf("no value %d", i)
 		}
 		if in.Gate != "" && i == in.GateAt && rc.Attempt() == 0 {
 			if _, err := blockOn(ctx, in.Gate); err != nil {
@@ -73,7 +73,7 @@ func (s *suite) testStreams(t *testing.T) {
 		}
 		_, err := st.Next(ctx)
 		is.Equal(ray.Code(err), ray.TaskFailed)
-		is.True(strings.Contains(err.Error(), "no item 3"))
+		is.True(strings.Contains(err.Error(), "no value 3"))
 		is.True(strings.Contains(err.Error(), "backendtest.count_stream"))
 		st.Close()
 	})
@@ -109,7 +109,7 @@ func (s *suite) testStreams(t *testing.T) {
 			is.NoErr(err)
 			got = append(got, v)
 		}
-		s.waitChan(t, g.arrivedCh, "the task to block at item 5")
+		s.waitChan(t, g.arrivedCh, "the task to block before its sixth value")
 		lostNode := got[4].Node
 		is.NoErr(c.Backend().(backend.FaultInjector).KillNode(ctx, lostNode))
 		for {
