@@ -121,3 +121,12 @@ type DriverAddresser interface {
 	// none and what to set instead.
 	DriverHost(ctx context.Context) (string, error)
 }
+
+// OutputReader is implemented by backends that run work in worker processes
+// and keep the last lines their code wrote (stdout and stderr), per node,
+// for dashboards.
+type OutputReader interface {
+	// RecentOutput returns node's last lines, oldest first, each prefixed
+	// with the work that wrote it when known.
+	RecentOutput(node string) []string
+}

@@ -332,3 +332,32 @@ func TestNodesSortNaturally(t *testing.T) {
 	}
 	is.Equal(names, []string{"w1", "w2", "w10"})
 }
+
+// withOutput is a backend whose workers wrote a line on node w1.
+type withOutput struct{ *local.Backend }
+
+func (withOutput) RecentOutput(node string) []string {
+	if node == "w1" {
+		return []string{"(task t, node=w1, pid=7) hello"}
+	}
+	return nil
+}
+
+// A backend that keeps its workers' output (backend.OutputReader) has each
+// node's last lines in the view.
+func TestNodeOutput(t *testing.T) {
+	is := is.New(t)
+	b, err := local.New(local.ClusterSpec{Nodes: []local.NodeSpec{
+		{Name: "w1", Resources: backend.Resources{backend.CPU: 1}},
+		{Name: "w2", Resources: backend.Resources{backend.CPU: 1}},
+	}}, nil)
+	is.NoErr(err)
+	c, err := ray.NewCluster(t.Context(), withOutput{b}, nil)
+	is.NoErr(err)
+	t.Cleanup(func() { c.Close() })
+	d, err := dashboard.New(c, nil)
+	is.NoErr(err)
+	nodes := d.View(t.Context()).Nodes
+	is.Equal(nodes[0].Output, []string{"(task t, node=w1, pid=7) hello"})
+	is.Equal(len(nodes[1].Output), 0)
+}

@@ -51,6 +51,9 @@ type Node struct {
 	Free     backend.Resources `json:"free"`
 	Used     backend.Resources `json:"used"`
 	Running  int               `json:"running"`
+	// Output is the last lines the node's work wrote to stdout and
+	// stderr, oldest first (backends with worker processes or pods).
+	Output []string `json:"output,omitempty"`
 }
 
 // Shape counts and lists the slices of one shape.
@@ -171,6 +174,11 @@ func (d *Dashboard) buildView(ctx context.Context) *View {
 	} else {
 		v.Nodes = nodes(snap)
 		v.Work = work(snap)
+		if or, ok := ray.As[backend.OutputReader](d.c); ok {
+			for i := range v.Nodes {
+				v.Nodes[i].Output = or.RecentOutput(v.Nodes[i].Name)
+			}
+		}
 	}
 	if states, err := ray.TPUSlices(ctx, d.c); err != nil {
 		v.Problems = append(v.Problems, fmt.Sprintf("TPU slices: %v", err))

@@ -102,15 +102,74 @@ func PrefixOutput(stdout, stderr io.Writer) func(Output) {
 		if w == io.Discard {
 			return
 		}
-		var b []byte
-		if o.Source != "" {
-			b = fmt.Appendf(b, "(%s, node=%s, pid=%d) ", o.Source, o.Node, o.PID)
-		} else {
-			b = fmt.Appendf(b, "(worker pid=%d) ", o.PID)
-		}
-		b = append(append(b, o.Line...), '\n')
+		b := append(o.appendTo(nil), '\n')
 		mu.Lock()
 		defer mu.Unlock()
 		w.Write(b) //nolint:errcheck // nowhere else to report it
 	}
+}
+
+// OutputLog keeps the last lines of worker output per node, for a
+// dashboard: [OutputLog.Record] takes them (as ClientOptions.OnOutput, or
+// from one), [OutputLog.Recent] returns them. Lines that name no work (see
+// [Output]) are kept under the node "". The zero value keeps
+// DefaultOutputLines per node; it is safe for concurrent use.
+type OutputLog struct {
+	// Lines is how many lines are kept per node; 0 means
+	// DefaultOutputLines.
+	Lines int
+
+	mu    sync.Mutex
+	nodes map[string][]Output
+}
+
+// DefaultOutputLines is how many lines an OutputLog keeps per node.
+const DefaultOutputLines = 50
+
+// Record keeps o as its node's newest line.
+func (l *OutputLog) Record(o Output) {
+	n := l.Lines
+	if n <= 0 {
+		n = DefaultOutputLines
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.nodes == nil {
+		l.nodes = map[string][]Output{}
+	}
+	lines := append(l.nodes[o.Node], o)
+	if len(lines) > n {
+		lines = append(lines[:0], lines[len(lines)-n:]...)
+	}
+	l.nodes[o.Node] = lines
+}
+
+// Recent returns node's last lines, oldest first.
+func (l *OutputLog) Recent(node string) []Output {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Output(nil), l.nodes[node]...)
+}
+
+// String is the line with its prefix, as PrefixOutput writes it (without
+// the line break).
+func (o Output) String() string { return string(o.appendTo(nil)) }
+
+func (o Output) appendTo(b []byte) []byte {
+	if o.Source != "" {
+		b = fmt.Appendf(b, "(%s, node=%s, pid=%d) ", o.Source, o.Node, o.PID)
+	} else {
+		b = fmt.Appendf(b, "(worker pid=%d) ", o.PID)
+	}
+	return append(b, o.Line...)
+}
+
+// Strings returns the lines with their prefixes.
+func (l *OutputLog) Strings(node string) []string {
+	recent := l.Recent(node)
+	out := make([]string, len(recent))
+	for i, o := range recent {
+		out[i] = o.String()
+	}
+	return out
 }

@@ -136,3 +136,12 @@ func OwnImage(ctx context.Context, client kubernetes.Interface, cfg Config) (str
 	}
 	return pod.Spec.Containers[0].Image, nil
 }
+
+var _ backend.OutputReader = (*Backend)(nil)
+
+// RecentOutput returns the last lines the code of tasks and actors wrote
+// in node's worker pod (backend.OutputReader; the dashboard shows them),
+// oldest first. Node "" holds the lines that name no work.
+func (b *Backend) RecentOutput(node string) []string {
+	return b.runner.output.Strings(node)
+}

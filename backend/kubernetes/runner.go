@@ -57,6 +57,8 @@ type Runner struct {
 
 	local backend.Executor
 	copts worker.ClientOptions
+	// output keeps the workers' last lines per node (RecentOutput).
+	output worker.OutputLog
 	lost  cluster.LostFunc
 	// gone is told when a lost worker's pod has been deleted (the
 	// backend sets it to Source.WorkerGone).
@@ -150,8 +152,12 @@ func (r *Runner) Start(ctx context.Context, exec backend.Executor, lost cluster.
 		return nil, backend.Errorf(backend.Internal, op, "%w", err)
 	}
 	r.presentDriverCert(tlsConfig)
+	prefix := worker.PrefixOutput(r.cfg.Worker.Stdout, r.cfg.Worker.Stderr)
 	r.copts = worker.ClientOptions{Token: r.token, TLS: tlsConfig, Manifest: m, Logger: r.log,
-		OnOutput: worker.PrefixOutput(r.cfg.Worker.Stdout, r.cfg.Worker.Stderr)}
+		OnOutput: func(o worker.Output) {
+			r.output.Record(o)
+			prefix(o)
+		}}
 	ns := r.cfg.Namespace
 	secret, err := r.client.CoreV1().Secrets(ns).Create(ctx, newSecret(r.pt.secret, ns, r.pt.cluster, r.token, workerCreds), metav1.CreateOptions{})
 	if err != nil {

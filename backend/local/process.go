@@ -113,6 +113,7 @@ type procExecutor struct {
 	restore func(ctx context.Context, node string) error // brings a node back (the static source's Restore)
 	local   backend.Executor
 	opts    worker.ProcessOptions
+	output  worker.OutputLog // the workers' last lines per node
 	workers []*procWorker
 	byNode  map[string]*procWorker
 
@@ -208,8 +209,13 @@ func (r *procRunner) Start(ctx context.Context, exec backend.Executor, lost clus
 		Stdout: o.Stdout, Stderr: o.Stderr, LogLevel: o.LogLevel, StartTimeout: o.StartTimeout,
 		Client: worker.ClientOptions{
 			Token: worker.NewToken(), Manifest: m, MaxMessageSize: o.MaxMessageSize,
-			Heartbeat: o.Heartbeat, Logger: pe.log, OnOutput: worker.PrefixOutput(o.Stdout, o.Stderr),
+			Heartbeat: o.Heartbeat, Logger: pe.log,
 		},
+	}
+	prefix := worker.PrefixOutput(o.Stdout, o.Stderr)
+	pe.opts.Client.OnOutput = func(out worker.Output) {
+		pe.output.Record(out)
+		prefix(out)
 	}
 	pe.live.Store(true)
 	return worker.NodeExecutor{Local: exec, Worker: pe.nodeWorker}, nil
@@ -253,6 +259,19 @@ func (pe *procExecutor) worker(node string) *procWorker {
 // each node, in the multi-process mode (see ProcessOptions); nodes whose
 // process is dead or not started are absent. It returns nil in the
 // in-process mode.
+// RecentOutput returns the last lines the code of tasks and actors wrote on
+// node in worker processes (backend.OutputReader; the dashboard shows
+// them), oldest first; nil in process mode. Node "" holds the lines that
+// name no work.
+func (b *Backend) RecentOutput(node string) []string {
+	if b.procs == nil {
+		return nil
+	}
+	return b.procs.pe.output.Strings(node)
+}
+
+var _ backend.OutputReader = (*Backend)(nil)
+
 func (b *Backend) WorkerPIDs() map[string]int {
 	if b.procs == nil {
 		return nil

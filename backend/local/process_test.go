@@ -9,6 +9,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -547,5 +548,6 @@ func TestWorkerOutputReachesTheDriver(t *testing.T) {
 	is.True(strings.Contains(out.text(), want))
 	is.True(!strings.Contains(out.text(), "logged")) // stderr's lines stay on stderr
 	is.True(strings.Contains(errs.text(), fmt.Sprintf("(task proctest.say, node=node-2, pid=%d) ", pid)))
+	is.True(slices.Contains(b.RecentOutput("node-2"), strings.TrimSuffix(want, "\n"))) // for the dashboard
 	t.Log(out.text(), errs.text())
 }

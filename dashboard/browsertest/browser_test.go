@@ -187,6 +187,13 @@ func TestBrowser(t *testing.T) {
 		is.Equal(eval[string](t, ctx, sliceState("v6e-64-0")), "partial")
 		is.Equal(eval[string](t, ctx, fmt.Sprintf(`document.querySelector('[data-group="%d"] b').textContent`, sub.Group)), "small")
 	})
+	t.Run("a node's worker output shows in its row, as text", func(t *testing.T) {
+		is := is.New(t)
+		out := `document.querySelector('tr[data-node="cpu"] details.output')`
+		is.Equal(poll[string](t, ctx, "the output's summary", out+` && `+out+`.querySelector('summary').textContent`), "1 line of output")
+		is.Equal(eval[string](t, ctx, out+`.querySelector('pre').textContent`), outputLine)
+		is.Equal(eval[int](t, ctx, out+`.querySelectorAll('b').length`), 0) // escaped, not markup
+	})
 	t.Run("a failed task's error shows under recent failures", func(t *testing.T) {
 		is := is.New(t)
 		_, err := failing.Remote(opCtx, c, "tokenizer shard 3 is corrupt", ray.Name("preprocess")).Get(opCtx)

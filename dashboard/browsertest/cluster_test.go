@@ -33,12 +33,25 @@ func cluster(t *testing.T) *ray.Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ray.NewCluster(t.Context(), b, nil)
+	c, err := ray.NewCluster(t.Context(), withOutput{b}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// outputLine is what the workers of node cpu wrote, as a backend with
+// worker processes keeps it (backend.OutputReader).
+const outputLine = "(task browsertest.say, node=cpu, pid=7) <b>not bold</b> & done"
+
+type withOutput struct{ *local.Backend }
+
+func (withOutput) RecentOutput(node string) []string {
+	if node == "cpu" {
+		return []string{outputLine}
+	}
+	return nil
 }
 
 // other names the v6e 4x4 slice that is not name.

@@ -94,7 +94,14 @@ function renderNodes(nodes) {
   $("nodes").innerHTML = `<tr><th>Node</th><th>State</th><th>Used</th><th>Free</th><th>Tasks</th><th>Labels</th></tr>` +
     nodes.map((n) => `<tr class="${n.alive ? "" : "dead-row"}" data-node="${esc(n.name)}"><td>${esc(n.name)}</td><td>${n.alive ? "alive" : "dead"}</td>` +
       `<td>${esc(fmtRes(n.used, true)) || "—"}</td><td>${esc(fmtRes(n.free))}</td><td>${n.running}</td>` +
-      `<td class="labels">${labels(n.name, n.labels || {})}</td></tr>`).join("");
+      `<td class="labels">${labels(n.name, n.labels || {})}${output(n.name, n.output || [])}</td></tr>`).join("");
+}
+
+// output folds a node's last lines of worker output away, like its labels.
+function output(node, lines) {
+  if (lines.length === 0) return "";
+  const key = "output:" + node;
+  return `<details class="output" data-labels="${esc(key)}"${openLabels.has(key) ? " open" : ""}><summary>${lines.length} line${lines.length === 1 ? "" : "s"} of output</summary><pre>${lines.map(esc).join("\n")}</pre></details>`;
 }
 
 // labels folds a node's labels away behind their count; the node's open
