@@ -59,7 +59,7 @@ type Runner struct {
 	copts worker.ClientOptions
 	// output keeps the workers' last lines per node (RecentOutput).
 	output worker.OutputLog
-	lost  cluster.LostFunc
+	lost   cluster.LostFunc
 	// gone is told when a lost worker's pod has been deleted (the
 	// backend sets it to Source.WorkerGone).
 	gone    func(node string)
