@@ -39,6 +39,8 @@ func sourceOf[T any](name string, opts []Option, parallel int, list func(ctx con
 			return stream[T]{}, err
 		}
 		out := make(chan block[T])
+		// A local copy: runs of the dataset may start at once.
+		parallel := parallel
 		if !cfg.unordered {
 			parallel = 1
 		}
