@@ -185,13 +185,21 @@ func SortBy[T any, K cmp.Ordered](d *Dataset[T], key func(T) K, opts ...Option) 
 	if d == nil || key == nil {
 		return failed[T](badArg("SortBy: %s is nil; pass a dataset and a func(T) K giving each row's key", nilName(d == nil, "dataset", "key")))
 	}
+	return sortKeyed(d, "sort", opts, func(cfg *config) (func(T) K, bool) { return key, cfg.descending })
+}
+
+// sortKeyed is the operator of SortBy and RandomShuffle: rows sorted by a
+// key computed once per row, spilled with it. keyOf gives a run its key
+// function (fresh state per run) and the direction.
+func sortKeyed[T any, K cmp.Ordered](d *Dataset[T], name string, opts []Option, keyOf func(cfg *config) (func(T) K, bool)) *Dataset[T] {
 	return &Dataset[T]{start: func(r *run) (stream[T], error) {
 		in, err := d.start(r)
 		if err != nil {
 			return stream[T]{}, err
 		}
-		return startAllToAll(r, "sort", opts, func(o *opState, cfg *config, area *spillArea, out *rowOut[T]) error {
-			s := newExtSorter(r.ctx, o, area, cfg.memBudget, byKey[K, T](cfg.descending))
+		return startAllToAll(r, name, opts, func(o *opState, cfg *config, area *spillArea, out *rowOut[T]) error {
+			key, desc := keyOf(cfg)
+			s := newExtSorter(r.ctx, o, area, cfg.memBudget, byKey[K, T](desc))
 			if err := eachRow(r.ctx, o, in, func(row T) error { return s.add(keyed[K, T]{key(row), row}) }); err != nil {
 				return err
 			}
@@ -215,24 +223,10 @@ func RandomShuffle[T any](d *Dataset[T], seed uint64, opts ...Option) *Dataset[T
 	if d == nil {
 		return failed[T](badArg("RandomShuffle: dataset is nil"))
 	}
-	return &Dataset[T]{start: func(r *run) (stream[T], error) {
-		in, err := d.start(r)
-		if err != nil {
-			return stream[T]{}, err
-		}
-		return startAllToAll(r, "random_shuffle", opts, func(o *opState, cfg *config, area *spillArea, out *rowOut[T]) error {
-			rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
-			s := newExtSorter(r.ctx, o, area, cfg.memBudget, byKey[uint64, T](false))
-			if err := eachRow(r.ctx, o, in, func(row T) error { return s.add(keyed[uint64, T]{rng.Uint64(), row}) }); err != nil {
-				return err
-			}
-			src, err := s.sorted()
-			if err != nil {
-				return err
-			}
-			return drainSource(src, func(e keyed[uint64, T]) error { return out.put(e.V) })
-		})
-	}}
+	return sortKeyed(d, "random_shuffle", opts, func(*config) (func(T) uint64, bool) {
+		rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+		return func(T) uint64 { return rng.Uint64() }, false
+	})
 }
 
 // Repartition adds an operator that regroups d's rows, in order, into n

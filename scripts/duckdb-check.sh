@@ -6,12 +6,7 @@
 # inside a field read back as written. CI runs it.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-version=1.5.6-r.1
-prefix="$repo/.cache/duckdb-node-$version"
-if [ ! -d "$prefix/node_modules/@duckdb/node-api" ]; then
-	mkdir -p "$prefix"
-	npm install --silent --no-audit --no-fund --prefix "$prefix" "@duckdb/node-api@$version"
-fi
+prefix=$("$repo/scripts/duckdb-node.sh")
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 (cd "$repo" && go run ./data/parquet/internal/duckdbcheck -dir "$dir")

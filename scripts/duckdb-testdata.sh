@@ -6,11 +6,6 @@
 # when the SQL in scripts/duckdb-testdata.mjs changes.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-version=1.5.6-r.1
-prefix="$repo/.cache/duckdb-node-$version"
-if [ ! -d "$prefix/node_modules/@duckdb/node-api" ]; then
-	mkdir -p "$prefix"
-	npm install --silent --no-audit --no-fund --prefix "$prefix" "@duckdb/node-api@$version"
-fi
+prefix=$("$repo/scripts/duckdb-node.sh")
 cp "$repo/scripts/duckdb-testdata.mjs" "$prefix/gen.mjs"
 node "$prefix/gen.mjs" "$repo"

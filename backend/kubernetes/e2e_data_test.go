@@ -61,13 +61,7 @@ func TestE2EDataPoolOnSlices(t *testing.T) {
 	for s := range slices {
 		is.True(s == "slice-a" || s == "slice-b") // in a pod of a reserved slice
 	}
-	states, err := ray.TPUSlices(ctx, c)
-	is.NoErr(err)
-	for _, st := range states {
-		is.Equal(st.ReservedBy, ray.PlacementGroupID(0)) // released
-	}
-	is.NoErr(c.Close())
-	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
+	releasedAndGone(t, cp, c)
 }
 
 var k8sScaleOrPanic = data.NewMapMethod(k8sScalerClass, "scale_or_panic", func(_ context.Context, s *k8sScaler, x int) (int, error) {
@@ -109,6 +103,15 @@ func TestE2EDataPanicInPodFailsTheRun(t *testing.T) {
 	_, err = data.Count(ctx, data.ApplyPool(data.Range(200), pool, k8sScaleOrPanic, data.BatchSize(10)), data.SkipBadRows(1000))
 	is.True(errors.As(err, &pe)) // not skipped as bad rows
 
+	releasedAndGone(t, cp, c)
+}
+
+// releasedAndGone checks that no slice is reserved, closes the cluster and
+// waits for its pods to be deleted.
+func releasedAndGone(t *testing.T, cp *kubeharness.ControlPlane, c *ray.Cluster) {
+	t.Helper()
+	is := is.New(t)
+	ctx := t.Context()
 	states, err := ray.TPUSlices(ctx, c)
 	is.NoErr(err)
 	for _, st := range states {
