@@ -2,7 +2,9 @@ package train
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/gob"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -270,9 +272,10 @@ func (w *Worker) positions() map[string]shardPos {
 // (a *WorkerFailedError), ctx was cancelled, or the request was bad (a
 // name the run lacks, a row type that is not the dataset's, a worker
 // whose loop has returned, a range while another of the same dataset is
-// under way). T must be the dataset's row type; rows cross from the
-// driver as JSON, like the loop's configuration, so only exported fields
-// arrive.
+// under way). T must be the dataset's row type. Rows cross from the
+// driver with encoding/gob, as data's spill files do: exported fields
+// only, a GobEncoder or BinaryMarshaler is honoured, and pointers are
+// flattened (a nil pointer in a slice fails the epoch, naming the type).
 //
 // Shards: in each epoch, rank i of n gets rows i, i+n, i+2n, ... of the
 // dataset (data.Split). Every worker must range over the same epochs
@@ -287,8 +290,9 @@ func (w *Worker) positions() map[string]shardPos {
 // each rank at its epoch and skips the rows it had consumed, so within an
 // epoch no row is seen twice or lost, provided the dataset gives the same
 // rows in the same order every time (an ordered run of a deterministic
-// dataset, with the same options and worker count). Report after the
-// step that used the rows, not before.
+// dataset, with the same options) and the run has the same number of
+// workers; with another number, only a checkpoint taken between epochs
+// can be resumed. Report after the step that used the rows, not before.
 func DatasetShard[T any](ctx context.Context, w *Worker, name string) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		var zero T
@@ -310,6 +314,8 @@ func DatasetShard[T any](ctx context.Context, w *Worker, name string) iter.Seq2[
 			return
 		}
 		defer stop()
+		var src bytes.Buffer // the current frame, for the connection's gob stream
+		dec := gob.NewDecoder(&src)
 		for {
 			op, payload, err := readFrame(br, maxShardFrame)
 			if err != nil {
@@ -318,15 +324,13 @@ func DatasetShard[T any](ctx context.Context, w *Worker, name string) iter.Seq2[
 			}
 			switch op {
 			case opShardRows:
+				src.Reset()
+				src.Write(payload)
 				var rows []T
-				if err := json.Unmarshal(payload, &rows); err != nil {
-					fail(fmt.Errorf("train: dataset %q epoch %d: decode rows as %s: %w", name, epoch, s.rowType, err))
+				if err := dec.Decode(&rows); err != nil {
+					fail(fmt.Errorf("train: dataset %q epoch %d: decode rows of type %s with encoding/gob: %w", name, epoch, s.rowType, err))
 					return
 				}
-				// Ask for the next frame while this one is consumed. A
-				// connection that broke fails the next read, after the
-				// frames already received.
-				writeFrame(conn, opShardCredit, 0, nil) //nolint:errcheck // see above
 				for _, row := range rows {
 					s.mu.Lock()
 					s.pos.Rows++
@@ -335,6 +339,10 @@ func DatasetShard[T any](ctx context.Context, w *Worker, name string) iter.Seq2[
 						return
 					}
 				}
+				// The frame is consumed: one more may come. A connection
+				// that broke fails the next read, after the frames
+				// already received.
+				writeFrame(conn, opShardCredit, 0, nil) //nolint:errcheck // see above
 			case opShardEnd:
 				if len(payload) > 0 {
 					fail(errors.New(string(payload)))
@@ -391,8 +399,8 @@ func (w *Worker) endShard(s *shardState, err error) {
 // maxShardFrame bounds a rows frame a worker accepts.
 const maxShardFrame = 1 << 30
 
-// shardWindow is how many rows frames the driver may send ahead of the
-// one a worker is consuming.
+// shardWindow is how many rows frames the driver may send that the worker
+// has not consumed yet: the one it consumes and one more.
 const shardWindow = 2
 
 // shardOpen is the first frame of a shard connection.

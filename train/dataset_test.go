@@ -629,3 +629,54 @@ func TestDatasetShardResumeFromPositions(t *testing.T) {
 		assertReleased(t, c)
 	})
 }
+
+// opaque has no exported field: gob cannot carry it.
+type opaque struct{ n int }
+
+var readOpaque = train.NewLoop("train_test.opaque", func(ctx context.Context, w *train.Worker, _ struct{}) error {
+	for _, err := range train.DatasetShard[opaque](ctx, w, "train") {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+})
+
+// TestDatasetShardFailures: a row the dataset's run fails on and rows the
+// transport cannot encode fail the run, naming the dataset, the epoch and
+// the cause.
+func TestDatasetShardFailures(t *testing.T) {
+	ctx := context.Background()
+	scaling := train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4"}
+	t.Run("a bad row", func(t *testing.T) {
+		is := is.New(t)
+		_, c := newCluster(t, "4x4", 1, false)
+		bad := data.Map(data.Range(100), func(_ context.Context, i int) (int, error) {
+			if i == 57 {
+				return 0, errors.New("row 57 is bad")
+			}
+			return i, nil
+		})
+		tr, err := train.New(c, resumeReader, shardCfg{Epochs: 1}, scaling,
+			train.RunConfig{Progress: train.ProgressOff, Datasets: train.Datasets{"train": train.Data(bad)}})
+		is.NoErr(err)
+		_, err = tr.Fit(ctx)
+		t.Log(err)
+		is.True(err != nil)
+		is.True(strings.Contains(err.Error(), `train: dataset "train" epoch 0: `))
+		is.True(strings.Contains(err.Error(), "row 57 is bad"))
+		assertReleased(t, c)
+	})
+	t.Run("rows gob cannot encode", func(t *testing.T) {
+		is := is.New(t)
+		_, c := newCluster(t, "4x4", 1, false)
+		tr, err := train.New(c, readOpaque, struct{}{}, scaling,
+			train.RunConfig{Progress: train.ProgressOff, Datasets: train.Datasets{"train": train.Data(data.FromItems(make([]opaque, 10)), train.KeepRemainder())}})
+		is.NoErr(err)
+		_, err = tr.Fit(ctx)
+		t.Log(err)
+		is.True(err != nil)
+		is.True(strings.Contains(err.Error(), `train: dataset "train" epoch 0: encode rows of type train_test.opaque with encoding/gob: gob: type train_test.opaque has no exported fields`))
+		assertReleased(t, c)
+	})
+}

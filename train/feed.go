@@ -2,7 +2,9 @@ package train
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/gob"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -20,12 +22,12 @@ import (
 // own to the attempt's rendezvous (a shard connection):
 //
 //	worker: opShardOpen {token, attempt, rank, dataset, epoch, row type, window}
-//	driver: opShardRows [rows as a JSON array] ... opShardEnd [error or empty]
-//	worker: opShardCredit after each rows frame it received
+//	driver: opShardRows [a []T, gob] ... opShardEnd [error or empty]
+//	worker: opShardCredit after each rows frame it consumed
 //
 // The driver sends a rows frame only against a credit, and the worker
-// grants one per frame it has received, so at most window frames are on
-// their way to a worker besides the one it consumes. A worker that reads
+// grants one per frame it has consumed, so at most window frames (2: the
+// one it consumes and the next) are on their way to a worker. A worker that reads
 // slowly thus holds its shard's rows in the driver, where data.Split
 // bounds them, and the dealing stops (holding the other workers back)
 // rather than buffering without bound.
@@ -313,14 +315,96 @@ func (fc *feedConn) end(err error) error {
 	return writeFrame(fc.c, opShardEnd, 0, msg)
 }
 
-// Rows frames hold up to frameRows rows or about frameBytes bytes, and
-// whatever rows are ready when the worker has credit: a frame is not held
-// back to fill it.
+// A rows frame holds up to frameRows rows and about frameBytes bytes. The
+// driver sends a frame before it is full only when the worker has
+// consumed every frame sent (it holds all its credits): a worker that
+// waits gets rows at once, and one that is busy gets full frames, which
+// cost it fewer reads and decodes.
 const (
 	frameRows  = 256
 	frameBytes = 1 << 20
-	pumpRows   = 32 // rows taken from the shard ahead of the frame being encoded
 )
+
+// mailbox holds the rows taken from a shard for the frames to come: at
+// most limit rows, so that a worker without credit holds the shard in
+// data.Split, where its rows in flight are bounded.
+type mailbox[T any] struct {
+	mu    sync.Mutex
+	rows  []T
+	limit int  // rows per frame, adapted to the rows' encoded size
+	done  bool // the shard has ended (err says how)
+	err   error
+	// ready wakes serve when rows arrive in an empty mailbox, when it
+	// fills up, and at the end; space wakes the pump when serve takes.
+	ready, space chan struct{}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// put adds a row, waiting while the mailbox is full; false when stop
+// closed.
+func (m *mailbox[T]) put(row T, stop <-chan struct{}) bool {
+	m.mu.Lock()
+	for len(m.rows) >= m.limit {
+		m.mu.Unlock()
+		select {
+		case <-m.space:
+		case <-stop:
+			return false
+		}
+		m.mu.Lock()
+	}
+	m.rows = append(m.rows, row)
+	n, limit := len(m.rows), m.limit
+	m.mu.Unlock()
+	if n == 1 || n >= limit {
+		signal(m.ready)
+	}
+	return true
+}
+
+func (m *mailbox[T]) finish(err error) {
+	m.mu.Lock()
+	m.done, m.err = true, err
+	m.mu.Unlock()
+	signal(m.ready)
+}
+
+// state reports the rows held, whether they fill a frame, and whether
+// the shard has ended.
+func (m *mailbox[T]) state() (n int, full, done bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.rows), len(m.rows) >= m.limit, m.done, m.err
+}
+
+// take removes up to a frame's rows into out.
+func (m *mailbox[T]) take(out []T) []T {
+	m.mu.Lock()
+	k := min(len(m.rows), m.limit)
+	out = append(out[:0], m.rows[:k]...)
+	m.rows = m.rows[:copy(m.rows, m.rows[k:])]
+	m.mu.Unlock()
+	signal(m.space)
+	return out
+}
+
+// adapt sets the rows per frame from the encoded size of the last frame.
+func (m *mailbox[T]) adapt(rows, bytes int) {
+	if rows == 0 {
+		return
+	}
+	per := max(1, bytes/rows)
+	m.mu.Lock()
+	m.limit = max(1, min(frameRows, frameBytes/per))
+	m.mu.Unlock()
+	signal(m.space)
+}
 
 // splitRun is an epoch of a dataset of rows of type T, split into one
 // shard per rank.
@@ -335,41 +419,36 @@ func (r *splitRun[T]) serve(ctx context.Context, rank int, skip int64, fc *feedC
 	// A write to a worker that does not read blocks; the end of the
 	// attempt unblocks it.
 	defer context.AfterFunc(ctx, func() { fc.c.Close() })()
-	rows, stop := make(chan T, pumpRows), make(chan struct{})
+	mb := &mailbox[T]{limit: 16, ready: make(chan struct{}, 1), space: make(chan struct{}, 1)}
+	stop := make(chan struct{})
 	defer close(stop)
-	var pumpErr error // set before rows is closed
 	fc.wg.Go(func() {
-		defer close(rows)
 		for row, err := range r.s.Shard(rank) {
 			if err != nil {
-				pumpErr = fmt.Errorf("train: dataset %q epoch %d: %w", r.name, r.epoch, err)
+				mb.finish(fmt.Errorf("train: dataset %q epoch %d: %w", r.name, r.epoch, err))
 				return
 			}
 			if skip > 0 { // consumed before the run resumed
 				skip--
 				continue
 			}
-			select {
-			case rows <- row:
-			case <-stop:
+			if !mb.put(row, stop) {
 				return // breaking out gives up the rest of the shard
 			}
 		}
+		mb.finish(nil)
 	})
 	have := fc.window
-	buf := make([]byte, 0, 4096)
+	var rows []T
+	// One gob stream per connection: the rows' type is described in the
+	// first frame only.
+	var frame bytes.Buffer
+	enc := gob.NewEncoder(&frame)
 	for {
-		var row T
-		var ok bool
-		select {
-		case row, ok = <-rows:
-		case <-gone:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if !ok {
-			if fc.end(pumpErr) == nil {
+		n, full, done, err := mb.state()
+		switch {
+		case n == 0 && done:
+			if fc.end(err) == nil {
 				// Close only once the worker has read the end and hung up:
 				// closing with its credits still coming would reset the
 				// connection, which may discard the end before it is read.
@@ -382,41 +461,29 @@ func (r *splitRun[T]) serve(ctx context.Context, rank int, skip int64, fc *feedC
 				}
 			}
 			return nil
+		case n > 0 && have > 0 && (full || done || have == fc.window):
+			rows = mb.take(rows)
+			frame.Reset()
+			if err := enc.Encode(rows); err != nil {
+				return fmt.Errorf("train: dataset %q epoch %d: encode rows of type %s with encoding/gob: %w", r.name, r.epoch, rowTypeOf[T](), err)
+			}
+			mb.adapt(len(rows), frame.Len())
+			clear(rows)
+			if err := writeFrame(fc.c, opShardRows, 0, frame.Bytes()); err != nil {
+				return nil // the worker went away
+			}
+			have--
+			continue
 		}
-		buf = append(buf[:0], '[')
-		for n := 0; ok; n++ {
-			b, err := json.Marshal(row)
-			if err != nil {
-				return fmt.Errorf("train: dataset %q epoch %d: encode a row of type %T as JSON: %w", r.name, r.epoch, row, err)
-			}
-			if n > 0 {
-				buf = append(buf, ',')
-			}
-			buf = append(buf, b...)
-			if n+1 >= frameRows || len(buf) >= frameBytes {
-				break
-			}
-			select {
-			case row, ok = <-rows: // closed: the outer loop ends the shard
-			default:
-				ok = false
-			}
+		select {
+		case <-mb.ready:
+		case <-credits:
+			have++
+		case <-gone:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		buf = append(buf, ']')
-		if have == 0 {
-			select {
-			case <-credits:
-				have++
-			case <-gone:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		if err := writeFrame(fc.c, opShardRows, 0, buf); err != nil {
-			return nil // the worker went away
-		}
-		have--
 	}
 }
 
