@@ -27,6 +27,9 @@ await c.run(`copy (select i::bigint as i, 'row ' || (i % 100) as s, i % 7 = 0 as
 await c.run(`copy (select * from (values (1, [1, null, 3]::bigint[]), (null, [4]::bigint[])) v(n, xs))
   to '${pq}/nulls.parquet' (format parquet)`);
 
+// An INTERVAL (FIXED_LEN_BYTE_ARRAY(12): months, days, milliseconds).
+await c.run(`copy (select interval '1 day 2 hours' as iv) to '${pq}/interval.parquet' (format parquet)`);
+
 const txt = `${repo}/data/testdata/duckdb`;
 await c.run(`copy (select id, name, note, maybe, ok, f from t order by id) to '${txt}/text.csv' (format csv, header)`);
 await c.run(`copy (select id, name, note, maybe, ok, f from t order by id) to '${txt}/text.jsonl' (format json)`);

@@ -121,6 +121,9 @@ func TestRefusesDuckDBMappingsThatLoseData(t *testing.T) {
 	type naiveMillis struct {
 		TS time.Time `parquet:"ts,timestamp(millisecond)"`
 	}
+	type intervalDuration struct {
+		IV time.Duration `parquet:"iv"`
+	}
 	cases := []struct {
 		name string
 		run  func() error
@@ -142,6 +145,10 @@ func TestRefusesDuckDBMappingsThatLoseData(t *testing.T) {
 			_, err := data.Count(ctx, parquet.Read[nullElements](data.LocalFiles("testdata/duckdb/nulls.parquet")))
 			return err
 		}, []string{"column xs.list.element", "holds 1 NULL values"}},
+		{"INTERVAL into time.Duration", func() error {
+			_, err := data.Count(ctx, parquet.Read[intervalDuration](data.LocalFiles("testdata/duckdb/interval.parquet")))
+			return err
+		}, []string{"column iv", "INTERVAL", "INT64"}},
 		{"microseconds into milliseconds", func() error {
 			_, err := data.Count(ctx, parquet.Read[naiveMillis](data.LocalFiles("testdata/duckdb/types.parquet")))
 			return err

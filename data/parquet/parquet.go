@@ -19,10 +19,12 @@ import (
 	"io"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	pq "github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/deprecated"
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/goray-dev/goray/data"
@@ -356,8 +358,14 @@ func countLevels(cc pq.ColumnChunk, levels []byte) (int64, error) {
 func typeName(n pq.Node) string {
 	t := n.Type()
 	s := t.Kind().String()
-	if lt := t.LogicalType(); lt != nil {
+	if t.Kind() == pq.FixedLenByteArray {
+		s += "(" + strconv.Itoa(t.Length()) + ")"
+	}
+	switch lt, ct := t.LogicalType(), t.ConvertedType(); {
+	case lt != nil && lt.String() != "":
 		s += " (" + lt.String() + ")"
+	case ct != nil && *ct == deprecated.Interval:
+		s += " (INTERVAL)" // a type the format names only as a converted type
 	}
 	return s
 }
