@@ -48,7 +48,9 @@ type Deployment struct {
 	// MaxRetries bounds the retries of one idempotent request; 0 means 3.
 	MaxRetries int
 	// RequestTimeout bounds one request, queueing included; 0 means 60s.
-	// A stream's timeout is 10 times it.
+	// A stream's timeout is 10 times it. A request to a Process replica,
+	// whose body streams to the replica's server, does not count the time
+	// spent waiting for the client's body (Options.BodyTimeout bounds it).
 	RequestTimeout time.Duration
 
 	// Autoscaling scales between MinReplicas and MaxReplicas; nil keeps

@@ -42,6 +42,13 @@
 // /-/healthz "ok". Each request has the deployment's RequestTimeout (504
 // when it passes).
 //
+// An actor deployment's request body is read whole before the call: its
+// input is decoded into one Go value, which crosses to the replica as one
+// message. A process deployment's body streams to its server as it
+// arrives, and the ingress keeps at most Options.RetryBufferBytes of it
+// (1 MiB), the prefix a retry on another replica sends again; a request
+// that failed after more than that was sent is answered 502, not retried.
+//
 // # Streaming
 //
 // An actor call returns one value, so a stream is a long-poll protocol of
@@ -121,9 +128,12 @@
 // the reservation's error (InvalidArgument listing valid topologies,
 // Infeasible naming the shapes the cluster has) when no replica can start.
 // Clients get JSON errors: 400 for a body that does not decode into the
-// endpoint's input, 404 for an unknown deployment, 413 for a body over
-// 32 MiB, 500 with the user code's error, 503 (with Retry-After) when
-// overloaded, lost or shutting down, 504 on timeout.
+// endpoint's input, 404 for an unknown deployment, 408 for a body slower
+// than Options.BodyTimeout, 413 for a body over Options.MaxBodyBytes
+// (32 MiB), 500 with the user code's error, 502 when a process replica's
+// server failed before responding and the request could not be retried,
+// 503 (with Retry-After) when overloaded, lost or shutting down, 504 on
+// timeout.
 //
 // # Concurrency
 //

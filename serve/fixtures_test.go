@@ -3,7 +3,10 @@ package serve_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +16,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -375,6 +380,9 @@ func runTestServer(mode string) {
 		io.WriteString(w, `{"ok":true}`)
 	})
 	mux.HandleFunc("POST /eof", func(w http.ResponseWriter, r *http.Request) { closeConn(w) })
+	mux.HandleFunc("POST /sink", sink)
+	// /early answers without reading the request body.
+	mux.HandleFunc("POST /early", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"early":true}`) })
 	mux.HandleFunc("GET /cut", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprintf(w, "data: 0\n\n")
@@ -395,6 +403,76 @@ func runTestServer(mode string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// SinkOut is what /sink saw of a request body.
+type SinkOut struct {
+	Bytes         int64
+	SHA256        string
+	Chunked       bool
+	ContentLength int64
+	Expect        string
+}
+
+// sink reads the request body, slowly with ?delay (a sleep after every
+// read of ?chunk bytes, 64 KiB by default), and answers with SinkOut
+// (without its SHA256 with ?nohash).
+// With ?log=name it appends "arrival" to SERVE_TEST_STATE/name when the
+// request arrives and "complete" when its body was read whole. With
+// ?die=n, the first request of that log in any replica (a marker file
+// says which) reads n bytes and then ends its server's process, as a
+// replica dying mid-request would.
+func sink(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	delay, _ := time.ParseDuration(q.Get("delay"))
+	chunk, _ := strconv.Atoi(q.Get("chunk"))
+	state, name := os.Getenv("SERVE_TEST_STATE"), q.Get("log")
+	note := func(line string) {
+		if name == "" {
+			return
+		}
+		f, err := os.OpenFile(filepath.Join(state, name), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err == nil {
+			f.WriteString(line + "\n")
+			f.Close()
+		}
+	}
+	note("arrival")
+	if die, err := strconv.ParseInt(q.Get("die"), 10, 64); err == nil {
+		if f, err := os.OpenFile(filepath.Join(state, name+".died"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
+			f.Close()
+			io.CopyN(io.Discard, r.Body, die)
+			os.Exit(3)
+		}
+	}
+	h := sha256.New()
+	if q.Has("nohash") {
+		h = nil
+	}
+	buf := make([]byte, cmp.Or(chunk, 64<<10))
+	var n int64
+	for {
+		k, err := r.Body.Read(buf)
+		if h != nil {
+			h.Write(buf[:k])
+		}
+		n += int64(k)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		time.Sleep(delay)
+	}
+	note("complete")
+	out := SinkOut{Bytes: n, Chunked: slices.Contains(r.TransferEncoding, "chunked"), ContentLength: r.ContentLength, Expect: r.Header.Get("Expect")}
+	if h != nil {
+		out.SHA256 = hex.EncodeToString(h.Sum(nil))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
 }
 
 // closeConn closes the request's connection without a response.

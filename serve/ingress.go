@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -73,23 +72,31 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 	defer s.requests.Done()
 
 	start := time.Now()
+	timeout := d.spec.RequestTimeout
+	if _, isProcess := d.spec.Replica.(*processReplica); isProcess {
+		// The body streams to the replica's server as it arrives.
+		body, ok := s.openBody(w, r, d, start)
+		if !ok {
+			return
+		}
+		ctx, cancel := body.withTimeout(r.Context(), timeout)
+		defer cancel()
+		d.proxy(ctx, w, r, body, start)
+		return
+	}
+	// An actor's input is decoded into one Go value and crosses to the
+	// replica as one message: its body is read whole first.
 	body, ok := s.readBody(w, r, d, start)
 	if !ok {
 		return
 	}
-	// readBody holds len(body) of the budget. A unary or proxied request
-	// gives it back as its response begins (no retry needs the body then),
-	// before the client can send its next request; a stream keeps it to
-	// the end, since a retried stream sends the body again.
-	release := sync.OnceFunc(func() { s.bodies.Release(int64(len(body))) })
+	// readBody holds len(body) of the budget. A unary request gives it
+	// back as its response begins (no retry needs the body then), before
+	// the client can send its next request; a stream keeps it to the end,
+	// since a retried stream sends the body again.
+	release := sync.OnceFunc(func() { s.releaseBody(int64(len(body))) })
 	defer release()
-	timeout := d.spec.RequestTimeout
-	_, isProcess := d.spec.Replica.(*processReplica)
 	switch {
-	case isProcess:
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
-		defer cancel()
-		d.proxy(ctx, &releaseOnResponse{ResponseWriter: w, release: release}, r, body, start)
 	case rest == "" && r.Method == http.MethodPost:
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
@@ -127,8 +134,8 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment,
 	if r.ContentLength >= 0 {
 		want = r.ContentLength
 	}
-	if !s.bodies.TryAcquire(want) {
-		d.fail(w, start, http.StatusServiceUnavailable, fmt.Sprintf("the server holds as many request bodies as it may (Options.MaxBufferedBodyBytes, %d bytes); retry later", s.opts.MaxBufferedBodyBytes))
+	if !s.acquireBody(want) {
+		s.bodiesFull(w, d, start)
 		return nil, false
 	}
 	rc := http.NewResponseController(w)
@@ -136,7 +143,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment,
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
-		s.bodies.Release(want)
+		s.releaseBody(want)
 		code := http.StatusBadRequest
 		msg := fmt.Sprintf("read request body (at most %d bytes): %v", limit, err)
 		if _, big := errors.AsType[*http.MaxBytesError](err); big {
@@ -148,9 +155,49 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment,
 		return nil, false
 	}
 	if extra := want - int64(len(data)); extra > 0 {
-		s.bodies.Release(extra) // held only what arrived
+		s.releaseBody(extra) // held only what arrived
 	}
 	return data, true
+}
+
+// openBody admits a request to a Process replica and returns the stream
+// of its body, nil for a request without one, in the order readBody
+// checks: admission (503), a Content-Length above MaxBodyBytes (413), then
+// the budget for the body's retry buffer (503). It answers the request
+// itself when it returns false. Nothing of the body is read yet: the
+// first read, once a replica's server is connected, sends 100 Continue to
+// a client that asked for it.
+func (s *Server) openBody(w http.ResponseWriter, r *http.Request, d *deployment, start time.Time) (*bodyStream, bool) {
+	if d.overloaded() {
+		d.fail(w, start, http.StatusServiceUnavailable, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, ErrOverloaded))
+		return nil, false
+	}
+	limit := s.opts.MaxBodyBytes
+	if r.ContentLength > limit {
+		d.fail(w, start, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is larger than the limit of %d (Options.MaxBodyBytes)", r.ContentLength, limit))
+		return nil, false
+	}
+	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	want := s.retryBuffer()
+	if r.ContentLength > 0 {
+		want = min(want, r.ContentLength)
+	}
+	if !s.acquireBody(want) {
+		s.bodiesFull(w, d, start)
+		return nil, false
+	}
+	// The replica's server may answer before it has read the whole body
+	// (an early error, a full-duplex endpoint): the body keeps streaming
+	// while the response is written, instead of net/http discarding it.
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	return s.newBodyStream(w, r, want), true
+}
+
+// bodiesFull answers 503: the budget for bodies in memory is spent.
+func (s *Server) bodiesFull(w http.ResponseWriter, d *deployment, start time.Time) {
+	d.fail(w, start, http.StatusServiceUnavailable, fmt.Sprintf("the server holds as many request bodies as it may (Options.MaxBufferedBodyBytes, %d bytes); retry later", s.opts.MaxBufferedBodyBytes))
 }
 
 func (d *deployment) fail(w http.ResponseWriter, start time.Time, code int, msg string) {
@@ -194,19 +241,27 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 		case errors.Is(err, ErrShuttingDown):
 			return fail(http.StatusServiceUnavailable, kindShutdown, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, err))
 		case err != nil:
-			return fail(ctxCode(ctx), ctxKind(ctx), fmt.Sprintf("deployment %q: no replica became free: %v", d.spec.Name, err))
+			return fail(ctxCode(ctx), ctxKind(ctx), fmt.Sprintf("deployment %q: no replica became free: %v", d.spec.Name, cmp.Or(context.Cause(ctx), err)))
 		}
 		err = do(rep)
 		d.release(rep)
 		var bad badRequest
 		var up upstreamError
+		var body clientBodyError
+		var noReplay noReplayError
 		switch {
 		case err == nil:
 			return nil
 		case errors.As(err, &bad):
 			return fail(http.StatusBadRequest, kindBadCall, err.Error())
+		case errors.As(err, &body):
+			return fail(body.Code, kindBadCall, body.Msg)
+		case errors.As(err, &noReplay):
+			// A retry, or a redirect the client followed, found more of
+			// the body sent than it can send again.
+			return fail(http.StatusBadGateway, kindLost, fmt.Sprintf("deployment %q: the request could not be sent again: %s", d.spec.Name, noReplay.msg))
 		case ctx.Err() != nil:
-			return fail(ctxCode(ctx), ctxKind(ctx), fmt.Sprintf("deployment %q: %v", d.spec.Name, ctx.Err()))
+			return fail(ctxCode(ctx), ctxKind(ctx), fmt.Sprintf("deployment %q: %v", d.spec.Name, context.Cause(ctx)))
 		case errors.As(err, &up):
 			// The connection to the replica's server failed before the
 			// response began: retried where the request may be.
@@ -217,7 +272,11 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 			// A lost replica is replaced, so a retry waits for one; a
 			// replica that is up but failed this request is retried
 			// elsewhere only if another is ready.
-			if d.spec.Idempotent && n < d.spec.MaxRetries && (lost || d.othersReady(append(tried, rep))) {
+			retry := d.spec.Idempotent && n < d.spec.MaxRetries && (lost || d.othersReady(append(tried, rep)))
+			if retry && up.noReplay != "" {
+				return fail(http.StatusBadGateway, kindLost, fmt.Sprintf("deployment %q: replica %s: %v, and %s", d.spec.Name, rep.id, up, up.noReplay))
+			}
+			if retry {
 				tried = append(tried, rep)
 				d.s.metrics.dep(d.spec.Name).retries.Inc()
 				continue
@@ -242,9 +301,10 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 }
 
 // ctxCode is 504 for a request that timed out, 499 for one the client
-// abandoned.
+// abandoned. (A streamed request's timeout is a cancellation whose cause
+// is context.DeadlineExceeded: see bodyStream.withTimeout.)
 func ctxCode(ctx context.Context) int {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		return http.StatusGatewayTimeout
 	}
 	return 499
@@ -252,7 +312,7 @@ func ctxCode(ctx context.Context) int {
 
 // ctxKind is ctxCode's kind of CallError.
 func ctxKind(ctx context.Context) string {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		return kindTimeout
 	}
 	return kindCanceled
@@ -357,7 +417,12 @@ func removeHopHeaders(h http.Header) {
 // upstreamError is a failure to reach a Process replica's server or to
 // get the start of its response (refused, reset, closed, timed out). Its
 // message says which, without the server's internal address.
-type upstreamError struct{ err error }
+type upstreamError struct {
+	err error
+	// noReplay, when set, says why the request cannot be sent to
+	// another replica: too much of its body was streamed.
+	noReplay string
+}
 
 func (e upstreamError) Error() string {
 	switch {
@@ -365,6 +430,10 @@ func (e upstreamError) Error() string {
 		return "its server refused the connection"
 	case errors.Is(e.err, syscall.ECONNRESET):
 		return "its server reset the connection before responding"
+	case errors.Is(e.err, syscall.EPIPE), errors.Is(e.err, net.ErrClosed):
+		// A write of the body found the connection closed (net.ErrClosed:
+		// by the transport, once its read saw the server's reset).
+		return "the connection to its server broke while the request body was being sent"
 	case errors.Is(e.err, io.EOF), errors.Is(e.err, io.ErrUnexpectedEOF):
 		return "its server closed the connection before responding"
 	}
@@ -391,14 +460,24 @@ func escapedRest(r *http.Request) string {
 
 // proxy forwards the request to a Process replica's server: the path
 // after the deployment's name and the query byte for byte as the client
-// sent them, the headers without hop-by-hop ones. A request whose
-// connection fails before the response begins (refused, reset, closed,
-// timed out) is retried on another replica when the deployment is
-// idempotent; a response is streamed, flushed at every read, so
-// server-sent events pass through as they come; a response the server
-// breaks off midway is aborted for the client too (as
+// sent them, the headers without hop-by-hop ones, the body streamed as it
+// arrives (see bodyStream). A request whose connection fails before the
+// response begins (refused, reset, closed, timed out) is retried on
+// another replica when the deployment is idempotent and the body sent so
+// far fits in the retry buffer; a response is streamed, flushed at every
+// read, so server-sent events pass through as they come; a response the
+// server breaks off midway is aborted for the client too (as
 // net/http/httputil.ReverseProxy does), never ended as if complete.
-func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.Request, body []byte, start time.Time) {
+func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.Request, body *bodyStream, start time.Time) {
+	orig := w // net/http's own, for bodyTooLarge
+	if body != nil {
+		stop := context.AfterFunc(ctx, body.interrupt)
+		defer func() {
+			stop()
+			body.finish() // before the handler returns: nothing reads the request after it
+		}()
+		w = &releaseOnResponse{ResponseWriter: w, release: sync.OnceFunc(body.responseBegan)}
+	}
 	status := 0
 	cut := false
 	raw := cmp.Or(escapedRest(in), "/")
@@ -409,19 +488,54 @@ func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.
 	}
 	code, msg := d.attempt(ctx, func(r *replica) error {
 		pi := r.inst.(*processInstance)
-		req, err := http.NewRequestWithContext(ctx, in.Method, pi.base, bytes.NewReader(body))
+		var rb io.ReadCloser = http.NoBody
+		if body != nil {
+			a, err := body.attempt()
+			if err != nil {
+				return err
+			}
+			rb = a
+		}
+		req, err := http.NewRequestWithContext(ctx, in.Method, pi.base, rb)
 		if err != nil {
 			return err
 		}
 		req.URL.Path, req.URL.RawPath, req.URL.RawQuery = path, raw, in.URL.RawQuery
 		req.Header = in.Header.Clone()
 		removeHopHeaders(req.Header)
+		// The ingress answers Expect: 100-continue itself (net/http sends
+		// 100 Continue at the first read of the body, once this request is
+		// connected); the body follows at once.
+		req.Header.Del("Expect")
+		if body != nil {
+			req.ContentLength, req.GetBody = in.ContentLength, body.getBody
+			if in.ContentLength < 0 {
+				req.TransferEncoding = []string{"chunked"}
+			}
+		}
 		resp, err := d.s.client.Do(req)
 		if err != nil {
+			if e, ok := body.clientErr(ctx); ok {
+				// The rest of the body is not read: the connection closes
+				// after the answer.
+				if e.Code == http.StatusRequestEntityTooLarge {
+					bodyTooLarge(orig)
+				} else {
+					w.Header().Set("Connection", "close")
+				}
+				return e
+			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return upstreamError{err}
+			if _, ok := errors.AsType[noReplayError](err); ok {
+				return err // a retry of the transport's own, or a redirect
+			}
+			up := upstreamError{err: err}
+			if ok, why := body.replayable(); !ok {
+				up.noReplay = why
+			}
+			return up
 		}
 		// The response has begun: from here on the request is not retried,
 		// and the replica's slot is held until the body is copied.
@@ -438,6 +552,16 @@ func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.
 	if cut {
 		panic(http.ErrAbortHandler) // the client sees a broken response, as the server sent it
 	}
+}
+
+// bodyTooLarge tells net/http that w's request body was cut off at the
+// limit, so that it answers as it does when an http.MaxBytesReader hits
+// its limit: it closes the connection after the answer, and lingers so
+// that a client still sending the body reads the answer. A MaxBytesReader
+// is the only way to that; this one hits its limit at once. It runs on the
+// handler's goroutine, which alone writes the response.
+func bodyTooLarge(w http.ResponseWriter) {
+	_, _ = http.MaxBytesReader(w, io.NopCloser(strings.NewReader("x")), 0).Read(make([]byte, 1))
 }
 
 // copyResponse copies resp to w, flushing at every read. It reports

@@ -28,18 +28,40 @@ type Options struct {
 	// own (each request's timeout applies).
 	Client *http.Client
 
-	// MaxBodyBytes bounds one request body, which the ingress holds in
-	// memory so that a retry can send it again (413 beyond it); 0 means
+	// MaxBodyBytes bounds one request body (413 beyond it). An actor
+	// replica's body is read whole into memory before its call, since its
+	// input is decoded into one Go value; a Process replica's body is
+	// streamed to its server as it arrives (see RetryBufferBytes). 0 means
 	// DefaultMaxBodyBytes, 32 MiB.
 	MaxBodyBytes int64
-	// MaxBufferedBodyBytes bounds the bodies held in memory at once,
-	// across requests: a request whose body (its Content-Length, or
-	// MaxBodyBytes when it has none) does not fit gets 503 before its
-	// body is read; 0 means DefaultMaxBufferedBodyBytes, 256 MiB.
+	// MaxBufferedBodyBytes bounds the request body bytes held in memory at
+	// once, across requests: the whole bodies of actor replicas' requests
+	// and the retry buffers of Process replicas' requests. A request whose
+	// share does not fit gets 503 before its body is read: for an actor
+	// replica its Content-Length (MaxBodyBytes when it has none), for a
+	// Process replica its retry buffer (RetryBufferBytes, or its
+	// Content-Length when less). 0 means DefaultMaxBufferedBodyBytes,
+	// 256 MiB.
 	MaxBufferedBodyBytes int64
-	// BodyTimeout bounds the reading of one request body, so that a client
-	// sending it slowly cannot hold memory and a connection (408 when it
-	// passes); 0 means DefaultBodyTimeout, 60 s.
+	// RetryBufferBytes bounds the first bytes of a Process replica's
+	// request body that the ingress keeps while it streams the body to the
+	// replica's server, so that a request whose connection fails before
+	// the response began can be sent again to another replica of an
+	// Idempotent deployment: those bytes, then the rest of the client's
+	// body. A longer body is streamed all the same, but once more than
+	// this has been sent it cannot be retried, and such a failure answers
+	// 502, as with Envoy's per_request_buffer_limit_bytes. 0 means
+	// DefaultRetryBufferBytes, 1 MiB; negative means none (only a request
+	// whose body was not read yet is retried); a value of MaxBodyBytes or
+	// more keeps every body whole, as for actor replicas.
+	RetryBufferBytes int64
+	// BodyTimeout bounds the time spent waiting for one request body, so
+	// that a client sending it slowly cannot hold memory and a connection
+	// (and, for a body streamed to a Process replica, the replica's slot)
+	// for long (408 when it passes); 0 means DefaultBodyTimeout, 60 s. For
+	// a streamed body it counts only the time the ingress waits for the
+	// client's bytes, not the time the replica's server takes to read
+	// them.
 	BodyTimeout time.Duration
 	// ReadHeaderTimeout and IdleTimeout are those of the http.Server that
 	// Serve runs (a server of your own that mounts Handler keeps its own):
@@ -52,6 +74,7 @@ type Options struct {
 const (
 	DefaultMaxBodyBytes         = 32 << 20
 	DefaultMaxBufferedBodyBytes = 256 << 20
+	DefaultRetryBufferBytes     = 1 << 20
 	DefaultBodyTimeout          = 60 * time.Second
 )
 
@@ -70,6 +93,11 @@ type Server struct {
 	ownClient bool
 	metrics   *metrics
 	handler   http.Handler
+
+	// bodiesHeld is what bodies gives out, and retryBuffered the bytes of
+	// Process bodies' retry buffers in memory, with their high-water marks
+	// (tests read them).
+	bodiesHeld, retryBuffered gauge
 
 	mu          sync.RWMutex
 	deployments map[string]*deployment
@@ -105,6 +133,7 @@ func New(c *ray.Cluster, opts *Options) *Server {
 	s.opts.MaxBodyBytes = cmp.Or(max(s.opts.MaxBodyBytes, 0), DefaultMaxBodyBytes)
 	s.opts.MaxBufferedBodyBytes = cmp.Or(max(s.opts.MaxBufferedBodyBytes, 0), DefaultMaxBufferedBodyBytes)
 	s.opts.BodyTimeout = cmp.Or(max(s.opts.BodyTimeout, 0), DefaultBodyTimeout)
+	s.opts.RetryBufferBytes = cmp.Or(s.opts.RetryBufferBytes, DefaultRetryBufferBytes)
 	s.opts.ReadHeaderTimeout = cmp.Or(max(s.opts.ReadHeaderTimeout, 0), 30*time.Second)
 	s.opts.IdleTimeout = cmp.Or(max(s.opts.IdleTimeout, 0), 120*time.Second)
 	s.bodies = semaphore.NewWeighted(s.opts.MaxBufferedBodyBytes)
