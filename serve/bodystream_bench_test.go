@@ -1,0 +1,54 @@
+package serve_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/goray-dev/goray/serve"
+)
+
+// BenchmarkProxyBody sends 32 MiB request bodies, one at a time, through
+// a Process replica whose server reads and discards them, with the
+// default retry buffer (the body streams; the ingress keeps its first
+// MiB) and with a retry buffer as large as MaxBodyBytes (the ingress
+// keeps every body whole, as it did before bodies streamed). B/op is the
+// memory the ingress allocates per request (docs/serve.md has results):
+//
+//	go test ./serve -run '^$' -bench ProxyBody -benchtime 20x -count 3
+func BenchmarkProxyBody(b *testing.B) {
+	const size = 32 << 20
+	body := make([]byte, size)
+	rand.Read(body)
+	for _, bc := range []struct {
+		name  string
+		retry int64
+	}{
+		{"stream", 0},
+		{"keep-whole", 64 << 20},
+	} {
+		srv := serve.New(newSingleHostCluster(b, 1), &serve.Options{MaxBodyBytes: 64 << 20, RetryBufferBytes: bc.retry})
+		base, client := startServer(b, srv)
+		if err := srv.Deploy(context.Background(), sinkDeployment(b, "bench", b.TempDir(), 1, true)); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(size)
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := client.Post(base+"/bench/sink?nohash", "application/octet-stream", bytes.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+			}
+		})
+	}
+}
