@@ -67,6 +67,24 @@
 // checkpoints and the failure history with causes (a lost host is
 // ray.Unavailable).
 //
+// # Datasets
+//
+// RunConfig.Datasets attaches datasets of package data to a run (Ray
+// Train's datasets=), made with [Data] or, for a plan per epoch,
+// [EpochData]; each worker ranges over its own shard of each with
+// [DatasetShard] (get_dataset_shard), one epoch per range. A dataset is a
+// plan of Go closures that cannot reach a worker process or a pod, so it
+// runs in the driver, once per epoch, split into one shard per rank
+// (data.Split: rank i gets rows i, i+n, ...; equal shares unless
+// [KeepRemainder]), and each worker reads its shard over a connection to
+// the rendezvous, rows encoded with encoding/gob, at most two frames
+// ahead of what it has consumed: a slow worker holds its rows in the
+// driver's bounded queues and, once they are full, the others, instead of
+// making the driver buffer. Every report records each rank's position
+// (epoch, rows consumed) in each dataset in the checkpoint, and a resumed
+// run starts each rank's shard there: within an epoch no row is seen
+// twice or lost, for an ordered run of a deterministic dataset.
+//
 // # External programs
 //
 // [NewProgram] runs a [Program], such as python3 train.py with JAX, for
