@@ -139,6 +139,7 @@ func (f *feeder) feed(name string, epoch int) (*epochFeed, error) {
 
 	ef.run, ef.err = f.sets[name].open(f.ctx, name, epoch, global, f.world)
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	if ef.err == nil {
 		for r := range f.world {
 			if gone[r] || (f.left[r] && !ef.claimed[r]) {
@@ -147,8 +148,7 @@ func (f *feeder) feed(name string, epoch int) (*epochFeed, error) {
 			}
 		}
 	}
-	f.mu.Unlock()
-	close(ef.ready)
+	close(ef.ready) // under mu: leave sees the feed either not ready or with its drops done
 	return ef, ef.err
 }
 
