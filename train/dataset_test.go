@@ -680,3 +680,37 @@ func TestDatasetShardFailures(t *testing.T) {
 		assertReleased(t, c)
 	})
 }
+
+// leaverRows counts the rows ranks 1-3 of TestDatasetShardRankLeaves read.
+var leaverRows atomic.Int64
+
+var leaver = train.NewLoop("train_test.leaver", func(ctx context.Context, w *train.Worker, epochs int) error {
+	if w.Rank() == 0 {
+		return nil // reads nothing and returns at once
+	}
+	for range epochs {
+		for _, err := range train.DatasetShard[int](ctx, w, "train") {
+			if err != nil {
+				return err
+			}
+			leaverRows.Add(1)
+		}
+	}
+	return nil
+})
+
+// TestDatasetShardRankLeaves: a rank whose loop returns without reading
+// gives up its shards of every epoch, started or not, so the others read
+// theirs to the end instead of waiting for it once its queue is full.
+func TestDatasetShardRankLeaves(t *testing.T) {
+	is := is.New(t)
+	_, c := newCluster(t, "4x4", 1, false)
+	leaverRows.Store(0)
+	tr, err := train.New(c, leaver, 3, train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4"},
+		train.RunConfig{Progress: train.ProgressOff, Datasets: train.Datasets{"train": train.Data(data.Range(20_000),
+			train.SplitOptions(data.MaxRowsInFlight(100)))}})
+	is.NoErr(err)
+	_, err = tr.Fit(context.Background())
+	is.NoErr(err)
+	is.Equal(leaverRows.Load(), int64(3*3*5000)) // 3 epochs of 3 shards of 5000
+}
