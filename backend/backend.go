@@ -143,6 +143,12 @@ type CallSpec struct {
 	Method string
 	// Arg is the single input.
 	Arg Arg
+	// Beside runs the call as soon as the actor is alive, beside its other
+	// calls, without waiting for or taking one of its MaxConcurrency slots
+	// and regardless of the calls queued before it. It is for calls that
+	// only hand out what the actor's other work left for them (a streaming
+	// method's values, read while the method runs).
+	Beside bool
 }
 
 // Strategy is a placement group strategy.

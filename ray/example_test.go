@@ -382,3 +382,43 @@ func ExampleNewStreamTask() {
 	// ARE
 	// MADE
 }
+
+type exampleChat struct{ turns int }
+
+var (
+	exampleChatClass = ray.NewActorClass("example.chat", func(ctx context.Context, _ struct{}) (*exampleChat, error) {
+		return &exampleChat{}, nil
+	})
+	// exampleReply streams a reply word by word from the actor, which
+	// keeps the conversation's state between calls.
+	exampleReply = ray.NewStreamMethod(exampleChatClass, "reply", func(ctx context.Context, c *exampleChat, prompt string, yield func(string) error) error {
+		c.turns++
+		for _, w := range strings.Fields(fmt.Sprintf("turn %d: %s", c.turns, prompt)) {
+			if err := yield(w); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+)
+
+func ExampleNewStreamMethod() {
+	ctx := context.Background()
+	c := exampleCluster(ctx, exampleCPUs)
+	defer c.Close()
+
+	chat := exampleChatClass.Remote(ctx, c, struct{}{})
+	for _, prompt := range []string{"hello there", "and again"} {
+		var words []string
+		for w, err := range exampleReply.Remote(ctx, chat, prompt).All(ctx) {
+			if err != nil {
+				log.Fatal(err)
+			}
+			words = append(words, w)
+		}
+		fmt.Println(strings.Join(words, " "))
+	}
+	// Output:
+	// turn 1: hello there
+	// turn 2: and again
+}

@@ -94,7 +94,7 @@ func (b StreamBuffer) optionErr() error {
 // to stop the task and free its resources.
 func (t *StreamTask[I, O]) Remote(ctx context.Context, c *Cluster, in I, opts ...TaskOption) *Stream[O] {
 	op := "submit streaming task " + t.name
-	s := &Stream[O]{c: c, task: t.name}
+	s := &Stream[O]{c: c, task: t.name, label: "task " + t.name}
 	if err := c.checkCtx(ctx, op); err != nil {
 		s.err = err
 		return s
@@ -122,74 +122,54 @@ func (t *StreamTask[I, O]) Remote(ctx context.Context, c *Cluster, in I, opts ..
 		s.err = backend.Errorf(backend.InvalidArgument, op, "input: %w", err)
 		return s
 	}
-	s.input, s.sched, s.retries = v, spec.Scheduling, spec.MaxRetries
-	s.err = s.start(ctx)
+	src := &taskSource{c: c, task: t.name, input: v, sched: spec.Scheduling, retries: spec.MaxRetries, buffer: s.buffer}
+	s.src = src
+	s.err = src.start(ctx, 0)
 	return s
 }
 
-// Stream is the caller's end of a running streaming task: its values in
-// the order the task yielded them. A Stream is for one consumer; its
-// methods are safe for concurrent use (Close may interrupt a Next) but
+// Stream is the caller's end of a running streaming task or method: its
+// values in the order the code yielded them. A Stream is for one consumer;
+// its methods are safe for concurrent use (Close may interrupt a Next) but
 // deliver each value once.
 type Stream[O any] struct {
-	c       *Cluster
-	task    string
-	input   backend.Value
-	sched   backend.Scheduling
-	retries int
-	buffer  int
+	c      *Cluster
+	task   string // the task or "class.method", for errors
+	label  string // "task <name>" or "method <class>.<name>"
+	buffer int
+	src    streamSource
 
-	actor  atomic.Uint64 // the running attempt's actor; 0 when none
 	closed atomic.Bool
 
 	mu       sync.Mutex // held by Next while it waits
-	attempt  int
-	received int   // values received from the task, over all attempts
-	pending  []O   // received, not yet consumed
-	ended    bool  // the task returned; pending holds what is left
-	err      error // returned after pending, instead of io.EOF
+	received int        // values received, over all attempts
+	pending  []O        // received, not yet consumed
+	ended    bool       // the code returned; pending holds what is left
+	err      error      // returned after pending, instead of io.EOF
+	released bool
 }
 
-// start creates the attempt's actor, which runs the task from its value
-// number s.received on. s.mu must be held or s not yet shared.
-func (s *Stream[O]) start(ctx context.Context) error {
-	st := streamStart{Task: s.task, Skip: s.received, Buffer: s.buffer, Attempt: s.attempt}
-	var arg backend.Value
-	if s.c.codec == nil {
-		st.native = s.input.Native
-		arg = backend.Value{Native: st}
-	} else {
-		st.Input = s.input.Data
-		data, err := s.c.codec.Marshal(st)
-		if err != nil {
-			return backend.Errorf(backend.Internal, "start streaming task "+s.task, "%w", err)
-		}
-		arg = backend.Value{Data: data}
-	}
-	id, err := s.c.b.CreateActor(ctx, &backend.ActorSpec{
-		Class: streamClassName, Arg: backend.Arg{Value: arg}, Scheduling: s.sched, MaxConcurrency: 1,
-	})
-	if err != nil {
-		return err
-	}
-	s.actor.Store(uint64(id))
-	if s.closed.Load() { // closed meanwhile
-		s.release()
-	}
-	return nil
+// streamSource is where a Stream's values come from: the internal actor
+// running a streaming task, or a streaming method's call on its actor.
+type streamSource interface {
+	// pull returns the values yielded since the last pull (at least one,
+	// or the end), received being how many the caller has in all.
+	pull(ctx context.Context, received int) (streamBatch, error)
+	// release stops the code if it still runs and frees what it holds.
+	release()
 }
 
-// Next returns the next value, waiting for the task to yield it; io.EOF
-// once the task returned and every value was consumed, or the task's
-// error (after every value it yielded before it). After Close it fails
-// with FailedPrecondition.
+// Next returns the next value, waiting for the code to yield it; io.EOF
+// once it returned and every value was consumed, or its error (after every
+// value it yielded before it). After Close it fails with
+// FailedPrecondition.
 func (s *Stream[O]) Next(ctx context.Context) (O, error) {
 	var zero O
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
 		if s.closed.Load() {
-			return zero, backend.Errorf(backend.FailedPrecondition, "read stream of task "+s.task, "the stream was closed")
+			return zero, backend.Errorf(backend.FailedPrecondition, "read stream of "+s.label, "the stream was closed")
 		}
 		if len(s.pending) > 0 {
 			v := s.pending[0]
@@ -198,7 +178,7 @@ func (s *Stream[O]) Next(ctx context.Context) (O, error) {
 			return v, nil
 		}
 		if s.ended || s.err != nil {
-			s.release()
+			s.releaseLocked()
 			if s.err != nil {
 				return zero, s.err
 			}
@@ -215,23 +195,12 @@ func (s *Stream[O]) Next(ctx context.Context) (O, error) {
 	}
 }
 
-// pull asks the running attempt for the values it has (waiting for at
-// least one), retrying the task on a new attempt after a system failure.
-// s.mu must be held.
+// pull receives the next values. s.mu must be held.
 func (s *Stream[O]) pull(ctx context.Context) error {
-	id, err := s.c.b.CallActor(ctx, &backend.CallSpec{Actor: backend.ActorID(s.actor.Load()), Class: streamClassName, Method: "next"})
-	if err != nil {
-		return err
-	}
-	b, err := newRef[streamBatch](s.c, id).Get(ctx)
+	b, err := s.src.pull(ctx, s.received)
 	if err != nil {
 		if ctx.Err() != nil || s.closed.Load() {
 			return err
-		}
-		if lost(err) && s.attempt < s.retries {
-			s.release()
-			s.attempt++
-			return s.start(ctx)
 		}
 		return taskStreamError(s.task, err)
 	}
@@ -242,13 +211,95 @@ func (s *Stream[O]) pull(ctx context.Context) error {
 	for _, data := range b.Items {
 		v, err := decode[O](s.c.codec, backend.Value{Data: data})
 		if err != nil {
-			return backend.Errorf(backend.Internal, "read stream of task "+s.task, "%w", err)
+			return backend.Errorf(backend.Internal, "read stream of "+s.label, "%w", err)
 		}
 		s.pending = append(s.pending, v)
 	}
 	s.received += len(b.Items) + len(b.native)
 	s.ended = b.Done
 	return nil
+}
+
+// releaseLocked releases the source once. s.mu must be held.
+func (s *Stream[O]) releaseLocked() {
+	if s.src != nil && !s.released {
+		s.released = true
+		s.src.release()
+	}
+}
+
+// taskSource runs a streaming task's attempts in actors of the internal
+// class ray.stream.
+type taskSource struct {
+	c       *Cluster
+	task    string
+	input   backend.Value
+	sched   backend.Scheduling
+	retries int
+	buffer  int
+
+	actor   atomic.Uint64 // the running attempt's actor; 0 when none
+	stopped atomic.Bool
+	attempt int // guarded by the Stream's mu
+}
+
+// start creates an attempt's actor, which runs the task from its value
+// number skip on.
+func (t *taskSource) start(ctx context.Context, skip int) error {
+	st := streamStart{Task: t.task, Skip: skip, Buffer: t.buffer, Attempt: t.attempt}
+	var arg backend.Value
+	if t.c.codec == nil {
+		st.native = t.input.Native
+		arg = backend.Value{Native: st}
+	} else {
+		st.Input = t.input.Data
+		data, err := t.c.codec.Marshal(st)
+		if err != nil {
+			return backend.Errorf(backend.Internal, "start streaming task "+t.task, "%w", err)
+		}
+		arg = backend.Value{Data: data}
+	}
+	id, err := t.c.b.CreateActor(ctx, &backend.ActorSpec{
+		Class: streamClassName, Arg: backend.Arg{Value: arg}, Scheduling: t.sched, MaxConcurrency: 1,
+	})
+	if err != nil {
+		return err
+	}
+	t.actor.Store(uint64(id))
+	if t.stopped.Load() { // released meanwhile
+		t.release()
+	}
+	return nil
+}
+
+func (t *taskSource) pull(ctx context.Context, received int) (streamBatch, error) {
+	for {
+		id, err := t.c.b.CallActor(ctx, &backend.CallSpec{Actor: backend.ActorID(t.actor.Load()), Class: streamClassName, Method: "next"})
+		if err != nil {
+			return streamBatch{}, err
+		}
+		b, err := newRef[streamBatch](t.c, id).Get(ctx)
+		if err == nil || ctx.Err() != nil || t.stopped.Load() || !lost(err) || t.attempt >= t.retries {
+			return b, err
+		}
+		// Lost with its node: a new attempt skips what the caller has.
+		t.killActor()
+		t.attempt++
+		if err := t.start(ctx, received); err != nil {
+			return streamBatch{}, err
+		}
+	}
+}
+
+func (t *taskSource) release() {
+	t.stopped.Store(true)
+	t.killActor()
+}
+
+func (t *taskSource) killActor() {
+	if id := t.actor.Swap(0); id != 0 {
+		t.c.b.KillActor(context.Background(), backend.ActorID(id)) //nolint:errcheck // a dead actor is fine
+	}
 }
 
 // lost says whether a pull failed because the attempt was lost to a
@@ -289,24 +340,20 @@ func (s *Stream[O]) All(ctx context.Context) iter.Seq2[O, error] {
 	}
 }
 
-// Close stops the task if it still runs (its context ends, and its yield
+// Close stops the code if it still runs (its context ends, and its yield
 // returns an error), frees its resources and drops the values not
 // consumed. A Next waiting for a value returns. Close is idempotent.
 func (s *Stream[O]) Close() {
 	if s.closed.Swap(true) {
 		return
 	}
-	s.release()
+	if s.src != nil {
+		s.src.release() // interrupts a pull in progress
+	}
 	s.mu.Lock()
+	s.released = true
 	s.pending = nil
 	s.mu.Unlock()
-}
-
-// release kills the attempt's actor, if any.
-func (s *Stream[O]) release() {
-	if id := s.actor.Swap(0); id != 0 {
-		s.c.b.KillActor(context.Background(), backend.ActorID(id)) //nolint:errcheck // a dead actor is fine
-	}
 }
 
 // The streaming task's attempt runs in an actor of this internal class,

@@ -178,3 +178,86 @@ func TestStreamBadInput(t *testing.T) {
 	is.Equal(ray.Code(err), ray.InvalidArgument)
 	is.True(strings.Contains(err.Error(), `"ray_test.count_to" is a streaming task; call it with its StreamTask's Remote`))
 }
+
+type ticker struct{ ticks int }
+
+var (
+	tickerClass = ray.NewActorClass("ray_test.ticker", func(ctx context.Context, start int) (*ticker, error) {
+		return &ticker{ticks: start}, nil
+	})
+	// tick yields the actor's next n ticks; it fails at tick FailAt.
+	tick = ray.NewStreamMethod(tickerClass, "tick", func(ctx context.Context, t *ticker, in countArgs, yield func(int) error) error {
+		for range in.N {
+			t.ticks++
+			if in.FailAt > 0 && t.ticks == in.FailAt {
+				return fmt.Errorf("tick %d failed", t.ticks)
+			}
+			if err := yield(t.ticks); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	ticks = ray.NewMethod(tickerClass, "ticks", func(ctx context.Context, t *ticker, _ struct{}) (int, error) {
+		return t.ticks, nil
+	})
+)
+
+func TestStreamMethod(t *testing.T) {
+	for _, codec := range []bool{true, false} {
+		t.Run(fmt.Sprintf("codec=%v", codec), func(t *testing.T) {
+			is := is.New(t)
+			ctx := context.Background()
+			c := localCluster(t, nil, &ray.Options{DisableCodec: !codec})
+			h := tickerClass.Remote(ctx, c, 100)
+
+			// The stream holds the actor's only slot: a call waits for it.
+			s := tick.Remote(ctx, h, countArgs{N: 20}, ray.StreamBuffer(2))
+			for i := range 3 {
+				v, err := s.Next(ctx)
+				is.NoErr(err)
+				is.Equal(v, 101+i)
+			}
+			after := ticks.Remote(ctx, h, struct{}{})
+			wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			ready, _, _ := ray.Wait(wctx, []ray.ObjectRef[int]{after}, 1)
+			cancel()
+			is.Equal(len(ready), 0) // no call runs while the streaming method holds the actor
+			for i := 3; i < 20; i++ {
+				v, err := s.Next(ctx)
+				is.NoErr(err)
+				is.Equal(v, 101+i)
+			}
+			_, err := s.Next(ctx)
+			is.Equal(err, io.EOF)
+			n, err := after.Get(ctx)
+			is.NoErr(err)
+			is.Equal(n, 120) // after the stream, with its state
+
+			// An error after values.
+			var got []int
+			var last error
+			for v, err := range tick.Remote(ctx, h, countArgs{N: 10, FailAt: 123}).All(ctx) {
+				if err != nil {
+					last = err
+					break
+				}
+				got = append(got, v)
+			}
+			is.Equal(got, []int{121, 122})
+			is.Equal(ray.Code(last), ray.TaskFailed)
+			is.True(strings.Contains(last.Error(), "tick 123 failed"))
+			is.True(strings.Contains(last.Error(), "ray_test.ticker.tick"))
+
+			// Closing cancels the method: the actor is free again at once.
+			s = tick.Remote(ctx, h, countArgs{N: 1 << 30})
+			v, err := s.Next(ctx)
+			is.NoErr(err)
+			is.Equal(v, 124)
+			s.Close()
+			n, err = ticks.Remote(ctx, h, struct{}{}).Get(ctx)
+			is.NoErr(err)
+			is.True(n >= 124 && n < 124+40) // it stopped soon after
+		})
+	}
+}

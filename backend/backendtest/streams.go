@@ -46,6 +46,26 @@ var countStream = ray.NewStreamTask("backendtest.count_stream", func(ctx context
 	return nil
 })
 
+// counterStream yields the counter's next N values, blocking on Gate
+// before value GateAt (when set) and failing at FailAt.
+var counterStream = ray.NewStreamMethod(counterClass, "stream", func(ctx context.Context, c *counter, in countStreamArgs, yield func(int) error) error {
+	for i := range in.N {
+		if in.FailAt > 0 && i == in.FailAt {
+			return fmt.Errorf("no value %d", i)
+		}
+		if in.Gate != "" && i == in.GateAt {
+			if _, err := blockOn(ctx, in.Gate); err != nil {
+				return err
+			}
+		}
+		c.n++
+		if err := yield(c.n); err != nil {
+			return err
+		}
+	}
+	return nil
+})
+
 // testStreams: a streaming task's values arrive in order, then the end or
 // the task's error; closing the stream ends the task's context; a task lost
 // with its node is retried without delivering a value twice.
@@ -93,6 +113,47 @@ func (s *suite) testStreams(t *testing.T) {
 		s.waitChan(t, g.cancelCh, "the closed stream's task to see its context end")
 		_, err := st.Next(ctx)
 		is.Equal(ray.Code(err), ray.FailedPrecondition)
+	})
+	t.Run("Method", func(t *testing.T) {
+		// A streaming method runs in its actor, holding its slot: values
+		// in order, the actor's state kept; an error after values; a
+		// closed stream ends the method's context and frees the actor.
+		is := is.New(t)
+		c, ctx := s.cluster(t, nil), s.ctxT(t)
+		h := counterClass.Remote(ctx, c, 10)
+		n := 0
+		for v, err := range counterStream.Remote(ctx, h, countStreamArgs{N: 30}, ray.StreamBuffer(4)).All(ctx) {
+			is.NoErr(err)
+			is.Equal(v, 11+n)
+			n++
+		}
+		is.Equal(n, 30)
+		v, err := counterAdd.Remote(ctx, h, 0).Get(ctx)
+		is.NoErr(err)
+		is.Equal(v, 40)
+
+		st := counterStream.Remote(ctx, h, countStreamArgs{N: 10, FailAt: 2})
+		for i := range 2 {
+			v, err := st.Next(ctx)
+			is.NoErr(err)
+			is.Equal(v, 41+i)
+		}
+		_, err = st.Next(ctx)
+		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.True(strings.Contains(err.Error(), "no value 2"))
+
+		name, g := newGate(1)
+		defer g.release()
+		st = counterStream.Remote(ctx, h, countStreamArgs{N: 10, GateAt: 1, Gate: name})
+		v, err = st.Next(ctx)
+		is.NoErr(err)
+		is.Equal(v, 43)
+		s.waitChan(t, g.arrivedCh, "the method to block")
+		st.Close()
+		s.waitChan(t, g.cancelCh, "the closed stream's method to see its context end")
+		v, err = counterAdd.Remote(ctx, h, 0).Get(ctx) // the actor is free again
+		is.NoErr(err)
+		is.Equal(v, 43)
 	})
 	t.Run("RetriedWithoutDuplicates", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.FaultInjection, "FaultInjection")

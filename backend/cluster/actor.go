@@ -39,6 +39,10 @@ type actor struct {
 	head       int
 	inflight   map[*call]struct{}
 	concurrent int
+	// side holds the queued calls that run beside the others
+	// (CallSpec.Beside); besideN counts those of inflight.
+	side    []*call
+	besideN int
 }
 
 type call struct {
@@ -238,7 +242,11 @@ func (rt *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backe
 			cl.arg = dep.val
 		}
 	}
-	a.mailbox = append(a.mailbox, cl)
+	if spec.Beside {
+		a.side = append(a.side, cl)
+	} else {
+		a.mailbox = append(a.mailbox, cl)
+	}
 	rt.queued++
 	rt.dispatchCalls(a)
 	return cl.obj.id, nil
@@ -276,7 +284,24 @@ func (rt *Runtime) finishCallLocked(cl *call, v backend.Value, err error) {
 // A call whose input is not ready holds back the calls behind it, keeping
 // submission order. b.mu must be held.
 func (rt *Runtime) dispatchCalls(a *actor) {
-	for a.state == actorAlive && a.head < len(a.mailbox) && len(a.inflight) < a.concurrent {
+	if a.state == actorAlive && len(a.side) > 0 {
+		keep := a.side[:0]
+		for _, cl := range a.side {
+			switch {
+			case cl.done:
+				rt.queued--
+			case cl.dep != nil:
+				keep = append(keep, cl)
+			default:
+				rt.queued--
+				a.besideN++
+				rt.runCall(a, cl)
+			}
+		}
+		clear(a.side[len(keep):])
+		a.side = keep
+	}
+	for a.state == actorAlive && a.head < len(a.mailbox) && len(a.inflight)-a.besideN < a.concurrent {
 		cl := a.mailbox[a.head]
 		if cl.done {
 			rt.popCall(a)
@@ -460,6 +485,9 @@ func (rt *Runtime) finishCall(r *callRun, v backend.Value, err error) (next *cal
 	}
 	delete(a.inflight, cl)
 	cl.run = nil
+	if cl.spec.Beside {
+		a.besideN--
+	}
 	rt.running--
 	if err != nil {
 		rt.failures.Add(admission.NewTaskFailure(r.info.Task, r.info.Attempt, r.info.Node, err))
@@ -512,6 +540,7 @@ func (rt *Runtime) killActorLocked(a *actor, err error, restart bool) {
 	}
 	rt.running -= len(a.inflight)
 	clear(a.inflight)
+	a.besideN = 0
 	a.inst = nil
 	if restart && (a.spec.MaxRestarts < 0 || a.restarts < a.spec.MaxRestarts) && !rt.closed {
 		a.restarts++
@@ -520,7 +549,12 @@ func (rt *Runtime) killActorLocked(a *actor, err error, restart bool) {
 		for _, cl := range running {
 			if cl.attempt < a.spec.MaxTaskRetries || a.spec.MaxTaskRetries < 0 {
 				cl.attempt++
-				requeue = append(requeue, cl)
+				if cl.spec.Beside {
+					a.side = append(a.side, cl)
+					rt.queued++
+				} else {
+					requeue = append(requeue, cl)
+				}
 			} else {
 				rt.finishCallLocked(cl, backend.Value{}, backend.Errorf(backend.Unavailable, "call "+a.spec.Class+"."+cl.spec.Method, "actor %s was lost with its node: %w", a.id, err))
 			}
@@ -550,7 +584,11 @@ func (rt *Runtime) killActorLocked(a *actor, err error, restart bool) {
 		rt.queued--
 		rt.finishCallLocked(cl, backend.Value{}, callDeathErr(a, cl))
 	}
-	a.mailbox, a.head = nil, 0
+	for _, cl := range a.side {
+		rt.queued--
+		rt.finishCallLocked(cl, backend.Value{}, callDeathErr(a, cl))
+	}
+	a.mailbox, a.head, a.side = nil, 0, nil
 	if a.spec.Name != "" && rt.actorNames[a.spec.Name] == a {
 		delete(rt.actorNames, a.spec.Name)
 	}
