@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goray-dev/goray/backend"
 )
@@ -69,11 +70,13 @@ func NewStreamMethod[A, CI, I, O any](class *ActorClass[A, CI], name string, fn 
 					return nil
 				case <-ctx.Done():
 					return backend.Errorf(backend.Canceled, "call "+full, "the stream's caller has gone")
+				case <-ms.stop:
+					return backend.Errorf(backend.Canceled, "call "+full, "the stream was closed")
 				}
 			})
 			ms.finish(err)
 			if ctx.Err() != nil {
-				methodStreams.drop(sc.ID) // closed by the caller, who reads no more
+				methodStreams.drop(sc.ID, false) // closed by the caller, who reads no more
 			}
 			return backend.Value{}, err
 		},
@@ -145,12 +148,15 @@ func (m *StreamMethod[A, I, O]) Remote(ctx context.Context, h *ActorHandle[A], i
 		}
 		arg = backend.Value{Data: data}
 	}
-	call, err := h.c.b.CallActor(ctx, &backend.CallSpec{Actor: h.id, Class: h.class, Method: m.name, Arg: backend.Arg{Value: arg}})
-	if err != nil {
-		s.err = err
-		return s
-	}
-	src.call = call
+	// The call is made in the background: a backend that runs calls in
+	// the caller's goroutine (backend/fake) returns from CallActor only
+	// when the method has ended, and the method needs its caller reading.
+	spec := &backend.CallSpec{Actor: h.id, Class: h.class, Method: m.name, Arg: backend.Arg{Value: arg}}
+	src.called = make(chan struct{})
+	go func() {
+		defer close(src.called)
+		src.call, src.callErr = h.c.b.CallActor(context.WithoutCancel(ctx), spec)
+	}()
 	s.src = src
 	return s
 }
@@ -195,31 +201,66 @@ var methodStreams = &streamTable{m: map[uint64]*methodStream{}}
 type streamTable struct {
 	mu sync.Mutex
 	m  map[uint64]*methodStream
+	// closed remembers, for a while, the streams closed before their
+	// method ran (a backend without cancellation may still run it).
+	closed map[uint64]time.Time
 }
 
 type methodStream struct {
 	ch        chan backend.Value
 	done      chan struct{}
 	doneOnce  sync.Once
-	err       error // set before done closes
+	err       error         // set before done closes
+	stop      chan struct{} // closed when the caller closed the stream
+	stopOnce  sync.Once
 	delivered atomic.Int64
 }
+
+// closedMemory is how long a stream closed before its method ran is
+// remembered.
+const closedMemory = 10 * time.Minute
 
 func (t *streamTable) get(id uint64, buffer int) *methodStream {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ms := t.m[id]
 	if ms == nil {
-		ms = &methodStream{ch: make(chan backend.Value, max(buffer, 1)), done: make(chan struct{})}
+		ms = &methodStream{ch: make(chan backend.Value, max(buffer, 1)), done: make(chan struct{}), stop: make(chan struct{})}
+		if _, closed := t.closed[id]; closed {
+			delete(t.closed, id)
+			close(ms.stop)
+			return ms // not kept: nobody reads it
+		}
 		t.m[id] = ms
 	}
 	return ms
 }
 
-func (t *streamTable) drop(id uint64) {
+// drop forgets a stream; with closed (the caller closed it), a method
+// still yielding to it stops, and one that has not started yet stops at
+// its first value.
+func (t *streamTable) drop(id uint64, closed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	ms := t.m[id]
 	delete(t.m, id)
+	if !closed {
+		return
+	}
+	if ms != nil {
+		ms.stopOnce.Do(func() { close(ms.stop) })
+		return
+	}
+	now := time.Now()
+	if t.closed == nil {
+		t.closed = map[uint64]time.Time{}
+	}
+	for k, at := range t.closed {
+		if now.Sub(at) > closedMemory {
+			delete(t.closed, k)
+		}
+	}
+	t.closed[id] = now
 }
 
 func (ms *methodStream) finish(err error) {
@@ -233,7 +274,7 @@ func (ms *methodStream) finish(err error) {
 // least one, or the end), after dropping those a retried call yields again.
 func (t *streamTable) next(ctx context.Context, c Codec, p streamPull) (backend.Value, error) {
 	if p.Drop {
-		t.drop(p.ID)
+		t.drop(p.ID, true)
 		return encode(c, streamBatch{Done: true})
 	}
 	ms := t.get(p.ID, p.Buffer)
@@ -243,7 +284,7 @@ func (t *streamTable) next(ctx context.Context, c Codec, p streamPull) (backend.
 			ms.delivered.Add(1)
 		case <-ms.done:
 			if len(ms.ch) == 0 {
-				t.drop(p.ID)
+				t.drop(p.ID, false)
 				return backend.Value{}, ms.err
 			}
 		case <-ctx.Done():
@@ -270,7 +311,7 @@ more:
 	ms.delivered.Add(int64(len(items)))
 	b := streamBatch{}
 	if len(items) == 0 { // done and drained
-		t.drop(p.ID)
+		t.drop(p.ID, false)
 		if ms.err != nil {
 			return backend.Value{}, ms.err
 		}
@@ -296,7 +337,11 @@ type methodSource struct {
 	class  string
 	id     uint64
 	buffer int
-	call   backend.ObjectID // the method call, whose result ends with it
+	// call is the method call, whose result ends with it, and callErr
+	// the error submitting it; both are set when called closes.
+	call    backend.ObjectID
+	callErr error
+	called  chan struct{}
 
 	mu      sync.Mutex
 	pulling backend.ObjectID // the next call in flight, for release
@@ -304,6 +349,13 @@ type methodSource struct {
 }
 
 func (m *methodSource) pull(ctx context.Context, received int) (streamBatch, error) {
+	select {
+	case <-m.called:
+		if m.callErr != nil {
+			return streamBatch{}, m.callErr
+		}
+	default: // still being submitted, or running in a synchronous backend
+	}
 	p := streamPull{ID: m.id, Received: received, Buffer: m.buffer}
 	v, err := encode(m.c.codec, p)
 	if err != nil {
@@ -340,11 +392,16 @@ func (m *methodSource) release() {
 	m.stopped = true
 	pulling := m.pulling
 	m.mu.Unlock()
-	m.cancel(m.call)
 	if pulling != 0 {
 		m.cancel(pulling)
 	}
-	m.c.b.Free(m.call)
+	go func() { // once submitted (in a synchronous backend, once ended)
+		<-m.called
+		if m.callErr == nil {
+			m.cancel(m.call)
+			m.c.b.Free(m.call)
+		}
+	}()
 	if v, err := encode(m.c.codec, streamPull{ID: m.id, Drop: true}); err == nil {
 		if id, err := m.c.b.CallActor(context.Background(), &backend.CallSpec{Actor: m.actor, Class: m.class, Method: streamNextMethod, Arg: backend.Arg{Value: v}, Beside: true}); err == nil {
 			m.c.b.Free(id)

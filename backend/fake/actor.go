@@ -276,7 +276,7 @@ func (b *Backend) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 	if err == nil {
 		in, inErr, err = b.inputLocked(op, spec.Arg)
 	}
-	if err == nil && heldBy(ctx).contains(a.id) && a.state != actorDead {
+	if err == nil && !spec.Beside && heldBy(ctx).contains(a.id) && a.state != actorDead {
 		if a.state == actorPending || !a.slots.TryAcquire(1) {
 			err = backend.Errorf(backend.Unimplemented, op, "%s calls itself from inside its own work; the fake runs calls synchronously and cannot queue this call behind the running one (use backend/local)", a.id)
 		} else {
@@ -344,21 +344,23 @@ func (b *Backend) admitCallLocked(ctx context.Context, op string, spec *backend.
 // call waits for a call slot of a and runs the call. abandoned reports that
 // the caller's context ended before a slot freed up; err is then ctx.Err().
 func (b *Backend) call(ctx context.Context, a *actor, method string, rec Call) (v backend.Value, err error, abandoned bool) {
-	wait, stop := context.WithCancel(a.ctx)
-	unhook := context.AfterFunc(ctx, stop)
-	err = a.slots.Acquire(wait, 1)
-	unhook()
-	stop()
-	if err != nil {
-		if ctx.Err() != nil {
-			return backend.Value{}, ctx.Err(), true
+	if !rec.CallSpec.Beside { // a call beside the others takes no slot
+		wait, stop := context.WithCancel(a.ctx)
+		unhook := context.AfterFunc(ctx, stop)
+		err = a.slots.Acquire(wait, 1)
+		unhook()
+		stop()
+		if err != nil {
+			if ctx.Err() != nil {
+				return backend.Value{}, ctx.Err(), true
+			}
+			// The actor died or the backend closed while the call waited; the
+			// attempt reports why without running.
+			_, err, _, _ = b.attempt(ctx, &work{rec: rec, actor: a, group: a.pl.group})
+			return backend.Value{}, err, false
 		}
-		// The actor died or the backend closed while the call waited; the
-		// attempt reports why without running.
-		_, err, _, _ = b.attempt(ctx, &work{rec: rec, actor: a, group: a.pl.group})
-		return backend.Value{}, err, false
+		defer a.slots.Release(1)
 	}
-	defer a.slots.Release(1)
 	b.mu.Lock()
 	inst := a.inst // nil when dead: the attempt then fails without running
 	b.mu.Unlock()
