@@ -297,7 +297,7 @@ func (b *Backend) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 		}
 		rec.Err = inErr
 		b.recordLocked(rec)
-		b.objects[id] = &object{err: inErr}
+		b.objects[id] = &object{err: inErr, kind: KindMethod}
 		b.mu.Unlock()
 		return id, nil
 	}
@@ -313,7 +313,7 @@ func (b *Backend) CallActor(ctx context.Context, spec *backend.CallSpec) (backen
 		b.recordLocked(rec)
 		return 0, err
 	}
-	b.objects[id] = &object{val: v, err: err}
+	b.objects[id] = &object{val: v, err: err, kind: KindMethod}
 	return id, nil
 }
 

@@ -12,6 +12,8 @@ import (
 type object struct {
 	val backend.Value
 	err error
+	// kind is what made it: KindTask, KindMethod or KindPut.
+	kind Kind
 }
 
 // inputLocked resolves the input of work: the value itself, or the value or
@@ -58,7 +60,7 @@ func (b *Backend) Put(ctx context.Context, v backend.Value) (backend.ObjectID, e
 		return 0, err
 	}
 	id := backend.ObjectID(b.newIDLocked())
-	b.objects[id] = &object{val: v}
+	b.objects[id] = &object{val: v, kind: KindPut}
 	r.Object = id
 	return id, nil
 }
@@ -138,4 +140,25 @@ func (b *Backend) Free(ids ...backend.ObjectID) {
 	for _, id := range ids {
 		delete(b.objects, id)
 	}
+}
+
+var _ backend.TaskCanceler = (*Backend)(nil)
+
+// CancelTask implements backend.TaskCanceler. The fake runs work in the
+// caller's goroutine, so a task or call has finished by the time its ID
+// exists: cancelling it does nothing, as for finished work on any backend.
+// A Put value or an unknown ID is NotFound; Force on an actor call is
+// InvalidArgument, as on every backend.
+func (b *Backend) CancelTask(ctx context.Context, id backend.ObjectID, opts backend.CancelOptions) error {
+	const op = "cancel task"
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o := b.objects[id]
+	switch {
+	case o == nil || o.kind == KindPut:
+		return backend.Errorf(backend.NotFound, op, "%s is not the result of a live task or actor call", id)
+	case opts.Force && o.kind == KindMethod:
+		return backend.Errorf(backend.InvalidArgument, op, "an actor call cannot be cancelled with Force, which would end the actor's worker process and every other call of the actor (as in Ray); cancel it without Force, or kill the actor with its handle's Kill")
+	}
+	return nil
 }

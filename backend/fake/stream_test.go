@@ -65,3 +65,33 @@ func TestStreams(t *testing.T) {
 	is.Equal(v, 41)
 	s.Close() // the method stops yielding
 }
+
+var fakeAdd = ray.NewMethod(fakeTickerClass, "add", func(ctx context.Context, t *fakeTicker, n int) (int, error) {
+	t.n += n
+	return t.n, nil
+})
+
+var fakeEcho = ray.NewTask("fake_test.echo", func(ctx context.Context, s string) (string, error) { return s, nil })
+
+// Cancel on the fake: work has finished by the time its ref exists, so it
+// keeps its result; a Put value is refused, and Force on an actor call.
+func TestCancel(t *testing.T) {
+	is := is.New(t)
+	ctx := context.Background()
+	c, err := ray.NewCluster(ctx, fake.New(nil), nil)
+	is.NoErr(err)
+	defer c.Close()
+	ref := fakeEcho.Remote(ctx, c, "kept")
+	is.NoErr(ref.Cancel(ctx, ray.Force()))
+	v, err := ref.Get(ctx)
+	is.NoErr(err)
+	is.Equal(v, "kept")
+	h := fakeTickerClass.Remote(ctx, c, struct{}{})
+	call := fakeAdd.Remote(ctx, h, 2)
+	is.NoErr(call.Cancel(ctx))
+	is.Equal(ray.Code(call.Cancel(ctx, ray.Force())), ray.InvalidArgument)
+	n, err := call.Get(ctx)
+	is.NoErr(err)
+	is.Equal(n, 2)
+	is.Equal(ray.Code(ray.Put(ctx, c, 1).Cancel(ctx)), ray.InvalidArgument) // not a task's result
+}

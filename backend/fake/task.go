@@ -38,7 +38,7 @@ func (b *Backend) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backe
 	if inErr != nil {
 		rec.Err = inErr
 		b.recordLocked(rec)
-		b.objects[id] = &object{err: inErr}
+		b.objects[id] = &object{err: inErr, kind: KindTask}
 		b.mu.Unlock()
 		return id, nil
 	}
@@ -49,7 +49,7 @@ func (b *Backend) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backe
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.objects[id] = &object{val: v, err: err}
+	b.objects[id] = &object{val: v, err: err, kind: KindTask}
 	return id, nil
 }
 
