@@ -466,30 +466,42 @@ func (a *streamActor) run(ctx context.Context, c Codec, e *taskEntry, st streamS
 // next waits for at least one value, or the task's end, and returns what
 // is there.
 func (a *streamActor) next(ctx context.Context, c Codec) (backend.Value, error) {
+	items, err := takeValues(ctx, a.ch, a.done)
+	if err != nil {
+		return backend.Value{}, err
+	}
+	if len(items) == 0 && a.err != nil { // done, and the channel is empty
+		return backend.Value{}, a.err
+	}
+	return batchOf(c, items)
+}
+
+// takeValues waits for a value on ch, or for done, and returns it with the
+// values that followed it, up to ch's capacity; none once done and ch
+// empty.
+func takeValues(ctx context.Context, ch chan backend.Value, done <-chan struct{}) ([]backend.Value, error) {
 	var items []backend.Value
 	select {
-	case v := <-a.ch:
+	case v := <-ch:
 		items = append(items, v)
-	case <-a.done:
+	case <-done:
 	case <-ctx.Done():
-		return backend.Value{}, ctx.Err()
+		return nil, ctx.Err()
 	}
-more:
-	for len(items) < cap(a.ch) {
+	for len(items) < cap(ch) {
 		select {
-		case v := <-a.ch:
+		case v := <-ch:
 			items = append(items, v)
 		default:
-			break more
+			return items, nil
 		}
 	}
-	b := streamBatch{}
-	if len(items) == 0 { // done, and the channel is empty
-		if a.err != nil {
-			return backend.Value{}, a.err
-		}
-		b.Done = true
-	}
+	return items, nil
+}
+
+// batchOf is what a next call returns for items: none means the end.
+func batchOf(c Codec, items []backend.Value) (backend.Value, error) {
+	b := streamBatch{Done: len(items) == 0}
 	if c == nil {
 		for _, v := range items {
 			b.native = append(b.native, v.Native)

@@ -291,42 +291,18 @@ func (t *streamTable) next(ctx context.Context, c Codec, p streamPull) (backend.
 			return backend.Value{}, ctx.Err()
 		}
 	}
-	var items []backend.Value
-	select {
-	case v := <-ms.ch:
-		items = append(items, v)
-	case <-ms.done:
-	case <-ctx.Done():
-		return backend.Value{}, ctx.Err()
-	}
-more:
-	for len(items) < cap(ms.ch) {
-		select {
-		case v := <-ms.ch:
-			items = append(items, v)
-		default:
-			break more
-		}
+	items, err := takeValues(ctx, ms.ch, ms.done)
+	if err != nil {
+		return backend.Value{}, err
 	}
 	ms.delivered.Add(int64(len(items)))
-	b := streamBatch{}
 	if len(items) == 0 { // done and drained
 		t.drop(p.ID, false)
 		if ms.err != nil {
 			return backend.Value{}, ms.err
 		}
-		b.Done = true
 	}
-	if c == nil {
-		for _, v := range items {
-			b.native = append(b.native, v.Native)
-		}
-		return backend.Value{Native: b}, nil
-	}
-	for _, v := range items {
-		b.Items = append(b.Items, v.Data)
-	}
-	return encode(c, b)
+	return batchOf(c, items)
 }
 
 // methodSource reads a streaming method's values with next calls beside
