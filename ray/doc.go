@@ -29,6 +29,15 @@
 // [Retries], [RetryOnError], [InBundle], [Name]; actors also take
 // [MaxRestarts], [MaxConcurrency] and [MaxTaskRetries].
 //
+// Streaming tasks and methods ([NewStreamTask], [NewStreamMethod]) yield
+// values that the caller reads as they are made, like Ray's generator
+// tasks, with backpressure ([StreamBuffer]):
+//
+//	for tok, err := range Generate.Remote(ctx, c, prompt).All(ctx) { ... }
+//
+// [ObjectRef.Cancel] stops a task or actor call, as ray.cancel; with
+// [Force], a task's worker process ends.
+//
 // # Backends
 //
 // A [Cluster] wraps a [Backend]: backend/local simulates a cluster of
