@@ -65,9 +65,9 @@ func NewMethod[A, CI, I, O any](class *ActorClass[A, CI], name string, fn func(c
 		in:   reflect.TypeFor[I](),
 		out:  reflect.TypeFor[O](),
 		call: func(ctx context.Context, c Codec, actor any, arg backend.Value) (backend.Value, error) {
-			a, ok := actor.(A)
-			if !ok {
-				return backend.Value{}, backend.Errorf(backend.Internal, "call "+full, "actor is %T, not %v", actor, reflect.TypeFor[A]())
+			a, err := actorAs[A](actor, full)
+			if err != nil {
+				return backend.Value{}, err
 			}
 			in, err := decode[I](c, arg)
 			if err != nil {
@@ -85,6 +85,15 @@ func NewMethod[A, CI, I, O any](class *ActorClass[A, CI], name string, fn func(c
 		},
 	})
 	return &Method[A, I, O]{class: class.name, name: name, op: "call " + full}
+}
+
+// actorAs is the actor a method of class.method runs on, as its Go type.
+func actorAs[A any](actor any, full string) (A, error) {
+	a, ok := actor.(A)
+	if !ok {
+		return a, backend.Errorf(backend.Internal, "call "+full, "actor is %T, not %v", actor, reflect.TypeFor[A]())
+	}
+	return a, nil
 }
 
 // Name returns "class.method".

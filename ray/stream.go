@@ -78,7 +78,7 @@ func (t *StreamTask[I, O]) Name() string { return t.name }
 // more, received and not yet consumed.
 type StreamBuffer int
 
-func (b StreamBuffer) applyTask(s *backend.TaskSpec) {} // read by StreamTask.Remote
+func (b StreamBuffer) applyTask(s *backend.TaskSpec) {} // read by the streams' Remote; a plain task refuses it
 func (b StreamBuffer) optionErr() error {
 	if b < 1 {
 		return fmt.Errorf("StreamBuffer(%d): must be at least 1", int(b))

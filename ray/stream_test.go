@@ -177,6 +177,9 @@ func TestStreamBadInput(t *testing.T) {
 	_, err = plain.Remote(ctx, c, countArgs{N: 1}).Get(ctx)
 	is.Equal(ray.Code(err), ray.InvalidArgument)
 	is.True(strings.Contains(err.Error(), `"ray_test.count_to" is a streaming task; call it with its StreamTask's Remote`))
+	_, err = plain.Remote(ctx, c, countArgs{N: 1}, ray.StreamBuffer(4)).Get(ctx)
+	is.Equal(ray.Code(err), ray.InvalidArgument) // not silently ignored
+	is.True(strings.Contains(err.Error(), "StreamBuffer applies to streaming tasks and methods"))
 }
 
 type ticker struct{ ticks int }

@@ -47,9 +47,9 @@ func NewStreamMethod[A, CI, I, O any](class *ActorClass[A, CI], name string, fn 
 		in:   reflect.TypeFor[I](),
 		out:  reflect.TypeFor[O](),
 		call: func(ctx context.Context, c Codec, actor any, arg backend.Value) (backend.Value, error) {
-			a, ok := actor.(A)
-			if !ok {
-				return backend.Value{}, backend.Errorf(backend.Internal, "call "+full, "actor is %T, not %v", actor, reflect.TypeFor[A]())
+			a, err := actorAs[A](actor, full)
+			if err != nil {
+				return backend.Value{}, err
 			}
 			sc, input, err := decodeStreamCall(c, arg)
 			if err != nil {

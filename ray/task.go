@@ -116,6 +116,11 @@ func (t *Task[I, O]) submit(ctx context.Context, c *Cluster, arg backend.Arg, op
 	if err := optionsErr(t.op, opts); err != nil {
 		return errRef[O](c, err)
 	}
+	for _, o := range opts {
+		if _, ok := o.(StreamBuffer); ok {
+			return errRef[O](c, backend.Errorf(backend.InvalidArgument, t.op, "StreamBuffer applies to streaming tasks and methods (NewStreamTask, NewStreamMethod), not to %s", t.name))
+		}
+	}
 	spec := &backend.TaskSpec{
 		Name:       t.name,
 		Arg:        arg,

@@ -566,8 +566,9 @@ func (sc *serverConn) end(id uint64) {
 	delete(sc.running, id)
 	lbl, labelled := sc.labels[id]
 	delete(sc.labels, id)
+	alone := len(sc.labels) == 0 // on this connection; ended checks the others
 	sc.mu.Unlock()
-	if labelled && sc.output {
+	if labelled && alone && sc.output {
 		sc.s.ended(lbl)
 	}
 	if cancel != nil {
@@ -692,8 +693,9 @@ func (s *Server) outputLabel(conns []*serverConn) workLabel {
 	return workLabel{}
 }
 
-// ended records that work labelled lbl ended, alone in the process when
-// sc's running work and every other connection's is none.
+// ended records that work labelled lbl ended with nothing else running on
+// its connection; it was alone in the process if no other connection runs
+// work either.
 func (s *Server) ended(lbl workLabel) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"sync"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/internal/admission"
@@ -364,11 +363,8 @@ type callRun struct {
 	inst backend.ActorInstance
 	gen  int
 
-	mu     sync.Mutex
-	done   chan struct{}
-	err    error // the call's own cancellation
-	afters map[*afterFunc]struct{}
-	stop   func() bool // stops watching the actor's context
+	lazyCancel             // the call's own cancellation
+	stop       func() bool // stops watching the actor's context; guarded by mu
 }
 
 func (r *callRun) Value(key any) any {
@@ -396,63 +392,15 @@ func (r *callRun) watchLocked() {
 	}
 }
 
-func (r *callRun) Done() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.done == nil {
-		r.done = make(chan struct{})
-		if r.err != nil {
-			close(r.done)
-		} else {
-			r.watchLocked()
-		}
-	}
-	return r.done
-}
+func (r *callRun) Done() <-chan struct{} { return r.doneChan(r.watchLocked) }
 
 // AfterFunc lets context.WithCancel and friends derive from a callRun
 // without starting a goroutine (the context package looks for it).
-func (r *callRun) AfterFunc(f func()) (stop func() bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.err != nil {
-		go f()
-		return func() bool { return false }
-	}
-	r.watchLocked()
-	a := &afterFunc{f: f}
-	if r.afters == nil {
-		r.afters = map[*afterFunc]struct{}{}
-	}
-	r.afters[a] = struct{}{}
-	return func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if _, ok := r.afters[a]; !ok {
-			return false
-		}
-		delete(r.afters, a)
-		return true
-	}
-}
+func (r *callRun) AfterFunc(f func()) (stop func() bool) { return r.afterFunc(f, r.watchLocked) }
 
 // cancel ends the call's context with err (context.Canceled, or the
 // actor's context's error).
-func (r *callRun) cancel(err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.err != nil {
-		return
-	}
-	r.err = err
-	if r.done != nil {
-		close(r.done)
-	}
-	for a := range r.afters {
-		go a.f()
-	}
-	r.afters = nil
-}
+func (r *callRun) cancel(err error) { r.cancelWith(err, nil) }
 
 // finished stops watching the actor's context once the call returned.
 func (r *callRun) finished() {

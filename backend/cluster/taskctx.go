@@ -20,11 +20,8 @@ type taskCtx struct {
 	t       *task
 	attempt int
 
-	mu     sync.Mutex
-	done   chan struct{}
-	err    error
-	forced bool // cancelled by CancelTask with Force
-	afters map[*afterFunc]struct{}
+	lazyCancel
+	forced bool // cancelled by CancelTask with Force; guarded by mu
 }
 
 type afterFunc struct{ f func() }
@@ -33,17 +30,7 @@ var _ context.Context = (*taskCtx)(nil)
 
 func (c *taskCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
 
-func (c *taskCtx) Done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done == nil {
-		c.done = make(chan struct{})
-		if c.err != nil {
-			close(c.done)
-		}
-	}
-	return c.done
-}
+func (c *taskCtx) Done() <-chan struct{} { return c.doneChan(nil) }
 
 func (c *taskCtx) Err() error {
 	c.mu.Lock()
@@ -65,48 +52,14 @@ func (c *taskCtx) Value(key any) any {
 
 // AfterFunc lets context.WithCancel and friends derive from a taskCtx
 // without starting a goroutine (the context package looks for it).
-func (c *taskCtx) AfterFunc(f func()) (stop func() bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	a := &afterFunc{f: f}
-	if c.err != nil {
-		go f()
-		return func() bool { return false }
-	}
-	if c.afters == nil {
-		c.afters = map[*afterFunc]struct{}{}
-	}
-	c.afters[a] = struct{}{}
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if _, ok := c.afters[a]; !ok {
-			return false
-		}
-		delete(c.afters, a)
-		return true
-	}
-}
+func (c *taskCtx) AfterFunc(f func()) (stop func() bool) { return c.afterFunc(f, nil) }
 
 func (c *taskCtx) cancel() { c.cancelRun(false) }
 
 // cancelRun cancels the context; with force, executors that run the task
 // in a worker process end that process (backend.CancelForced).
 func (c *taskCtx) cancelRun(force bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil {
-		return
-	}
-	c.forced = force
-	c.err = context.Canceled
-	if c.done != nil {
-		close(c.done)
-	}
-	for a := range c.afters {
-		go a.f()
-	}
-	c.afters = nil
+	c.cancelWith(context.Canceled, func() { c.forced = force })
 }
 
 func (c *taskCtx) String() string { return "goray task context" }
@@ -119,4 +72,79 @@ func (c *taskCtx) run() {
 		v, err := c.b.exec.RunTask(c, c.t.spec.Name, c.t.arg, &c.info)
 		c = c.b.finishTask(c.t, c.attempt, v, err)
 	}
+}
+
+// lazyCancel is the cancellation of taskCtx and callRun: a context's
+// error, its Done channel made only if asked for, and the functions
+// registered by AfterFunc, under one mutex.
+type lazyCancel struct {
+	mu     sync.Mutex
+	done   chan struct{}
+	err    error
+	afters map[*afterFunc]struct{}
+}
+
+// doneChan returns the Done channel, making it (and calling first, with
+// mu held, if not yet cancelled) on the first call.
+func (l *lazyCancel) doneChan(first func()) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		l.done = make(chan struct{})
+		if l.err != nil {
+			close(l.done)
+		} else if first != nil {
+			first()
+		}
+	}
+	return l.done
+}
+
+// afterFunc runs f once cancelled (at once, in a goroutine, if already);
+// first is called with mu held when f is registered.
+func (l *lazyCancel) afterFunc(f, first func()) (stop func() bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		go f()
+		return func() bool { return false }
+	}
+	if first != nil {
+		first()
+	}
+	a := &afterFunc{f: f}
+	if l.afters == nil {
+		l.afters = map[*afterFunc]struct{}{}
+	}
+	l.afters[a] = struct{}{}
+	return func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if _, ok := l.afters[a]; !ok {
+			return false
+		}
+		delete(l.afters, a)
+		return true
+	}
+}
+
+// cancelWith cancels with err, unless already cancelled; also runs with mu
+// held, before the Done channel closes.
+func (l *lazyCancel) cancelWith(err error, also func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	if also != nil {
+		also()
+	}
+	l.err = err
+	if l.done != nil {
+		close(l.done)
+	}
+	for a := range l.afters {
+		go a.f()
+	}
+	l.afters = nil
 }
