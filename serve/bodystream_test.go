@@ -88,7 +88,9 @@ func sinkDeployment(t testing.TB, name, state string, n int, idempotent bool) se
 		}),
 		Accelerator: "v6e", Topology: "2x2",
 		MinReplicas: n, Idempotent: idempotent,
-		Health: &serve.HealthCheck{Period: 20 * time.Millisecond},
+		// Checks often, so a dead replica is found at once; a slow answer
+		// (a starved replica under -race) is not taken for a dead one.
+		Health: &serve.HealthCheck{Period: 20 * time.Millisecond, Timeout: 2 * time.Second},
 	}
 }
 
@@ -112,6 +114,9 @@ func upload(t *testing.T, client *http.Client, url string, body io.Reader, n int
 	out, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatalf("POST %s: read the answer: %v", url, err)
+	}
+	if resp.StatusCode >= 500 {
+		t.Logf("POST %s: %s %s", url, resp.Status, out) // says why, when the test did not expect it
 	}
 	return resp.StatusCode, out
 }
