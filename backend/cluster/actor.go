@@ -328,7 +328,7 @@ func (rt *Runtime) runCall(a *actor, cl *call) {
 	cl.gen = a.gen
 	c := a.creation.cls
 	if c.res == nil {
-		c.res = rt.resources(c.demand)
+		c.res = rt.resourcesOf(c.demand, c.sel.slice)
 	}
 	r := &callRun{Context: a.ctx, rt: rt, a: a, cl: cl, inst: a.inst, gen: a.gen}
 	cl.run = r

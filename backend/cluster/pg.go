@@ -49,7 +49,7 @@ type bundle struct {
 	pg      *pgroup
 	index   int
 	demand  []int64
-	sel     backend.Matcher
+	sel     nodeMatcher
 	env     map[string]string
 	node    *node
 	free    []int64
@@ -83,8 +83,9 @@ func (rt *Runtime) CreatePlacementGroup(ctx context.Context, spec *backend.Place
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	// Validation and building cost as much as the spec is large: both
-	// happen before the lock (the resource names are fixed at New).
+	// Validation and compiling selectors cost as much as the spec is
+	// large: they happen before the lock; the resource names, which nodes
+	// joining add to, are read under it.
 	pg, err := rt.newPG(op, spec)
 	if err != nil {
 		return 0, err
@@ -92,6 +93,9 @@ func (rt *Runtime) CreatePlacementGroup(ctx context.Context, spec *backend.Place
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if err := rt.precheck(op); err != nil {
+		return 0, err
+	}
+	if err := rt.pgDemands(op, pg); err != nil {
 		return 0, err
 	}
 	pg.id = backend.PlacementGroupID(rt.newID())
@@ -102,27 +106,40 @@ func (rt *Runtime) CreatePlacementGroup(ctx context.Context, spec *backend.Place
 	return pg.id, nil
 }
 
-// newPG validates a spec and builds an unplaced group without an ID. It
-// reads only what New fixed (the resource names), so b.mu need not be held.
+// newPG validates a spec and builds an unplaced group without an ID or
+// demands (pgDemands). It reads nothing of the runtime's, so b.mu need
+// not be held.
 func (rt *Runtime) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, error) {
 	if err := spec.Validate(op); err != nil {
 		return nil, err
 	}
 	pg := &pgroup{spec: spec, ready: make(chan struct{})}
 	for i, bs := range spec.Bundles {
-		bop := fmt.Sprintf("%s: bundle %d", op, i)
-		if err := rt.checkResources(bop, bs.Resources); err != nil {
-			return nil, err
-		}
 		m, err := bs.LabelSelector.Compile()
 		if err != nil {
-			return nil, backend.Reop(backend.InvalidArgument, bop, err)
+			return nil, backend.Reop(backend.InvalidArgument, fmt.Sprintf("%s: bundle %d", op, i), err)
 		}
-		pg.bundles = append(pg.bundles, &bundle{
-			pg: pg, index: i, demand: rt.vector(bs.Resources), sel: m, env: bs.Env,
-		})
+		pg.bundles = append(pg.bundles, &bundle{pg: pg, index: i, sel: nodeMatcher{Matcher: m}, env: bs.Env})
 	}
 	return pg, nil
+}
+
+// pgDemands checks the bundles' resources against the cluster's names and
+// sets their demand vectors and slices. b.mu must be held.
+func (rt *Runtime) pgDemands(op string, pg *pgroup) error {
+	for i, bu := range pg.bundles {
+		res := pg.spec.Bundles[i].Resources
+		bop := fmt.Sprintf("%s: bundle %d", op, i)
+		if err := rt.checkResources(bop, res); err != nil {
+			return err
+		}
+		slice, err := rt.demandSlice(bop, res)
+		if err != nil {
+			return err
+		}
+		bu.demand, bu.sel.slice = rt.vector(res), slice
+	}
+	return nil
 }
 
 func (rt *Runtime) queuePG(pg *pgroup) {
@@ -139,24 +156,28 @@ func (rt *Runtime) pgFeasible(op string, pg *pgroup) error {
 	for _, bu := range pg.bundles {
 		ok := false
 		for _, n := range rt.nodes {
-			if n.couldRun() && bu.sel.Matches(n.labels) && fits(bu.demand, n.capac) {
+			if n.couldRun() && bu.sel.matches(n) && fits(bu.demand, n.capac) {
 				ok = true
 				break
 			}
 		}
 		if !ok {
 			return backend.Errorf(backend.Infeasible, op, "bundle %d %s fits no live node%s: %s",
-				bu.index, rt.resources(bu.demand), selPhrase(selString(pg.spec.Bundles[bu.index].LabelSelector)), rt.describeCapacity(bu.sel))
+				bu.index, rt.resourcesOf(bu.demand, bu.sel.slice), selPhrase(selString(pg.spec.Bundles[bu.index].LabelSelector)), rt.describeCapacity(bu.sel))
 		}
 	}
 	if _, ok := rt.solvePG(pg, func(n *node) []int64 { return n.capac }, nil); !ok {
 		switch pg.spec.Strategy {
 		case backend.StrictPack:
 			total := make([]int64, len(rt.resNames))
+			slice := pg.bundles[0].sel.slice
 			for _, bu := range pg.bundles {
 				add(total, bu.demand)
+				if bu.sel.slice != slice {
+					slice = ""
+				}
 			}
-			return backend.Errorf(backend.Infeasible, op, "STRICT_PACK needs one node holding all %d bundles, %s in total; no live node is that large", len(pg.bundles), rt.resources(total))
+			return backend.Errorf(backend.Infeasible, op, "STRICT_PACK needs one node holding all %d bundles, %s in total; no live node is that large", len(pg.bundles), rt.resourcesOf(total, slice))
 		case backend.StrictSpread:
 			return backend.Errorf(backend.Infeasible, op, "STRICT_SPREAD needs %d distinct nodes, one per bundle; the live nodes that fit the bundles are too few", len(pg.bundles))
 		default:
@@ -218,7 +239,7 @@ func (pg *pgroup) couldUse(n *node) bool {
 			}
 			continue
 		}
-		if bu.sel.Matches(n.labels) && fits(bu.demand, n.capac) {
+		if bu.sel.matches(n) && fits(bu.demand, n.capac) {
 			return true
 		}
 	}

@@ -78,7 +78,7 @@ func (s *pgSolver) allowed(i int, n *node) bool {
 	if s.pg.pinned != nil && s.pg.pinned[i] != n {
 		return false
 	}
-	return s.pg.bundles[i].sel.Matches(n.labels)
+	return s.pg.bundles[i].sel.matches(n)
 }
 
 // left returns n's tentative amounts, copied from avail on first use.

@@ -28,7 +28,7 @@ func TestPGSolver(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				bu.sel = m
+				bu.sel = nodeMatcher{Matcher: m}
 			}
 			pg.bundles = append(pg.bundles, bu)
 		}

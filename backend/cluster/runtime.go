@@ -122,9 +122,12 @@ type node struct {
 	labels map[string]string
 	env    map[string]string
 	spec   Node // as the source reported it
-	capac  []int64
-	free   []int64
-	alive  bool
+	// slice is the TPU slice whose name resource the node holds (in
+	// sliceCol), or "".
+	slice string
+	capac []int64
+	free  []int64
+	alive bool
 	// restarting: dead, but its worker is being restarted (the runner
 	// reported it lost with ErrRestarting), so work it could hold queues
 	// instead of failing as Infeasible.
@@ -177,6 +180,7 @@ func New(source NodeSource, runner Runner, opts Options) (*Runtime, error) {
 	for _, name := range []string{backend.CPU, backend.Memory, backend.TPU} {
 		b.addResourceName(name)
 	}
+	b.resNames = append(b.resNames, sliceColName) // sliceCol, reached through slice names only
 	for _, n := range opts.Nodes {
 		if b.byName[n.Name] != nil {
 			return nil, backend.Errorf(backend.InvalidArgument, "create runtime", "duplicate node name %q", n.Name)
@@ -211,16 +215,6 @@ func (rt *Runtime) vector(r backend.Resources) []int64 {
 		}
 	}
 	return v
-}
-
-func (rt *Runtime) resources(v []int64) backend.Resources {
-	r := backend.Resources{}
-	for i, q := range v {
-		if q != 0 {
-			r[rt.resNames[i]] = backend.Dequantize(q)
-		}
-	}
-	return r
 }
 
 // checkResources validates amounts and names: a name no node has is
@@ -281,10 +275,14 @@ func (rt *Runtime) newID() uint64 {
 	return rt.nextID
 }
 
-// haveNames lists the resources some node has.
+// haveNames lists the resources some node has; the TPU slices' names are
+// summed up in one entry (sliceNamesPhrase).
 func (rt *Runtime) haveNames() []string {
 	var out []string
 	for i, name := range rt.resNames {
+		if i == sliceCol {
+			continue
+		}
 		for _, n := range rt.nodes {
 			if n.capac[i] > 0 {
 				out = append(out, name)
@@ -293,5 +291,8 @@ func (rt *Runtime) haveNames() []string {
 		}
 	}
 	slices.Sort(out)
+	if p := rt.sliceNamesPhrase(); p != "" {
+		out = append(out, p)
+	}
 	return out
 }

@@ -18,7 +18,7 @@ import (
 type class struct {
 	key     string
 	demand  []int64
-	sel     backend.Matcher
+	sel     nodeMatcher
 	selText string
 	pl      backend.Placement
 	queue   []*task
@@ -94,6 +94,7 @@ func (rt *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 	// One pass validates and converts; the slow checkResources only runs
 	// to word the error.
 	bad := false
+	slice := "" // the TPU slice whose resource s asks for (sliceres.go)
 	for k, v := range s.Resources {
 		if !backend.ValidAmount(v) || k == "" {
 			bad = true
@@ -106,6 +107,13 @@ func (rt *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 				break
 			}
 			continue
+		}
+		if i == sliceCol && v != 0 {
+			if slice != "" {
+				_, err := rt.demandSlice(op, s.Resources)
+				return nil, err
+			}
+			slice = k
 		}
 		vec[i] = backend.Quantize(v)
 	}
@@ -122,6 +130,12 @@ func (rt *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 			key = strconv.AppendInt(key, q, 10)
 			key = append(key, ';')
 		}
+	}
+	if slice != "" {
+		key = append(key, '#')
+		key = strconv.AppendInt(key, int64(len(slice)), 10)
+		key = append(key, ':')
+		key = append(key, slice...)
 	}
 	selText := ""
 	if len(s.NodeSelector) > 0 {
@@ -157,7 +171,7 @@ func (rt *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 	if err != nil {
 		return nil, backend.Reop(backend.InvalidArgument, op, err)
 	}
-	c := &class{key: string(key), demand: slices.Clone(vec), sel: m, selText: selText, pl: s.Placement, feasEpoch: ^uint64(0)}
+	c := &class{key: string(key), demand: slices.Clone(vec), sel: nodeMatcher{m, slice}, selText: selText, pl: s.Placement, feasEpoch: ^uint64(0)}
 	if c.pl.Group == 0 {
 		c.pl.Bundle = -1
 	} else if pg := rt.pgs[c.pl.Group]; pg != nil {
@@ -231,20 +245,20 @@ func (rt *Runtime) feasible(op string, c *class) error {
 			return err
 		}
 		for i, bu := range pg.bundles {
-			if (c.pl.Bundle == -1 || c.pl.Bundle == i) && fits(c.demand, bu.demand) {
+			if (c.pl.Bundle == -1 || c.pl.Bundle == i) && c.sel.within(bu.sel) && fits(c.demand, bu.demand) {
 				return nil
 			}
 		}
-		c.feasErr = admission.BundleMisfit(op, rt.resources(c.demand), c.pl.Bundle, pg.id)
+		c.feasErr = admission.BundleMisfit(op, rt.resourcesOf(c.demand, c.sel.slice), c.pl.Bundle, pg.id)
 		return c.feasErr
 	}
 	for _, n := range rt.nodes {
-		if n.couldRun() && c.sel.Matches(n.labels) && fits(c.demand, n.capac) {
+		if n.couldRun() && c.sel.matches(n) && fits(c.demand, n.capac) {
 			return nil
 		}
 	}
 	c.feasErr = backend.Errorf(backend.Infeasible, op, "no live node can ever hold %s%s: %s",
-		rt.resources(c.demand), selPhrase(c.selText), rt.describeCapacity(c.sel))
+		rt.resourcesOf(c.demand, c.sel.slice), selPhrase(c.selText), rt.describeCapacity(c.sel))
 	// The error is not cached across epochs, so a restarted node makes the
 	// class feasible again.
 	return c.feasErr
@@ -259,7 +273,7 @@ func selPhrase(s string) string {
 
 // describeCapacity summarises the live nodes a selector matches, for
 // infeasibility errors.
-func (rt *Runtime) describeCapacity(sel backend.Matcher) string {
+func (rt *Runtime) describeCapacity(sel nodeMatcher) string {
 	var matching, live, dead int
 	var largest []int64
 	for _, n := range rt.nodes {
@@ -268,7 +282,7 @@ func (rt *Runtime) describeCapacity(sel backend.Matcher) string {
 			continue
 		}
 		live++
-		if !sel.Matches(n.labels) {
+		if !sel.matches(n) {
 			continue
 		}
 		matching++
@@ -287,9 +301,9 @@ func (rt *Runtime) describeCapacity(sel backend.Matcher) string {
 		return fmt.Sprintf("none of the %d live nodes matches the selector%s", live, deadPhrase(dead))
 	}
 	if sel.Empty() {
-		return fmt.Sprintf("the most any of the %d live nodes has is %s%s", live, rt.resources(largest), deadPhrase(dead))
+		return fmt.Sprintf("the most any of the %d live nodes has is %s%s", live, rt.resourcesOf(largest, sel.slice), deadPhrase(dead))
 	}
-	return fmt.Sprintf("%d of %d live nodes match the selector; the most any of them has is %s%s", matching, live, rt.resources(largest), deadPhrase(dead))
+	return fmt.Sprintf("%d of %d live nodes match the selector; the most any of them has is %s%s", matching, live, rt.resourcesOf(largest, sel.slice), deadPhrase(dead))
 }
 
 func deadPhrase(dead int) string {
@@ -394,7 +408,7 @@ type blocker struct {
 
 func (rt *Runtime) blocks(bl []blocker, n *node) bool {
 	for _, x := range bl {
-		if x.t != nil && x.t.cls.pl.Group == 0 && x.t.cls.sel.Matches(n.labels) && fits(x.t.cls.demand, n.capac) {
+		if x.t != nil && x.t.cls.pl.Group == 0 && x.t.cls.sel.matches(n) && fits(x.t.cls.demand, n.capac) {
 			return true
 		}
 		if x.pg != nil && x.pg.couldUse(n) {
@@ -413,7 +427,7 @@ func (rt *Runtime) tryPlace(t *task, bl []blocker) bool {
 			return false
 		}
 		for i, bu := range pg.bundles {
-			if (c.pl.Bundle == -1 || c.pl.Bundle == i) && bu.node != nil && bu.node.alive && fits(c.demand, bu.free) {
+			if (c.pl.Bundle == -1 || c.pl.Bundle == i) && bu.node != nil && bu.node.alive && c.sel.within(bu.sel) && fits(c.demand, bu.free) {
 				sub(bu.free, c.demand)
 				t.node, t.bundle = bu.node, bu
 				return true
@@ -424,7 +438,7 @@ func (rt *Runtime) tryPlace(t *task, bl []blocker) bool {
 	nn := len(rt.nodes)
 	for k := range nn {
 		n := rt.nodes[(rt.cursor+k)%nn]
-		if !n.alive || n.draining || !fits(c.demand, n.free) || !c.sel.Matches(n.labels) {
+		if !n.alive || n.draining || !fits(c.demand, n.free) || !c.sel.matches(n) {
 			continue
 		}
 		if len(bl) > 0 && rt.blocks(bl, n) {

@@ -13,6 +13,13 @@ type Node struct {
 	// Name is unique in the cluster and stable for the node's life.
 	Name string
 	// Resources is the node's capacity (backend.CPU, backend.TPU, ...).
+	// A TPU host may hold a resource named after its own slice
+	// (TPU.Slice), as Ray's <TPU_NAME>: 1 (tpu.HostResources): work
+	// asking for it runs on that slice's hosts only, and it costs the
+	// runtime one column however many slices there are. A name first
+	// reported by a slice's host is that slice's: another node reporting
+	// it later does not hold it (a warning is logged); a name some other
+	// node reported first stays an ordinary resource.
 	Resources backend.Resources
 	// Labels are matched by node and bundle label selectors. TPU hosts
 	// should carry the labels GKE and Ray give real hosts

@@ -83,14 +83,11 @@ func (rt *Runtime) addNodeLocked(spec Node) *node {
 		h := *spec.TPU
 		spec.TPU = &h
 	}
-	for _, k := range slices.Sorted(maps.Keys(spec.Resources)) {
-		rt.addResourceName(k)
-	}
 	n := &node{
 		idx: len(rt.nodes), name: spec.Name, labels: spec.Labels, env: spec.Env, spec: spec, alive: true,
-		capac:  rt.vector(spec.Resources),
 		actors: map[*actor]struct{}{}, bundles: map[*bundle]struct{}{},
 	}
+	n.capac = rt.nodeVector(n, spec.Resources, slices.Sorted(maps.Keys(spec.Resources)))
 	if n.labels == nil {
 		n.labels = map[string]string{}
 	}

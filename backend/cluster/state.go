@@ -19,7 +19,7 @@ func (rt *Runtime) Snapshot(ctx context.Context) (*backend.State, error) {
 	for _, n := range rt.nodes {
 		ns := backend.NodeState{
 			Name: n.name, Labels: maps.Clone(n.labels), Alive: n.alive,
-			Capacity: rt.resources(n.capac), Free: rt.resources(n.free), Running: n.running.len(),
+			Capacity: rt.resourcesOf(n.capac, n.slice), Free: rt.resourcesOf(n.free, n.slice), Running: n.running.len(),
 		}
 		for _, t := range n.running.ts {
 			ns.Tasks = append(ns.Tasks, taskName(t))

@@ -44,7 +44,7 @@ func (rt *Runtime) reserveSubslice(ctx context.Context, op string, req *backend.
 		rt.mu.Unlock()
 		return nil, err
 	}
-	if err := rt.checkResources(op, rr.BundleResources); err != nil {
+	if err := cmp.Or(rt.checkResources(op, rr.BundleResources), rt.refuseSliceNames(op, rr.BundleResources)); err != nil {
 		rt.mu.Unlock()
 		return nil, err
 	}

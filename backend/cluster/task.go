@@ -155,7 +155,7 @@ func (rt *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attem
 	var res backend.Resources
 	if c != nil {
 		if c.res == nil {
-			c.res = rt.resources(c.demand)
+			c.res = rt.resourcesOf(c.demand, c.sel.slice)
 		}
 		res = c.res
 	}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
@@ -290,7 +291,7 @@ func (rt *Runtime) ReserveSlices(ctx context.Context, req *backend.SliceRequest)
 		rt.mu.Unlock()
 		return nil, err
 	}
-	if err := rt.checkResources(op, res); err != nil {
+	if err := cmp.Or(rt.checkResources(op, res), rt.refuseSliceNames(op, res)); err != nil {
 		rt.mu.Unlock()
 		return nil, err
 	}
@@ -370,7 +371,7 @@ func (rt *Runtime) hostFitError(op string, p *shapePool, demand []int64, perHost
 	if fits(perHostTotal, p.all[0].hosts[0].capac) {
 		return nil
 	}
-	has := rt.resources(p.all[0].hosts[0].capac)
+	has := rt.resourcesOf(p.all[0].hosts[0].capac, p.all[0].hosts[0].slice)
 	return backend.Errorf(backend.Infeasible, op, "%d bundles of %s do not fit a %s host, which has %s", perHost, res, shape, has)
 }
 
