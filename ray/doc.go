@@ -38,6 +38,16 @@
 // [ObjectRef.Cancel] stops a task or actor call, as ray.cancel; with
 // [Force], a task's worker process ends.
 //
+// Work that asks for a whole number of a TPU host's chips, fewer than
+// all, owns those chips: Resources{TPU: 1} on a 4-chip host gets one
+// chip of its own and Ray's TPU_VISIBLE_CHIPS for it (with
+// TPU_CHIPS_PER_HOST_BOUNDS and TPU_HOST_BOUNDS for 1 or 2 chips; see
+// [RuntimeContext.Environ]), so four such actors share the host without
+// sharing a chip. A power-of-two count gets an aligned block (2 of 4 are
+// chips 0,1 or 2,3), as the GKE device plugin chooses; placement group
+// bundles hold chips the same way for the work inside them. Whole hosts,
+// and fractions of a chip, get no chip variables, as in Ray.
+//
 // # Backends
 //
 // A [Cluster] wraps a [Backend]: backend/local simulates a cluster of

@@ -151,6 +151,87 @@ func (s *suite) testSlices(t *testing.T) {
 		is.Equal(ray.Code(err), ray.Infeasible) // one unit per host
 		allFree(t, c)
 	})
+	t.Run("SubHostChips", func(t *testing.T) {
+		// Work holding a whole number of a host's chips, fewer than all,
+		// owns particular chips and gets Ray's TPU_VISIBLE_CHIPS (and, for
+		// 1 or 2 chips, the bounds), as Ray's TPU accelerator manager sets
+		// them for an actor with {"TPU": 1}: four actors on a 4-chip host
+		// see one chip each, never the same one.
+		s.need(t, finite, "TPUSlices")
+		is := is.New(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
+		host := func(w int) ray.NodeSelector {
+			return ray.NodeSelector{tpu.LabelSliceName: "slice-a", tpu.LabelWorkerID: strconv.Itoa(w)}
+		}
+		env := func(h *ray.ActorHandle[*counter], key string) where {
+			t.Helper()
+			w, err := counterWhere.Remote(ctx, h, key).Get(ctx)
+			is.NoErr(err)
+			return w
+		}
+		var ones []*ray.ActorHandle[*counter]
+		seen := map[string]bool{}
+		for range 4 {
+			h := counterClass.Remote(ctx, c, 0, ray.Resources{ray.TPU: 1}, host(0))
+			ones = append(ones, h)
+			w := env(h, tpu.EnvVisibleChips)
+			is.Equal(w.Node, "slice-a-0")
+			is.True(!seen[w.Env]) // a chip of its own
+			seen[w.Env] = true
+			is.Equal(env(h, tpu.EnvChipsPerHostBounds).Env, "1,1,1")
+			is.Equal(env(h, tpu.EnvHostBounds).Env, "1,1,1")
+		}
+		is.Equal(seen, map[string]bool{"0": true, "1": true, "2": true, "3": true})
+
+		// The host is full: a fifth waits, and takes the chip a killed one
+		// gave back.
+		fifth := counterClass.Remote(ctx, c, 0, ray.Resources{ray.TPU: 1}, host(0))
+		freed := env(ones[2], tpu.EnvVisibleChips).Env
+		is.NoErr(ones[2].Kill(ctx))
+		is.Equal(env(fifth, tpu.EnvVisibleChips).Env, freed)
+
+		// Two chips: an aligned pair each (the device plugin's NUMA-aligned
+		// choice), with Ray's bounds for two.
+		a := counterClass.Remote(ctx, c, 0, ray.Resources{ray.TPU: 2}, host(1))
+		b := counterClass.Remote(ctx, c, 0, ray.Resources{ray.TPU: 2}, host(1))
+		pairs := []string{env(a, tpu.EnvVisibleChips).Env, env(b, tpu.EnvVisibleChips).Env}
+		slices.Sort(pairs)
+		is.Equal(pairs, []string{"0,1", "2,3"})
+		is.Equal(env(a, tpu.EnvChipsPerHostBounds).Env, "1,2,1")
+
+		// The whole host: no chip variables (the host's env stands), as in
+		// Ray; a task with one chip gets one.
+		whole := counterClass.Remote(ctx, c, 0, ray.Resources{ray.TPU: 4}, host(2))
+		is.Equal(env(whole, tpu.EnvVisibleChips).Env, "")
+		got, err := tpuEnv.Remote(ctx, c, struct{}{}, ray.Resources{ray.TPU: 1}, host(3)).Get(ctx)
+		is.NoErr(err)
+		is.Equal(got[tpu.EnvVisibleChips], "0")
+		is.Equal(got["NODE"], "slice-a-3")
+
+		// Placement group bundles hold chips too, and their work gets them.
+		pg, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Strategy: ray.StrictPack, Bundles: []ray.Bundle{
+			{Resources: ray.Resources{ray.TPU: 2, ray.CPU: 1}, LabelSelector: host(3)},
+			{Resources: ray.Resources{ray.TPU: 2, ray.CPU: 1}, LabelSelector: host(3)},
+		}})
+		is.NoErr(err)
+		is.NoErr(pg.Ready(ctx))
+		var inBundles []string
+		for i := range 2 {
+			got, err := tpuEnv.Remote(ctx, c, struct{}{}, ray.InBundle(pg, i), ray.Resources{ray.TPU: 2}).Get(ctx)
+			is.NoErr(err)
+			inBundles = append(inBundles, got[tpu.EnvVisibleChips])
+		}
+		slices.Sort(inBundles)
+		is.Equal(inBundles, []string{"0,1", "2,3"})
+		is.NoErr(pg.Remove(ctx))
+
+		for _, h := range append(ones, fifth, a, b, whole) {
+			if h != ones[2] {
+				is.NoErr(h.Kill(ctx))
+			}
+		}
+		allFree(t, c)
+	})
 	t.Run("BusyWaitsThenTimesOut", func(t *testing.T) {
 		s.need(t, finite, "TPUSlices")
 		is := is.New(t)

@@ -30,6 +30,7 @@ type actor struct {
 	gen      int // incarnation, bumped at every (re)start
 	ctx      context.Context
 	cancel   context.CancelFunc
+	env      map[string]string // of this incarnation's work: its node's, bundle's and chips'
 	deathErr error
 
 	ready      chan struct{}
@@ -124,7 +125,8 @@ func (rt *Runtime) startActor(t *task) {
 	a.gen++
 	gen := a.gen
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	info := rt.runtimeInfo(a.spec.Class, a.restarts, a.node, a.bundle, t.cls)
+	info := rt.runtimeInfo(a.spec.Class, a.restarts, a.node, a.bundle, t.chips, t.cls)
+	a.env = info.Env
 	info.Actor = a.id
 	ctx := a.ctx
 	rt.pool.run(funcRunner(func() {
@@ -334,12 +336,11 @@ func (rt *Runtime) runCall(a *actor, cl *call) {
 	cl.run = r
 	r.info = backend.RuntimeInfo{
 		Task: rt.op("", a.spec.Class, cl.spec.Method), Attempt: cl.attempt, Node: a.node.name,
-		NodeLabels: a.node.labels, Env: a.node.env, Actor: a.id, Placement: backend.Placement{Bundle: -1},
+		NodeLabels: a.node.labels, Env: a.env, Actor: a.id, Placement: backend.Placement{Bundle: -1},
 		Resources: c.res,
 	}
 	if a.bundle != nil {
-		bi := rt.runtimeInfo(r.info.Task, cl.attempt, a.node, a.bundle, nil)
-		r.info.Env, r.info.Placement = bi.Env, bi.Placement
+		r.info.Placement = backend.Placement{Group: a.bundle.pg.id, Bundle: a.bundle.index}
 	}
 	rt.running++
 	if rt.inlineCalls && rt.inlineCall == nil {
@@ -565,5 +566,5 @@ func (rt *Runtime) releaseActor(a *actor) {
 		rt.release(t)
 		t.state = stateDone
 	}
-	a.node, a.bundle = nil, nil
+	a.node, a.bundle, a.env = nil, nil, nil
 }

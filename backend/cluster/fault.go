@@ -91,6 +91,7 @@ func (rt *Runtime) nodeLostLocked(n *node, cause error, restarting bool) {
 		}
 	}
 	copy(n.free, n.capac)
+	n.chips = 0
 	if !n.draining {
 		rt.markSliceHostDown(n)
 	}
@@ -107,6 +108,7 @@ func (rt *Runtime) restoreLocked(n *node) bool {
 	}
 	n.alive, n.restarting = true, false
 	copy(n.free, n.capac)
+	n.chips = 0
 	rt.epoch++
 	rt.markSliceHostUp(n)
 	if rt.started {

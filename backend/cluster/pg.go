@@ -53,6 +53,7 @@ type bundle struct {
 	env     map[string]string
 	node    *node
 	free    []int64
+	chips   uint64   // the TPU chips of node it holds (chips.go)
 	running *taskSet // made on the first task, as most bundles run none
 	actors  map[*actor]struct{}
 }
@@ -204,6 +205,8 @@ func (rt *Runtime) placePG(pg *pgroup, bl []blocker) bool {
 		sub(n.free, bu.demand)
 		bu.node = n
 		bu.free = slices.Clone(bu.demand)
+		bu.chips = n.takeChips(chipsOf(n, bu.demand))
+		bu.env = admission.OverlayEnv(pg.spec.Bundles[i].Env, chipEnv(n, bu.chips))
 		n.bundles[bu] = struct{}{}
 	}
 	pg.state = pgCreated
@@ -327,7 +330,9 @@ func (rt *Runtime) removePGLocked(pg *pgroup) {
 		if bu.node != nil {
 			if bu.node.alive {
 				add(bu.node.free, bu.demand)
+				bu.node.putChips(bu.chips)
 			}
+			bu.chips = 0
 			delete(bu.node.bundles, bu)
 			if bu.node.draining {
 				rt.drainLater(bu.node)

@@ -127,6 +127,7 @@ type node struct {
 	slice string
 	capac []int64
 	free  []int64
+	chips uint64 // the TPU chips taken (chips.go)
 	alive bool
 	// restarting: dead, but its worker is being restarted (the runner
 	// reported it lost with ErrRestarting), so work it could hold queues

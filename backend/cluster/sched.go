@@ -446,6 +446,7 @@ func (rt *Runtime) tryPlace(t *task, bl []blocker) bool {
 		}
 		sub(n.free, c.demand)
 		t.node = n
+		t.chips = n.takeChips(chipsOf(n, c.demand))
 		rt.cursor = (n.idx + 1) % nn
 		return true
 	}
@@ -460,7 +461,9 @@ func (rt *Runtime) release(t *task) {
 		}
 	} else if t.node != nil && t.node.alive {
 		add(t.node.free, t.cls.demand)
+		t.node.putChips(t.chips)
 	}
+	t.chips = 0
 	if t.node != nil && t.node.draining {
 		rt.drainLater(t.node)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/internal/admission"
 )
 
 type taskState uint8
@@ -31,6 +30,7 @@ type task struct {
 	attempt int
 	node    *node
 	bundle  *bundle
+	chips   uint64   // the TPU chips of node it holds outside a bundle (chips.go)
 	run     *taskCtx // the running attempt
 	// nodeIdx and bundleIdx are t's places in its node's and bundle's
 	// running sets (taskset.go).
@@ -136,7 +136,7 @@ func (rt *Runtime) start(t *task) {
 		ctx = new(taskCtx)
 	}
 	ctx.b, ctx.t, ctx.attempt = rt, t, t.attempt
-	rt.fillRuntimeInfo(&ctx.info, t.spec.Name, t.attempt, t.node, t.bundle, t.cls)
+	rt.fillRuntimeInfo(&ctx.info, t.spec.Name, t.attempt, t.node, t.bundle, t.chips, t.cls)
 	t.run = ctx
 	if rt.inline && rt.inlineNext == nil {
 		rt.inlineNext = ctx // finishTask's goroutine runs it next
@@ -145,13 +145,13 @@ func (rt *Runtime) start(t *task) {
 	rt.pool.run(ctx)
 }
 
-func (rt *Runtime) runtimeInfo(name string, attempt int, n *node, bu *bundle, c *class) *backend.RuntimeInfo {
+func (rt *Runtime) runtimeInfo(name string, attempt int, n *node, bu *bundle, chips uint64, c *class) *backend.RuntimeInfo {
 	info := &backend.RuntimeInfo{}
-	rt.fillRuntimeInfo(info, name, attempt, n, bu, c)
+	rt.fillRuntimeInfo(info, name, attempt, n, bu, chips, c)
 	return info
 }
 
-func (rt *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attempt int, n *node, bu *bundle, c *class) {
+func (rt *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attempt int, n *node, bu *bundle, chips uint64, c *class) {
 	var res backend.Resources
 	if c != nil {
 		if c.res == nil {
@@ -161,12 +161,11 @@ func (rt *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attem
 	}
 	*info = backend.RuntimeInfo{
 		Task: name, Attempt: attempt, Node: n.name, NodeLabels: n.labels,
-		Resources: res, Env: n.env,
+		Resources: res, Env: workEnv(n, bu, chips),
 		Placement: backend.Placement{Bundle: -1},
 	}
 	if bu != nil {
 		info.Placement = backend.Placement{Group: bu.pg.id, Bundle: bu.index}
-		info.Env = admission.OverlayEnv(n.env, bu.env)
 	}
 }
 

@@ -630,6 +630,7 @@ func (rt *Runtime) pinGroup(id backend.PlacementGroupID, name string, hosts []*n
 		spec.Bundles = append(spec.Bundles, backend.Bundle{Resources: res, Env: envs[i]})
 		pg.bundles = append(pg.bundles, bu)
 		sub(h.free, bu.demand)
+		bu.chips = h.takeChips(chipsOf(h, bu.demand)) // the chips envs[i] names
 		bu.node = h
 		bu.free = free[:len(demand):len(demand)]
 		free = free[len(demand):]
