@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/tpu"
 )
 
 // Deployment describes one HTTP-served model: what a replica runs, the TPU
@@ -13,7 +14,8 @@ import (
 //
 // Each replica reserves one whole slice of Accelerator and Topology with
 // ray.NewSlicePlacementGroup and runs one worker per host of it; host 0
-// serves requests. The zero value is not valid: Name, Replica, Accelerator
+// serves requests. With ChipsPerReplica, a replica holds some chips of
+// one host instead, and replicas share hosts. The zero value is not valid: Name, Replica, Accelerator
 // and Topology are required.
 type Deployment struct {
 	// Name names the deployment and its route: /<Name>. Letters, digits,
@@ -29,6 +31,15 @@ type Deployment struct {
 	Accelerator string
 	Topology    string
 	ChipsPerVM  int
+	// ChipsPerReplica, when set, makes each replica hold that many chips
+	// of one host instead of a whole slice: the topology must be one host
+	// (such as v6e 2x2 or 2x4), and 1 up to one less than the host's
+	// chips. Replicas may then share a host, each with chips of its own
+	// and Ray's TPU_VISIBLE_CHIPS for them in its env (with the chip and
+	// host bounds for 1 or 2 chips), as Ray Serve replicas with
+	// ray_actor_options {"resources": {"TPU": 1}} get: four replicas of
+	// one chip fill a v6e 2x2 host. 0 means whole slices.
+	ChipsPerReplica int
 
 	// MinReplicas and MaxReplicas bound the number of replicas (slices).
 	// MinReplicas 0 means 1; MaxReplicas 0 means MinReplicas.
@@ -171,7 +182,24 @@ func (d Deployment) normalize() (Deployment, error) {
 	if err := d.Replica.validate(); err != nil {
 		return bad("%v", err)
 	}
+	if d.ChipsPerReplica != 0 {
+		shape, err := d.shape()
+		if err != nil {
+			return bad("%v", err)
+		}
+		switch {
+		case shape.Hosts() != 1:
+			return bad("ChipsPerReplica %d needs a single-host topology, but %s has %d hosts; hold whole slices (ChipsPerReplica 0), or pick a topology of one host", d.ChipsPerReplica, shape, shape.Hosts())
+		case d.ChipsPerReplica < 0 || d.ChipsPerReplica >= shape.ChipsPerHost:
+			return bad("ChipsPerReplica %d: a %s host has %d chips; use 1 to %d, or 0 for the whole host", d.ChipsPerReplica, shape, shape.ChipsPerHost, shape.ChipsPerHost-1)
+		}
+	}
 	return d, nil
+}
+
+// shape is the slice shape of Accelerator, Topology and ChipsPerVM.
+func (d *Deployment) shape() (tpu.SliceShape, error) {
+	return tpu.NewSliceShape(tpu.Generation(d.Accelerator), d.Topology, d.ChipsPerVM)
 }
 
 // sliceSpec is the reservation of one replica.

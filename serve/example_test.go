@@ -317,3 +317,51 @@ func ExampleHandle() {
 	// {"Text":"chips TPU of slices","Slice":"v6e-4 2x2"}
 	// true serve: no deployment "llm" on this server (it has "model", "tokenizer") (status 404)
 }
+
+// A small model that needs one chip: each replica holds one chip of a
+// host, and sees only it (TPU_VISIBLE_CHIPS).
+type tinyModel struct{ chip string }
+
+var (
+	tinyModelClass = ray.NewActorClass("serve_example.tinyModel", func(ctx context.Context, _ struct{}) (*tinyModel, error) {
+		rc, _ := ray.Runtime(ctx)
+		return &tinyModel{chip: rc.Env("TPU_VISIBLE_CHIPS")}, nil
+	})
+	tinyModelChip = ray.NewMethod(tinyModelClass, "chip", func(ctx context.Context, m *tinyModel, _ struct{}) (string, error) {
+		return m.chip, nil
+	})
+)
+
+// Four replicas of one chip each share one v6e 2x2 host (4 chips), as
+// Ray Serve replicas with ray_actor_options {"resources": {"TPU": 1}}.
+func ExampleDeployment_chipsPerReplica() {
+	ctx := context.Background()
+	b, err := local.New(local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x2", Count: 1}}}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := ray.NewCluster(ctx, b, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	srv := serve.New(c, nil)
+	defer srv.Shutdown(ctx)
+	err = srv.Deploy(ctx, serve.Deployment{
+		Name:        "tiny",
+		Replica:     serve.Actor(tinyModelClass, struct{}{}, serve.Unary(tinyModelChip)),
+		Accelerator: "v6e", Topology: "2x2", ChipsPerReplica: 1,
+		MinReplicas: 4,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, _ := srv.Status().Deployment("tiny")
+	hosts := map[string]bool{}
+	for _, r := range st.Replicas {
+		hosts[r.Hosts[0]] = true
+	}
+	fmt.Println("ready:", st.Ready, "chips held:", st.ChipsHeld, "hosts:", len(hosts))
+	// Output:
+	// ready: 4 chips held: 4 hosts: 1
+}

@@ -41,8 +41,8 @@ type replica struct {
 	state    replicaState
 	ongoing  int
 	served   int64
-	failures int // health checks failed in a row
-	spg      *ray.SlicePlacementGroup
+	failures int       // health checks failed in a row
+	spg      placement // its slices, or its chips (ChipsPerReplica)
 	inst     instance
 	slices   []string
 	hosts    []string
@@ -152,10 +152,20 @@ func (d *deployment) drainLocked(r *replica, reason string) {
 
 // runReplica reserves r's slice, starts its workers and makes it ready.
 func (d *deployment) runReplica(r *replica) {
-	spg, err := ray.NewSlicePlacementGroup(r.ctx, d.s.c, d.spec.sliceSpec(r.id))
-	if err != nil {
-		d.startFailed(r, fmt.Errorf("reserve a %s %s slice: %w", d.spec.Accelerator, d.spec.Topology, err))
-		return
+	var spg placement
+	var err error
+	if d.spec.ChipsPerReplica > 0 {
+		spg, err = reserveChips(r.ctx, d.s.c, &d.spec, r.id)
+		if err != nil {
+			d.startFailed(r, fmt.Errorf("reserve %d chips of a %s %s host: %w", d.spec.ChipsPerReplica, d.spec.Accelerator, d.spec.Topology, err))
+			return
+		}
+	} else {
+		spg, err = ray.NewSlicePlacementGroup(r.ctx, d.s.c, d.spec.sliceSpec(r.id))
+		if err != nil {
+			d.startFailed(r, fmt.Errorf("reserve a %s %s slice: %w", d.spec.Accelerator, d.spec.Topology, err))
+			return
+		}
 	}
 	d.mu.Lock()
 	r.spg, r.slices, r.hosts = spg, spg.SliceNames(), spg.Hosts()

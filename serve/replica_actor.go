@@ -18,7 +18,7 @@ type Replica interface {
 	validate() error
 	// start runs the replica on its reserved slice and returns once it can
 	// take requests.
-	start(ctx context.Context, c *ray.Cluster, spg *ray.SlicePlacementGroup, maxConcurrent int) (instance, error)
+	start(ctx context.Context, c *ray.Cluster, spg placement, maxConcurrent int) (instance, error)
 }
 
 // instance is one running replica.
@@ -232,7 +232,7 @@ func (r *actorReplica[A, CI]) endpoint() (endpointInfo, bool) {
 	return r.eps.unaryEP, r.eps.unary != nil
 }
 
-func (r *actorReplica[A, CI]) start(ctx context.Context, c *ray.Cluster, spg *ray.SlicePlacementGroup, maxConcurrent int) (instance, error) {
+func (r *actorReplica[A, CI]) start(ctx context.Context, c *ray.Cluster, spg placement, maxConcurrent int) (instance, error) {
 	pg, per := spg.PlacementGroup(), spg.BundlesPerHost()
 	inst := &actorReplicaInstance[A]{eps: &r.eps, hosts: make([]*ray.ActorHandle[A], spg.NumHosts())}
 	for i := range inst.hosts {

@@ -242,7 +242,7 @@ func (p *hostProcess) stop(ctx context.Context) {
 	}
 }
 
-func (p *processReplica) start(ctx context.Context, c *ray.Cluster, spg *ray.SlicePlacementGroup, maxConcurrent int) (instance, error) {
+func (p *processReplica) start(ctx context.Context, c *ray.Cluster, spg placement, maxConcurrent int) (instance, error) {
 	pg, per := spg.PlacementGroup(), spg.BundlesPerHost()
 	inst := &processInstance{hosts: make([]*ray.ActorHandle[*hostProcess], spg.NumHosts())}
 	for i := range inst.hosts {

@@ -40,8 +40,10 @@ type DeploymentStatus struct {
 	MaxReplicas int `json:"maxReplicas"`
 	Target      int `json:"target"`
 	Ready       int `json:"ready"`
-	// SlicesHeld counts the slices the deployment's replicas hold now.
+	// SlicesHeld counts the whole slices the deployment's replicas hold
+	// now; ChipsHeld the chips replicas of ChipsPerReplica hold.
 	SlicesHeld int             `json:"slicesHeld"`
+	ChipsHeld  int             `json:"chipsHeld,omitempty"`
 	Replicas   []ReplicaStatus `json:"replicas"`
 	// Queued counts requests waiting in the router for a free replica.
 	Queued int `json:"queued"`
@@ -127,7 +129,11 @@ func (d *deployment) statusLocked(now time.Time) DeploymentStatus {
 			st.Ready++
 		}
 		if r.spg != nil && !r.released {
-			st.SlicesHeld += len(r.slices)
+			if _, chips := r.spg.(*chipPlacement); chips {
+				st.ChipsHeld += d.spec.ChipsPerReplica
+			} else {
+				st.SlicesHeld += len(r.slices)
+			}
 		}
 		st.Replicas = append(st.Replicas, ReplicaStatus{
 			ID: r.id, State: r.state.String(), Slices: slices.Clone(r.slices), Hosts: slices.Clone(r.hosts),
