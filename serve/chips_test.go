@@ -75,6 +75,7 @@ func TestChipsPerReplica(t *testing.T) {
 	code, _, body := post(t, client, base+"/chips", struct{}{})
 	is.Equal(code, http.StatusOK)
 	is.True(strings.Contains(string(body), `"1,1,1"`)) // Ray's bounds of one chip
+	is.True(strings.Contains(metricsText(srv), `goray_serve_chips_held{deployment="chips"} 4`))
 
 	is.NoErr(srv.Shutdown(context.Background()))
 	snap, err := b.Snapshot(context.Background())

@@ -46,6 +46,7 @@ const (
 	replicasGauge        = "goray_serve_replicas"
 	targetGauge          = "goray_serve_target_replicas"
 	slicesGauge          = "goray_serve_slices_held"
+	chipsGauge           = "goray_serve_chips_held"
 	queuedGauge          = "goray_serve_queued_requests"
 	ongoingGauge         = "goray_serve_ongoing_requests"
 	replicaOngoingGauge  = "goray_serve_replica_ongoing_requests"
@@ -66,6 +67,7 @@ var families = map[string]family{
 	replicasGauge:        {"gauge", "Replicas by state."},
 	targetGauge:          {"gauge", "Replicas the autoscaler aims for."},
 	slicesGauge:          {"gauge", "TPU slices the deployment's replicas hold."},
+	chipsGauge:           {"gauge", "TPU chips the deployment's replicas of ChipsPerReplica hold (each on part of a host)."},
 	queuedGauge:          {"gauge", "Requests waiting for a replica slot."},
 	ongoingGauge:         {"gauge", "Requests in flight on the deployment's replicas."},
 	replicaOngoingGauge:  {"gauge", "Requests in flight on one replica."},
@@ -195,6 +197,7 @@ func writeStateGauges(w io.Writer, st Status) {
 	}
 	gauge(targetGauge, func(d DeploymentStatus) int { return d.Target })
 	gauge(slicesGauge, func(d DeploymentStatus) int { return d.SlicesHeld })
+	gauge(chipsGauge, func(d DeploymentStatus) int { return d.ChipsHeld })
 	gauge(queuedGauge, func(d DeploymentStatus) int { return d.Queued })
 	gauge(ongoingGauge, func(d DeploymentStatus) int {
 		n := 0
