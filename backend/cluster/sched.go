@@ -298,6 +298,9 @@ func (rt *Runtime) describeCapacity(sel nodeMatcher) string {
 		return fmt.Sprintf("no live node: %d dead", dead)
 	}
 	if matching == 0 {
+		if sel.slice != "" {
+			return fmt.Sprintf("none of the %d live nodes is a host of TPU slice %q that matches the selector%s", live, sel.slice, deadPhrase(dead))
+		}
 		return fmt.Sprintf("none of the %d live nodes matches the selector%s", live, deadPhrase(dead))
 	}
 	if sel.Empty() {

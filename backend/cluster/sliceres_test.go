@@ -153,6 +153,12 @@ func TestNamedSliceResourceBadDemands(t *testing.T) {
 	is.Equal(backend.CodeOf(err), backend.Infeasible)
 	is.True(strings.Contains(err.Error(), `two TPU slices, "s0" and "s2"`))
 
+	_, err = rt.SubmitTask(ctx, &backend.TaskSpec{Name: "where", Scheduling: backend.Scheduling{
+		Resources: backend.Resources{"s1": 1}, NodeSelector: backend.LabelSelector{tpu.LabelWorkerID: "7"}, Placement: backend.Placement{Bundle: -1},
+	}})
+	is.Equal(backend.CodeOf(err), backend.Infeasible)
+	is.True(strings.Contains(err.Error(), `none of the 12 live nodes is a host of TPU slice "s1" that matches the selector`))
+
 	// An unknown name lists the cluster's resources, the slices' names in
 	// one phrase, not one entry per slice.
 	_, err = submit(ctx, rt, "where", backend.Resources{"s9": 1}, backend.Placement{})
