@@ -3,6 +3,7 @@ package ray
 import (
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/goray-dev/goray/backend"
 )
@@ -21,8 +22,25 @@ const (
 // while it runs: [CPU], [Memory], [TPU] and custom names. Only the keys given
 // change the defaults (tasks default to {CPU: 1}, actors to {}), so
 // Resources{TPU: 4} asks for 1 CPU and 4 chips and Resources{CPU: 0} asks for
-// nothing. Amounts may be fractional and must not be negative.
+// nothing. Amounts may be fractional and must not be negative, except
+// [TPU]: as in Ray (TPUAcceleratorManager.validate_resource_request_quantity),
+// a task or actor asks for 0, 1, 2, 4 or 8 chips of one host, the chip
+// counts a process can be given bounds for; other amounts are refused
+// with InvalidArgument. Fewer chips than the host has are chips of its own
+// (see the package doc).
 type Resources map[string]float64
+
+// tpuChipOptions are the TPU amounts a task or actor may ask for, Ray's
+// TPU_VALID_CHIP_OPTIONS.
+var tpuChipOptions = []float64{1, 2, 4, 8}
+
+func (r Resources) optionErr() error {
+	v, ok := r[TPU]
+	if !ok || v == 0 || !backend.ValidAmount(v) || slices.Contains(tpuChipOptions, v) {
+		return nil // an invalid amount is the backend's to word
+	}
+	return fmt.Errorf("TPU %v is not a chip count a task or actor can hold; valid: 1, 2, 4 or 8 chips of one host (as in Ray), or 0", v)
+}
 
 // invalidOption is implemented by options whose value can be wrong; the
 // submission then fails with InvalidArgument instead of ignoring them.

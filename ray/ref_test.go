@@ -265,6 +265,16 @@ func TestResourceOptionsMerge(t *testing.T) {
 		is.Equal(ray.Code(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), `"TPU"`))
 	})
+	t.Run("TPU chip counts as in Ray", func(t *testing.T) {
+		is := is.New(t)
+		for _, bad := range []float64{0.5, 3, 6, 16} {
+			err := regResources.Remote(ctx, c, 0, ray.Resources{ray.TPU: bad}).Err()
+			is.Equal(ray.Code(err), ray.InvalidArgument)
+			is.True(strings.Contains(err.Error(), "valid: 1, 2, 4 or 8 chips of one host")) // says what is valid
+			err = benchActorClass.Remote(ctx, c, struct{}{}, ray.Resources{ray.TPU: bad}).Ready(ctx)
+			is.Equal(ray.Code(err), ray.InvalidArgument) // actors too
+		}
+	})
 	t.Run("unknown resource is infeasible", func(t *testing.T) {
 		is := is.New(t)
 		err := regResources.Remote(ctx, c, 0, ray.Resources{"GPU": 1}).Err()
