@@ -3,6 +3,9 @@ package serve
 import (
 	"fmt"
 	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goray-dev/goray/ray"
@@ -33,8 +36,8 @@ type Deployment struct {
 	ChipsPerVM  int
 	// ChipsPerReplica, when set, makes each replica hold that many chips
 	// of one host instead of a whole slice: the topology must be one host
-	// (such as v6e 2x2 or 2x4), and 1 up to one less than the host's
-	// chips. Replicas may then share a host, each with chips of its own
+	// (such as v6e 2x2 or 2x4), and the count 1, 2, 4 or 8 (Ray's chip
+	// counts of a process), fewer than the host's chips. Replicas may then share a host, each with chips of its own
 	// and Ray's TPU_VISIBLE_CHIPS for them in its env (with the chip and
 	// host bounds for 1 or 2 chips), as Ray Serve replicas with
 	// ray_actor_options {"resources": {"TPU": 1}} get: four replicas of
@@ -190,11 +193,37 @@ func (d Deployment) normalize() (Deployment, error) {
 		switch {
 		case shape.Hosts() != 1:
 			return bad("ChipsPerReplica %d needs a single-host topology, but %s has %d hosts; hold whole slices (ChipsPerReplica 0), or pick a topology of one host", d.ChipsPerReplica, shape, shape.Hosts())
-		case d.ChipsPerReplica < 0 || d.ChipsPerReplica >= shape.ChipsPerHost:
-			return bad("ChipsPerReplica %d: a %s host has %d chips; use 1 to %d, or 0 for the whole host", d.ChipsPerReplica, shape, shape.ChipsPerHost, shape.ChipsPerHost-1)
+		case !slices.Contains(chipsPerReplicaOptions(shape), d.ChipsPerReplica):
+			valid := chipsPerReplicaOptions(shape)
+			return bad("ChipsPerReplica %d: a %s host has %d chips, and a process holds 1, 2, 4 or 8 of them (as in Ray); use %s, or 0 for the whole host",
+				d.ChipsPerReplica, shape, shape.ChipsPerHost, orList(valid))
 		}
 	}
 	return d, nil
+}
+
+// chipsPerReplicaOptions are the chip counts a replica may hold on a host
+// of shape: Ray's 1, 2, 4 and 8, fewer than the host has.
+func chipsPerReplicaOptions(shape tpu.SliceShape) []int {
+	var out []int
+	for _, k := range []int{1, 2, 4, 8} {
+		if k < shape.ChipsPerHost {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// orList renders ns as "1", "1 or 2", "1, 2 or 4".
+func orList(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
 // shape is the slice shape of Accelerator, Topology and ChipsPerVM.
