@@ -93,7 +93,7 @@ func (rt *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 	}
 	// One pass validates and converts; the slow checkResources only runs
 	// to word the error.
-	bad := false
+	bad, twoSlices := false, false
 	slice := "" // the TPU slice whose resource s asks for (sliceres.go)
 	for k, v := range s.Resources {
 		if !backend.ValidAmount(v) || k == "" {
@@ -109,10 +109,7 @@ func (rt *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 			continue
 		}
 		if i == sliceCol && v != 0 {
-			if slice != "" {
-				_, err := rt.demandSlice(op, s.Resources)
-				return nil, err
-			}
+			twoSlices = twoSlices || slice != ""
 			slice = k
 		}
 		vec[i] = backend.Quantize(v)
@@ -122,6 +119,10 @@ func (rt *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 			return nil, err
 		}
 		return nil, backend.Errorf(backend.Internal, op, "resources %v rejected without a reason", s.Resources)
+	}
+	if twoSlices {
+		_, err := rt.demandSlice(op, s.Resources)
+		return nil, err
 	}
 	for i, q := range vec {
 		if q != 0 {
