@@ -5,6 +5,7 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -51,7 +52,7 @@ func provisioningDriver(t *testing.T, rc *rest.Config, identity string) *Backend
 	return b
 }
 
-func provisioningCluster(t testing.TB, rc *rest.Config, identity string, prov ProvisionConfig) (*Backend, *ray.Cluster) {
+func provisioningCluster(t testing.TB, rc *rest.Config, identity string, prov ProvisionConfig, opts ...func(*Config)) (*Backend, *ray.Cluster) {
 	t.Helper()
 	client, err := k8s.NewForConfig(rc)
 	if err != nil {
@@ -63,6 +64,9 @@ func provisioningCluster(t testing.TB, rc *rest.Config, identity string, prov Pr
 	cfg.Worker.Image = workerImage
 	cfg.Worker.StartTimeout = time.Minute
 	cfg.Provision = prov
+	for _, o := range opts {
+		o(&cfg)
+	}
 	b, err := New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -268,9 +272,15 @@ func TestE2EProvisionSpotPreemption(t *testing.T) {
 //	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EProvisionV6e4x4 -benchtime 5x -count 3 ./
 func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 	cp, as := startAutoscaledHarness(b, kubeharness.AutoscalerOptions{Delay: 500 * time.Millisecond, ScaleDownAfter: time.Second})
-	be, _ := provisioningCluster(b, cp.Config(), "bench", ProvisionConfig{Mode: ProvisionPods})
-	ctx := context.Background()
 	client := cp.Client()
+	var tr *provisionTrace
+	var opts []func(*Config)
+	if os.Getenv("GORAY_E2E_TRACE") != "" {
+		tr = startProvisionTrace(b, client)
+		opts = append(opts, func(c *Config) { c.Logger = slog.New(tr.handler()) })
+	}
+	be, _ := provisioningCluster(b, cp.Config(), "bench", ProvisionConfig{Mode: ProvisionPods}, opts...)
+	ctx := context.Background()
 	shape, err := tpu.NewSliceShape(tpu.V6e, "4x4", 0)
 	if err != nil {
 		b.Fatal(err)
@@ -298,6 +308,9 @@ func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 		b.StopTimer()
 		ups := as.ScaleUps()
 		up := ups[len(ups)-1]
+		if tr != nil {
+			tr.dump(b, t0, up.Ready, map[string]time.Time{"request": t0, "triggered": up.Triggered, "nodes created": up.Ready, "reserved": t0.Add(took)})
+		}
 		total += took
 		react += up.Triggered.Sub(t0)
 		provision += up.Ready.Sub(up.Triggered)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/cluster"
@@ -218,7 +221,7 @@ func (s *Source) capacityPod(g string, i int, shape tpu.SliceShape) *corev1.Pod 
 	zero := int64(0)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: fmt.Sprintf("%s-%d", g, i),
+			Name: capacityPodName(g, i),
 			Labels: map[string]string{
 				labelCapacity: g, LabelCluster: s.cluster, labelManagedBy: managedBy,
 			},
@@ -263,13 +266,52 @@ func (pv *provisioning) selector() string {
 
 // Close implements cluster.Provisioning: it deletes every capacity pod of
 // the request that is left (the granted slices' were replaced by worker
-// pods when they were claimed).
+// pods when they were claimed), by name and all at once: a reservation
+// returns only once its provisioning is closed, so this is on its path.
 func (pv *provisioning) Close(ctx context.Context) error {
-	err := deletePods(ctx, pv.s.client, pv.s.ns, pv.selector())
-	if pv.provReq != "" {
-		err = errors.Join(err, pv.deleteRequest(ctx))
+	var names []string
+	for _, g := range pv.groups {
+		for i := range pv.hosts {
+			names = append(names, capacityPodName(g, i))
+		}
 	}
-	return err
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	if pv.provReq != "" {
+		wg.Go(func() { errs[0] = pv.deleteRequest(ctx) })
+	}
+	errs[1] = deletePodsNamed(ctx, pv.s.client, pv.s.ns, names)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// capacityPodName is the name of host i's capacity pod of group g.
+func capacityPodName(g string, i int) string { return fmt.Sprintf("%s-%d", g, i) }
+
+// deletePodsNamed deletes the named pods with no grace period, at most
+// 16 calls at a time, retrying API errors; pods already gone are fine.
+func deletePodsNamed(ctx context.Context, client kubernetes.Interface, ns string, names []string) error {
+	pods := client.CoreV1().Pods(ns)
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i, name := range names {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := retry.OnError(apiBackoff, retriable, func() error {
+				return pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+			})
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs[i] = fmt.Errorf("delete pod %s: %w", name, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return backend.Wrap(backend.Unavailable, "delete capacity pods", err)
+	}
+	return nil
 }
 
 // Status implements cluster.Provisioning: how many capacity pods are still
@@ -396,7 +438,13 @@ func (s *Source) capacityCheck(ctx context.Context, c cluster.Claim) error {
 	return nil
 }
 
-// replaceCapacity deletes this driver's capacity pods on the hosts of c.
+// replaceCapacity deletes this driver's capacity pods on the hosts of c,
+// and the pods of their groups that the scheduler has not bound yet
+// (a group asks for one whole pool, so they would bind to c's hosts
+// next), all at once, with no grace period: the API server removes them
+// at once, and the scheduler, which sees the deletions on its pod watch
+// before the worker pods created after them, places the worker pods on
+// the chips they held.
 func (s *Source) replaceCapacity(ctx context.Context, c cluster.Claim) error {
 	if c.Subslice || s.prov.Mode == ProvisionOff {
 		return nil // a driver that does not provision has no capacity pods
@@ -410,19 +458,21 @@ func (s *Source) replaceCapacity(ctx context.Context, c cluster.Claim) error {
 		h, _, _ := s.sliceNodes(name)
 		hosts = append(hosts, h...)
 	}
-	zero := int64(0)
-	var errs []error
+	groups := map[string]bool{}
 	for _, p := range pods.Items {
-		if p.Spec.NodeName == "" || !slices.Contains(hosts, p.Spec.NodeName) {
-			continue
-		}
-		err := s.client.CoreV1().Pods(s.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, err)
+		if p.Spec.NodeName != "" && slices.Contains(hosts, p.Spec.NodeName) {
+			groups[p.Labels[labelCapacity]] = true
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return backend.Wrap(backend.Unavailable, "claim slices", fmt.Errorf("delete capacity pods: %w", err))
+	var victims []string
+	for _, p := range pods.Items {
+		onHost := p.Spec.NodeName != "" && slices.Contains(hosts, p.Spec.NodeName)
+		if onHost || p.Spec.NodeName == "" && groups[p.Labels[labelCapacity]] {
+			victims = append(victims, p.Name)
+		}
+	}
+	if err := deletePodsNamed(ctx, s.client, s.ns, victims); err != nil {
+		return backend.Wrap(backend.Unavailable, "claim slices", err)
 	}
 	return nil
 }

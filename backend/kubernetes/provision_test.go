@@ -132,6 +132,45 @@ func TestProvisionedSliceGoesToRequester(t *testing.T) {
 	is.Equal(len(pods.Items), 0) // replaced: the worker pods take the chips
 }
 
+// A claim replaces the whole group of this driver's capacity pods that
+// sits on the claimed slice: the pods bound to its hosts and those the
+// scheduler has not bound yet, which would go to the same pool and take
+// chips the worker pods need. Another group's pending pods (another slice
+// asked for) stay, and Close deletes them.
+func TestProvisionClaimReplacesWholeGroup(t *testing.T) {
+	is := is.New(t)
+	nodes := tpuNodes("pool-c", "tpu-v6e-slice", "2x4", 2, 4)
+	src, client, sink := runSource(t, provConfig(), objects(nodes)...)
+	sink.waitFor(t, 2)
+	shape, err := tpu.NewSliceShape(tpu.V6e, "2x4", 4) // 2 hosts, as the nodes
+	is.NoErr(err)
+	pv, err := src.Provision(t.Context(), cluster.ProvisionRequest{Name: "r", Shape: shape, NumSlices: 2})
+	is.NoErr(err)
+	all, err := client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: labelCapacity})
+	is.NoErr(err)
+	is.Equal(len(all.Items), 4) // 2 groups × 2 hosts
+	mine := all.Items[0].Labels[labelCapacity]
+	// The scheduler bound one pod of the group to the new pool; its
+	// sibling is still pending.
+	p, err := client.CoreV1().Pods("default").Get(t.Context(), mine+"-0", metav1.GetOptions{})
+	is.NoErr(err)
+	p.Spec.NodeName = nodes[0].Name
+	_, err = client.CoreV1().Pods("default").Update(t.Context(), p, metav1.UpdateOptions{})
+	is.NoErr(err)
+
+	is.NoErr(src.ClaimSlices(t.Context(), cluster.Claim{ID: "pg-1", Slices: []string{"pool-c"}}))
+	left, err := client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: labelCapacity})
+	is.NoErr(err)
+	is.Equal(len(left.Items), 2) // the other group's
+	for _, p := range left.Items {
+		is.True(p.Labels[labelCapacity] != mine)
+	}
+	is.NoErr(pv.Close(t.Context()))
+	left, err = client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: labelCapacity})
+	is.NoErr(err)
+	is.Equal(len(left.Items), 0)
+}
+
 // Another driver's capacity pods still pending for a slice of this shape
 // keep a slice that just appeared from this driver (the scheduler has not
 // bound them yet).
