@@ -163,8 +163,11 @@ type PodOverrides struct {
 	// Labels and Annotations are added to the pods. Keys under
 	// goray.dev/ are the backend's own and rejected.
 	Labels, Annotations map[string]string
-	// NodeSelector is added to the CPU worker pods (TPU pods are pinned to
-	// their node by name).
+	// NodeSelector is added to the CPU worker pods of CPU nodes, and
+	// chooses which CPU nodes the backend uses. Pods on TPU nodes are
+	// pinned to their node by name and tolerate GKE's google.com/tpu
+	// taint: a reservation's, and the CPU pod of work the runtime placed
+	// on a TPU host outside a reservation.
 	NodeSelector map[string]string
 }
 

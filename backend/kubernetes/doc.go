@@ -79,7 +79,7 @@
 // in a headless Service ([Runner.HostNames]): the runtime derives the env
 // once with those names, so a task's ray.Runtime env, the reservation's
 // WorkerEnv and the pod's process env agree. Work that needs no reserved slice runs in one CPU pod
-// per node, started when work is first placed there and deleted once idle
+// per node (on a TPU host, one that tolerates GKE's TPU taint and requests no chips), started when work is first placed there and deleted once idle
 // for CPUPool.IdleTimeout while more than CPUPool.Min run, so the pool
 // follows the demand between Min and Max. Every object carries the label
 // goray.dev/cluster=<id> ([Backend.ClusterID]) and is owned by the

@@ -92,6 +92,7 @@ type podSpec struct {
 	name     string
 	node     string            // the Kubernetes node it is pinned to
 	chips    int               // google.com/tpu to request; 0 for CPU pods
+	tpuHost  bool              // a CPU pod on a TPU host (work placed there outside a reservation)
 	hostname string            // TPU pods: their DNS name in the Service
 	labels   map[string]string // added to the base labels
 	env      map[string]string // the reservation's env of the host
@@ -138,10 +139,18 @@ func (pt *podTemplate) pod(s podSpec) *corev1.Pod {
 	}
 	tolerations := append([]corev1.Toleration(nil), pt.cfg.Pod.Tolerations...)
 	var nodeSelector map[string]string
-	if s.chips > 0 {
+	tpuToleration := corev1.Toleration{Key: string(resourceTPU), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+	switch {
+	case s.chips > 0:
 		setBoth(resourceTPU, *resource.NewQuantity(int64(s.chips), resource.DecimalSI))
-		tolerations = append(tolerations, corev1.Toleration{Key: string(resourceTPU), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
-	} else if len(pt.cfg.Pod.NodeSelector) > 0 {
+		tolerations = append(tolerations, tpuToleration)
+	case s.tpuHost:
+		// Pinned to its TPU node (below) as work the runtime placed
+		// there: it tolerates GKE's TPU taint, which the admission plugin
+		// adds only to pods requesting google.com/tpu, and does not take
+		// the CPU nodes' selector, which a TPU node need not match.
+		tolerations = append(tolerations, tpuToleration)
+	case len(pt.cfg.Pod.NodeSelector) > 0:
 		nodeSelector = maps.Clone(pt.cfg.Pod.NodeSelector)
 	}
 

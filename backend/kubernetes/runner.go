@@ -311,7 +311,7 @@ func (r *Runner) cpuPodLocked(node string) *podWorker {
 	w := r.newWorkerLocked(dnsName("goray", r.pt.cluster, "node", node, randomSuffix()[:5]), node)
 	w.idleSince = time.Now()
 	r.cpuPods[node] = w
-	pod := r.pt.pod(podSpec{name: w.name, node: r.kubeNodeLocked(node, nil)})
+	pod := r.pt.pod(podSpec{name: w.name, node: r.kubeNodeLocked(node, nil), tpuHost: r.nodes[node].TPU != nil})
 	r.bg.Go(func() { r.launch(w, pod) })
 	return w
 }
