@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/matryer/is"
 
@@ -113,4 +114,25 @@ func TestChipsPerReplicaBadInput(t *testing.T) {
 			is.True(strings.Contains(err.Error(), tt.want)) // says what is wrong and what is valid
 		})
 	}
+}
+
+// A Deploy that cannot place every replica's chips says what it waited
+// for in chips, not in slices.
+func TestChipsPerReplicaDeploySaysWhatItWaitedFor(t *testing.T) {
+	is := is.New(t)
+	b, err := local.New(local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x2", Count: 1}}}, nil)
+	is.NoErr(err)
+	c, err := ray.NewCluster(context.Background(), b, nil)
+	is.NoErr(err)
+	t.Cleanup(func() { c.Close() })
+	srv := serve.New(c, nil)
+	defer srv.Shutdown(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err = srv.Deploy(ctx, serve.Deployment{
+		Name: "five", Replica: serve.Actor(chipModel, struct{}{}, serve.Unary(chipModelCall)),
+		Accelerator: "v6e", Topology: "2x2", ChipsPerReplica: 1, MinReplicas: 5,
+	})
+	is.True(err != nil)
+	is.True(strings.Contains(err.Error(), `4 of 5 replicas (MinReplicas) ready, 1 starting, each waiting for 1 chip of a v6e 2x2 host (live hosts of that shape: 1, with 0 chips free, room for 0 more replicas)`))
 }

@@ -256,6 +256,9 @@ func (s *Server) waitedFor(ctx context.Context, spec Deployment) string {
 			starting++
 		}
 	}
+	if spec.ChipsPerReplica > 0 {
+		return s.waitedForChips(ctx, spec, ds, starting)
+	}
 	msg := fmt.Sprintf("%d of %d replicas (MinReplicas) ready, %d starting, each waiting for a %s %s slice",
 		ds.Ready, spec.MinReplicas, starting, spec.Accelerator, spec.Topology)
 	if states, err := ray.TPUSlices(context.WithoutCancel(ctx), s.c); err == nil {
@@ -281,6 +284,43 @@ func (s *Server) waitedFor(ctx context.Context, spec Deployment) string {
 		msg += "; last start error: " + ds.LastError
 	}
 	return msg
+}
+
+// waitedForChips is waitedFor for replicas of ChipsPerReplica: the
+// chips they wait for and how many the cluster's hosts of the shape have
+// free.
+func (s *Server) waitedForChips(ctx context.Context, spec Deployment, ds DeploymentStatus, starting int) string {
+	msg := fmt.Sprintf("%d of %d replicas (MinReplicas) ready, %d starting, each waiting for %d %s of a %s %s host",
+		ds.Ready, spec.MinReplicas, starting, spec.ChipsPerReplica, plural(spec.ChipsPerReplica, "chip", "chips"), spec.Accelerator, spec.Topology)
+	shape, err := spec.shape()
+	if err != nil {
+		return msg
+	}
+	if st, err := s.c.Snapshot(context.WithoutCancel(ctx)); err == nil {
+		hosts, free, fit := 0, 0, 0
+		for _, n := range st.Nodes {
+			if !n.Alive || n.Labels[tpu.LabelGKEAccelerator] != shape.GKEAccelerator() || n.Labels[tpu.LabelGKETopology] != shape.Topology.String() {
+				continue
+			}
+			hosts++
+			f := int(n.Free[ray.TPU])
+			free += f
+			fit += f / spec.ChipsPerReplica
+		}
+		msg += fmt.Sprintf(" (live hosts of that shape: %d, with %d %s free, room for %d more %s)",
+			hosts, free, plural(free, "chip", "chips"), fit, plural(fit, "replica", "replicas"))
+	}
+	if ds.LastError != "" {
+		msg += "; last start error: " + ds.LastError
+	}
+	return msg
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func (d *deployment) startErr() error {
