@@ -35,16 +35,28 @@ var (
 
 type chipModelState struct{ chips, bounds string }
 
+// oneHostCluster is a simulated cluster of one v6e 2x2 slice: one host of
+// 4 chips.
+func oneHostCluster(t *testing.T) (*ray.Cluster, *local.Backend) {
+	t.Helper()
+	b, err := local.New(local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x2", Count: 1}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ray.NewCluster(context.Background(), b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, b
+}
+
 // Four replicas of one chip each fill one v6e 2x2 host, each with a chip
 // of its own, as Ray Serve replicas with {"TPU": 1} do; shutting down
 // gives every chip back.
 func TestChipsPerReplica(t *testing.T) {
 	is := is.New(t)
-	b, err := local.New(local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x2", Count: 1}}}, nil)
-	is.NoErr(err)
-	c, err := ray.NewCluster(context.Background(), b, nil)
-	is.NoErr(err)
-	t.Cleanup(func() { c.Close() })
+	c, b := oneHostCluster(t)
 	srv := serve.New(c, nil)
 	base, client := startServer(t, srv)
 	d := serve.Deployment{
@@ -120,16 +132,12 @@ func TestChipsPerReplicaBadInput(t *testing.T) {
 // for in chips, not in slices.
 func TestChipsPerReplicaDeploySaysWhatItWaitedFor(t *testing.T) {
 	is := is.New(t)
-	b, err := local.New(local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x2", Count: 1}}}, nil)
-	is.NoErr(err)
-	c, err := ray.NewCluster(context.Background(), b, nil)
-	is.NoErr(err)
-	t.Cleanup(func() { c.Close() })
+	c, _ := oneHostCluster(t)
 	srv := serve.New(c, nil)
 	defer srv.Shutdown(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	err = srv.Deploy(ctx, serve.Deployment{
+	err := srv.Deploy(ctx, serve.Deployment{
 		Name: "five", Replica: serve.Actor(chipModel, struct{}{}, serve.Unary(chipModelCall)),
 		Accelerator: "v6e", Topology: "2x2", ChipsPerReplica: 1, MinReplicas: 5,
 	})
