@@ -45,8 +45,10 @@
 // [RuntimeContext.Environ]), so four such actors share the host without
 // sharing a chip. A power-of-two count gets an aligned block (2 of 4 are
 // chips 0,1 or 2,3), as the GKE device plugin chooses; placement group
-// bundles hold chips the same way for the work inside them. Whole hosts,
-// and fractions of a chip, get no chip variables, as in Ray.
+// bundles hold chips the same way for the work inside them. Whole hosts
+// get no chip variables, as in Ray. On the Kubernetes backend only slice
+// reservations' pods hold chips, so TPU work outside a reservation is
+// Infeasible there, saying to reserve a slice.
 //
 // # Backends
 //

@@ -61,12 +61,18 @@ type Capabilities struct {
 	// (SliceRequest.Subslice) are granted from idle slices, as Ray's
 	// subslice_placement_group does.
 	Subslices bool
+	// ChipsOutsideReservations: TPUSlices, and work outside a slice
+	// reservation that asks for some of a host's chips gets chips of its
+	// own (TPU_VISIBLE_CHIPS). Without it (Kubernetes, whose workers
+	// outside reservations hold no chips) such work must be refused as
+	// Infeasible (cluster.ChipHolder).
+	ChipsOutsideReservations bool
 }
 
 // AllCapabilities is every capability.
 var AllCapabilities = Capabilities{
 	Concurrent: true, ResourceAccounting: true, Labels: true, FaultInjection: true, Snapshot: true, SliceReservations: true, TPUSlices: true,
-	Subslices: true,
+	Subslices: true, ChipsOutsideReservations: true,
 }
 
 // Harness builds backends for the suite.

@@ -160,6 +160,16 @@ func (s *suite) testSlices(t *testing.T) {
 		s.need(t, finite, "TPUSlices")
 		is := is.New(t)
 		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
+		if !s.h.Capabilities.ChipsOutsideReservations {
+			// The backend's workers outside reservations hold no chips:
+			// TPU work there is refused, saying to reserve a slice.
+			_, err := tpuEnv.Remote(ctx, c, struct{}{}, ray.Resources{ray.TPU: 1}).Get(ctx)
+			is.Equal(ray.Code(err), ray.Infeasible)
+			is.True(strings.Contains(err.Error(), "outside a slice reservation"))
+			err = counterClass.Remote(ctx, c, 0, ray.Resources{ray.TPU: 2}).Ready(ctx)
+			is.Equal(ray.Code(err), ray.Infeasible)
+			return
+		}
 		host := func(w int) ray.NodeSelector {
 			return ray.NodeSelector{tpu.LabelSliceName: "slice-a", tpu.LabelWorkerID: strconv.Itoa(w)}
 		}

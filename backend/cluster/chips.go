@@ -113,3 +113,10 @@ func workEnv(n *node, bu *bundle, chips uint64) map[string]string {
 	}
 	return admission.OverlayEnv(n.env, chipEnv(n, chips))
 }
+
+// looseChipsErr is the Infeasible error of TPU work outside a slice
+// reservation on a runner whose workers there hold no chips (ChipHolder).
+func looseChipsErr(op string, r backend.Resources) error {
+	return backend.Errorf(backend.Infeasible, op,
+		"%s asks for TPU chips outside a slice reservation, but on this backend only a slice reservation's workers hold chips (others would see no TPU device): reserve a slice or a sub-slice (ray.NewSlicePlacementGroup, SliceSpec.Subslice) and run the work in its bundles (ray.InBundle)", r)
+}

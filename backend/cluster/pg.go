@@ -138,6 +138,9 @@ func (rt *Runtime) pgDemands(op string, pg *pgroup) error {
 		if err != nil {
 			return err
 		}
+		if rt.noLooseChips && res[backend.TPU] > 0 {
+			return looseChipsErr(bop, res)
+		}
 		bu.demand, bu.sel.slice = rt.vector(res), slice
 	}
 	return nil

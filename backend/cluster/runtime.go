@@ -48,6 +48,9 @@ type Runtime struct {
 	runner       Runner
 	claimer      SliceClaimer // source's, or nil (claim.go)
 	claimRunner  ClaimRunner  // runner's, or nil (claim.go)
+	// noLooseChips: the runner's workers outside slice reservations hold
+	// no TPU chips (ChipHolder), so TPU work there is refused (chips.go).
+	noLooseChips bool
 	claimRetry   time.Duration
 	heldTimer    *time.Timer // retries slices held elsewhere (claim.go)
 
@@ -172,6 +175,9 @@ func New(source NodeSource, runner Runner, opts Options) (*Runtime, error) {
 	b.claimRetry = cmp.Or(opts.ClaimRetry, time.Second)
 	b.claimer, _ = source.(SliceClaimer)
 	b.claimRunner, _ = runner.(ClaimRunner)
+	if h, ok := runner.(ChipHolder); ok && !h.ChipsOutsideReservations() {
+		b.noLooseChips = true
+	}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}

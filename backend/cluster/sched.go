@@ -124,6 +124,9 @@ func (rt *Runtime) findClass(op string, s *backend.Scheduling) (*class, error) {
 		_, err := rt.demandSlice(op, s.Resources)
 		return nil, err
 	}
+	if rt.noLooseChips && s.Placement.Group == 0 && vec[tpuCol] > 0 {
+		return nil, looseChipsErr(op, s.Resources)
+	}
 	for i, q := range vec {
 		if q != 0 {
 			key = strconv.AppendInt(key, int64(i), 10)

@@ -205,6 +205,19 @@ type ClaimRunner interface {
 	Released(c Claim)
 }
 
+// ChipHolder is implemented by a runner to say whether work outside a
+// slice reservation can use a TPU host's chips. A runner whose workers
+// outside reservations hold no chips (Kubernetes: a node's CPU pod
+// requests no google.com/tpu) returns false, and the runtime then refuses
+// tasks, actors and placement group bundles that ask for backend.TPU
+// outside a slice reservation, as Infeasible saying to reserve a slice
+// (or a sub-slice) and run the work in its bundles, instead of running
+// them where they would see the chips' variables and no device. Runners
+// without the method hold chips wherever work runs (the simulator).
+type ChipHolder interface {
+	ChipsOutsideReservations() bool
+}
+
 // HostNamer is an optional interface of a [ClaimRunner] whose workers
 // reach each other by names other than the node names (Kubernetes: the
 // DNS names of the claim's pods in a headless Service). The runtime asks

@@ -49,6 +49,8 @@ func (e nodeExec) RunTask(ctx context.Context, name string, arg backend.Value, i
 
 func (nodeExec) HasTask(name string) bool { return name == "where" || name == "block" }
 
+func (nodeExec) HasActorMethod(class, method string) bool { return class == "c" }
+
 func startExec(t *testing.T, nodes []cluster.Node, exec backend.Executor) (*cluster.Runtime, *testSource) {
 	t.Helper()
 	src := newTestSource(t, nodes)

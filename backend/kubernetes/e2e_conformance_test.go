@@ -57,11 +57,20 @@ func TestE2EConformance(t *testing.T) {
 			t.Cleanup(func() { pods.Add(b.runner.created.Load()) })
 			return b
 		},
-		Capabilities: backendtest.AllCapabilities,
+		Capabilities: conformanceCapabilities(),
 		// Every reservation starts real worker pods (processes built with
 		// -race, dialled over mutual TLS): Contention runs 40 of them.
 		Patience: time.Minute,
 	})
+}
+
+// conformanceCapabilities are the suite's capabilities on this backend:
+// all but chips outside reservations (the Runner is a cluster.ChipHolder
+// that says no: a node's CPU pod requests no google.com/tpu).
+func conformanceCapabilities() backendtest.Capabilities {
+	c := backendtest.AllCapabilities
+	c.ChipsOutsideReservations = false
+	return c
 }
 
 // replaceNodes deletes every node of the control plane and creates the

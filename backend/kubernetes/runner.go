@@ -467,6 +467,16 @@ func podHostnames(c cluster.Claim) [][]string {
 	return out
 }
 
+// ChipsOutsideReservations implements cluster.ChipHolder: false. Work
+// outside a slice reservation runs in its node's CPU pod, which requests
+// no google.com/tpu, so the runtime refuses TPU work there rather than
+// run it without a device. (Holding chips there would need the node's pod
+// to request the host's chips and the driver to hold the slice's Lease
+// meanwhile, so that no other driver claims the slice.)
+func (r *Runner) ChipsOutsideReservations() bool { return false }
+
+var _ cluster.ChipHolder = (*Runner)(nil)
+
 // Reserved starts one pod per host of the claim with that host's env and
 // returns once every worker is connected (cluster.ClaimRunner). On error
 // every pod it created is deleted.
