@@ -12,7 +12,6 @@ import (
 	"github.com/matryer/is"
 
 	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/serve"
 	"github.com/goray-dev/goray/tpu"
@@ -35,28 +34,12 @@ var (
 
 type chipModelState struct{ chips, bounds string }
 
-// oneHostCluster is a simulated cluster of one v6e 2x2 slice: one host of
-// 4 chips.
-func oneHostCluster(t *testing.T) (*ray.Cluster, *local.Backend) {
-	t.Helper()
-	b, err := local.New(local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x2", Count: 1}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := ray.NewCluster(context.Background(), b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c, b
-}
-
 // Four replicas of one chip each fill one v6e 2x2 host, each with a chip
 // of its own, as Ray Serve replicas with {"TPU": 1} do; shutting down
 // gives every chip back.
 func TestChipsPerReplica(t *testing.T) {
 	is := is.New(t)
-	c, b := oneHostCluster(t)
+	c := newSingleHostCluster(t, 1)
 	srv := serve.New(c, nil)
 	base, client := startServer(t, srv)
 	d := serve.Deployment{
@@ -91,7 +74,7 @@ func TestChipsPerReplica(t *testing.T) {
 	is.True(strings.Contains(metricsText(srv), `goray_serve_chips_held{deployment="chips"} 4`))
 
 	is.NoErr(srv.Shutdown(context.Background()))
-	snap, err := b.Snapshot(context.Background())
+	snap, err := c.Snapshot(context.Background())
 	is.NoErr(err)
 	for _, n := range snap.Nodes {
 		is.Equal(n.Free[backend.TPU], n.Capacity[backend.TPU]) // every chip back
@@ -132,7 +115,7 @@ func TestChipsPerReplicaBadInput(t *testing.T) {
 // for in chips, not in slices.
 func TestChipsPerReplicaDeploySaysWhatItWaitedFor(t *testing.T) {
 	is := is.New(t)
-	c, _ := oneHostCluster(t)
+	c := newSingleHostCluster(t, 1)
 	srv := serve.New(c, nil)
 	defer srv.Shutdown(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

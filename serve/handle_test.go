@@ -279,39 +279,8 @@ func TestHandleBackpressureAndCancel(t *testing.T) {
 	h, err := serve.Handle[EchoIn, EchoOut](srv, "bp")
 	is.NoErr(err)
 
-	g := newGate("bp")
-	runCtx, cancelRun := context.WithCancel(t.Context())
-	running := make(chan error, 1)
-	go func() {
-		_, err := h.Call(runCtx, EchoIn{Gate: g})
-		running <- err
-	}()
-	gates.arrivals(t, g, 1)
-	queueCtx, cancelQueued := context.WithCancel(t.Context())
-	queued := make(chan error, 1)
-	go func() {
-		_, err := h.Call(queueCtx, EchoIn{Text: "q"})
-		queued <- err
-	}()
-	waitStatus(t, srv, "one queued", func(st serve.Status) bool { return dep(st, "bp").Queued == 1 })
-
-	start := time.Now()
-	_, err = h.Call(t.Context(), EchoIn{Text: "over"})
-	t.Log(err)
-	is.True(errors.Is(err, serve.ErrOverloaded))
-	var ce *serve.CallError
-	is.True(errors.As(err, &ce))
-	is.Equal(ce.Code, http.StatusServiceUnavailable)
+	g, err := fillAndCancel(t, srv, h, "bp")
 	is.True(strings.Contains(err.Error(), `deployment "bp": every replica is at its limit and the queue is full`))
-	is.True(time.Since(start) < time.Second) // refused at once, not after waiting
-
-	cancelQueued()
-	is.Equal(<-queued, context.Canceled) // the caller's own context error, as it is
-	waitStatus(t, srv, "the queue empty", func(st serve.Status) bool { return dep(st, "bp").Queued == 0 })
-
-	cancelRun()
-	is.Equal(<-running, context.Canceled)
-	waitStatus(t, srv, "the slot freed", func(st serve.Status) bool { return dep(st, "bp").Replicas[0].Ongoing == 0 })
 	select {
 	case err := <-gates.get(g).ended: // the model's method was cancelled too
 		is.True(errors.Is(err, context.Canceled))
@@ -329,12 +298,56 @@ func TestHandleBackpressureAndCancel(t *testing.T) {
 	_, err = h.Call(t.Context(), EchoIn{Gate: g})
 	t.Log(err)
 	is.True(errors.Is(err, context.DeadlineExceeded))
+	var ce *serve.CallError
 	is.True(errors.As(err, &ce))
 	is.Equal(ce.Code, http.StatusGatewayTimeout)
 	gates.release(g)
 	out, err := h.Call(t.Context(), EchoIn{Text: "after"})
 	is.NoErr(err)
 	is.Equal(out.Text, "bp:after")
+}
+
+// fillAndCancel holds the one slot (a call waiting at a new gate, which
+// it returns) and the one queue place of deployment name, whose
+// MaxConcurrentRequests and MaxQueuedRequests are 1, through h; checks
+// that another call is refused at once with ErrOverloaded (503), which it
+// returns; then cancels the queued call and the running one, each failing
+// with its caller's own context error and giving its place back at once.
+func fillAndCancel(t *testing.T, srv *serve.Server, h serve.DeploymentHandle[EchoIn, EchoOut], name string) (gate string, refused error) {
+	t.Helper()
+	is := is.New(t)
+	g := newGate(name)
+	runCtx, cancelRun := context.WithCancel(t.Context())
+	running := make(chan error, 1)
+	go func() {
+		_, err := h.Call(runCtx, EchoIn{Gate: g})
+		running <- err
+	}()
+	gates.arrivals(t, g, 1)
+	queueCtx, cancelQueued := context.WithCancel(t.Context())
+	queued := make(chan error, 1)
+	go func() {
+		_, err := h.Call(queueCtx, EchoIn{Text: "q"})
+		queued <- err
+	}()
+	waitStatus(t, srv, "one queued", func(st serve.Status) bool { return dep(st, name).Queued == 1 })
+
+	start := time.Now()
+	_, err := h.Call(t.Context(), EchoIn{Text: "over"})
+	t.Log(err)
+	is.True(errors.Is(err, serve.ErrOverloaded))
+	var ce *serve.CallError
+	is.True(errors.As(err, &ce))
+	is.Equal(ce.Code, http.StatusServiceUnavailable)
+	is.True(time.Since(start) < time.Second) // refused at once, not after waiting
+
+	cancelQueued()
+	is.Equal(<-queued, context.Canceled) // the caller's own context error, as it is
+	waitStatus(t, srv, "the queue empty", func(st serve.Status) bool { return dep(st, name).Queued == 0 })
+	cancelRun()
+	is.Equal(<-running, context.Canceled)
+	waitStatus(t, srv, "the slot freed", func(st serve.Status) bool { return dep(st, name).Replicas[0].Ongoing == 0 })
+	return g, err
 }
 
 // TestHandleRetriesLostReplica: a call whose replica dies is retried on
@@ -574,35 +587,9 @@ func TestHandleOverTheNetwork(t *testing.T) {
 	is.NoErr(err)
 	is.Equal(out.Text, "net:far")
 
-	g := newGate("net")
-	runCtx, cancelRun := context.WithCancel(t.Context())
-	running := make(chan error, 1)
-	go func() {
-		_, err := h.Call(runCtx, EchoIn{Gate: g})
-		running <- err
-	}()
-	gates.arrivals(t, g, 1)
-	queueCtx, cancelQueued := context.WithCancel(t.Context())
-	queued := make(chan error, 1)
-	go func() {
-		_, err := h.Call(queueCtx, EchoIn{Text: "q"})
-		queued <- err
-	}()
-	waitStatus(t, srv, "one queued", func(st serve.Status) bool { return dep(st, "net").Queued == 1 })
-	_, err = h.Call(t.Context(), EchoIn{Text: "over"})
-	t.Log(err)
-	is.True(errors.Is(err, serve.ErrOverloaded))
-	var ce *serve.CallError
-	is.True(errors.As(err, &ce))
-	is.Equal(ce.Code, http.StatusServiceUnavailable)
-
-	cancelQueued()
-	is.Equal(<-queued, context.Canceled)
-	waitStatus(t, srv, "the queue empty", func(st serve.Status) bool { return dep(st, "net").Queued == 0 })
-	cancelRun()
-	is.Equal(<-running, context.Canceled)
-	waitStatus(t, srv, "the slot freed", func(st serve.Status) bool { return dep(st, "net").Replicas[0].Ongoing == 0 })
+	g, _ := fillAndCancel(t, srv, h, "net")
 	gates.release(g)
+	var ce *serve.CallError
 
 	_, err = elsewhere(t, local, "forged").Call(t.Context(), EchoIn{})
 	t.Log(err)
