@@ -9,14 +9,14 @@ import (
 // errStop ends a run early without error (Take, a loop that breaks).
 var errStop = errors.New("data: stop")
 
-// drain runs d and calls each with every output block, on the calling
-// goroutine, until the run ends, fails or each returns an error. It
-// returns the run's first error; a context error is returned as it is.
-func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(rows []T) error) error {
+// startRun validates a sink's options and starts a run of d. If d cannot
+// start, the run is ended and reported, and the error returned (ctx's own
+// error when ctx ended).
+func startRun[T any](ctx context.Context, d *Dataset[T], opts []Option) (*run, stream[T], error) {
 	cfg := defaultConfig()
 	cfg.with(opts)
 	if err := cfg.err(); err != nil {
-		return err
+		return nil, stream[T]{}, err
 	}
 	r := newRun(ctx, &cfg)
 	s, err := d.start(r)
@@ -27,6 +27,17 @@ func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(r
 			err = cerr
 		}
 		r.report(err)
+		return nil, stream[T]{}, err
+	}
+	return r, s, nil
+}
+
+// drain runs d and calls each with every output block, on the calling
+// goroutine, until the run ends, fails or each returns an error. It
+// returns the run's first error; a context error is returned as it is.
+func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(rows []T) error) error {
+	r, s, err := startRun(ctx, d, opts)
+	if err != nil {
 		return err
 	}
 	stopProgress := startProgress(r)

@@ -73,22 +73,11 @@ func Split[T any](ctx context.Context, d *Dataset[T], n int, opts ...Option) (*S
 	if n < 1 {
 		return nil, badArg("Split(%d): n must be at least 1 (one shard per consumer)", n)
 	}
-	cfg := defaultConfig()
-	cfg.with(opts)
-	if err := cfg.err(); err != nil {
-		return nil, err
-	}
-	r := newRun(ctx, &cfg)
-	in, err := d.start(r)
+	r, in, err := startRun(ctx, d, opts)
 	if err != nil {
-		r.cancel()
-		r.wait()
-		if cerr := ctx.Err(); cerr != nil {
-			err = cerr
-		}
-		r.report(err)
 		return nil, err
 	}
+	cfg := r.cfg
 	o, _ := r.op("split", nil)
 	const depth = 2 // blocks queued per shard
 	size := int(max(1, min(int64(cfg.blockRows), cfg.maxRows/int64(n*(depth+2)))))
