@@ -121,15 +121,10 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 // otherwise the body holds len(body) bytes of the budget, for the caller
 // to release.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment, start time.Time) ([]byte, bool) {
-	if d.overloaded() {
-		d.fail(w, start, http.StatusServiceUnavailable, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, ErrOverloaded))
+	if !s.admitBody(w, r, d, start) {
 		return nil, false
 	}
 	limit := s.opts.MaxBodyBytes
-	if r.ContentLength > limit {
-		d.fail(w, start, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is larger than the limit of %d (Options.MaxBodyBytes)", r.ContentLength, limit))
-		return nil, false
-	}
 	want := limit
 	if r.ContentLength >= 0 {
 		want = r.ContentLength
@@ -160,6 +155,22 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment,
 	return data, true
 }
 
+// admitBody checks what comes before any byte of a body is read or
+// budgeted: admission (a deployment whose queue is full answers 503) and a
+// Content-Length above MaxBodyBytes (413). It answers the request itself
+// when it returns false.
+func (s *Server) admitBody(w http.ResponseWriter, r *http.Request, d *deployment, start time.Time) bool {
+	if d.overloaded() {
+		d.fail(w, start, http.StatusServiceUnavailable, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, ErrOverloaded))
+		return false
+	}
+	if limit := s.opts.MaxBodyBytes; r.ContentLength > limit {
+		d.fail(w, start, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is larger than the limit of %d (Options.MaxBodyBytes)", r.ContentLength, limit))
+		return false
+	}
+	return true
+}
+
 // openBody admits a request to a Process replica and returns the stream
 // of its body, nil for a request without one, in the order readBody
 // checks: admission (503), a Content-Length above MaxBodyBytes (413), then
@@ -168,13 +179,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment,
 // first read, once a replica's server is connected, sends 100 Continue to
 // a client that asked for it.
 func (s *Server) openBody(w http.ResponseWriter, r *http.Request, d *deployment, start time.Time) (*bodyStream, bool) {
-	if d.overloaded() {
-		d.fail(w, start, http.StatusServiceUnavailable, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, ErrOverloaded))
-		return nil, false
-	}
-	limit := s.opts.MaxBodyBytes
-	if r.ContentLength > limit {
-		d.fail(w, start, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is larger than the limit of %d (Options.MaxBodyBytes)", r.ContentLength, limit))
+	if !s.admitBody(w, r, d, start) {
 		return nil, false
 	}
 	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
