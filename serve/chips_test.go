@@ -39,6 +39,7 @@ type chipModelState struct{ chips, bounds string }
 // gives every chip back.
 func TestChipsPerReplica(t *testing.T) {
 	is := is.New(t)
+	chipsSeen.Clear() // the replicas of this test only (-count, other tests)
 	c := newSingleHostCluster(t, 1)
 	srv := serve.New(c, nil)
 	base, client := startServer(t, srv)
