@@ -4,12 +4,16 @@ package kubernetes
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +37,15 @@ func runHTTPServer() {
 	mux.HandleFunc("POST /slow", func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(300 * time.Millisecond) // a model step
 		fmt.Fprint(w, os.Getenv("TPU_NAME"))
+	})
+	mux.HandleFunc("POST /sum", func(w http.ResponseWriter, r *http.Request) {
+		h := sha256.New()
+		n, err := io.Copy(h, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]string{"bytes": strconv.FormatInt(n, 10), "sha256": hex.EncodeToString(h.Sum(nil))})
 	})
 	mux.HandleFunc("POST /where", func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(map[string]string{
@@ -88,6 +101,20 @@ func TestE2EServeProcess(t *testing.T) {
 	wg.Wait()
 	t.Logf("requests reached the replicas on %v", seen)
 	is.Equal(len(seen), 2) // both replicas served
+
+	// A 24 MiB chunked body streams through the router to the server in
+	// the pod, every byte once and in order.
+	const size = 24 << 20
+	body := io.LimitReader(rand.NewChaCha8([32]byte{1}), size)
+	want := sha256.New()
+	resp, err := http.Post(base+"/proc/sum", "application/octet-stream", io.TeeReader(body, want))
+	is.NoErr(err)
+	var sum map[string]string
+	is.NoErr(json.NewDecoder(resp.Body).Decode(&sum))
+	resp.Body.Close()
+	is.Equal(resp.StatusCode, http.StatusOK)
+	is.Equal(sum["bytes"], strconv.Itoa(size))
+	is.Equal(sum["sha256"], hex.EncodeToString(want.Sum(nil)))
 	is.NoErr(srv.Shutdown(ctx))
 	is.NoErr(c.Close())
 	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
