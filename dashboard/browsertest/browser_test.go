@@ -45,7 +45,10 @@ func browserFlags(t *testing.T, path string) []chromedp.ExecAllocatorOption {
 }
 
 // browser starts headless Chromium (CHROMIUM names its binary; by default
-// chromium on PATH) and returns a tab's context.
+// chromium on PATH) and returns a tab's context. A browser that crashes
+// while starting is started once more (CI saw Debian's chromium die at
+// start-up once, with a crashpad report and no output of its own); the
+// first failure is logged.
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	path := os.Getenv("CHROMIUM")
@@ -55,19 +58,29 @@ func browser(t *testing.T) context.Context {
 			t.Fatalf("chromium is not installed (run scripts/install-chromium.sh, or set CHROMIUM): %v", err)
 		}
 	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), browserFlags(t, path)...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() {
-		if err := chromedp.Cancel(ctx); err != nil {
-			t.Logf("stop chromium: %v", err)
+	var err error
+	for attempt := range 2 {
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), browserFlags(t, path)...)
+		ctx, cancel := chromedp.NewContext(actx)
+		if err = chromedp.Do(ctx); err != nil { // start the browser without a deadline on its context
+			cancel()
+			cancelAlloc()
+			if attempt == 0 {
+				t.Logf("start chromium (trying once more): %v", err)
+			}
+			continue
 		}
-		cancel()
-		cancelAlloc()
-	})
-	if err := chromedp.Do(ctx); err != nil { // start the browser without a deadline on its context
-		t.Fatalf("start chromium: %v", err)
+		t.Cleanup(func() {
+			if err := chromedp.Cancel(ctx); err != nil {
+				t.Logf("stop chromium: %v", err)
+			}
+			cancel()
+			cancelAlloc()
+		})
+		return ctx
 	}
-	return ctx
+	t.Fatalf("start chromium: %v", err)
+	return nil
 }
 
 // poll waits until the JavaScript expression is truthy and returns it.
