@@ -63,9 +63,9 @@ type Capabilities struct {
 	Subslices bool
 	// ChipsOutsideReservations: TPUSlices, and work outside a slice
 	// reservation that asks for some of a host's chips gets chips of its
-	// own (TPU_VISIBLE_CHIPS). Without it (Kubernetes, whose workers
-	// outside reservations hold no chips) such work must be refused as
-	// Infeasible (cluster.ChipHolder).
+	// own (TPU_VISIBLE_CHIPS). Without it (a runner whose workers outside
+	// reservations hold no chips and cannot claim hosts for such work;
+	// see cluster.ChipHolder) such work must be refused as Infeasible.
 	ChipsOutsideReservations bool
 }
 

@@ -238,6 +238,7 @@ func (rt *Runtime) armHeldRetry() {
 			}
 			rt.serveSlices(p)
 		}
+		rt.schedule() // host claims too (hostclaim.go)
 	})
 }
 

@@ -49,6 +49,7 @@ func (rt *Runtime) nodeLostLocked(n *node, cause error, restarting bool) {
 	name := n.name
 	n.alive = false
 	n.restarting = restarting
+	rt.dropHoldLocked(n)
 	rt.epoch++
 	var lost error
 	if cause == nil {

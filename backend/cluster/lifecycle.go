@@ -157,7 +157,7 @@ func (rt *Runtime) Close() error {
 	}
 	rt.active = nil
 	rt.pendingPGs = nil
-	claims := rt.takeClaimsLocked()
+	claims := append(rt.takeClaimsLocked(), rt.takeHoldsLocked()...)
 	srcDone := rt.srcDone
 	rt.mu.Unlock()
 	defer close(rt.shutdown)

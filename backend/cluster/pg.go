@@ -194,7 +194,7 @@ func (rt *Runtime) pgFeasible(op string, pg *pgroup) error {
 // placePG tries to place every unplaced bundle of pg at once, taking the
 // resources only if all fit. b.mu must be held.
 func (rt *Runtime) placePG(pg *pgroup, bl []blocker) bool {
-	assign, ok := rt.solvePG(pg, func(n *node) []int64 { return n.free }, func(n *node) bool {
+	assign, ok := rt.solvePG(pg, rt.availForBundles(pg), func(n *node) bool {
 		return len(bl) > 0 && rt.blocks(bl, n)
 	})
 	if !ok {
@@ -337,6 +337,7 @@ func (rt *Runtime) removePGLocked(pg *pgroup) {
 			}
 			bu.chips = 0
 			delete(bu.node.bundles, bu)
+			rt.hostMaybeIdle(bu.node)
 			if bu.node.draining {
 				rt.drainLater(bu.node)
 			}

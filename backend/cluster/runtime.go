@@ -33,6 +33,11 @@ type Options struct {
 	// another driver stay out of reservations before the runtime tries
 	// them again; 0 means 1s.
 	ClaimRetry time.Duration
+	// HostIdle is how long a TPU host claimed for work outside slice
+	// reservations (see ChipHolder) stays claimed once nothing runs on
+	// it, so that a run of short tasks does not start and stop its worker
+	// for each; 0 means 2s.
+	HostIdle time.Duration
 }
 
 // Runtime is the cluster runtime: the scheduler, object store, actors,
@@ -49,10 +54,16 @@ type Runtime struct {
 	claimer      SliceClaimer // source's, or nil (claim.go)
 	claimRunner  ClaimRunner  // runner's, or nil (claim.go)
 	// noLooseChips: the runner's workers outside slice reservations hold
-	// no TPU chips (ChipHolder), so TPU work there is refused (chips.go).
+	// no TPU chips (ChipHolder) and the runtime cannot claim hosts for
+	// them, so TPU work there is refused (chips.go).
 	noLooseChips bool
-	claimRetry   time.Duration
-	heldTimer    *time.Timer // retries slices held elsewhere (claim.go)
+	// hostClaims: the same runner, with a SliceClaimer source and a
+	// ClaimRunner: TPU work outside slice reservations runs on hosts this
+	// driver claims for it (hostclaim.go).
+	hostClaims bool
+	claimRetry time.Duration
+	hostIdle   time.Duration // Options.HostIdle (hostclaim.go)
+	heldTimer  *time.Timer   // retries slices held elsewhere (claim.go)
 
 	mu       sync.Mutex
 	exec     backend.Executor
@@ -131,6 +142,9 @@ type node struct {
 	capac []int64
 	free  []int64
 	chips uint64 // the TPU chips taken (chips.go)
+	// hold is this driver's claim of the host for TPU work outside slice
+	// reservations, or nil (hostclaim.go).
+	hold  *hostHold
 	alive bool
 	// restarting: dead, but its worker is being restarted (the runner
 	// reported it lost with ErrRestarting), so work it could hold queues
@@ -173,10 +187,12 @@ func New(source NodeSource, runner Runner, opts Options) (*Runtime, error) {
 	}
 	b.runCtx, b.runStop = context.WithCancel(context.Background())
 	b.claimRetry = cmp.Or(opts.ClaimRetry, time.Second)
+	b.hostIdle = cmp.Or(opts.HostIdle, 2*time.Second)
 	b.claimer, _ = source.(SliceClaimer)
 	b.claimRunner, _ = runner.(ClaimRunner)
 	if h, ok := runner.(ChipHolder); ok && !h.ChipsOutsideReservations() {
-		b.noLooseChips = true
+		b.hostClaims = b.claimer != nil && b.claimRunner != nil
+		b.noLooseChips = !b.hostClaims
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)

@@ -448,6 +448,9 @@ func (rt *Runtime) tryPlace(t *task, bl []blocker) bool {
 		if !n.alive || n.draining || !fits(c.demand, n.free) || !c.sel.matches(n) {
 			continue
 		}
+		if rt.needsHold(c.demand) && !n.held() {
+			continue // claimed first (hostclaim.go)
+		}
 		if len(bl) > 0 && rt.blocks(bl, n) {
 			continue
 		}
@@ -470,6 +473,9 @@ func (rt *Runtime) release(t *task) {
 		add(t.node.free, t.cls.demand)
 		t.node.putChips(t.chips)
 	}
+	if t.node != nil {
+		rt.hostMaybeIdle(t.node)
+	}
 	t.chips = 0
 	if t.node != nil && t.node.draining {
 		rt.drainLater(t.node)
@@ -482,6 +488,10 @@ func (rt *Runtime) release(t *task) {
 func (rt *Runtime) schedule() {
 	if rt.closed {
 		return
+	}
+	if rt.hostClaims && !rt.scheduling {
+		// Once the outermost pass has placed what it can (hostclaim.go).
+		defer rt.kickHostClaims()
 	}
 	for _, p := range rt.slices.order {
 		if len(p.waiting) > 0 {

@@ -208,12 +208,19 @@ type ClaimRunner interface {
 // ChipHolder is implemented by a runner to say whether work outside a
 // slice reservation can use a TPU host's chips. A runner whose workers
 // outside reservations hold no chips (Kubernetes: a node's CPU pod
-// requests no google.com/tpu) returns false, and the runtime then refuses
+// requests no google.com/tpu) returns false. The runtime then places
 // tasks, actors and placement group bundles that ask for backend.TPU
-// outside a slice reservation, as Infeasible saying to reserve a slice
-// (or a sub-slice) and run the work in its bundles, instead of running
-// them where they would see the chips' variables and no device. Runners
-// without the method hold chips wherever work runs (the simulator).
+// outside a slice reservation only on hosts it has claimed for them, if
+// the source is a [SliceClaimer] and the runner a [ClaimRunner]: a host
+// claim is a one-host Subslice claim of the host's slice, and
+// ClaimRunner.Reserved starts the host's worker holding all of its chips,
+// where such work then runs with Ray's TPU_VISIBLE_CHIPS for its own
+// chips; the claim ends once the host has been idle for a while. Without
+// those seams the runtime refuses such work as Infeasible, saying to
+// reserve a slice (or a sub-slice) and run the work in its bundles,
+// instead of running it where it would see the chips' variables and no
+// device. Runners without the method hold chips wherever work runs (the
+// simulator).
 type ChipHolder interface {
 	ChipsOutsideReservations() bool
 }

@@ -75,7 +75,7 @@ func (rt *Runtime) pickSubslice(p *shapePool, sub tpu.Subslice) (*tpuSlice, int)
 			ws, _ := sub.Workers(i)
 			if !slices.ContainsFunc(ws, func(w int) bool {
 				h := s.hosts[w]
-				return !h.alive || s.subBusy[w] || !slices.Equal(h.free, h.capac)
+				return !h.alive || s.subBusy[w] || h.hold != nil || !slices.Equal(h.free, h.capac)
 			}) {
 				return s, i
 			}

@@ -69,7 +69,7 @@ func (s *tpuSlice) idle() bool {
 		return false
 	}
 	for _, n := range s.hosts {
-		if !slices.Equal(n.free, n.capac) {
+		if n.hold != nil || !slices.Equal(n.free, n.capac) {
 			return false
 		}
 	}

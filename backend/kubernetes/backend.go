@@ -72,7 +72,7 @@ func NewFromParts(cfg Config, id ClusterID, src *Source, r *Runner) (*Backend, e
 		RouteKlog(cfg.withDefaults().Logger)
 	}
 	r.gone = src.WorkerGone
-	rt, err := cluster.New(src, r, cluster.Options{Logger: cfg.withDefaults().Logger})
+	rt, err := cluster.New(src, r, cluster.Options{Logger: cfg.withDefaults().Logger, HostIdle: cfg.Worker.HostIdle})
 	if err != nil {
 		return nil, backend.Wrap(backend.CodeOf(err), "create Kubernetes backend", err)
 	}

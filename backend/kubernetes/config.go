@@ -128,6 +128,11 @@ type WorkerConfig struct {
 	// half of it (a new Secret generation for new pods), from a CA that is
 	// valid for a year, so a long-lived handle keeps starting pods.
 	CertValidity time.Duration
+	// HostIdle is how long a TPU host that this driver claimed for work
+	// outside slice reservations (ray.Resources{TPU: 1}, serve's
+	// ChipsPerReplica) keeps its pod, which holds the host's chips, and
+	// its share of the slice's Lease once nothing runs there; 0 means 2s.
+	HostIdle time.Duration
 }
 
 // CPUPool selects the Kubernetes nodes that count as CPU nodes of the
@@ -308,8 +313,8 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Provision.validate()...)
-	if c.Worker.StartTimeout < 0 || c.Worker.IdleTimeout < 0 {
-		bad("Worker.StartTimeout %v and Worker.IdleTimeout %v: want >= 0 (0 means the default)", c.Worker.StartTimeout, c.Worker.IdleTimeout)
+	if c.Worker.StartTimeout < 0 || c.Worker.IdleTimeout < 0 || c.Worker.HostIdle < 0 {
+		bad("Worker.StartTimeout %v, Worker.IdleTimeout %v and Worker.HostIdle %v: want >= 0 (0 means the default)", c.Worker.StartTimeout, c.Worker.IdleTimeout, c.Worker.HostIdle)
 	}
 	if c.Worker.CertValidity < time.Minute {
 		bad("Worker.CertValidity %v: want at least 1m (0 means %v)", c.Worker.CertValidity, worker.DefaultCertValidity)

@@ -65,12 +65,9 @@ func TestE2EConformance(t *testing.T) {
 }
 
 // conformanceCapabilities are the suite's capabilities on this backend:
-// all but chips outside reservations (the Runner is a cluster.ChipHolder
-// that says no: a node's CPU pod requests no google.com/tpu).
+// all of them (chips outside reservations on hosts the driver claims).
 func conformanceCapabilities() backendtest.Capabilities {
-	c := backendtest.AllCapabilities
-	c.ChipsOutsideReservations = false
-	return c
+	return backendtest.AllCapabilities
 }
 
 // replaceNodes deletes every node of the control plane and creates the

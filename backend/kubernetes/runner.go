@@ -34,7 +34,8 @@ import (
 // image in worker mode (its main calls ray.Main first), dialled through
 // package worker.
 //
-//   - A reserved TPU host gets one pod per reservation (Reserved), pinned
+//   - A reserved TPU host gets one pod per reservation (Reserved; a host
+//     the runtime claims for TPU work outside reservations too), pinned
 //     to its node, requesting the host's google.com/tpu chips (requests =
 //     limits), with the reservation's env (TPU_WORKER_ID,
 //     TPU_WORKER_HOSTNAMES as DNS names of the headless Service,
@@ -469,10 +470,15 @@ func podHostnames(c cluster.Claim) [][]string {
 
 // ChipsOutsideReservations implements cluster.ChipHolder: false. Work
 // outside a slice reservation runs in its node's CPU pod, which requests
-// no google.com/tpu, so the runtime refuses TPU work there rather than
-// run it without a device. (Holding chips there would need the node's pod
-// to request the host's chips and the driver to hold the slice's Lease
-// meanwhile, so that no other driver claims the slice.)
+// no google.com/tpu. So the runtime places TPU work outside reservations
+// (ray.Resources{TPU: 1}, serve's ChipsPerReplica) only on hosts it has
+// claimed for it: the host's slice Lease taken in shared mode, as for a
+// sub-slice, so that no other driver claims the slice meanwhile, and
+// Reserved starting one pod on the host that requests all of its chips,
+// as KubeRay's TPU worker pods do. Work on the host then runs in that pod,
+// each piece with Ray's TPU_VISIBLE_CHIPS for the chips it holds; the pod
+// is deleted and the Lease released once the host has been idle for
+// cluster.Options.HostIdle.
 func (r *Runner) ChipsOutsideReservations() bool { return false }
 
 var _ cluster.ChipHolder = (*Runner)(nil)
