@@ -46,9 +46,10 @@
 // sharing a chip. A power-of-two count gets an aligned block (2 of 4 are
 // chips 0,1 or 2,3), as the GKE device plugin chooses; placement group
 // bundles hold chips the same way for the work inside them. Whole hosts
-// get no chip variables, as in Ray. On the Kubernetes backend only slice
-// reservations' pods hold chips, so TPU work outside a reservation is
-// Infeasible there, saying to reserve a slice.
+// get no chip variables, as in Ray. On the Kubernetes backend the driver
+// first claims the host (its slice's Lease, shared, and one pod that
+// requests all of the host's chips, where such work then runs), and
+// gives it back once the host has been idle for a moment.
 //
 // # Backends
 //
