@@ -253,40 +253,43 @@ func TestHostClaimsAndReservations(t *testing.T) {
 // with work running there, a claim in flight when the runtime closes, a
 // runner that fails to start the host's worker (tried again later).
 func TestHostClaimReleasedOnEveryPath(t *testing.T) {
-	t.Run("NodeLost", func(t *testing.T) {
-		is := is.New(t)
+	// holding starts a runtime whose one blocked one-chip task holds a
+	// claimed host, and returns the claim.
+	holding := func(t *testing.T) (*cluster.Runtime, *testSource, *testRunner, cluster.Claim) {
 		src := newTestSource(t, namedHosts(1))
 		runner := newTestRunner()
 		rt, err := cluster.New(src, noChipsRunner{runner}, cluster.Options{HostIdle: time.Hour})
-		is.NoErr(err)
+		if err != nil {
+			t.Fatal(err)
+		}
 		release := make(chan struct{})
-		defer close(release)
-		is.NoErr(rt.Start(context.Background(), chipsExec{nodeExec{release: release}}))
-		defer rt.Close()
-		ctx := context.Background()
-		_, err = submit(ctx, rt, "block", backend.Resources{backend.TPU: 1}, backend.Placement{})
-		is.NoErr(err)
+		t.Cleanup(func() { close(release) })
+		if err := rt.Start(context.Background(), chipsExec{nodeExec{release: release}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err = submit(context.Background(), rt, "block", backend.Resources{backend.TPU: 1}, backend.Placement{}); err != nil {
+			t.Fatal(err)
+		}
 		waitFor(t, "a host is claimed", func() bool { return len(runner.reservedIDs()) == 1 })
-		host := hostClaims(src)[0].Hosts[0][0]
-		is.NoErr(src.Kill(ctx, host))
+		return rt, src, runner, hostClaims(src)[0]
+	}
+	t.Run("NodeLost", func(t *testing.T) {
+		is := is.New(t)
+		rt, src, runner, c := holding(t)
+		defer rt.Close()
+		is.NoErr(src.Kill(context.Background(), c.Hosts[0][0]))
 		waitFor(t, "the lost host's claim ends", func() bool {
 			src.mu.Lock()
 			defer src.mu.Unlock()
-			return len(src.granted) == 0 || (len(src.granted) == 1 && src.history[len(src.history)-1].Hosts[0][0] != host)
+			return src.releases[c.ID] == 1
 		})
+		runner.mu.Lock()
+		is.Equal(runner.released[c.ID], 1) // its pod stopped
+		runner.mu.Unlock()
 	})
 	t.Run("Close", func(t *testing.T) {
 		is := is.New(t)
-		src := newTestSource(t, namedHosts(1))
-		runner := newTestRunner()
-		rt, err := cluster.New(src, noChipsRunner{runner}, cluster.Options{HostIdle: time.Hour})
-		is.NoErr(err)
-		release := make(chan struct{})
-		defer close(release)
-		is.NoErr(rt.Start(context.Background(), chipsExec{nodeExec{release: release}}))
-		_, err = submit(context.Background(), rt, "block", backend.Resources{backend.TPU: 1}, backend.Placement{})
-		is.NoErr(err)
-		waitFor(t, "a host is claimed", func() bool { return len(runner.reservedIDs()) == 1 })
+		rt, src, runner, _ := holding(t)
 		is.NoErr(rt.Close())
 		src.checkReleased(t, 1)
 		runner.checkReleased(t, 1)
