@@ -289,17 +289,21 @@ func (pv *provisioning) Close(ctx context.Context) error {
 func capacityPodName(g string, i int) string { return fmt.Sprintf("%s-%d", g, i) }
 
 // deletePodsNamed deletes the named pods with no grace period, at most
-// 16 calls at a time, retrying API errors; pods already gone are fine.
+// 16 calls at a time, retrying transient API errors; pods already gone
+// are fine, and a pod found gone is not asked for again (retriable counts
+// NotFound as transient, as a Lease's update needs, which here would
+// retry a pod that the claim already deleted for seconds).
 func deletePodsNamed(ctx context.Context, client kubernetes.Interface, ns string, names []string) error {
 	pods := client.CoreV1().Pods(ns)
 	errs := make([]error, len(names))
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
+	again := func(err error) bool { return !apierrors.IsNotFound(err) && retriable(err) }
 	for i, name := range names {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			err := retry.OnError(apiBackoff, retriable, func() error {
+			err := retry.OnError(apiBackoff, again, func() error {
 				return pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 			})
 			if err != nil && !apierrors.IsNotFound(err) {

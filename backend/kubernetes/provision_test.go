@@ -136,7 +136,10 @@ func TestProvisionedSliceGoesToRequester(t *testing.T) {
 // sits on the claimed slice: the pods bound to its hosts and those the
 // scheduler has not bound yet, which would go to the same pool and take
 // chips the worker pods need. Another group's pending pods (another slice
-// asked for) stay, and Close deletes them.
+// asked for) stay, and Close deletes them with one call per pod: those the
+// claim deleted are found gone and not asked for again (they were retried
+// with backoff for about 3 s, which every reservation of a provisioned
+// slice waited for).
 func TestProvisionClaimReplacesWholeGroup(t *testing.T) {
 	is := is.New(t)
 	nodes := tpuNodes("pool-c", "tpu-v6e-slice", "2x4", 2, 4)
@@ -165,7 +168,20 @@ func TestProvisionClaimReplacesWholeGroup(t *testing.T) {
 	for _, p := range left.Items {
 		is.True(p.Labels[labelCapacity] != mine)
 	}
+	deletes := func() int {
+		n := 0
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "delete" && a.GetResource().Resource == "pods" {
+				n++
+			}
+		}
+		return n
+	}
+	before := deletes()
+	t0 := time.Now()
 	is.NoErr(pv.Close(t.Context()))
+	is.Equal(deletes()-before, 4) // 2 groups × 2 hosts, once each
+	is.True(time.Since(t0) < time.Second)
 	left, err = client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: labelCapacity})
 	is.NoErr(err)
 	is.Equal(len(left.Items), 0)
