@@ -59,8 +59,9 @@ func TestE2EChipsOutsideReservations(t *testing.T) {
 	is.NoErr(err)
 	client, err := k8s.NewForConfig(driverConfig(t, cp))
 	is.NoErr(err)
-	newDriver := func() *ray.Cluster {
+	newDriver := func(identity string) *ray.Cluster {
 		cfg := testConfig()
+		cfg.Identity = identity // the holder of the Leases it takes
 		cfg.Client = client
 		cfg.Worker.Image = workerImage
 		cfg.Worker.StartTimeout = 30 * time.Second
@@ -73,7 +74,7 @@ func TestE2EChipsOutsideReservations(t *testing.T) {
 		return c
 	}
 	ns := cmp.Or(testConfig().Namespace, "default")
-	a, other := newDriver(), newDriver()
+	a, other := newDriver("driver-a"), newDriver("driver-b")
 	runCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 
@@ -83,7 +84,7 @@ func TestE2EChipsOutsideReservations(t *testing.T) {
 	var chips []string
 	pod := ""
 	for range 4 {
-		u := chipUserClass.Remote(runCtx, a, struct{}{}, ray.Resources{ray.TPU: 1})
+		u := chipUserClass.Remote(runCtx, a, struct{}{}, ray.Resources{ray.TPU: 1}, ray.MaxRestarts(1))
 		w, err := chipUserWhere.Remote(runCtx, u, struct{}{}).Get(runCtx)
 		is.NoErr(err)
 		is.Equal(w.Node, "chips-0")
@@ -102,6 +103,7 @@ func TestE2EChipsOutsideReservations(t *testing.T) {
 	lease, err := client.CoordinationV1().Leases(ns).Get(ctx, LeaseName("chips"), metav1.GetOptions{})
 	is.NoErr(err) // the slice's Lease, held in shared mode
 	is.Equal(lease.Annotations[annotationClaim], subsliceClaim)
+	is.Equal(*lease.Spec.HolderIdentity, "driver-a")
 
 	// The driver holds the slice: the other driver's reservation of it
 	// waits, and its own chip work finds no host.
@@ -110,9 +112,42 @@ func TestE2EChipsOutsideReservations(t *testing.T) {
 	stop()
 	is.True(errors.Is(err, context.DeadlineExceeded))
 	short, stop = context.WithTimeout(runCtx, 2*time.Second)
-	err = chipUserClass.Remote(short, other, struct{}{}, ray.Resources{ray.TPU: 1}).Ready(short)
+	waiting := chipUserClass.Remote(short, other, struct{}{}, ray.Resources{ray.TPU: 1})
+	err = waiting.Ready(short)
 	stop()
 	is.True(errors.Is(err, context.DeadlineExceeded))
+	is.NoErr(waiting.Kill(runCtx)) // it would take the host as soon as it is free
+	others, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelReservation})
+	is.NoErr(err)
+	is.Equal(len(others.Items), 1) // the other driver started no pod for the host
+
+	// The pod is deleted under the actors (an eviction): the host's claim
+	// ends with it, the actors restart, and the host is claimed again,
+	// with a new pod holding its chips, a chip for each actor.
+	is.NoErr(client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{}))
+	chips = chips[:0]
+	newPod, deleted := "", time.Now()
+	for _, u := range users {
+		var w chipWhere
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+			if w, err = chipUserWhere.Remote(runCtx, u, struct{}{}).Get(runCtx); err == nil && w.Pod != pod {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the actor did not come back in a new pod: %+v, %v", w, err)
+			}
+		}
+		t.Logf("actor back in %s after %v", w.Pod, time.Since(deleted))
+		is.True(newPod == "" || w.Pod == newPod) // one pod again
+		newPod = w.Pod
+		chips = append(chips, w.Chips)
+	}
+	slices.Sort(chips)
+	is.Equal(chips, []string{"0", "1", "2", "3"})
+	p, err = client.CoreV1().Pods(ns).Get(ctx, newPod, metav1.GetOptions{})
+	is.NoErr(err)
+	is.Equal(p.Spec.Containers[0].Resources.Requests.Name(resourceTPU, "").Value(), int64(4))
+	pod = newPod
 
 	// Idle again: the pod is deleted, the Lease released, and the other
 	// driver reserves the slice.
