@@ -348,3 +348,40 @@ func (r *testRunner) reservedIDs() []string {
 	}
 	return out
 }
+
+// BenchmarkLooseChipTasks runs one-chip tasks outside reservations, one
+// after another, where workers hold chips anywhere (the simulator) and
+// where the runtime first claims the host (host claims; the host stays
+// claimed between tasks): once a host is claimed, placing work on it
+// costs what it costs elsewhere.
+//
+//	go test -run '^$' -bench LooseChipTasks -count 3 ./backend/cluster/
+func BenchmarkLooseChipTasks(b *testing.B) {
+	for _, mode := range []string{"simulator", "host-claims"} {
+		b.Run(mode, func(b *testing.B) {
+			src := newTestSource(b, namedHosts(4))
+			var runner cluster.Runner = newTestRunner()
+			if mode == "host-claims" {
+				runner = noChipsRunner{newTestRunner()}
+			}
+			rt, err := cluster.New(src, runner, cluster.Options{HostIdle: time.Hour})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := rt.Start(context.Background(), chipsExec{}); err != nil {
+				b.Fatal(err)
+			}
+			defer rt.Close()
+			ctx := context.Background()
+			for b.Loop() {
+				id, err := submit(ctx, rt, "where", backend.Resources{backend.TPU: 1}, backend.Placement{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := rt.Get(ctx, id); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

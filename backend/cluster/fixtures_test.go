@@ -73,7 +73,7 @@ func tpuHosts4x4(n int) []cluster.Node {
 // it names: all of a slice's, or a sub-slice's), or a release of a claim
 // it did not grant.
 type testSource struct {
-	t      *testing.T
+	t      testing.TB
 	nodes  []cluster.Node
 	synced chan struct{}
 
@@ -91,7 +91,7 @@ type testSource struct {
 	releases map[string]int  // by claim ID
 }
 
-func newTestSource(t *testing.T, nodes []cluster.Node) *testSource {
+func newTestSource(t testing.TB, nodes []cluster.Node) *testSource {
 	return &testSource{
 		t: t, nodes: nodes, synced: make(chan struct{}),
 		held: map[string]bool{}, granted: map[string]cluster.Claim{}, claimed: map[string]bool{}, releases: map[string]int{},
