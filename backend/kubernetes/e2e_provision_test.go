@@ -6,10 +6,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -265,19 +268,41 @@ func TestE2EProvisionSpotPreemption(t *testing.T) {
 // provision (the autoscaler's trigger to the pool's nodes created: Delay,
 // 500ms here, minutes on GKE) and nodes-to-workers, goray's own part once
 // the nodes exist (the slice reported, the claim, capacity pods replaced
-// by worker pods until each worker is connected). In the same run,
-// kube-scheduler alone places the same 4 worker pods on the same nodes
-// until Running: the baseline of nodes-to-workers.
+// by worker pods until each worker is connected).
+//
+// Its baseline, in the same run, is kube-scheduler placing the same 4
+// worker pods (the runner's template: image, resources, env) on freshly
+// provisioned capacity: created pending from zero TPU nodes with the TPU
+// node selector and JobSet's exclusive placement on one node pool, the
+// autoscaler makes a pool for them, and kube-scheduler binds them. It is
+// timed from the pool's nodes created (the same mark as nodes-to-workers)
+// to all 4 Running (kube-scheduler-fresh, the target's baseline), and to
+// every pod's worker process accepting a TCP connection on its port
+// (kube-scheduler-fresh-listening: the worker's own start-up, which goray's
+// part includes and Running does not). kube-scheduler-warm is the earlier
+// baseline: the same pods on goray's nodes once its pods are gone, to
+// Running.
 //
 //	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EProvisionV6e4x4 -benchtime 5x -count 3 ./
 func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 	cp, as := startAutoscaledHarness(b, kubeharness.AutoscalerOptions{Delay: 500 * time.Millisecond, ScaleDownAfter: time.Second})
 	client := cp.Client()
+	// A cluster has nodes other than TPU pools (the driver's, the system
+	// pods'). With none at all kube-scheduler retries pending pods only on
+	// its backoff timer (1 s, then 2 s), not when a node they fit is added,
+	// so pending pods waited up to a second for nodes that existed, and
+	// capacity pods were never bound before the claim.
+	if _, err := cp.AddCPUNodes(context.Background(), kubeharness.CPUNodes{Name: "cpu", Count: 1}); err != nil {
+		b.Fatal(err)
+	}
 	var tr *provisionTrace
 	var opts []func(*Config)
 	if os.Getenv("GORAY_E2E_TRACE") != "" {
 		tr = startProvisionTrace(b, client)
-		opts = append(opts, func(c *Config) { c.Logger = slog.New(tr.handler()) })
+		opts = append(opts, func(c *Config) {
+			c.Logger = slog.New(tr.handler())
+			c.Worker.LogLevel = "info" // the workers log when they listen and when the driver connects
+		})
 	}
 	be, _ := provisioningCluster(b, cp.Config(), "bench", ProvisionConfig{Mode: ProvisionPods}, opts...)
 	ctx := context.Background()
@@ -286,19 +311,33 @@ func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 		b.Fatal(err)
 	}
 	sel, _ := kubeharness.TPUSelector("v6e", "4x4")
-	var total, react, provision, baseline time.Duration
-	n := 0
-	for b.Loop() {
-		for { // from zero TPU nodes each time
+	port := be.runner.cfg.Worker.Port
+	zeroNodes := func() {
+		for {
 			nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: tpu.LabelGKEAccelerator})
 			if err != nil {
 				b.Fatal(err)
 			}
 			if len(nodes.Items) == 0 && len(as.Pools()) == 0 {
-				break
+				return
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+	deletePlain := func() {
+		zero := int64(0)
+		if err := client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
+			metav1.ListOptions{LabelSelector: "bench=plain"}); err != nil {
+			b.Fatal(err)
+		}
+		if err := cp.WaitForPodsGone(ctx, "default", "bench=plain"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var total, react, provision, warm, fresh, freshListen time.Duration
+	n := 0
+	for b.Loop() {
+		zeroNodes() // from zero TPU nodes each time
 		t0 := time.Now()
 		res, err := be.ReserveSlices(ctx, &backend.SliceRequest{Shape: shape, NumSlices: 1, Name: "bench"})
 		if err != nil {
@@ -309,7 +348,8 @@ func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 		ups := as.ScaleUps()
 		up := ups[len(ups)-1]
 		if tr != nil {
-			tr.dump(b, t0, up.Ready, map[string]time.Time{"request": t0, "triggered": up.Triggered, "nodes created": up.Ready, "reserved": t0.Add(took)})
+			tr.workerLogs(b, cp, LabelReservation+"="+labelValue(res.Group.String()))
+			tr.dump(b, "goray", t0, up.Ready, map[string]time.Time{"request": t0, "triggered": up.Triggered, "nodes created": up.Ready, "reserved": t0.Add(took)})
 		}
 		total += took
 		react += up.Triggered.Sub(t0)
@@ -321,16 +361,20 @@ func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 		if err := cp.WaitForPodsGone(ctx, "default", LabelCluster+"="+string(be.ClusterID())+","+LabelReservation); err != nil {
 			b.Fatal(err)
 		}
-		// The baseline: kube-scheduler places the same 4 worker pods (the
-		// runner's template, the same image and resources, a TPU node
-		// selector instead of the node pin) on the same nodes.
-		t1 := time.Now()
-		for j := range shape.Hosts() {
-			p := be.runner.pt.pod(podSpec{name: fmt.Sprintf("plain-%d-%d", n, j), node: res.Slices[0].Hosts[j], chips: 4,
+		// The pods: the runner's template (the same image, resources and
+		// env), a TPU node selector instead of the node pin.
+		plain := func(j int, group string) *corev1.Pod {
+			p := be.runner.pt.pod(podSpec{name: fmt.Sprintf("plain-%s-%d", group, j), node: res.Slices[0].Hosts[j], chips: 4,
 				env: res.Env[j], labels: map[string]string{"bench": "plain"}})
 			p.Labels[LabelCluster] = "plain" // not the runner's pods
+			delete(p.Labels, LabelNode)
 			p.Spec.Affinity, p.Spec.NodeSelector = nil, sel
-			if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return p
+		}
+		// The warm baseline: the same nodes, now that goray's pods are gone.
+		t1 := time.Now()
+		for j := range shape.Hosts() {
+			if _, err := client.CoreV1().Pods("default").Create(ctx, plain(j, fmt.Sprint("warm-", n)), metav1.CreateOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -339,15 +383,52 @@ func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 		}); err != nil {
 			b.Fatal(err)
 		}
-		baseline += time.Since(t1)
-		zero := int64(0)
-		if err := client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
-			metav1.ListOptions{LabelSelector: "bench=plain"}); err != nil {
+		warm += time.Since(t1)
+		deletePlain()
+
+		// The fresh baseline: the pods pending from zero TPU nodes, one
+		// node pool for all of them as JobSet's exclusive placement asks
+		// (a required pod affinity on the node pool, an anti-affinity
+		// against other groups), which the autoscaler answers with one
+		// pool, as it answers goray's capacity pods.
+		zeroNodes()
+		group := fmt.Sprint("fresh-", n)
+		t2 := time.Now()
+		for j := range shape.Hosts() {
+			p := plain(j, group)
+			p.Labels["bench-group"] = group
+			p.Spec.Affinity = &corev1.Affinity{
+				PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+					LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench-group": group}}, TopologyKey: tpu.LabelGKENodePool,
+				}}},
+				PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+					LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+						{Key: "bench-group", Operator: metav1.LabelSelectorOpExists},
+						{Key: "bench-group", Operator: metav1.LabelSelectorOpNotIn, Values: []string{group}},
+					}}, TopologyKey: tpu.LabelGKENodePool,
+				}}},
+			}
+			if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		running, listening, err := waitRunningAndListening(ctx, cp, "bench=plain", shape.Hosts(), port)
+		if err != nil {
 			b.Fatal(err)
 		}
-		if err := cp.WaitForPodsGone(ctx, "default", "bench=plain"); err != nil {
-			b.Fatal(err)
+		ups = as.ScaleUps()
+		fup := ups[len(ups)-1]
+		if !fup.Triggered.After(t2) {
+			b.Fatalf("the fresh baseline's pods ran on a pool made before they were created (%v)", fup)
 		}
+		fresh += running.Sub(fup.Ready)
+		freshListen += listening.Sub(fup.Ready)
+		if tr != nil {
+			tr.workerLogs(b, cp, "bench-group="+group)
+			tr.dump(b, "kube-scheduler, fresh nodes", t2, fup.Ready, map[string]time.Time{"created": t2, "triggered": fup.Triggered,
+				"nodes created": fup.Ready, "all running": running, "all listening": listening})
+		}
+		deletePlain()
 		b.StartTimer()
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(n) }
@@ -356,8 +437,65 @@ func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 	b.ReportMetric(ms(react), "to-trigger-ms/op")
 	b.ReportMetric(ms(provision), "provision-ms/op")
 	b.ReportMetric(ms(after), "nodes-to-workers-ms/op")
-	b.ReportMetric(ms(baseline), "kube-scheduler-ms/op")
-	b.ReportMetric(float64(after)/float64(baseline), "nodes-to-workers/kube-scheduler")
+	b.ReportMetric(ms(fresh), "kube-scheduler-fresh-ms/op")
+	b.ReportMetric(ms(freshListen), "kube-scheduler-fresh-listening-ms/op")
+	b.ReportMetric(ms(warm), "kube-scheduler-warm-ms/op")
+	b.ReportMetric(float64(after)/float64(fresh), "nodes-to-workers/kube-scheduler-fresh")
+	b.ReportMetric(float64(after)/float64(freshListen), "nodes-to-workers/kube-scheduler-fresh-listening")
+	b.ReportMetric(float64(after)/float64(warm), "nodes-to-workers/kube-scheduler-warm")
+}
+
+// waitRunningAndListening waits until n pods matching selector run and
+// each one's worker accepts a TCP connection on port of its pod IP (dialled
+// every millisecond from when the watch shows the pod Running), and
+// returns when the last pod was seen Running and when the last one
+// accepted.
+func waitRunningAndListening(ctx context.Context, cp *kubeharness.ControlPlane, selector string, n int, port int32) (running, listening time.Time, err error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		last    time.Time
+		probing = map[string]bool{}
+		failed  error
+	)
+	_, err = cp.WaitForPods(ctx, "default", selector, n, func(p *corev1.Pod) bool {
+		ok := p.Status.Phase == corev1.PodRunning && p.Status.PodIP != ""
+		if ok && !probing[p.Name] {
+			probing[p.Name] = true
+			addr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port)))
+			wg.Go(func() {
+				for {
+					c, err := net.DialTimeout("tcp", addr, time.Second)
+					if err == nil {
+						at := time.Now()
+						c.Close()
+						mu.Lock()
+						if at.After(last) {
+							last = at
+						}
+						mu.Unlock()
+						return
+					}
+					if ctx.Err() != nil {
+						mu.Lock()
+						failed = fmt.Errorf("the worker at %s did not accept: %w", addr, err)
+						mu.Unlock()
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+		return ok
+	})
+	running = time.Now()
+	wg.Wait()
+	if err == nil {
+		err = failed
+	}
+	return running, last, err
 }
 
 // Without the PriorityClass of deploy/capacity.yaml the API server refuses

@@ -14,9 +14,12 @@ import (
 
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/goray-dev/goray/internal/kubeharness"
 )
 
 // provisionTrace records, with the time each was seen, the pod and Lease
@@ -59,7 +62,7 @@ func startProvisionTrace(tb testing.TB, client k8s.Interface) *provisionTrace {
 			obj = d.Obj
 		}
 		p, ok := obj.(*corev1.Pod)
-		if !ok || p.Labels["bench"] != "" {
+		if !ok {
 			return
 		}
 		st := podState(p)
@@ -105,9 +108,45 @@ func (h traceHandler) Handle(_ context.Context, r slog.Record) error {
 func (h traceHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h traceHandler) WithGroup(string) slog.Handler      { return h }
 
+// workerLogs notes, at the times their workers logged them, when the
+// worker of each pod matching selector listened and when its driver
+// connected (the workers log at level info).
+func (tr *provisionTrace) workerLogs(tb testing.TB, cp *kubeharness.ControlPlane, selector string) {
+	pods, err := cp.Client().CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		logs, err := cp.PodLogs("default", p.Name, "worker")
+		if err != nil {
+			tr.note("no logs of pod " + p.Name + ": " + err.Error())
+			continue
+		}
+		for line := range strings.Lines(logs) {
+			var what string
+			switch {
+			case strings.Contains(line, "goray worker: serving"):
+				what = "listening"
+			case strings.Contains(line, "goray worker: driver connected"):
+				what = "driver connected"
+			default:
+				continue
+			}
+			ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+			at, err := time.Parse(time.RFC3339Nano, ts)
+			if err != nil {
+				continue
+			}
+			tr.mu.Lock()
+			tr.events = append(tr.events, traceEvent{at, "worker " + p.Name + ": " + what})
+			tr.mu.Unlock()
+		}
+	}
+}
+
 // dump logs the events since start, with times relative to zero, and
 // forgets them.
-func (tr *provisionTrace) dump(tb testing.TB, start, zero time.Time, marks map[string]time.Time) {
+func (tr *provisionTrace) dump(tb testing.TB, title string, start, zero time.Time, marks map[string]time.Time) {
 	tr.mu.Lock()
 	evs := tr.events
 	tr.events = nil
@@ -123,5 +162,5 @@ func (tr *provisionTrace) dump(tb testing.TB, start, zero time.Time, marks map[s
 		}
 		fmt.Fprintf(&b, "%+8.1fms %s\n", float64(e.at.Sub(zero).Microseconds())/1000, e.what)
 	}
-	tb.Logf("trace (ms from the nodes created):\n%s", b.String())
+	tb.Logf("trace of %s (ms from the nodes created):\n%s", title, b.String())
 }
