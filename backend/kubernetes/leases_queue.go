@@ -48,13 +48,16 @@ func QueueLeaseName(shape string) string { return dnsName("goray-queue", shape) 
 // ClaimQueued is Claim for slices of one shape, in the order of the
 // shape's queue across drivers (see this file's comment).
 func (l *Leases) ClaimQueued(ctx context.Context, claim, shape string, slices []string) error {
-	if head := l.queueHead(ctx, shape); head != "" {
+	head, mine := l.queueHead(ctx, shape)
+	if head != "" {
 		return &cluster.HeldError{Slices: slices, Holder: head + ", which waits first for " + shape + " slices"}
 	}
 	err := l.Claim(ctx, claim, slices)
 	var held *cluster.HeldError
 	switch {
-	case err == nil:
+	case err == nil && mine:
+		// This driver was the queue's head; with no queue, or another's
+		// expired one, it has nothing to leave (and saves the read).
 		l.dequeue(ctx, shape)
 	case errors.As(err, &held):
 		if qerr := l.enqueue(ctx, claim, shape); qerr != nil {
@@ -65,16 +68,18 @@ func (l *Leases) ClaimQueued(ctx context.Context, claim, shape string, slices []
 }
 
 // queueHead returns the identity of another driver that is the live head
-// of shape's queue, or "".
-func (l *Leases) queueHead(ctx context.Context, shape string) string {
+// of shape's queue, or "", and whether this driver holds the queue's
+// Lease.
+func (l *Leases) queueHead(ctx context.Context, shape string) (head string, mine bool) {
 	q, err := l.client.CoordinationV1().Leases(l.ns).Get(ctx, QueueLeaseName(shape), metav1.GetOptions{})
 	if err != nil {
-		return "" // none (or unreadable: claims go on as without a queue)
+		return "", false // none (or unreadable: claims go on as without a queue)
 	}
-	if h := deref(q.Spec.HolderIdentity); h != l.identity && !l.expired(q) {
-		return h
+	h := deref(q.Spec.HolderIdentity)
+	if h != l.identity && !l.expired(q) {
+		return h, false
 	}
-	return ""
+	return "", h == l.identity
 }
 
 // enqueue makes this driver the head of shape's queue, or renews its

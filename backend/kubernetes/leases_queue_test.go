@@ -65,3 +65,39 @@ func TestLeasesQueueHeadGivesUp(t *testing.T) {
 	clk.advance(queueTTL)                                               // A gave up
 	is.NoErr(b.ClaimQueued(ctx, "b3", testShape, []string{"s1"}))
 }
+
+// TestLeasesQueuedClaimCalls: with no queue, a claim is the queue read and
+// the slice's Lease created, nothing more (it read the queue a second
+// time to leave a queue it was never in); the head that is granted still
+// leaves the queue.
+func TestLeasesQueuedClaimCalls(t *testing.T) {
+	is := is.New(t)
+	client := checkVersions(newFakeClient())
+	clk := &clock{t: time.Unix(1e9, 0)}
+	a := newTestLeases(t, client, "driver-a", clk)
+	b := newTestLeases(t, client, "driver-b", clk)
+	ctx := t.Context()
+	leaseCalls := func() []string {
+		var out []string
+		for _, act := range client.Actions() {
+			if act.GetResource().Resource == "leases" {
+				out = append(out, act.GetVerb())
+			}
+		}
+		client.ClearActions()
+		return out
+	}
+
+	client.ClearActions()
+	is.NoErr(a.ClaimQueued(ctx, "a1", testShape, []string{"s1"}))
+	is.Equal(leaseCalls(), []string{"get", "create"})
+
+	var held *cluster.HeldError
+	is.True(errors.As(b.ClaimQueued(ctx, "b1", testShape, []string{"s1"}), &held)) // B queues
+	is.NoErr(a.Release(ctx, []string{"s1"}))
+	leaseCalls()
+	is.NoErr(b.ClaimQueued(ctx, "b1", testShape, []string{"s1"}))
+	is.Equal(leaseCalls(), []string{"get", "create", "get", "delete"}) // the head leaves the queue
+	_, err := client.CoordinationV1().Leases("default").Get(ctx, QueueLeaseName(testShape), metav1.GetOptions{})
+	is.True(err != nil)
+}

@@ -374,8 +374,12 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod) (*
 	var c *worker.Client
 	// The container runs before the worker listens: dial until it answers
 	// or ctx ends (wait.Backoff stops at its cap, so the loop is ours). A
-	// refusal (token, version, code) is final.
-	delay := 5 * time.Millisecond
+	// refusal (token, version, code) is final. Every 10 ms for the first
+	// seconds, as a worker usually listens 0.1-0.3 s after its pod runs
+	// (a longer step is time the reservation waits for nothing), then
+	// backing off to 250 ms for one that starts slowly (seconds of imports
+	// on a TPU host).
+	delay, fastUntil := dialStep, time.Now().Add(dialFast)
 	for {
 		c, err = worker.Dial(ctx, addr, &opts)
 		if err == nil || backend.CodeOf(err) != backend.Unavailable {
@@ -391,7 +395,9 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod) (*
 			t.Stop()
 			err = fmt.Errorf("no answer within the start timeout %v: %w", r.cfg.Worker.StartTimeout, err)
 		case <-t.C:
-			delay = min(delay*3/2, 250*time.Millisecond)
+			if time.Now().After(fastUntil) {
+				delay = min(delay*3/2, 250*time.Millisecond)
+			}
 			continue
 		}
 		break
@@ -402,6 +408,13 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod) (*
 	}
 	return c, nil
 }
+
+// dialStep and dialFast: a worker is dialled every dialStep for dialFast
+// after its pod runs, then with a backoff (startPod).
+const (
+	dialStep = 10 * time.Millisecond
+	dialFast = 3 * time.Second
+)
 
 // waitRunning waits, on the pod watch, until w's pod runs, and returns
 // its IP.
