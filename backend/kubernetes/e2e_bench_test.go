@@ -116,14 +116,7 @@ func BenchmarkE2EReserveV6e4x4(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.StopTimer()
-			zero := int64(0)
-			if err := client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
-				metav1.ListOptions{LabelSelector: "bench=plain"}); err != nil {
-				b.Fatal(err)
-			}
-			if err := cp.WaitForPodsGone(ctx, "default", "bench=plain"); err != nil {
-				b.Fatal(err)
-			}
+			deletePlainPods(b, cp)
 			b.StartTimer()
 		}
 	})
@@ -307,13 +300,22 @@ func BenchmarkE2ECycleV6e4x4(b *testing.B) {
 			}); err != nil {
 				b.Fatal(err)
 			}
-			if err := client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)},
-				metav1.ListOptions{LabelSelector: "bench=plain"}); err != nil {
-				b.Fatal(err)
-			}
-			if err := cp.WaitForPodsGone(ctx, "default", "bench=plain"); err != nil {
-				b.Fatal(err)
-			}
+			deletePlainPods(b, cp) // timed: part of the cycle
 		}
 	})
+}
+
+// deletePlainPods deletes the baselines' pods (label bench=plain) at once
+// and waits until they are gone.
+func deletePlainPods(tb testing.TB, cp *kubeharness.ControlPlane) {
+	tb.Helper()
+	zero := int64(0)
+	ctx := context.Background()
+	if err := cp.Client().CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
+		metav1.ListOptions{LabelSelector: "bench=plain"}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := cp.WaitForPodsGone(ctx, "default", "bench=plain"); err != nil {
+		tb.Fatal(err)
+	}
 }

@@ -324,16 +324,7 @@ func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	deletePlain := func() {
-		zero := int64(0)
-		if err := client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
-			metav1.ListOptions{LabelSelector: "bench=plain"}); err != nil {
-			b.Fatal(err)
-		}
-		if err := cp.WaitForPodsGone(ctx, "default", "bench=plain"); err != nil {
-			b.Fatal(err)
-		}
-	}
+	deletePlain := func() { deletePlainPods(b, cp) }
 	var total, react, provision, warm, fresh, freshListen time.Duration
 	n := 0
 	for b.Loop() {
