@@ -311,6 +311,31 @@ func TestHostClaimReleasedOnEveryPath(t *testing.T) {
 		src.checkReleased(t, 1)
 		is.Equal(len(runner.reservedIDs()), 0)
 	})
+	t.Run("NodeLostWhileClaiming", func(t *testing.T) {
+		// The claim in flight is abandoned; the waiting work claims
+		// another host at once instead of waiting on the abandoned claim.
+		is := is.New(t)
+		src := newTestSource(t, namedHosts(1))
+		src.waitCtx = true // the claim returns only when cancelled
+		runner := newTestRunner()
+		rt, err := cluster.New(src, noChipsRunner{runner}, cluster.Options{ClaimRetry: time.Hour})
+		is.NoErr(err)
+		is.NoErr(rt.Start(context.Background(), chipsExec{}))
+		defer rt.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		id, err := submit(ctx, rt, "where", backend.Resources{backend.TPU: 1}, backend.Placement{})
+		is.NoErr(err)
+		waitFor(t, "a claim is in flight", func() bool { return len(hostClaims(src)) == 1 })
+		first := hostClaims(src)[0].Hosts[0][0]
+		src.mu.Lock()
+		src.waitCtx = false
+		src.mu.Unlock()
+		is.NoErr(src.Kill(ctx, first))
+		v, err := rt.Get(ctx, id)
+		is.NoErr(err) // ran on another host
+		is.True(!strings.HasPrefix(string(v.Data), first+" "))
+	})
 	t.Run("RunnerFails", func(t *testing.T) {
 		is := is.New(t)
 		src := newTestSource(t, namedHosts(1))

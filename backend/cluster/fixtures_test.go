@@ -151,7 +151,7 @@ func (s *testSource) Restore(ctx context.Context, name string) error {
 func (s *testSource) ClaimSlices(ctx context.Context, c cluster.Claim) error {
 	s.mu.Lock()
 	s.attempts++
-	onClaim := s.onClaim
+	onClaim, waitCtx := s.onClaim, s.waitCtx
 	err := s.claimErr
 	var held []string
 	for _, name := range c.Slices {
@@ -179,7 +179,7 @@ func (s *testSource) ClaimSlices(ctx context.Context, c cluster.Claim) error {
 	if onClaim != nil {
 		onClaim(c)
 	}
-	if s.waitCtx && err == nil {
+	if waitCtx && err == nil {
 		<-ctx.Done() // granted, but the caller only learns it once ctx ends
 	}
 	return err

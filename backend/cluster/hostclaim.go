@@ -65,8 +65,9 @@ func (rt *Runtime) needsHold(demand []int64) bool {
 // held reports whether n is claimed for work outside reservations.
 func (n *node) held() bool { return n.hold != nil && n.hold.state == holdHeld }
 
-// availNoChips is a node's free resources for placement group bundles:
-// with host claims, a host this driver has not claimed offers no chips.
+// availForBundles returns a node's free resources for placing pg's
+// bundles: with host claims, a host this driver has not claimed offers no
+// chips (slice reservations' pinned groups take their hosts as they are).
 func (rt *Runtime) availForBundles(pg *pgroup) func(*node) []int64 {
 	if !rt.hostClaims || pg.pinned != nil {
 		return func(n *node) []int64 { return n.free }
@@ -114,7 +115,7 @@ func (rt *Runtime) claimHostFor(demand []int64, sel nodeMatcher) {
 			continue
 		}
 		if n.hold != nil {
-			if n.hold.state == holdClaiming {
+			if n.hold.state == holdClaiming && !n.hold.abandon {
 				return // it serves this request too once granted
 			}
 			continue
@@ -134,7 +135,7 @@ func (rt *Runtime) claimHostFor(demand []int64, sel nodeMatcher) {
 // held.
 func (rt *Runtime) claimable(n *node) bool {
 	s := rt.slices.byNode[n]
-	if s == nil || !n.alive || n.draining || n.restarting || n.chips != 0 || n.free[tpuCol] != n.capac[tpuCol] ||
+	if s == nil || !n.alive || n.draining || n.restarting || n.free[tpuCol] != n.capac[tpuCol] ||
 		s.reservedBy != nil || s.claiming || s.held {
 		return false
 	}
@@ -179,7 +180,13 @@ func (rt *Runtime) startHostClaim(n *node) {
 			return
 		}
 		n.hold = nil
-		if rt.closed || h.abandon {
+		if rt.closed {
+			return
+		}
+		if h.abandon {
+			// The node was lost meanwhile; work waiting for a host
+			// looks again now that n is free of this claim.
+			rt.schedule()
 			return
 		}
 		if backend.CodeOf(err) == backend.ResourceExhausted {

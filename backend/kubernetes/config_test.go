@@ -42,6 +42,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "lease", cfg: ok(func(c *Config) { c.Lease = LeaseConfig{Duration: 2 * time.Second, RenewEvery: 3 * time.Second} }), want: []string{"Lease.RenewEvery 3s: want more than 0 and less than Lease.Duration 2s"}},
 		{name: "short lease", cfg: ok(func(c *Config) { c.Lease.Duration = time.Millisecond }), want: []string{"Lease.Duration 1ms: want at least 1s"}},
 		{name: "cert validity", cfg: ok(func(c *Config) { c.Worker.CertValidity = time.Second }), want: []string{"Worker.CertValidity 1s: want at least 1m (0 means 24h0m0s)"}},
+		{name: "host idle", cfg: ok(func(c *Config) { c.Worker.HostIdle = -time.Second }), want: []string{"Worker.HostIdle -1s: want >= 0"}},
 		{name: "pool idle timeout", cfg: ok(func(c *Config) { c.CPUPool.IdleTimeout = -time.Second }), want: []string{"CPUPool.IdleTimeout -1s: want >= 0 (0 means 1m0s)"}},
 		{name: "log level", cfg: ok(func(c *Config) { c.Worker.LogLevel = "loud" }), want: []string{`Worker.LogLevel "loud": want debug, info, warn, error or off`}},
 	}
