@@ -47,12 +47,15 @@ var (
 // Lease in shared mode, so that another driver can neither claim the
 // slice nor the chips meanwhile. Once the host is idle for HostIdle, the
 // pod is deleted and the Lease released, and the other driver gets the
-// slice. serve's ChipsPerReplica runs the same way.
+// slice. serve's ChipsPerReplica runs the same way. Pods are
+// network-isolated (a namespace each, names through CoreDNS).
 func TestE2EChipsOutsideReservations(t *testing.T) {
 	is := is.New(t)
-	cp := startHarness(t)
+	exe, err := osExecutable()
+	is.NoErr(err)
+	cp := kubeharness.Start(t, &kubeharness.Options{Images: map[string]string{workerImage: exe}, Network: kubeharness.NetworkIsolated})
 	ctx := t.Context()
-	_, err := cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: "chips", Generation: "v6e", Topology: "2x2", ChipsPerHost: 4,
+	_, err = cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: "chips", Generation: "v6e", Topology: "2x2", ChipsPerHost: 4,
 		Taints: []corev1.Taint{kubeharness.TPUTaint}})
 	is.NoErr(err)
 	_, err = cp.AddCPUNodes(ctx, kubeharness.CPUNodes{Name: "cpu", Count: 1})
@@ -66,6 +69,7 @@ func TestE2EChipsOutsideReservations(t *testing.T) {
 		cfg.Worker.Image = workerImage
 		cfg.Worker.StartTimeout = 30 * time.Second
 		cfg.Worker.HostIdle = 300 * time.Millisecond
+		cfg.DriverHost = cp.HostIP()
 		b, err := New(ctx, cfg)
 		is.NoErr(err)
 		c, err := ray.NewCluster(ctx, b, nil)
