@@ -53,6 +53,13 @@ type ClientOptions struct {
 	// writes to its stdout and stderr (see [Output]), in order, on the
 	// connection's reader goroutine: it must not block for long.
 	OnOutput func(Output)
+	// Env, if set, is sent to the worker in the handshake: a launched
+	// worker ([ServeLaunched]) sets it in its process env before it runs
+	// anything, so that the processes its work starts inherit it. A
+	// backend passes a reservation's env this way to a worker that was
+	// started before the reservation existed (Kubernetes: a capacity pod
+	// that becomes a worker pod).
+	Env map[string]string
 }
 
 // Output is a line a worker process wrote.
@@ -222,7 +229,7 @@ func handshake(ctx context.Context, nc net.Conn, addr string, opts *ClientOption
 		}
 		scheme = "https://"
 	}
-	body, err := json.Marshal(helloRequest{Fingerprint: opts.Manifest.Fingerprint(), Manifest: opts.Manifest, MaxMsg: limit, Heartbeat: hb.Milliseconds(), Output: opts.OnOutput != nil})
+	body, err := json.Marshal(helloRequest{Fingerprint: opts.Manifest.Fingerprint(), Manifest: opts.Manifest, MaxMsg: limit, Heartbeat: hb.Milliseconds(), Output: opts.OnOutput != nil, Env: opts.Env})
 	if err != nil {
 		return nil, nil, err
 	}

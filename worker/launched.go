@@ -203,7 +203,7 @@ func serveLaunched(reg Registry, env map[string]string, log *slog.Logger) error 
 		return err
 	}
 	opts := &ServerOptions{Token: token, TLS: tlsConfig, IdleTimeout: DefaultIdleTimeout, Logger: log,
-		OnForceCancel: func(string) { os.Exit(ExitForceCancel) }}
+		OnForceCancel: func(string) { os.Exit(ExitForceCancel) }, OnEnv: setProcessEnv}
 	if s := env[EnvMaxMessageSize]; s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -314,4 +314,24 @@ func inheritedFile(env map[string]string, key string) (*os.File, error) {
 		return nil, fmt.Errorf("%s=%d: not a valid file descriptor", key, fd)
 	}
 	return f, nil
+}
+
+// setProcessEnv sets a driver's ClientOptions.Env in the launched worker's
+// process env; the worker's own variables (GORAY_WORKER_*, read and unset
+// at start) are refused, as a name that is not a valid variable name.
+func setProcessEnv(env map[string]string) error {
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("invalid variable %q", k)
+		}
+		if strings.HasPrefix(k, "GORAY_WORKER_") {
+			return fmt.Errorf("variable %q is the worker's own, set when it starts", k)
+		}
+	}
+	for k, v := range env {
+		if err := os.Setenv(k, v); err != nil {
+			return fmt.Errorf("set %s: %w", k, err)
+		}
+	}
+	return nil
 }

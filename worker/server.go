@@ -64,6 +64,12 @@ type ServerOptions struct {
 	// what a launched worker ([ServeLaunched]) does, with exit code
 	// [ExitForceCancel]. nil cancels the task's context as without Force.
 	OnForceCancel func(task string)
+	// OnEnv, if set, is called with a connecting driver's
+	// ClientOptions.Env (when it has one) after the handshake is accepted
+	// and before the connection serves anything; an error refuses the
+	// driver. A launched worker ([ServeLaunched]) sets its process env
+	// from it.
+	OnEnv func(env map[string]string) error
 }
 
 // ExitForceCancel is the exit code of a launched worker ended by a forced
@@ -91,6 +97,7 @@ type Server struct {
 	log     *slog.Logger
 	refused *refusalLog
 	onForce func(task string)
+	onEnv   func(env map[string]string) error
 	// lastAlone is the last work that ended with nothing else running,
 	// at lastAloneAt, for naming output read after it ended (s.mu).
 	lastAlone   workLabel
@@ -125,7 +132,7 @@ func NewServer(reg Registry, opts *ServerOptions) (*Server, error) {
 	}
 	s := &Server{
 		reg: reg, entries: Manifest{Entries: reg.Entries()}, token: sha256.Sum256([]byte(opts.Token)),
-		limit: limit, idle: opts.IdleTimeout, log: opts.Logger, onForce: opts.OnForceCancel,
+		limit: limit, idle: opts.IdleTimeout, log: opts.Logger, onForce: opts.OnForceCancel, onEnv: opts.OnEnv,
 		conns: map[*serverConn]struct{}{}, execs: map[string]backend.Executor{},
 	}
 	s.entries.Sort()
@@ -243,6 +250,8 @@ type helloRequest struct {
 	Heartbeat   int64    `json:"heartbeatMillis"`
 	// Output asks for the worker's output (ClientOptions.OnOutput).
 	Output bool `json:"output,omitempty"`
+	// Env is ClientOptions.Env.
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // handshakeError is the body of a refused handshake.
@@ -320,6 +329,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hb = DefaultHeartbeat
 	}
 	hb = max(hb, 10*time.Millisecond)
+	if len(hello.Env) > 0 && s.onEnv != nil {
+		if err := s.onEnv(hello.Env); err != nil {
+			s.refuse(w, r, http.StatusBadRequest, backend.InvalidArgument, "the driver's env: "+err.Error(), Manifest{})
+			return
+		}
+	}
 
 	s.mu.Lock()
 	if s.closed {

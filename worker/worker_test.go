@@ -69,10 +69,11 @@ type where struct {
 type counter struct{ n int }
 
 var (
-	echo   = ray.NewTask("workertest.echo", func(ctx context.Context, s string) (string, error) { return s, nil })
-	failT  = ray.NewTask("workertest.fail", func(ctx context.Context, s string) (int, error) { return 0, errors.New(s) })
-	panicT = ray.NewTask("workertest.panic", func(ctx context.Context, s string) (int, error) { panic(s) })
-	whereT = ray.NewTask("workertest.where", func(ctx context.Context, key string) (where, error) {
+	echo    = ray.NewTask("workertest.echo", func(ctx context.Context, s string) (string, error) { return s, nil })
+	getenvT = ray.NewTask("workertest.getenv", func(ctx context.Context, key string) (string, error) { return os.Getenv(key), nil })
+	failT   = ray.NewTask("workertest.fail", func(ctx context.Context, s string) (int, error) { return 0, errors.New(s) })
+	panicT  = ray.NewTask("workertest.panic", func(ctx context.Context, s string) (int, error) { panic(s) })
+	whereT  = ray.NewTask("workertest.where", func(ctx context.Context, key string) (where, error) {
 		rc, _ := ray.Runtime(ctx)
 		return where{Task: rc.TaskName(), Node: rc.NodeName(), Labels: rc.NodeLabels(), Env: rc.Env(key),
 			Bundle: rc.BundleIndex(), Group: uint64(rc.PlacementGroupID()), Attempt: rc.Attempt(),
@@ -313,6 +314,21 @@ func TestProcess(t *testing.T) {
 		v, err := p.Client().RunTask(context.Background(), echo.Name(), encode(t, "authenticated"), nil)
 		is.NoErr(err)
 		is.Equal(decode[string](t, v), "authenticated")
+	})
+	// A driver's ClientOptions.Env reaches the launched worker's process
+	// env before anything runs (a capacity pod turned worker pod gets its
+	// reservation's env so); the worker's own variables are refused.
+	t.Run("EnvFromDriver", func(t *testing.T) {
+		is := is.New(t)
+		p := startProcess(t, &worker.ProcessOptions{Client: worker.ClientOptions{Env: map[string]string{"TPU_WORKER_ID": "3"}}})
+		v, err := p.Client().RunTask(context.Background(), getenvT.Name(), encode(t, "TPU_WORKER_ID"), nil)
+		is.NoErr(err)
+		is.Equal(decode[string](t, v), "3")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		_, err = worker.StartProcess(ctx, &worker.ProcessOptions{Client: worker.ClientOptions{Manifest: manifest(), Env: map[string]string{worker.EnvIdleTimeout: "1s"}}})
+		is.Equal(backend.CodeOf(err), backend.InvalidArgument)
+		is.True(strings.Contains(err.Error(), `variable "GORAY_WORKER_IDLE_TIMEOUT" is the worker's own`))
 	})
 	t.Run("SIGKILLMidTask", func(t *testing.T) {
 		is := is.New(t)
