@@ -28,8 +28,12 @@ type pickedClaim struct {
 	id    backend.PlacementGroupID // the reservation's group
 	claim Claim
 	env   map[string]map[string]string // each host's env, for ClaimRunner.Reserved
+	// derive, if set, sets env once the source has claimed the slices:
+	// the runner may name hosts by what the claim made (HostNamer).
+	derive func() error
 	// unpick makes what was picked pickable again and serves the pool;
-	// grant grants it as the group id. b.mu is held for both.
+	// grant grants it as the group id. b.mu is held for derive, unpick
+	// and grant.
 	unpick func()
 	grant  func() *backend.SliceReservation
 }
@@ -42,13 +46,9 @@ func (rt *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *
 	w.picked = nil
 	id := backend.PlacementGroupID(rt.newID())
 	claim := claimOf(id, picked)
-	names, err := rt.hostNames(claim)
-	if err != nil {
-		rt.unpick(p, picked)
-		return nil, err, false
-	}
-	return rt.claimAndGrant(ctx, p, w, &pickedClaim{
-		op: op, id: id, claim: claim, env: hostEnvOf(picked, names),
+	var names [][]string
+	pc := &pickedClaim{
+		op: op, id: id, claim: claim,
 		unpick: func() { rt.unpick(p, picked) },
 		grant: func() *backend.SliceReservation {
 			for _, s := range picked {
@@ -56,7 +56,17 @@ func (rt *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *
 			}
 			return rt.grantSlices(w, picked, id, names)
 		},
-	})
+	}
+	// After the claim: Kubernetes names a host by the capacity pod that
+	// becomes its worker pod, which the claim decides.
+	pc.derive = func() error {
+		var err error
+		if names, err = rt.hostNames(claim); err == nil {
+			pc.env = hostEnvOf(picked, names)
+		}
+		return err
+	}
+	return rt.claimAndGrant(ctx, p, w, pc)
 }
 
 // claimAndGrant claims pc outside b.mu, tells the runner (a ClaimRunner),
@@ -80,6 +90,14 @@ func (rt *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait
 	defer cancel()
 	rt.mu.Unlock()
 	err := rt.claimer.ClaimSlices(cctx, claim)
+	if err == nil && pc.derive != nil {
+		rt.mu.Lock()
+		err = pc.derive()
+		rt.mu.Unlock()
+		if err != nil {
+			rt.releaseClaim(claim, false)
+		}
+	}
 	reserved := false
 	if err == nil && rt.claimRunner != nil && cctx.Err() == nil {
 		if err = rt.claimRunner.Reserved(cctx, claim, pc.env); err != nil {

@@ -109,3 +109,52 @@ func TestBadHostNamesFailTheClaim(t *testing.T) {
 		})
 	}
 }
+
+// claimSeeingRunner is a namingRunner that records, for each claim it
+// names, whether the source had claimed it then.
+type claimSeeingRunner struct {
+	namingRunner
+	src     *testSource
+	claimed map[string]bool // by claim ID: claimed when named
+}
+
+func (r claimSeeingRunner) HostNames(c cluster.Claim) [][]string {
+	r.src.mu.Lock()
+	_, ok := r.src.granted[c.ID]
+	r.src.mu.Unlock()
+	r.mu.Lock()
+	r.claimed[c.ID] = ok
+	r.mu.Unlock()
+	return r.namingRunner.HostNames(c)
+}
+
+// The hosts of whole slices are named once the source has claimed them,
+// so that a runner may name them by what the claim found (Kubernetes: the
+// capacity pods already on the hosts, which become the worker pods); a
+// sub-slice's when it is picked.
+func TestHostNamesAfterTheClaim(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		req   *backend.SliceRequest
+		after bool
+	}{
+		{"whole slices", &backend.SliceRequest{Shape: shape4x4, NumSlices: 2, Name: "ms"}, true},
+		{"sub-slice", subRequest("sub"), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			is := is.New(t)
+			src := newTestSource(t, tpuHosts4x4(2))
+			r := claimSeeingRunner{namingRunner{newTestRunner()}, src, map[string]bool{}}
+			rt := start(t, src, r)
+			defer rt.Close()
+			res, err := rt.ReserveSlices(context.Background(), tt.req)
+			is.NoErr(err)
+			r.mu.Lock()
+			claimed, named := r.claimed[res.Group.String()]
+			r.mu.Unlock()
+			is.True(named)
+			is.Equal(claimed, tt.after)
+			is.NoErr(rt.RemovePlacementGroup(context.Background(), res.Group))
+		})
+	}
+}

@@ -228,14 +228,16 @@ type ChipHolder interface {
 // HostNamer is an optional interface of a [ClaimRunner] whose workers
 // reach each other by names other than the node names (Kubernetes: the
 // DNS names of the claim's pods in a headless Service). The runtime asks
-// it once per claim, before it derives any env, and uses its names
+// it once per claim, before it derives any env (for whole slices, once
+// the source has claimed them, so that the names may depend on what the
+// claim found, such as pods already on the hosts), and uses its names
 // wherever the env names hosts (TPU_WORKER_HOSTNAMES,
 // TPU_PROCESS_ADDRESSES, MEGASCALE_COORDINATOR_ADDRESS), so the env a
 // task sees in its RuntimeInfo, the reservation's env and the env
 // handed to ClaimRunner.Reserved are one derivation with the same names.
 type HostNamer interface {
 	// HostNames returns the name of each host of c, in the shape of
-	// c.Hosts. It depends only on c and must not block.
+	// c.Hosts. It must not block: the runtime's lock is held.
 	HostNames(c Claim) [][]string
 }
 

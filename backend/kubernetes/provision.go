@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,13 +65,16 @@ const (
 	annotationProvReqClass   = "autoscaling.x-k8s.io/provisioning-class-name"
 )
 
-// DefaultCapacityImage is the capacity pods' default image: they only
-// hold the nodes until the worker pods replace them.
+// DefaultCapacityImage is the default image of placeholder capacity pods
+// (ProvisionConfig.Placeholders): they only hold the nodes until the
+// worker pods replace them.
 const DefaultCapacityImage = "registry.k8s.io/pause:3.10"
 
 // DefaultCapacityPriorityClass is the capacity pods' default
-// PriorityClass, from deploy/capacity.yaml: below every workload, so the
-// worker pods preempt capacity pods the scheduler bound to their node.
+// PriorityClass, from deploy/capacity.yaml: the default workloads'
+// priority (0), so that a capacity pod that becomes a worker pod is not
+// preempted by ordinary pods, with preemptionPolicy Never, so that a
+// pending capacity pod preempts nothing to get its node.
 const DefaultCapacityPriorityClass = "goray-capacity"
 
 // GKE's node labels for how a TPU VM is bought
@@ -106,12 +110,24 @@ type ProvisionConfig struct {
 	Reservation string
 	// FlexStart asks for flex-start VMs (cloud.google.com/gke-flex-start).
 	FlexStart bool
-	// Image is the capacity pods' image; "" means DefaultCapacityImage.
+	// Placeholders makes the capacity pods placeholders that run Image and
+	// are replaced by new worker pods once the driver has claimed their
+	// slice. By default (false) a capacity pod is a worker pod in waiting:
+	// it runs the worker (Config.Worker's image, command and resources,
+	// the host's google.com/tpu), starts as soon as its node exists, and
+	// becomes the worker pod of the host it landed on when the driver
+	// claims the slice, which sends it the reservation's env when it
+	// connects: no pod is created or deleted after the claim.
+	Placeholders bool
+	// Image is the placeholder capacity pods' image; "" means
+	// DefaultCapacityImage. Unused without Placeholders.
 	Image string
 	// PriorityClass is the capacity pods' PriorityClass; "" means
-	// DefaultCapacityPriorityClass (apply deploy/capacity.yaml). Its value
-	// must be below the worker pods' and at least the cluster autoscaler's
-	// expendable-pods cutoff (-10 by default).
+	// DefaultCapacityPriorityClass (apply deploy/capacity.yaml). A
+	// capacity pod that becomes a worker pod keeps it (a pod's priority
+	// does not change), so its value should be the worker pods' priority,
+	// and at least the cluster autoscaler's expendable-pods cutoff (-10 by
+	// default) for the pods to trigger scale-ups.
 	PriorityClass string
 }
 
@@ -188,7 +204,10 @@ func (s *Source) Provision(ctx context.Context, req cluster.ProvisionRequest) (c
 		for i := range pv.hosts {
 			pod := s.capacityPod(g, i, req.Shape)
 			if pv.provReq != "" {
-				pod.Annotations = map[string]string{annotationConsumeProvReq: pv.provReq, annotationProvReqClass: s.prov.Class}
+				if pod.Annotations == nil {
+					pod.Annotations = map[string]string{}
+				}
+				pod.Annotations[annotationConsumeProvReq], pod.Annotations[annotationProvReqClass] = pv.provReq, s.prov.Class
 			}
 			if _, err := s.client.CoreV1().Pods(s.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -205,19 +224,16 @@ func (s *Source) Provision(ctx context.Context, req cluster.ProvisionRequest) (c
 	return pv, nil
 }
 
-// capacityPod is host i's capacity pod of group g.
+// capacityPod is host i's capacity pod of group g: a worker pod in
+// waiting (the runner's template, through s.workerPod) or, with
+// Placeholders or without a runner, a placeholder running Image.
 func (s *Source) capacityPod(g string, i int, shape tpu.SliceShape) *corev1.Pod {
+	if s.workerPod != nil && !s.prov.Placeholders {
+		return s.standbyPod(g, i, shape)
+	}
 	chips := resource.MustParse(strconv.Itoa(shape.ChipsPerHost))
 	res := corev1.ResourceList{resourceTPU: chips}
-	inGroup := &metav1.LabelSelector{MatchLabels: map[string]string{labelCapacity: g}}
-	otherGroups := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-		{Key: labelCapacity, Operator: metav1.LabelSelectorOpExists},
-		{Key: labelCapacity, Operator: metav1.LabelSelectorOpNotIn, Values: []string{g}},
-	}}
 	tolerations := []corev1.Toleration{{Key: string(resourceTPU), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
-	if s.prov.Spot {
-		tolerations = append(tolerations, corev1.Toleration{Key: labelGKESpot, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule})
-	}
 	zero := int64(0)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -228,23 +244,62 @@ func (s *Source) capacityPod(g string, i int, shape tpu.SliceShape) *corev1.Pod 
 		},
 		Spec: corev1.PodSpec{
 			NodeSelector:                  s.prov.nodeSelector(shape),
-			Tolerations:                   tolerations,
+			Tolerations:                   s.capacityTolerations(tolerations),
 			TerminationGracePeriodSeconds: &zero,
 			PriorityClassName:             s.prov.PriorityClass,
 			RestartPolicy:                 corev1.RestartPolicyAlways,
-			Affinity: &corev1.Affinity{
-				PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-					LabelSelector: inGroup, TopologyKey: tpu.LabelGKENodePool,
-				}}},
-				PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-					LabelSelector: otherGroups, TopologyKey: tpu.LabelGKENodePool,
-				}}},
-			},
+			Affinity:                      capacityAffinity(g),
 			Containers: []corev1.Container{{
 				Name: "capacity", Image: s.prov.Image,
 				Resources: corev1.ResourceRequirements{Requests: res, Limits: maps.Clone(res)},
 			}},
 		},
+	}
+}
+
+// standbyPod is host i's capacity pod of group g as a worker pod in
+// waiting: the runner's worker pod for a host of shape, with the group's
+// placement instead of a node pin, its own name as its DNS hostname in
+// the handle's Service, and the capacity pods' labels, priority and
+// tolerations. The runner adopts it when this driver claims the slice of
+// the node it landed on (Runner.HostNames).
+func (s *Source) standbyPod(g string, i int, shape tpu.SliceShape) *corev1.Pod {
+	name := capacityPodName(g, i)
+	p := s.workerPod(podSpec{name: name, chips: shape.ChipsPerHost, hostname: name, labels: map[string]string{labelCapacity: g}})
+	delete(p.Labels, LabelNode)
+	zero := int64(0)
+	p.Spec.NodeSelector = s.prov.nodeSelector(shape)
+	p.Spec.Affinity = capacityAffinity(g)
+	p.Spec.Tolerations = s.capacityTolerations(p.Spec.Tolerations)
+	p.Spec.PriorityClassName = s.prov.PriorityClass
+	p.Spec.TerminationGracePeriodSeconds = &zero
+	return p
+}
+
+// capacityTolerations adds the Spot taint's toleration when the capacity
+// asked for is Spot.
+func (s *Source) capacityTolerations(tolerations []corev1.Toleration) []corev1.Toleration {
+	if s.prov.Spot {
+		tolerations = append(tolerations, corev1.Toleration{Key: labelGKESpot, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule})
+	}
+	return tolerations
+}
+
+// capacityAffinity keeps group g's pods on one node pool and every other
+// group off it, as JobSet's exclusive placement does.
+func capacityAffinity(g string) *corev1.Affinity {
+	inGroup := &metav1.LabelSelector{MatchLabels: map[string]string{labelCapacity: g}}
+	otherGroups := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: labelCapacity, Operator: metav1.LabelSelectorOpExists},
+		{Key: labelCapacity, Operator: metav1.LabelSelectorOpNotIn, Values: []string{g}},
+	}}
+	return &corev1.Affinity{
+		PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: inGroup, TopologyKey: tpu.LabelGKENodePool,
+		}}},
+		PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: otherGroups, TopologyKey: tpu.LabelGKENodePool,
+		}}},
 	}
 }
 
@@ -270,11 +325,18 @@ func (pv *provisioning) selector() string {
 // returns only once its provisioning is closed, so this is on its path.
 func (pv *provisioning) Close(ctx context.Context) error {
 	var names []string
+	pv.s.mu.Lock()
 	for _, g := range pv.groups {
 		for i := range pv.hosts {
-			names = append(names, capacityPodName(g, i))
+			name := capacityPodName(g, i)
+			if pv.s.adopted[name] {
+				delete(pv.s.adopted, name) // the runner's worker pod now
+				continue
+			}
+			names = append(names, name)
 		}
 	}
+	pv.s.mu.Unlock()
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	if pv.provReq != "" {
@@ -442,41 +504,112 @@ func (s *Source) capacityCheck(ctx context.Context, c cluster.Claim) error {
 	return nil
 }
 
-// replaceCapacity deletes this driver's capacity pods on the hosts of c,
-// and the pods of their groups that the scheduler has not bound yet
-// (a group asks for one whole pool, so they would bind to c's hosts
-// next), all at once, with no grace period: the API server removes them
-// at once, and the scheduler, which sees the deletions on its pod watch
-// before the worker pods created after them, places the worker pods on
-// the chips they held.
+// replaceCapacity makes room for c's worker pods on the capacity this
+// driver provisioned: a capacity pod on a host of c that runs the worker
+// in waiting stays, to become the host's worker pod (recorded in
+// s.adopted, so that closing its provisioning leaves it, and in
+// s.adoptions for the runner), and this driver's other capacity pods on the
+// hosts of c, and the pods of their groups that the scheduler has not
+// bound yet (a group asks for one whole pool, so they would bind to c's
+// hosts next), are deleted, all at once, with no grace period: the API
+// server removes them at once, and the scheduler, which sees the
+// deletions on its pod watch before the worker pods created after them,
+// places the worker pods on the chips they held.
 func (s *Source) replaceCapacity(ctx context.Context, c cluster.Claim) error {
 	if c.Subslice || s.prov.Mode == ProvisionOff {
 		return nil // a driver that does not provision has no capacity pods
-	}
-	pods, err := s.client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: labelCapacity + "," + LabelCluster + "=" + s.cluster})
-	if err != nil {
-		return backend.Wrap(apiCode(err), "claim slices", fmt.Errorf("list capacity pods: %w", err))
 	}
 	var hosts []string
 	for _, name := range c.Slices {
 		h, _, _ := s.sliceNodes(name)
 		hosts = append(hosts, h...)
 	}
-	groups := map[string]bool{}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName != "" && slices.Contains(hosts, p.Spec.NodeName) {
-			groups[p.Labels[labelCapacity]] = true
+	// A claim follows a new slice's last node by milliseconds, when the
+	// scheduler may not have bound every pod of the group yet: while some
+	// of a group's worker pods in waiting are on c's hosts and others
+	// still pending (which can only land on the rest of that pool), they
+	// are listed again for up to bindWait, so that each becomes its
+	// host's worker pod instead of being replaced by a new one.
+	var pods *corev1.PodList
+	var groups map[string]bool
+	deadline := time.Now().Add(bindWait)
+	for {
+		var err error
+		pods, err = s.client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: labelCapacity + "," + LabelCluster + "=" + s.cluster})
+		if err != nil {
+			return backend.Wrap(apiCode(err), "claim slices", fmt.Errorf("list capacity pods: %w", err))
+		}
+		groups = map[string]bool{}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" && slices.Contains(hosts, p.Spec.NodeName) {
+				groups[p.Labels[labelCapacity]] = true
+			}
+		}
+		binding := false
+		for _, p := range pods.Items {
+			binding = binding || p.Spec.NodeName == "" && groups[p.Labels[labelCapacity]] && s.workerPod != nil && standby(&p)
+		}
+		if !binding || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return backend.Wrap(backend.CodeOf(ctx.Err()), "claim slices", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	adopt := map[string]string{} // runtime host → pod
 	var victims []string
 	for _, p := range pods.Items {
 		onHost := p.Spec.NodeName != "" && slices.Contains(hosts, p.Spec.NodeName)
+		if onHost && s.workerPod != nil && standby(&p) {
+			s.mu.Lock()
+			host := cmp.Or(s.rt[p.Spec.NodeName], p.Spec.NodeName)
+			s.mu.Unlock()
+			if adopt[host] == "" {
+				adopt[host] = p.Name
+				continue
+			}
+		}
 		if onHost || p.Spec.NodeName == "" && groups[p.Labels[labelCapacity]] {
 			victims = append(victims, p.Name)
 		}
 	}
 	if err := deletePodsNamed(ctx, s.client, s.ns, victims); err != nil {
 		return backend.Wrap(backend.Unavailable, "claim slices", err)
+	}
+	if len(adopt) > 0 {
+		s.mu.Lock()
+		if s.adopted == nil {
+			s.adopted = map[string]bool{}
+		}
+		for _, name := range adopt {
+			s.adopted[name] = true
+		}
+		s.mu.Unlock()
+		s.adoptions.Store(c.ID, adopt)
+	}
+	return nil
+}
+
+// bindWait bounds how long a claim waits for the scheduler to bind the
+// rest of a group of capacity pods to the claimed slice
+// (replaceCapacity).
+const bindWait = 500 * time.Millisecond
+
+// standby reports whether p, a capacity pod, is a worker pod in waiting
+// that can still become one: it has its DNS hostname (a placeholder has
+// none), and it is neither being deleted nor ended.
+func standby(p *corev1.Pod) bool {
+	return p.Spec.Hostname == p.Name && p.Spec.Subdomain != "" && p.DeletionTimestamp == nil && podProblem(p) == ""
+}
+
+// adoptionsOf returns the capacity pods that become the worker pods of
+// claim ID, by the runtime name of their host (Runner.HostNames). It does
+// not take s.mu: the runtime asks with its own lock held.
+func (s *Source) adoptionsOf(claimID string) map[string]string {
+	if a, ok := s.adoptions.Load(claimID); ok {
+		return a.(map[string]string)
 	}
 	return nil
 }

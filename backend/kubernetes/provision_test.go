@@ -3,17 +3,20 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/matryer/is"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/tpu"
+	"github.com/goray-dev/goray/worker"
 )
 
 func provConfig() Config {
@@ -247,4 +250,122 @@ func errContains(t *testing.T, err error, want string) {
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %v\ndoes not contain %q", err, want)
 	}
+}
+
+// withWorkerPods makes src's capacity pods worker pods in waiting, as
+// NewFromParts does, with the pod template of cfg.
+func withWorkerPods(src *Source, cfg Config) *podTemplate {
+	pt := &podTemplate{cfg: cfg.withDefaults(), cluster: "c1", secret: "goray-c1", service: "goray-c1"}
+	src.workerPod = pt.pod
+	return pt
+}
+
+// By default a capacity pod is a worker pod in waiting: the worker's
+// image, env and resources with the host's google.com/tpu, the group's
+// placement, its own DNS name in the handle's Service and the capacity
+// class. A claim of its slice keeps it, to become the host's worker pod,
+// and waits for the scheduler to bind the rest of its group (a claim
+// follows the slice's last node by milliseconds); closing the
+// provisioning leaves the adopted pods to the runner, and releasing the
+// claim deletes them.
+func TestProvisionCapacityPodsBecomeWorkerPods(t *testing.T) {
+	is := is.New(t)
+	nodes := tpuNodes("pool-w", "tpu-v6e-slice", "2x4", 2, 4)
+	cfg := provConfig()
+	cfg.Worker.Image = "example.com/driver:1"
+	src, client, sink := runSource(t, cfg, objects(nodes)...)
+	sink.waitFor(t, 2)
+	pt := withWorkerPods(src, cfg)
+	shape, err := tpu.NewSliceShape(tpu.V6e, "2x4", 4) // 2 hosts, as the nodes
+	is.NoErr(err)
+	pv, err := src.Provision(t.Context(), cluster.ProvisionRequest{Name: "r", Shape: shape, NumSlices: 1})
+	is.NoErr(err)
+	all, err := client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: labelCapacity})
+	is.NoErr(err)
+	is.Equal(len(all.Items), 2)
+	for _, p := range all.Items {
+		is.Equal(p.Spec.Hostname, p.Name)
+		is.Equal(p.Spec.Subdomain, pt.service)
+		c := p.Spec.Containers[0]
+		is.Equal(c.Name, "worker")
+		is.Equal(c.Image, "example.com/driver:1")
+		is.Equal(c.Resources.Requests.Name(resourceTPU, resource.DecimalSI).Value(), int64(4))
+		is.Equal(p.Spec.NodeSelector[tpu.LabelGKETopology], "2x4")
+		is.Equal(p.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey, tpu.LabelGKENodePool)
+		is.True(p.Spec.Affinity.NodeAffinity == nil) // no node pin
+		is.Equal(p.Spec.PriorityClassName, DefaultCapacityPriorityClass)
+		_, pinned := p.Labels[LabelNode]
+		is.True(!pinned)
+		var envNames []string
+		for _, e := range c.Env {
+			envNames = append(envNames, e.Name)
+		}
+		is.True(slices.Contains(envNames, worker.EnvAddr))
+		is.True(!slices.Contains(envNames, tpu.EnvWorkerID)) // the reservation's env comes in the handshake
+	}
+	g := all.Items[0].Labels[labelCapacity]
+	bind := func(pod, node string) {
+		p, err := client.CoreV1().Pods("default").Get(context.Background(), pod, metav1.GetOptions{})
+		is.NoErr(err)
+		p.Spec.NodeName = node
+		_, err = client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{})
+		is.NoErr(err)
+	}
+	// One pod bound, its sibling bound by the scheduler a moment after
+	// the claim started.
+	bind(g+"-0", nodes[1].Name)
+	time.AfterFunc(50*time.Millisecond, func() { bind(g+"-1", nodes[0].Name) })
+	claim := cluster.Claim{ID: "pg-1", Slices: []string{"pool-w"}}
+	is.NoErr(src.ClaimSlices(t.Context(), claim))
+	is.Equal(src.adoptionsOf("pg-1"), map[string]string{nodes[1].Name: g + "-0", nodes[0].Name: g + "-1"})
+
+	deletes := func() int {
+		n := 0
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "delete" && a.GetResource().Resource == "pods" {
+				n++
+			}
+		}
+		return n
+	}
+	is.Equal(deletes(), 0) // kept, not replaced
+	is.NoErr(pv.Close(t.Context()))
+	is.Equal(deletes(), 0) // the runner's now
+	is.NoErr(src.ReleaseSlices(t.Context(), claim))
+	is.Equal(deletes(), 2)
+	left, err := client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{})
+	is.NoErr(err)
+	is.Equal(len(left.Items), 0)
+	is.Equal(src.adoptionsOf("pg-1"), nil)
+}
+
+// With Placeholders the capacity pods run the placeholder image and a
+// claim replaces them, as before worker pods in waiting.
+func TestProvisionPlaceholders(t *testing.T) {
+	is := is.New(t)
+	nodes := tpuNodes("pool-p", "tpu-v6e-slice", "2x4", 2, 4)
+	cfg := provConfig()
+	cfg.Provision.Placeholders = true
+	src, client, sink := runSource(t, cfg, objects(nodes)...)
+	sink.waitFor(t, 2)
+	withWorkerPods(src, cfg)
+	shape, err := tpu.NewSliceShape(tpu.V6e, "2x4", 4)
+	is.NoErr(err)
+	pv, err := src.Provision(t.Context(), cluster.ProvisionRequest{Name: "r", Shape: shape, NumSlices: 1})
+	is.NoErr(err)
+	all, err := client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: labelCapacity})
+	is.NoErr(err)
+	for i, p := range all.Items {
+		is.Equal(p.Spec.Containers[0].Image, DefaultCapacityImage)
+		is.Equal(p.Spec.Hostname, "")
+		p.Spec.NodeName = nodes[i].Name
+		_, err = client.CoreV1().Pods("default").Update(t.Context(), &p, metav1.UpdateOptions{})
+		is.NoErr(err)
+	}
+	is.NoErr(src.ClaimSlices(t.Context(), cluster.Claim{ID: "pg-1", Slices: []string{"pool-p"}}))
+	is.Equal(src.adoptionsOf("pg-1"), nil)
+	left, err := client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: labelCapacity})
+	is.NoErr(err)
+	is.Equal(len(left.Items), 0) // replaced
+	is.NoErr(pv.Close(t.Context()))
 }

@@ -78,6 +78,7 @@ func (pv *provisioning) createRequest(ctx context.Context, name string, count in
 		return backend.Errorf(backend.FailedPrecondition, pv.op, "Provision.Mode %q needs a client of a real API server (ProvisioningRequest is a CRD the client-go fake does not serve)", ProvisionRequest)
 	}
 	tmpl := s.capacityPod(pv.groups[0], 0, pv.shape)
+	tmpl.Spec.Hostname, tmpl.Spec.Subdomain = "", "" // each pod's own
 	pt := &corev1.PodTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelCluster: s.cluster, labelManagedBy: managedBy}},
 		Template:   corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: tmpl.Labels}, Spec: tmpl.Spec},

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -88,6 +90,12 @@ type Runner struct {
 	cpuPods  map[string]*podWorker   // by node
 	claims   map[string][]*podWorker // by claim ID
 	byPod    map[string]*podWorker   // by pod name
+	// adopt holds, by claim ID, the capacity pods that become the claim's
+	// worker pods, by the runtime name of their host: HostNames takes
+	// them from adoptions (the source's, Source.adoptionsOf), Reserved
+	// adopts them.
+	adopt     map[string]map[string]string
+	adoptions func(claimID string) map[string]string
 }
 
 // podWorker is one worker pod and its connection.
@@ -119,7 +127,7 @@ func NewRunner(client kubernetes.Interface, cfg Config, id ClusterID) (*Runner, 
 		client: client, cfg: cfg, log: cfg.Logger,
 		pt:    podTemplate{cfg: cfg, cluster: string(id), secret: name, service: name},
 		nodes: map[string]cluster.Node{}, reserved: map[string]*podWorker{}, cpuPods: map[string]*podWorker{},
-		claims: map[string][]*podWorker{}, byPod: map[string]*podWorker{},
+		claims: map[string][]*podWorker{}, byPod: map[string]*podWorker{}, adopt: map[string]map[string]string{},
 	}, nil
 }
 
@@ -341,7 +349,7 @@ func (r *Runner) newWorkerLocked(name, node string) *podWorker {
 func (r *Runner) launch(w *podWorker, pod *corev1.Pod) {
 	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.Worker.StartTimeout)
 	defer cancel()
-	w.client, w.err = r.startPod(ctx, w, pod)
+	w.client, w.err = r.startPod(ctx, w, pod, nil)
 	r.mu.Lock()
 	if w.err != nil && r.cpuPods[w.node] == w {
 		delete(r.cpuPods, w.node) // the next work tries again
@@ -354,12 +362,51 @@ func (r *Runner) launch(w *podWorker, pod *corev1.Pod) {
 	close(w.ready)
 }
 
-func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod) (*worker.Client, error) {
-	op := "start worker pod " + r.cfg.Namespace + "/" + pod.Name
-	if _, err := r.client.CoreV1().Pods(r.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		return nil, backend.Wrap(apiCode(err), op, err)
+// adoptPod makes w's pod, one of this handle's capacity pods running the
+// worker in waiting, a worker pod of a reservation: it takes the worker
+// pod's labels (and loses the capacity label, so that neither this
+// driver nor another takes it for capacity any more) while the driver
+// connects, and gets the host's env in the handshake (ClientOptions.Env).
+func (r *Runner) adoptPod(ctx context.Context, w *podWorker, lbl map[string]string, env map[string]string) (*worker.Client, error) {
+	patch := map[string]any{}
+	for k, v := range lbl {
+		patch[k] = v
 	}
-	r.created.Add(1)
+	patch[labelCapacity] = nil
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": patch}})
+	if err != nil {
+		return nil, backend.Errorf(backend.Internal, "adopt capacity pod "+w.name, "%w", err)
+	}
+	var g errgroup.Group
+	g.Go(func() error {
+		_, err := r.client.CoreV1().Pods(r.cfg.Namespace).Patch(ctx, w.name, types.MergePatchType, body, metav1.PatchOptions{})
+		if apierrors.IsForbidden(err) {
+			err = fmt.Errorf("%w (the driver's role needs patch on pods: apply backend/kubernetes/deploy/rbac.yaml, or set Provision.Placeholders)", err)
+		}
+		if err != nil {
+			return backend.Wrap(apiCode(err), "adopt capacity pod "+r.cfg.Namespace+"/"+w.name+" as a worker pod", err)
+		}
+		return nil
+	})
+	c, err := r.startPod(ctx, w, nil, env)
+	if perr := g.Wait(); perr != nil && err == nil {
+		c.Close()
+		r.deleteWorkers([]*podWorker{w})
+		return nil, perr
+	}
+	return c, err
+}
+
+// startPod creates pod (nil: w's pod exists, a capacity pod adopted),
+// waits for it to run and dials its worker, with env in the handshake.
+func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod, env map[string]string) (*worker.Client, error) {
+	op := "start worker pod " + r.cfg.Namespace + "/" + w.name
+	if pod != nil {
+		if _, err := r.client.CoreV1().Pods(r.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			return nil, backend.Wrap(apiCode(err), op, err)
+		}
+		r.created.Add(1)
+	}
 	ip, err := r.waitRunning(ctx, w)
 	if err != nil {
 		r.deleteWorkers([]*podWorker{w})
@@ -370,6 +417,7 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod) (*
 	}
 	opts := r.copts
 	opts.OnLost = func(err error) { r.workerLost(w, err) }
+	opts.Env = env
 	addr := ip + ":" + strconv.Itoa(int(r.cfg.Worker.Port))
 	var c *worker.Client
 	// The container runs before the worker listens: dial until it answers
@@ -385,7 +433,7 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod) (*
 		if err == nil || backend.CodeOf(err) != backend.Unavailable {
 			break
 		}
-		if p, gerr := r.pods.Pods(r.cfg.Namespace).Get(pod.Name); gerr == nil && podProblem(p) != "" {
+		if p, gerr := r.pods.Pods(r.cfg.Namespace).Get(w.name); gerr == nil && podProblem(p) != "" {
 			err = fmt.Errorf("%s; last dial: %w", podProblem(p), err)
 			break
 		}
@@ -457,10 +505,29 @@ func (w *podWorker) wait(ctx context.Context) (*worker.Client, error) {
 // every bundle, task and pod sees) from these names, so the env a task
 // reads from ray.Runtime equals its pod's process env. The names resolve
 // as soon as the pods exist.
+//
+// A host where one of this handle's capacity pods runs the worker in
+// waiting (ProvisionConfig.Placeholders false), which the source kept
+// when it claimed the slice (Source.ClaimSlices), is named by that pod's
+// hostname: the pod becomes the host's worker pod (Reserved).
 func (r *Runner) HostNames(c cluster.Claim) [][]string {
 	hostnames := podHostnames(c)
+	var adopt map[string]string
+	if r.adoptions != nil {
+		adopt = r.adoptions(c.ID)
+	}
+	r.mu.Lock()
+	if len(adopt) > 0 {
+		r.adopt[c.ID] = adopt
+	} else {
+		delete(r.adopt, c.ID)
+	}
+	r.mu.Unlock()
 	for i := range hostnames {
 		for j, h := range hostnames[i] {
+			if p := adopt[c.Hosts[i][j]]; p != "" {
+				h = p // a capacity pod's hostname is its name
+			}
 			hostnames[i][j] = h + "." + r.pt.service + "." + r.cfg.Namespace + ".svc"
 		}
 	}
@@ -507,19 +574,30 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 		return backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
 	}
 	hostnames := podHostnames(c)
+	adopt := r.adopt[c.ID]
+	delete(r.adopt, c.ID)
 	var workers []*podWorker
-	var pods []*corev1.Pod
+	var pods []*corev1.Pod // nil for an adopted capacity pod
+	var labelsOf []map[string]string
 	for i, hosts := range c.Hosts {
 		for j, host := range hosts {
+			node := r.kubeNodeLocked(host, handleAt(c.Handles, i, j))
+			lbl := map[string]string{LabelReservation: labelValue(c.ID), LabelSlice: labelValue(c.Slices[i]), LabelWorkerID: strconv.Itoa(j)}
+			if name := adopt[host]; name != "" {
+				workers = append(workers, r.newWorkerLocked(name, host))
+				pods = append(pods, nil)
+				lbl[LabelNode] = labelValue(node)
+				labelsOf = append(labelsOf, lbl)
+				continue
+			}
 			name := dnsName("goray", r.pt.cluster, hostnames[i][j])
 			w := r.newWorkerLocked(name, host)
 			workers = append(workers, w)
 			chips := int(r.nodes[host].Resources[backend.TPU])
 			pods = append(pods, r.pt.pod(podSpec{
-				name: name, node: r.kubeNodeLocked(host, handleAt(c.Handles, i, j)), chips: chips, hostname: hostnames[i][j],
-				labels: map[string]string{LabelReservation: labelValue(c.ID), LabelSlice: labelValue(c.Slices[i]), LabelWorkerID: strconv.Itoa(j)},
-				env:    env[host],
+				name: name, node: node, chips: chips, hostname: hostnames[i][j], labels: lbl, env: env[host],
 			}))
+			labelsOf = append(labelsOf, nil)
 		}
 	}
 	r.claims[c.ID] = workers
@@ -533,7 +611,11 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 		g.Go(func() error {
 			sctx, cancel := context.WithTimeout(gctx, r.cfg.Worker.StartTimeout)
 			defer cancel()
-			w.client, w.err = r.startPod(sctx, w, pods[i])
+			if pods[i] == nil {
+				w.client, w.err = r.adoptPod(sctx, w, labelsOf[i], env[w.node])
+			} else {
+				w.client, w.err = r.startPod(sctx, w, pods[i], nil)
+			}
 			close(w.ready)
 			return w.err
 		})
@@ -558,6 +640,7 @@ func (r *Runner) Released(c cluster.Claim) {
 	r.mu.Lock()
 	workers := r.claims[c.ID]
 	delete(r.claims, c.ID)
+	delete(r.adopt, c.ID)
 	for _, w := range workers {
 		w.released = true
 		if r.reserved[w.node] == w {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -68,6 +69,16 @@ type Source struct {
 	// kubeNames is kube (runtime → Kubernetes name) for the runner, read
 	// without s.mu.
 	kubeNames sync.Map
+
+	// workerPod builds a worker pod from the runner's template
+	// (NewFromParts sets it); without it capacity pods are placeholders.
+	workerPod func(podSpec) *corev1.Pod
+	// adopted holds the capacity pods that become worker pods (s.mu):
+	// closing their provisioning leaves them to the runner. adoptions
+	// holds them by claim ID, as a map from the runtime name of their
+	// host to the pod's name (Source.adoptionsOf; read without s.mu).
+	adopted   map[string]bool
+	adoptions sync.Map
 }
 
 // sliceState is what the source has reported of one slice.
@@ -585,13 +596,26 @@ func (s *Source) shapeOf(slice string) string {
 // ReleaseSlices deletes the Leases of c (cluster.SliceClaimer). Slices whose
 // Lease was lost meanwhile come back once they are whole.
 func (s *Source) ReleaseSlices(ctx context.Context, c cluster.Claim) error {
-	if s.leases == nil {
-		return nil
+	// The claim's adopted capacity pods, deleted with the Leases released:
+	// the runner deleted them already if it started the claim's workers;
+	// if the claim ended before that, nobody else would.
+	var adoptErr error
+	var wg sync.WaitGroup
+	if a, ok := s.adoptions.LoadAndDelete(c.ID); ok {
+		names := slices.Collect(maps.Values(a.(map[string]string)))
+		s.mu.Lock()
+		for _, name := range names {
+			delete(s.adopted, name)
+		}
+		s.mu.Unlock()
+		wg.Go(func() { adoptErr = deletePodsNamed(ctx, s.client, s.ns, names) })
 	}
 	var err error
-	if c.Subslice {
+	switch {
+	case s.leases == nil:
+	case c.Subslice:
 		err = s.leases.ReleaseSubslice(ctx, c.ID, c.Slices[0])
-	} else {
+	default:
 		err = s.leases.Release(ctx, c.Slices)
 	}
 	s.mu.Lock()
@@ -602,7 +626,8 @@ func (s *Source) ReleaseSlices(ctx context.Context, c cluster.Claim) error {
 		}
 	}
 	s.mu.Unlock()
-	return err
+	wg.Wait()
+	return errors.Join(err, adoptErr)
 }
 
 // claimLost is called by the Leases when another driver took (or
