@@ -589,3 +589,71 @@ func TestE2EProvisionSpotTrainResumes(t *testing.T) {
 	is.NoErr(c.Close())
 	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
 }
+
+// TestE2EProvisionedWorkerPodsInWaiting: on capacity provisioned from
+// zero TPU nodes, in network-isolated pods with cluster DNS, the capacity
+// pods become the reservation's worker pods (no pod created after the
+// claim): a task's TPU env from ray.Runtime is its process env (sent in
+// the handshake, as the pods started before the reservation existed) and
+// the reservation's, naming the capacity pods by their DNS names; train
+// on a second provisioned slice resolves every name through CoreDNS and
+// all-reduces across the 4 pods.
+func TestE2EProvisionedWorkerPodsInWaiting(t *testing.T) {
+	is := is.New(t)
+	exe, err := osExecutable()
+	is.NoErr(err)
+	cp := kubeharness.Start(t, &kubeharness.Options{Images: map[string]string{workerImage: exe}, Network: kubeharness.NetworkIsolated})
+	applyManifests(t, cp, deploy.Capacity)
+	as := cp.StartAutoscaler(t, kubeharness.AutoscalerOptions{ScaleDownAfter: time.Second})
+	// A cluster has nodes besides its TPU pools; with none kube-scheduler
+	// retries pending pods on its backoff timer only, not when the pool's
+	// nodes are added (BenchmarkE2EProvisionV6e4x4).
+	_, err = cp.AddCPUNodes(t.Context(), kubeharness.CPUNodes{Name: "cpu", Count: 1})
+	is.NoErr(err)
+	b, c := provisioningCluster(t, driverConfig(t, cp), "driver-a", ProvisionConfig{Mode: ProvisionPods}, func(cfg *Config) {
+		cfg.DriverHost = cp.HostIP()
+	})
+	ctx := t.Context()
+	spg, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", Timeout: 2 * time.Minute})
+	is.NoErr(err)
+	pods := reservationPods(t, cp.Client(), backend.PlacementGroupID(spg.PlacementGroup().ID()))
+	is.Equal(len(pods), 4)
+	for _, p := range pods {
+		is.True(strings.HasPrefix(p.Name, "goray-capacity-")) // the capacity pods, adopted
+		_, capacity := p.Labels[labelCapacity]
+		is.True(!capacity)
+	}
+	is.Equal(b.runner.created.Load(), int64(0)) // no worker pod created
+	got, err := ray.RunOnSlice(ctx, spg, envPairTask, struct{}{})
+	is.NoErr(err)
+	is.Equal(len(got), 4)
+	for i, p := range got {
+		is.Equal(p.Runtime, p.Process) // the process env came in the handshake
+		for k, v := range spg.WorkerEnv(i) {
+			if strings.HasPrefix(k, "TPU_") {
+				is.Equal(p.Process[k], v)
+			}
+		}
+		for _, h := range strings.Split(p.Process[tpu.EnvWorkerHostnames], ",") {
+			is.True(strings.HasPrefix(h, "goray-capacity-") && strings.HasSuffix(h, ".default.svc"))
+		}
+	}
+	is.NoErr(spg.Release(ctx))
+	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster+"="+string(b.ClusterID())))
+	for deadline := time.Now().Add(30 * time.Second); len(as.Pools()) > 0 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	is.Equal(len(as.Pools()), 0) // scaled to zero: the next reservation provisions again
+
+	tr, err := train.New(c, k8sAllReduce, 3, train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4"},
+		train.RunConfig{Name: "provisioned", Progress: train.ProgressOff})
+	is.NoErr(err)
+	res, err := tr.Fit(ctx)
+	is.NoErr(err)
+	is.Equal(res.Metrics["ranks"], 4.0)
+	is.Equal(res.Metrics["sum"], 3*10.0) // 3 iterations of 1+2+3+4
+	is.Equal(len(as.ScaleUps()), 2)
+	is.Equal(b.runner.created.Load(), int64(0)) // the second slice's workers were its capacity pods too
+	is.NoErr(c.Close())
+	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
+}

@@ -520,16 +520,21 @@ func (s *Source) replaceCapacity(ctx context.Context, c cluster.Claim) error {
 		return nil // a driver that does not provision has no capacity pods
 	}
 	var hosts []string
+	var fresh []map[string]string // the shapes of c's slices that just appeared
 	for _, name := range c.Slices {
-		h, _, _ := s.sliceNodes(name)
+		h, shape, newest := s.sliceNodes(name)
 		hosts = append(hosts, h...)
+		if time.Since(newest) < freshGrace {
+			fresh = append(fresh, shape)
+		}
 	}
 	// A claim follows a new slice's last node by milliseconds, when the
-	// scheduler may not have bound every pod of the group yet: while some
-	// of a group's worker pods in waiting are on c's hosts and others
-	// still pending (which can only land on the rest of that pool), they
-	// are listed again for up to bindWait, so that each becomes its
-	// host's worker pod instead of being replaced by a new one.
+	// scheduler may not have bound this driver's worker pods in waiting
+	// yet: while a host of c has none and some are pending that can land
+	// there (of a group already on c's hosts, whose pool it is, or of the
+	// shape of a slice of c that just appeared), they are listed again
+	// for up to bindWait, so that each becomes its host's worker pod
+	// instead of being replaced by a new one.
 	var pods *corev1.PodList
 	var groups map[string]bool
 	deadline := time.Now().Add(bindWait)
@@ -540,16 +545,24 @@ func (s *Source) replaceCapacity(ctx context.Context, c cluster.Claim) error {
 			return backend.Wrap(apiCode(err), "claim slices", fmt.Errorf("list capacity pods: %w", err))
 		}
 		groups = map[string]bool{}
+		covered := map[string]bool{}
 		for _, p := range pods.Items {
 			if p.Spec.NodeName != "" && slices.Contains(hosts, p.Spec.NodeName) {
 				groups[p.Labels[labelCapacity]] = true
+				covered[p.Spec.NodeName] = covered[p.Spec.NodeName] || standby(&p)
 			}
 		}
 		binding := false
 		for _, p := range pods.Items {
-			binding = binding || p.Spec.NodeName == "" && groups[p.Labels[labelCapacity]] && s.workerPod != nil && standby(&p)
+			if p.Spec.NodeName != "" || s.workerPod == nil || !standby(&p) {
+				continue
+			}
+			binding = binding || groups[p.Labels[labelCapacity]] || slices.ContainsFunc(fresh, func(shape map[string]string) bool {
+				return p.Spec.NodeSelector[tpu.LabelGKEAccelerator] == shape[tpu.LabelGKEAccelerator] &&
+					p.Spec.NodeSelector[tpu.LabelGKETopology] == shape[tpu.LabelGKETopology]
+			})
 		}
-		if !binding || time.Now().After(deadline) {
+		if len(covered) == len(hosts) || !binding || time.Now().After(deadline) {
 			break
 		}
 		select {
