@@ -306,6 +306,14 @@ func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 	}
 	be, _ := provisioningCluster(b, cp.Config(), "bench", ProvisionConfig{Mode: ProvisionPods}, opts...)
 	ctx := context.Background()
+	const plainService = "plain"
+	if _, err := client.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: plainService},
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"bench": "plain"}, PublishNotReadyAddresses: true,
+			Ports: []corev1.ServicePort{{Name: "worker", Port: be.runner.cfg.Worker.Port}}},
+	}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
 	shape, err := tpu.NewSliceShape(tpu.V6e, "4x4", 0)
 	if err != nil {
 		b.Fatal(err)
@@ -360,6 +368,9 @@ func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 			p.Labels[LabelCluster] = "plain" // not the runner's pods
 			delete(p.Labels, LabelNode)
 			p.Spec.Affinity, p.Spec.NodeSelector = nil, sel
+			// Named in a headless Service of their own, as JobSet names
+			// its pods (and goray its workers) for TPU_WORKER_HOSTNAMES.
+			p.Spec.Hostname, p.Spec.Subdomain = p.Name, plainService
 			return p
 		}
 		// The warm baseline: the same nodes, now that goray's pods are gone.

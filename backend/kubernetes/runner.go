@@ -377,24 +377,19 @@ func (r *Runner) adoptPod(ctx context.Context, w *podWorker, lbl map[string]stri
 	if err != nil {
 		return nil, backend.Errorf(backend.Internal, "adopt capacity pod "+w.name, "%w", err)
 	}
-	var g errgroup.Group
-	g.Go(func() error {
-		_, err := r.client.CoreV1().Pods(r.cfg.Namespace).Patch(ctx, w.name, types.MergePatchType, body, metav1.PatchOptions{})
+	c, err := r.startPod(ctx, w, nil, env)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.client.CoreV1().Pods(r.cfg.Namespace).Patch(ctx, w.name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
 		if apierrors.IsForbidden(err) {
 			err = fmt.Errorf("%w (the driver's role needs patch on pods: apply backend/kubernetes/deploy/rbac.yaml, or set Provision.Placeholders)", err)
 		}
-		if err != nil {
-			return backend.Wrap(apiCode(err), "adopt capacity pod "+r.cfg.Namespace+"/"+w.name+" as a worker pod", err)
-		}
-		return nil
-	})
-	c, err := r.startPod(ctx, w, nil, env)
-	if perr := g.Wait(); perr != nil && err == nil {
 		c.Close()
 		r.deleteWorkers([]*podWorker{w})
-		return nil, perr
+		return nil, backend.Wrap(apiCode(err), "adopt capacity pod "+r.cfg.Namespace+"/"+w.name+" as a worker pod", err)
 	}
-	return c, err
+	return c, nil
 }
 
 // startPod creates pod (nil: w's pod exists, a capacity pod adopted),
