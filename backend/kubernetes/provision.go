@@ -173,7 +173,9 @@ func (p ProvisionConfig) nodeSelector(shape tpu.SliceShape) map[string]string {
 // cloud.google.com/gke-nodepool keeps them on one node pool, and a
 // required anti-affinity keeps every other group (of this driver or
 // another) off that pool, as JobSet's exclusive placement does, so each
-// group makes one whole new slice.
+// group makes one whole new slice. Unless Placeholders is set, each
+// capacity pod is a worker pod in waiting (standbyPod), which becomes the
+// worker pod of the host it lands on when this driver claims the slice.
 func (s *Source) Provision(ctx context.Context, req cluster.ProvisionRequest) (cluster.Provisioning, error) {
 	op := "provision " + strconv.Itoa(req.NumSlices) + " × " + req.Shape.String()
 	if s.prov.Mode == ProvisionOff {

@@ -41,7 +41,9 @@ import (
 //     to its node, requesting the host's google.com/tpu chips (requests =
 //     limits), with the reservation's env (TPU_WORKER_ID,
 //     TPU_WORKER_HOSTNAMES as DNS names of the headless Service,
-//     MEGASCALE_*). Released deletes them.
+//     MEGASCALE_*). On capacity this driver provisioned, the host's
+//     capacity pod, a worker pod in waiting, becomes its pod instead
+//     (adoptPod): it gets the env in the handshake. Released deletes them.
 //   - Other work on a node runs in one CPU pod per node, started when work
 //     is first placed there (or with the cluster, for CPUPool.Min nodes),
 //     and deleted once idle for CPUPool.IdleTimeout while more than
@@ -558,9 +560,11 @@ func (r *Runner) ChipsOutsideReservations() bool { return false }
 
 var _ cluster.ChipHolder = (*Runner)(nil)
 
-// Reserved starts one pod per host of the claim with that host's env and
-// returns once every worker is connected (cluster.ClaimRunner). On error
-// every pod it created is deleted.
+// Reserved starts one pod per host of the claim with that host's env, or
+// adopts the host's capacity pod that the source kept for the claim (a
+// worker pod in waiting, named in HostNames), and returns once every
+// worker is connected (cluster.ClaimRunner). On error every pod of the
+// claim, created or adopted, is deleted.
 func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]map[string]string) error {
 	op := "start worker pods of reservation " + c.ID
 	r.mu.Lock()

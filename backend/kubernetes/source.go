@@ -552,9 +552,10 @@ func (s *Source) knownLocked(name string) bool {
 
 // ClaimSlices claims the slices of c with Leases (cluster.SliceClaimer).
 // Slices that another driver's capacity pods sit on (or wait for) are
-// held by that driver; this driver's own capacity pods on the claimed
-// hosts are deleted once the claim holds, so its worker pods replace them
-// (see Provision).
+// held by that driver; once the claim holds, this driver's own capacity
+// pods on the claimed hosts become the claim's worker pods (worker pods
+// in waiting) or are deleted so that new worker pods replace them
+// (placeholders; see Provision and replaceCapacity).
 func (s *Source) ClaimSlices(ctx context.Context, c cluster.Claim) error {
 	if err := s.capacityCheck(ctx, c); err != nil {
 		return err
