@@ -274,6 +274,7 @@ func (c Config) withDefaults() Config {
 	c.Lease.RenewEvery = cmp.Or(c.Lease.RenewEvery, c.Lease.Duration/3)
 	c.Provision.Image = cmp.Or(c.Provision.Image, DefaultCapacityImage)
 	c.Provision.PriorityClass = cmp.Or(c.Provision.PriorityClass, DefaultCapacityPriorityClass)
+	c.Provision.BindWait = cmp.Or(c.Provision.BindWait, DefaultBindWait)
 	c.Provision.Class = cmp.Or(c.Provision.Class, DefaultProvisioningClass)
 	c.API.QPS = cmp.Or(c.API.QPS, DefaultAPIQPS)
 	c.API.Burst = cmp.Or(c.API.Burst, DefaultAPIBurst)

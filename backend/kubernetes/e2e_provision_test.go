@@ -621,7 +621,9 @@ func TestE2EProvisionedWorkerPodsInWaiting(t *testing.T) {
 	// nodes are added (BenchmarkE2EProvisionV6e4x4).
 	_, err = cp.AddCPUNodes(t.Context(), kubeharness.CPUNodes{Name: "cpu", Count: 1})
 	is.NoErr(err)
-	b, c := provisioningCluster(t, driverConfig(t, cp), "driver-a", ProvisionConfig{Mode: ProvisionPods}, func(cfg *Config) {
+	// Long enough for kube-scheduler's backoff (up to 10 s) on a loaded
+	// machine: the test is that the pods become the workers once bound.
+	b, c := provisioningCluster(t, driverConfig(t, cp), "driver-a", ProvisionConfig{Mode: ProvisionPods, BindWait: 20 * time.Second}, func(cfg *Config) {
 		cfg.DriverHost = cp.HostIP()
 	})
 	ctx := t.Context()

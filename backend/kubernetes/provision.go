@@ -119,6 +119,12 @@ type ProvisionConfig struct {
 	// claims the slice, which sends it the reservation's env when it
 	// connects: no pod is created or deleted after the claim.
 	Placeholders bool
+	// BindWait bounds how long a claim of a slice that just appeared
+	// waits for the scheduler to bind this driver's pending worker pods
+	// in waiting to its hosts (it may hold pods back after failed tries,
+	// up to its backoff of 10 s) before it starts new worker pods on the
+	// hosts still without one; 0 means DefaultBindWait.
+	BindWait time.Duration
 	// Image is the placeholder capacity pods' image; "" means
 	// DefaultCapacityImage. Unused without Placeholders.
 	Image string
@@ -137,6 +143,9 @@ func (p ProvisionConfig) validate() []error {
 	case ProvisionOff, ProvisionPods, ProvisionRequest:
 	default:
 		errs = append(errs, fmt.Errorf("Provision.Mode %q: want %q (off, the default), %q or %q", p.Mode, ProvisionOff, ProvisionPods, ProvisionRequest))
+	}
+	if p.BindWait < 0 {
+		errs = append(errs, fmt.Errorf("Provision.BindWait %v: want a duration ≥ 0 (0 means %v)", p.BindWait, DefaultBindWait))
 	}
 	for _, m := range validation.IsDNS1123Subdomain(p.Class) {
 		if p.Class != "" {
@@ -530,48 +539,9 @@ func (s *Source) replaceCapacity(ctx context.Context, c cluster.Claim) error {
 			fresh = append(fresh, shape)
 		}
 	}
-	// A claim follows a new slice's last node by milliseconds, when the
-	// scheduler may not have bound this driver's worker pods in waiting
-	// yet: while a host of c has none and some are pending that can land
-	// there (of a group already on c's hosts, whose pool it is, or of the
-	// shape of a slice of c that just appeared), they are listed again
-	// for up to bindWait, so that each becomes its host's worker pod
-	// instead of being replaced by a new one.
-	var pods *corev1.PodList
-	var groups map[string]bool
-	deadline := time.Now().Add(bindWait)
-	for {
-		var err error
-		pods, err = s.client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: labelCapacity + "," + LabelCluster + "=" + s.cluster})
-		if err != nil {
-			return backend.Wrap(apiCode(err), "claim slices", fmt.Errorf("list capacity pods: %w", err))
-		}
-		groups = map[string]bool{}
-		covered := map[string]bool{}
-		for _, p := range pods.Items {
-			if p.Spec.NodeName != "" && slices.Contains(hosts, p.Spec.NodeName) {
-				groups[p.Labels[labelCapacity]] = true
-				covered[p.Spec.NodeName] = covered[p.Spec.NodeName] || standby(&p)
-			}
-		}
-		binding := false
-		for _, p := range pods.Items {
-			if p.Spec.NodeName != "" || s.workerPod == nil || !standby(&p) {
-				continue
-			}
-			binding = binding || groups[p.Labels[labelCapacity]] || slices.ContainsFunc(fresh, func(shape map[string]string) bool {
-				return p.Spec.NodeSelector[tpu.LabelGKEAccelerator] == shape[tpu.LabelGKEAccelerator] &&
-					p.Spec.NodeSelector[tpu.LabelGKETopology] == shape[tpu.LabelGKETopology]
-			})
-		}
-		if len(covered) == len(hosts) || !binding || time.Now().After(deadline) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return backend.Wrap(backend.CodeOf(ctx.Err()), "claim slices", ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
+	pods, groups, err := s.capacityOnHosts(ctx, c, hosts, fresh)
+	if err != nil {
+		return err
 	}
 	adopt := map[string]string{} // runtime host → pod
 	var victims []string
@@ -607,10 +577,61 @@ func (s *Source) replaceCapacity(ctx context.Context, c cluster.Claim) error {
 	return nil
 }
 
-// bindWait bounds how long a claim waits for the scheduler to bind the
-// rest of a group of capacity pods to the claimed slice
-// (replaceCapacity).
-const bindWait = 500 * time.Millisecond
+// capacityOnHosts lists this driver's capacity pods for a claim c of
+// hosts, and returns the groups of those on the hosts. A claim follows a
+// new slice's last node by milliseconds, when the scheduler may not have
+// bound this driver's worker pods in waiting yet: while a host has none
+// and some are pending that can land there (of a group already on the
+// hosts, whose pool it is, or of the shape of a slice that just
+// appeared, fresh), they are listed again every 10 ms for up to
+// Provision.BindWait, so that each becomes its host's worker pod instead
+// of being replaced by a new one.
+func (s *Source) capacityOnHosts(ctx context.Context, c cluster.Claim, hosts []string, fresh []map[string]string) (*corev1.PodList, map[string]bool, error) {
+	start := time.Now()
+	for {
+		pods, err := s.client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: labelCapacity + "," + LabelCluster + "=" + s.cluster})
+		if err != nil {
+			return nil, nil, backend.Wrap(apiCode(err), "claim slices", fmt.Errorf("list capacity pods: %w", err))
+		}
+		groups, covered := map[string]bool{}, map[string]bool{}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" && slices.Contains(hosts, p.Spec.NodeName) {
+				groups[p.Labels[labelCapacity]] = true
+				if standby(&p) {
+					covered[p.Spec.NodeName] = true
+				}
+			}
+		}
+		binding := 0
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" || s.workerPod == nil || !standby(&p) {
+				continue
+			}
+			if groups[p.Labels[labelCapacity]] || slices.ContainsFunc(fresh, func(shape map[string]string) bool {
+				return p.Spec.NodeSelector[tpu.LabelGKEAccelerator] == shape[tpu.LabelGKEAccelerator] &&
+					p.Spec.NodeSelector[tpu.LabelGKETopology] == shape[tpu.LabelGKETopology]
+			}) {
+				binding++
+			}
+		}
+		if len(covered) == len(hosts) || binding == 0 {
+			return pods, groups, nil
+		}
+		if time.Since(start) >= s.prov.BindWait {
+			s.log.Info("kubernetes: capacity pods not bound to the claimed slices in time: new worker pods replace them",
+				"claim", c.ID, "slices", strings.Join(c.Slices, ","), "waited", s.prov.BindWait, "hosts without one", len(hosts)-len(covered), "pending", binding)
+			return pods, groups, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, backend.Wrap(backend.CodeOf(ctx.Err()), "claim slices", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// DefaultBindWait is ProvisionConfig.BindWait's default.
+const DefaultBindWait = 2 * time.Second
 
 // standby reports whether p, a capacity pod, is a worker pod in waiting
 // that can still become one: it has its DNS hostname (a placeholder has

@@ -43,8 +43,9 @@ func TestProvisionOffIsUnsupported(t *testing.T) {
 
 func TestProvisionConfigValidate(t *testing.T) {
 	cfg := testConfig()
-	cfg.Provision = ProvisionConfig{Mode: "nodes", Spot: true, FlexStart: true}
+	cfg.Provision = ProvisionConfig{Mode: "nodes", Spot: true, FlexStart: true, BindWait: -time.Second}
 	err := cfg.Validate()
+	errContains(t, err, "Provision.BindWait -1s: want a duration ≥ 0 (0 means 2s)")
 	errContains(t, err, `Provision.Mode "nodes": want "" (off, the default), "pods" or "provisioning-request"`)
 	errContains(t, err, "choose at most one way to buy the VMs")
 }

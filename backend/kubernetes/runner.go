@@ -92,11 +92,10 @@ type Runner struct {
 	cpuPods  map[string]*podWorker   // by node
 	claims   map[string][]*podWorker // by claim ID
 	byPod    map[string]*podWorker   // by pod name
-	// adopt holds, by claim ID, the capacity pods that become the claim's
-	// worker pods, by the runtime name of their host: HostNames takes
-	// them from adoptions (the source's, Source.adoptionsOf), Reserved
-	// adopts them.
-	adopt     map[string]map[string]string
+	// adoptions returns the capacity pods that become a claim's worker
+	// pods, by the runtime name of their host (Source.adoptionsOf): the
+	// source keeps them when it claims the slices, HostNames names the
+	// hosts by them and Reserved adopts them. nil: none.
 	adoptions func(claimID string) map[string]string
 }
 
@@ -129,7 +128,7 @@ func NewRunner(client kubernetes.Interface, cfg Config, id ClusterID) (*Runner, 
 		client: client, cfg: cfg, log: cfg.Logger,
 		pt:    podTemplate{cfg: cfg, cluster: string(id), secret: name, service: name},
 		nodes: map[string]cluster.Node{}, reserved: map[string]*podWorker{}, cpuPods: map[string]*podWorker{},
-		claims: map[string][]*podWorker{}, byPod: map[string]*podWorker{}, adopt: map[string]map[string]string{},
+		claims: map[string][]*podWorker{}, byPod: map[string]*podWorker{},
 	}, nil
 }
 
@@ -509,17 +508,7 @@ func (w *podWorker) wait(ctx context.Context) (*worker.Client, error) {
 // hostname: the pod becomes the host's worker pod (Reserved).
 func (r *Runner) HostNames(c cluster.Claim) [][]string {
 	hostnames := podHostnames(c)
-	var adopt map[string]string
-	if r.adoptions != nil {
-		adopt = r.adoptions(c.ID)
-	}
-	r.mu.Lock()
-	if len(adopt) > 0 {
-		r.adopt[c.ID] = adopt
-	} else {
-		delete(r.adopt, c.ID)
-	}
-	r.mu.Unlock()
+	adopt := r.adopted(c)
 	for i := range hostnames {
 		for j, h := range hostnames[i] {
 			if p := adopt[c.Hosts[i][j]]; p != "" {
@@ -543,6 +532,15 @@ func podHostnames(c cluster.Claim) [][]string {
 		}
 	}
 	return out
+}
+
+// adopted returns the capacity pods that become c's worker pods, by
+// host (a sub-slice's hosts take none).
+func (r *Runner) adopted(c cluster.Claim) map[string]string {
+	if r.adoptions == nil || c.Subslice {
+		return nil
+	}
+	return r.adoptions(c.ID)
 }
 
 // ChipsOutsideReservations implements cluster.ChipHolder: false. Work
@@ -573,8 +571,7 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 		return backend.Errorf(backend.FailedPrecondition, op, "%w", backend.ErrClosed)
 	}
 	hostnames := podHostnames(c)
-	adopt := r.adopt[c.ID]
-	delete(r.adopt, c.ID)
+	adopt := r.adopted(c)
 	var workers []*podWorker
 	var pods []*corev1.Pod // nil for an adopted capacity pod
 	var labelsOf []map[string]string
@@ -639,7 +636,6 @@ func (r *Runner) Released(c cluster.Claim) {
 	r.mu.Lock()
 	workers := r.claims[c.ID]
 	delete(r.claims, c.ID)
-	delete(r.adopt, c.ID)
 	for _, w := range workers {
 		w.released = true
 		if r.reserved[w.node] == w {
