@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -108,6 +109,9 @@ func (k *fakeKubelet) stop() {
 
 func (k *fakeKubelet) run(ctx context.Context, t *testing.T, p *corev1.Pod) {
 	pods := k.client.CoreV1().Pods(k.ns)
+	if p.Spec.Containers[0].Image == "unschedulable" {
+		return // stays Pending, bound to no node, as a pod kube-scheduler cannot place
+	}
 	if p.Spec.Containers[0].Image == "bad" {
 		p.Status.Phase = corev1.PodPending
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{
@@ -144,7 +148,10 @@ func (k *fakeKubelet) run(ctx context.Context, t *testing.T, p *corev1.Pod) {
 		ln.Close()
 		return
 	}
-	srv, err := worker.NewServer(echoRegistry{env: env}, &worker.ServerOptions{Token: env[worker.EnvToken], TLS: tlsConfig})
+	// A driver's handshake env joins the pod's, as ServeLaunched sets it in
+	// the process env (before any call on the connection).
+	srv, err := worker.NewServer(echoRegistry{env: env}, &worker.ServerOptions{Token: env[worker.EnvToken], TLS: tlsConfig,
+		OnEnv: func(e map[string]string) error { maps.Copy(env, e); return nil }})
 	if err != nil {
 		t.Errorf("pod %s: %v", p.Name, err)
 		ln.Close()

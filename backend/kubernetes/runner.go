@@ -102,12 +102,16 @@ type Runner struct {
 // podWorker is one worker pod and its connection.
 type podWorker struct {
 	name, node string
-	ready      chan struct{} // closed once client or err is set
-	changed    chan struct{} // its pod changed in the watch (buffered 1)
-	client     *worker.Client
-	err        error
-	released   bool // deleted on purpose: not a loss
-	lostOnce   sync.Once
+	// makeRoom is the Kubernetes node of a reservation's new pod, where
+	// this handle's capacity pods bound after the claim are deleted while
+	// the pod waits to run (waitRunning); "" for other pods.
+	makeRoom string
+	ready    chan struct{} // closed once client or err is set
+	changed  chan struct{} // its pod changed in the watch (buffered 1)
+	client   *worker.Client
+	err      error
+	released bool // deleted on purpose: not a loss
+	lostOnce sync.Once
 	// busy counts the calls in flight and the actors living in a CPU
 	// pod; idleSince is when it last went to 0 (r.mu guards both).
 	busy      int
@@ -474,12 +478,40 @@ func (r *Runner) waitRunning(ctx context.Context, w *podWorker) (string, error) 
 			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
 				return p.Status.PodIP, nil
 			}
+			if p.Spec.NodeName == "" && w.makeRoom != "" {
+				r.deleteCapacityOn(ctx, w.makeRoom)
+			}
 		}
 		select {
 		case <-w.changed:
 		case <-tick.C:
 		case <-ctx.Done():
 			return "", ctx.Err()
+		}
+	}
+}
+
+// deleteCapacityOn deletes this handle's capacity pods on node, which the
+// scheduler bound there after the claim looked (Source.ClaimSlices): they
+// hold the google.com/tpu a new worker pod of the claim waits for, and do
+// not give way (their PriorityClass never preempts and is not below the
+// workers'). Adopted ones are workers already.
+func (r *Runner) deleteCapacityOn(ctx context.Context, node string) {
+	sel, err := labels.Parse(labelCapacity)
+	if err != nil {
+		return
+	}
+	pods, _ := r.pods.Pods(r.cfg.Namespace).List(sel)
+	for _, p := range pods {
+		r.mu.Lock()
+		adopted := r.byPod[p.Name] != nil
+		r.mu.Unlock()
+		if p.Spec.NodeName != node || adopted || p.DeletionTimestamp != nil {
+			continue
+		}
+		err := r.client.CoreV1().Pods(r.cfg.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		if err == nil {
+			r.log.Info("kubernetes: deleted a capacity pod bound after the claim to make room for a worker pod", "pod", p.Name, "node", node)
 		}
 	}
 }
@@ -588,6 +620,7 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 			}
 			name := dnsName("goray", r.pt.cluster, hostnames[i][j])
 			w := r.newWorkerLocked(name, host)
+			w.makeRoom = node
 			workers = append(workers, w)
 			chips := int(r.nodes[host].Resources[backend.TPU])
 			pods = append(pods, r.pt.pod(podSpec{

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
@@ -305,4 +306,83 @@ func TestRunnerCPUPoolFollowsDemand(t *testing.T) {
 		is.NoErr(err)
 	}
 	is.Equal(countPods(), 3)
+}
+
+// A capacity pod that the source kept for a claim (a worker pod in
+// waiting on a host of the claim) becomes that host's worker pod: the
+// host is named by the pod's DNS name, no pod is created for it, the
+// host's env reaches the worker in the handshake, and the pod takes the
+// worker pod's labels and loses the capacity label. Released deletes it
+// with the others.
+func TestRunnerAdoptsCapacityPod(t *testing.T) {
+	is := is.New(t)
+	r, exec, client, _ := startRunner(t, "example.com/app")
+	ctx := t.Context()
+	hosts := v6eHosts(r, t, "a")
+	// The source's pod: the runner's template as a worker pod in waiting.
+	src := &Source{prov: provConfig().withDefaults().Provision, workerPod: r.pt.pod}
+	shape, err := tpu.NewSliceShape(tpu.V6e, "4x4", 4)
+	is.NoErr(err)
+	standby := src.standbyPod("goray-capacity-x-0", 2, shape)
+	_, err = client.CoreV1().Pods("default").Create(ctx, standby, metav1.CreateOptions{})
+	is.NoErr(err)
+	r.adoptions = func(id string) map[string]string {
+		if id == "pg-1" {
+			return map[string]string{hosts[2]: standby.Name}
+		}
+		return nil
+	}
+	claim := cluster.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}
+	names := r.HostNames(claim)[0]
+	is.Equal(names[2], standby.Name+".goray-c1.default.svc")
+	is.Equal(names[1], "r1-s0-w1.goray-c1.default.svc")
+	created := r.created.Load()
+	is.NoErr(r.Reserved(ctx, claim, hostEnvNamed(hosts, names)))
+	is.Equal(r.created.Load()-created, int64(3)) // one pod per host but the adopted one
+
+	p, err := client.CoreV1().Pods("default").Get(ctx, standby.Name, metav1.GetOptions{})
+	is.NoErr(err)
+	is.Equal(p.Labels[LabelReservation], "pg-1")
+	is.Equal(p.Labels[LabelWorkerID], "2")
+	is.Equal(p.Labels[LabelNode], hosts[2])
+	_, capacity := p.Labels[labelCapacity]
+	is.True(!capacity)
+	// The worker reads its TPU_WORKER_ID from the env the driver sent.
+	v, err := exec.RunTask(ctx, "echo", backend.Value{Data: []byte("hi")}, &backend.RuntimeInfo{Node: hosts[2]})
+	is.NoErr(err)
+	is.Equal(string(v.Data), hosts[2]+":2:hi")
+
+	r.Released(claim)
+	pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	is.NoErr(err)
+	for _, p := range pods.Items {
+		is.True(p.Labels[LabelReservation] != "pg-1") // every pod of the claim deleted, the adopted one too
+	}
+}
+
+// A capacity pod of this handle that the scheduler bound to a claimed host
+// after the claim looked holds the chips the host's new worker pod needs,
+// and does not give way (its class never preempts): the runner deletes it
+// while the worker pod waits to be placed.
+func TestRunnerDeletesCapacityBoundAfterTheClaim(t *testing.T) {
+	is := is.New(t)
+	r, _, client, _ := startRunner(t, "unschedulable")
+	ctx := t.Context()
+	hosts := v6eHosts(r, t, "a")
+	late := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "goray-capacity-late-0-1", Labels: map[string]string{
+		labelCapacity: "goray-capacity-late-0", LabelCluster: "c1"}},
+		Spec: corev1.PodSpec{NodeName: hosts[1], Containers: []corev1.Container{{Name: "capacity", Image: "unschedulable"}}}}
+	_, err := client.CoreV1().Pods("default").Create(ctx, late, metav1.CreateOptions{})
+	is.NoErr(err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Reserved(rctx, cluster.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}, hostEnv(hosts))
+	}()
+	is.NoErr(wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().Pods("default").Get(ctx, late.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}))
+	cancel()
+	is.True(<-done != nil) // the worker pods were never placed (the fake has no scheduler)
 }
