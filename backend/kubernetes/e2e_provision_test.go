@@ -267,24 +267,32 @@ func TestE2EProvisionSpotPreemption(t *testing.T) {
 // seen by the autoscaler, which polls every 100ms; GKE's scans every 10s),
 // provision (the autoscaler's trigger to the pool's nodes created: Delay,
 // 500ms here, minutes on GKE) and nodes-to-workers, goray's own part once
-// the nodes exist (the slice reported, the claim, capacity pods replaced
-// by worker pods until each worker is connected).
+// the nodes exist (the slice reported, the claim, and the capacity pods
+// becoming the worker pods, or placeholders replaced by new worker pods,
+// until each worker is connected).
 //
 // Its baseline, in the same run, is kube-scheduler placing the same 4
 // worker pods (the runner's template: image, resources, env) on freshly
 // provisioned capacity: created pending from zero TPU nodes with the TPU
-// node selector and JobSet's exclusive placement on one node pool, the
-// autoscaler makes a pool for them, and kube-scheduler binds them. It is
-// timed from the pool's nodes created (the same mark as nodes-to-workers)
-// to all 4 Running (kube-scheduler-fresh, the target's baseline), and to
-// every pod's worker process accepting a TCP connection on its port
-// (kube-scheduler-fresh-listening: the worker's own start-up, which goray's
-// part includes and Running does not). kube-scheduler-warm is the earlier
-// baseline: the same pods on goray's nodes once its pods are gone, to
-// Running.
+// node selector, JobSet's exclusive placement on one node pool and a DNS
+// name each in a headless Service, the autoscaler makes a pool for them,
+// and kube-scheduler binds them. It is timed from the pool's nodes created
+// (the same mark as nodes-to-workers) to every pod's worker process
+// accepting a TCP connection on its port (kube-scheduler-fresh-listening:
+// the target's baseline, with the worker's own start-up on both sides),
+// and to all 4 Running (kube-scheduler-fresh, which leaves the start-up
+// out). kube-scheduler-warm is the earlier baseline: the same pods on
+// goray's nodes once its pods are gone, to Running.
 //
 //	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EProvisionV6e4x4 -benchtime 5x -count 3 ./
 func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
+	// Capacity pods that become the worker pods (the default), and
+	// placeholders that new worker pods replace after the claim.
+	b.Run("worker-pods-in-waiting", func(b *testing.B) { benchmarkProvision(b, ProvisionConfig{Mode: ProvisionPods}) })
+	b.Run("placeholders", func(b *testing.B) { benchmarkProvision(b, ProvisionConfig{Mode: ProvisionPods, Placeholders: true}) })
+}
+
+func benchmarkProvision(b *testing.B, prov ProvisionConfig) {
 	cp, as := startAutoscaledHarness(b, kubeharness.AutoscalerOptions{Delay: 500 * time.Millisecond, ScaleDownAfter: time.Second})
 	client := cp.Client()
 	// A cluster has nodes other than TPU pools (the driver's, the system
@@ -304,7 +312,7 @@ func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 			c.Worker.LogLevel = "info" // the workers log when they listen and when the driver connects
 		})
 	}
-	be, _ := provisioningCluster(b, cp.Config(), "bench", ProvisionConfig{Mode: ProvisionPods}, opts...)
+	be, _ := provisioningCluster(b, cp.Config(), "bench", prov, opts...)
 	ctx := context.Background()
 	const plainService = "plain"
 	if _, err := client.CoreV1().Services("default").Create(ctx, &corev1.Service{

@@ -354,7 +354,7 @@ func (r *Runner) newWorkerLocked(name, node string) *podWorker {
 func (r *Runner) launch(w *podWorker, pod *corev1.Pod) {
 	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.Worker.StartTimeout)
 	defer cancel()
-	w.client, w.err = r.startPod(ctx, w, pod, nil)
+	w.client, w.err = r.startPod(ctx, w, pod, nil, nil)
 	r.mu.Lock()
 	if w.err != nil && r.cpuPods[w.node] == w {
 		delete(r.cpuPods, w.node) // the next work tries again
@@ -382,11 +382,19 @@ func (r *Runner) adoptPod(ctx context.Context, w *podWorker, lbl map[string]stri
 	if err != nil {
 		return nil, backend.Errorf(backend.Internal, "adopt capacity pod "+w.name, "%w", err)
 	}
-	c, err := r.startPod(ctx, w, nil, env)
+	// The labels change once the pod runs, while its worker starts: not
+	// in the way of the node's status writes, nor after the connection.
+	patched := make(chan error, 1)
+	c, err := r.startPod(ctx, w, nil, env, func() {
+		go func() {
+			_, err := r.client.CoreV1().Pods(r.cfg.Namespace).Patch(ctx, w.name, types.MergePatchType, body, metav1.PatchOptions{})
+			patched <- err
+		}()
+	})
 	if err != nil {
-		return nil, err
+		return nil, err // the patch, if started, fails or is undone with the pod
 	}
-	if _, err := r.client.CoreV1().Pods(r.cfg.Namespace).Patch(ctx, w.name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+	if err := <-patched; err != nil {
 		if apierrors.IsForbidden(err) {
 			err = fmt.Errorf("%w (the driver's role needs patch on pods: apply backend/kubernetes/deploy/rbac.yaml, or set Provision.Placeholders)", err)
 		}
@@ -398,8 +406,9 @@ func (r *Runner) adoptPod(ctx context.Context, w *podWorker, lbl map[string]stri
 }
 
 // startPod creates pod (nil: w's pod exists, a capacity pod adopted),
-// waits for it to run and dials its worker, with env in the handshake.
-func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod, env map[string]string) (*worker.Client, error) {
+// waits for it to run, calls running (if set) and dials its worker, with
+// env in the handshake.
+func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod, env map[string]string, running func()) (*worker.Client, error) {
 	op := "start worker pod " + r.cfg.Namespace + "/" + w.name
 	if pod != nil {
 		if _, err := r.client.CoreV1().Pods(r.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -414,6 +423,9 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod, en
 			return nil, backend.Errorf(backend.Unavailable, op, "not running within %v (is the node short of google.com/tpu, or the image slow to pull?): %w", r.cfg.Worker.StartTimeout, err)
 		}
 		return nil, backend.Errorf(backend.Unavailable, op, "%w", err)
+	}
+	if running != nil {
+		running()
 	}
 	opts := r.copts
 	opts.OnLost = func(err error) { r.workerLost(w, err) }
@@ -643,7 +655,7 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 			if pods[i] == nil {
 				w.client, w.err = r.adoptPod(sctx, w, labelsOf[i], env[w.node])
 			} else {
-				w.client, w.err = r.startPod(sctx, w, pods[i], nil)
+				w.client, w.err = r.startPod(sctx, w, pods[i], nil, nil)
 			}
 			close(w.ready)
 			return w.err
