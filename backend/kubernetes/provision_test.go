@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/cluster"
@@ -172,15 +173,7 @@ func TestProvisionClaimReplacesWholeGroup(t *testing.T) {
 	for _, p := range left.Items {
 		is.True(p.Labels[labelCapacity] != mine)
 	}
-	deletes := func() int {
-		n := 0
-		for _, a := range client.Actions() {
-			if a.GetVerb() == "delete" && a.GetResource().Resource == "pods" {
-				n++
-			}
-		}
-		return n
-	}
+	deletes := func() int { return podDeletes(client) }
 	before := deletes()
 	is.NoErr(pv.Close(t.Context()))
 	is.Equal(deletes()-before, 4) // 2 groups × 2 hosts, once each: no retry of a pod found gone
@@ -320,15 +313,7 @@ func TestProvisionCapacityPodsBecomeWorkerPods(t *testing.T) {
 	is.NoErr(src.ClaimSlices(t.Context(), claim))
 	is.Equal(src.adoptionsOf("pg-1"), map[string]string{nodes[1].Name: g + "-0", nodes[0].Name: g + "-1"})
 
-	deletes := func() int {
-		n := 0
-		for _, a := range client.Actions() {
-			if a.GetVerb() == "delete" && a.GetResource().Resource == "pods" {
-				n++
-			}
-		}
-		return n
-	}
+	deletes := func() int { return podDeletes(client) }
 	is.Equal(deletes(), 0) // kept, not replaced
 	is.NoErr(pv.Close(t.Context()))
 	is.Equal(deletes(), 0) // the runner's now
@@ -369,4 +354,15 @@ func TestProvisionPlaceholders(t *testing.T) {
 	is.NoErr(err)
 	is.Equal(len(left.Items), 0) // replaced
 	is.NoErr(pv.Close(t.Context()))
+}
+
+// podDeletes counts the pod deletes client has served.
+func podDeletes(client *fake.Clientset) int {
+	n := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "delete" && a.GetResource().Resource == "pods" {
+			n++
+		}
+	}
+	return n
 }
