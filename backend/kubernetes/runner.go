@@ -97,6 +97,9 @@ type Runner struct {
 	// source keeps them when it claims the slices, HostNames names the
 	// hosts by them and Reserved adopts them. nil: none.
 	adoptions func(claimID string) map[string]string
+	// dropAdoptions tells the source that Released deleted a claim's
+	// adopted pods (Source.dropAdoptions); nil: nothing to tell.
+	dropAdoptions func(claimID string) []string
 }
 
 // podWorker is one worker pod and its connection.
@@ -678,6 +681,9 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 
 // Released deletes the reservation's pods (cluster.ClaimRunner).
 func (r *Runner) Released(c cluster.Claim) {
+	if r.dropAdoptions != nil && !c.Subslice {
+		r.dropAdoptions(c.ID) // deleted below with the others; not under r.mu (s.mu is taken after it elsewhere)
+	}
 	r.mu.Lock()
 	workers := r.claims[c.ID]
 	delete(r.claims, c.ID)

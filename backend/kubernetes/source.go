@@ -597,18 +597,12 @@ func (s *Source) shapeOf(slice string) string {
 // ReleaseSlices deletes the Leases of c (cluster.SliceClaimer). Slices whose
 // Lease was lost meanwhile come back once they are whole.
 func (s *Source) ReleaseSlices(ctx context.Context, c cluster.Claim) error {
-	// The claim's adopted capacity pods, deleted with the Leases released:
-	// the runner deleted them already if it started the claim's workers;
-	// if the claim ended before that, nobody else would.
+	// The claim's adopted capacity pods, deleted with the Leases released
+	// if the runner has not taken them (the claim ended before its workers
+	// started): nobody else would.
 	var adoptErr error
 	var wg sync.WaitGroup
-	if a, ok := s.adoptions.LoadAndDelete(c.ID); ok {
-		names := slices.Collect(maps.Values(a.(map[string]string)))
-		s.mu.Lock()
-		for _, name := range names {
-			delete(s.adopted, name)
-		}
-		s.mu.Unlock()
+	if names := s.dropAdoptions(c.ID); len(names) > 0 {
 		wg.Go(func() { adoptErr = deletePodsNamed(ctx, s.client, s.ns, names) })
 	}
 	var err error
@@ -684,4 +678,21 @@ func deletePods(ctx context.Context, client kubernetes.Interface, ns, selector s
 		return backend.Wrap(backend.Unavailable, "delete pods", err)
 	}
 	return nil
+}
+
+// dropAdoptions forgets the capacity pods adopted for claim ID and
+// returns their names: the runner has deleted them (Runner.Released), or
+// ReleaseSlices does.
+func (s *Source) dropAdoptions(claimID string) []string {
+	a, ok := s.adoptions.LoadAndDelete(claimID)
+	if !ok {
+		return nil
+	}
+	names := slices.Collect(maps.Values(a.(map[string]string)))
+	s.mu.Lock()
+	for _, name := range names {
+		delete(s.adopted, name)
+	}
+	s.mu.Unlock()
+	return names
 }
