@@ -56,6 +56,11 @@
 //
 //	task "examples.square" is func(int) int in the driver but func(int) int64 in the worker
 //
+// An accepted handshake may carry env for the worker process
+// ([ClientOptions.Env]): a launched worker sets it in its process env
+// before it serves the connection ([ServerOptions.OnEnv]), as a backend
+// does for a worker started before its reservation existed.
+//
 // # Limits and bad input
 //
 // Every message is bounded (ServerOptions.MaxMessageSize and
