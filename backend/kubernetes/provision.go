@@ -336,18 +336,14 @@ func (pv *provisioning) selector() string {
 // returns only once its provisioning is closed, so this is on its path.
 func (pv *provisioning) Close(ctx context.Context) error {
 	var names []string
-	pv.s.mu.Lock()
+	adopted := pv.s.adoptedPods() // the runner's worker pods now
 	for _, g := range pv.groups {
 		for i := range pv.hosts {
-			name := capacityPodName(g, i)
-			if pv.s.adopted[name] {
-				delete(pv.s.adopted, name) // the runner's worker pod now
-				continue
+			if name := capacityPodName(g, i); !adopted[name] {
+				names = append(names, name)
 			}
-			names = append(names, name)
 		}
 	}
-	pv.s.mu.Unlock()
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	if pv.provReq != "" {
@@ -499,9 +495,7 @@ func (s *Source) capacityCheck(ctx context.Context, c cluster.Claim) error {
 				continue
 			}
 			onHost := p.Spec.NodeName != "" && slices.Contains(hosts, p.Spec.NodeName)
-			waiting := p.Spec.NodeName == "" && time.Since(newest) < freshGrace &&
-				p.Spec.NodeSelector[tpu.LabelGKEAccelerator] == shape[tpu.LabelGKEAccelerator] &&
-				p.Spec.NodeSelector[tpu.LabelGKETopology] == shape[tpu.LabelGKETopology]
+			waiting := p.Spec.NodeName == "" && time.Since(newest) < freshGrace && selectsShape(&p, shape)
 			if onHost || waiting {
 				held = append(held, name)
 				holder = "the driver whose capacity pods are " + p.Labels[labelCapacity]
@@ -518,8 +512,8 @@ func (s *Source) capacityCheck(ctx context.Context, c cluster.Claim) error {
 // replaceCapacity makes room for c's worker pods on the capacity this
 // driver provisioned: a capacity pod on a host of c that runs the worker
 // in waiting stays, to become the host's worker pod (recorded in
-// s.adopted, so that closing its provisioning leaves it, and in
-// s.adoptions for the runner), and this driver's other capacity pods on the
+// s.adoptions, for the runner and so that closing its provisioning
+// leaves it), and this driver's other capacity pods on the
 // hosts of c, and the pods of their groups that the scheduler has not
 // bound yet (a group asks for one whole pool, so they would bind to c's
 // hosts next), are deleted, all at once, with no grace period: the API
@@ -547,7 +541,7 @@ func (s *Source) replaceCapacity(ctx context.Context, c cluster.Claim) error {
 	var victims []string
 	for _, p := range pods.Items {
 		onHost := p.Spec.NodeName != "" && slices.Contains(hosts, p.Spec.NodeName)
-		if onHost && s.workerPod != nil && standby(&p) {
+		if onHost && standby(&p) {
 			s.mu.Lock()
 			host := cmp.Or(s.rt[p.Spec.NodeName], p.Spec.NodeName)
 			s.mu.Unlock()
@@ -564,14 +558,6 @@ func (s *Source) replaceCapacity(ctx context.Context, c cluster.Claim) error {
 		return backend.Wrap(backend.Unavailable, "claim slices", err)
 	}
 	if len(adopt) > 0 {
-		s.mu.Lock()
-		if s.adopted == nil {
-			s.adopted = map[string]bool{}
-		}
-		for _, name := range adopt {
-			s.adopted[name] = true
-		}
-		s.mu.Unlock()
 		s.adoptions.Store(c.ID, adopt)
 	}
 	return nil
@@ -604,13 +590,10 @@ func (s *Source) capacityOnHosts(ctx context.Context, c cluster.Claim, hosts []s
 		}
 		binding := 0
 		for _, p := range pods.Items {
-			if p.Spec.NodeName != "" || s.workerPod == nil || !standby(&p) {
+			if p.Spec.NodeName != "" || !standby(&p) {
 				continue
 			}
-			if groups[p.Labels[labelCapacity]] || slices.ContainsFunc(fresh, func(shape map[string]string) bool {
-				return p.Spec.NodeSelector[tpu.LabelGKEAccelerator] == shape[tpu.LabelGKEAccelerator] &&
-					p.Spec.NodeSelector[tpu.LabelGKETopology] == shape[tpu.LabelGKETopology]
-			}) {
+			if groups[p.Labels[labelCapacity]] || slices.ContainsFunc(fresh, func(shape map[string]string) bool { return selectsShape(&p, shape) }) {
 				binding++
 			}
 		}
@@ -632,6 +615,13 @@ func (s *Source) capacityOnHosts(ctx context.Context, c cluster.Claim, hosts []s
 
 // DefaultBindWait is ProvisionConfig.BindWait's default.
 const DefaultBindWait = 2 * time.Second
+
+// selectsShape reports whether capacity pod p asks for the slice shape
+// of shape's GKE labels (sliceNodes).
+func selectsShape(p *corev1.Pod, shape map[string]string) bool {
+	return p.Spec.NodeSelector[tpu.LabelGKEAccelerator] == shape[tpu.LabelGKEAccelerator] &&
+		p.Spec.NodeSelector[tpu.LabelGKETopology] == shape[tpu.LabelGKETopology]
+}
 
 // standby reports whether p, a capacity pod, is a worker pod in waiting
 // that can still become one: it has its DNS hostname (a placeholder has

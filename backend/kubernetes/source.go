@@ -73,11 +73,10 @@ type Source struct {
 	// workerPod builds a worker pod from the runner's template
 	// (NewFromParts sets it); without it capacity pods are placeholders.
 	workerPod func(podSpec) *corev1.Pod
-	// adopted holds the capacity pods that become worker pods (s.mu):
-	// closing their provisioning leaves them to the runner. adoptions
-	// holds them by claim ID, as a map from the runtime name of their
-	// host to the pod's name (Source.adoptionsOf; read without s.mu).
-	adopted   map[string]bool
+	// adoptions holds the capacity pods that become worker pods, by claim
+	// ID, as a map from the runtime name of their host to the pod's name
+	// (Source.adoptionsOf; read without s.mu): closing their provisioning
+	// leaves them to the runner.
 	adoptions sync.Map
 }
 
@@ -688,11 +687,18 @@ func (s *Source) dropAdoptions(claimID string) []string {
 	if !ok {
 		return nil
 	}
-	names := slices.Collect(maps.Values(a.(map[string]string)))
-	s.mu.Lock()
-	for _, name := range names {
-		delete(s.adopted, name)
-	}
-	s.mu.Unlock()
-	return names
+	return slices.Collect(maps.Values(a.(map[string]string)))
+}
+
+// adoptedPods returns the names of every capacity pod adopted by a claim
+// not yet released.
+func (s *Source) adoptedPods() map[string]bool {
+	out := map[string]bool{}
+	s.adoptions.Range(func(_, a any) bool {
+		for _, name := range a.(map[string]string) {
+			out[name] = true
+		}
+		return true
+	})
+	return out
 }
