@@ -84,6 +84,20 @@ func TestChipsOnlyInReservations(t *testing.T) {
 	is.NoErr(rt.RemovePlacementGroup(ctx, r.Group))
 }
 
+// startHostClaims starts a runtime with host claims: src, runner (whose
+// workers hold no chips outside reservations), opts and exec.
+func startHostClaims(t *testing.T, src *testSource, runner *testRunner, opts cluster.Options, exec backend.Executor) *cluster.Runtime {
+	t.Helper()
+	rt, err := cluster.New(src, noChipsRunner{runner}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(context.Background(), exec); err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
 // hostClaims are the host claims the source granted, in order.
 func hostClaims(src *testSource) []cluster.Claim {
 	src.mu.Lock()
@@ -116,10 +130,8 @@ func TestHostClaimsForLooseChips(t *testing.T) {
 	is := is.New(t)
 	src := newTestSource(t, namedHosts(2))
 	runner := newTestRunner()
-	rt, err := cluster.New(src, noChipsRunner{runner}, cluster.Options{HostIdle: 50 * time.Millisecond})
-	is.NoErr(err)
 	release := make(chan struct{})
-	is.NoErr(rt.Start(context.Background(), chipsExec{nodeExec{release: release}}))
+	rt := startHostClaims(t, src, runner, cluster.Options{HostIdle: 50 * time.Millisecond}, chipsExec{nodeExec{release: release}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -186,10 +198,8 @@ func TestHostClaimsAndReservations(t *testing.T) {
 	is := is.New(t)
 	src := newTestSource(t, namedHosts(2))
 	runner := newTestRunner()
-	rt, err := cluster.New(src, noChipsRunner{runner}, cluster.Options{HostIdle: 20 * time.Millisecond, ClaimRetry: 20 * time.Millisecond})
-	is.NoErr(err)
 	release := make(chan struct{})
-	is.NoErr(rt.Start(context.Background(), chipsExec{nodeExec{release: release}}))
+	rt := startHostClaims(t, src, runner, cluster.Options{HostIdle: 20 * time.Millisecond, ClaimRetry: 20 * time.Millisecond}, chipsExec{nodeExec{release: release}})
 	defer rt.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -258,16 +268,10 @@ func TestHostClaimReleasedOnEveryPath(t *testing.T) {
 	holding := func(t *testing.T) (*cluster.Runtime, *testSource, *testRunner, cluster.Claim) {
 		src := newTestSource(t, namedHosts(1))
 		runner := newTestRunner()
-		rt, err := cluster.New(src, noChipsRunner{runner}, cluster.Options{HostIdle: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
 		release := make(chan struct{})
 		t.Cleanup(func() { close(release) })
-		if err := rt.Start(context.Background(), chipsExec{nodeExec{release: release}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err = submit(context.Background(), rt, "block", backend.Resources{backend.TPU: 1}, backend.Placement{}); err != nil {
+		rt := startHostClaims(t, src, runner, cluster.Options{HostIdle: time.Hour}, chipsExec{nodeExec{release: release}})
+		if _, err := submit(context.Background(), rt, "block", backend.Resources{backend.TPU: 1}, backend.Placement{}); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, "a host is claimed", func() bool { return len(runner.reservedIDs()) == 1 })
@@ -299,10 +303,8 @@ func TestHostClaimReleasedOnEveryPath(t *testing.T) {
 		src := newTestSource(t, namedHosts(1))
 		src.waitCtx = true // granted, but the claim returns only when cancelled
 		runner := newTestRunner()
-		rt, err := cluster.New(src, noChipsRunner{runner}, cluster.Options{})
-		is.NoErr(err)
-		is.NoErr(rt.Start(context.Background(), chipsExec{}))
-		_, err = submit(context.Background(), rt, "where", backend.Resources{backend.TPU: 1}, backend.Placement{})
+		rt := startHostClaims(t, src, runner, cluster.Options{}, chipsExec{})
+		_, err := submit(context.Background(), rt, "where", backend.Resources{backend.TPU: 1}, backend.Placement{})
 		is.NoErr(err)
 		waitFor(t, "a claim is in flight", func() bool { return len(hostClaims(src)) == 1 })
 		is.NoErr(rt.Close())
@@ -318,9 +320,7 @@ func TestHostClaimReleasedOnEveryPath(t *testing.T) {
 		src := newTestSource(t, namedHosts(1))
 		src.waitCtx = true // the claim returns only when cancelled
 		runner := newTestRunner()
-		rt, err := cluster.New(src, noChipsRunner{runner}, cluster.Options{ClaimRetry: time.Hour})
-		is.NoErr(err)
-		is.NoErr(rt.Start(context.Background(), chipsExec{}))
+		rt := startHostClaims(t, src, runner, cluster.Options{ClaimRetry: time.Hour}, chipsExec{})
 		defer rt.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -341,9 +341,7 @@ func TestHostClaimReleasedOnEveryPath(t *testing.T) {
 		src := newTestSource(t, namedHosts(1))
 		runner := newTestRunner()
 		runner.reservedErr = backend.Errorf(backend.Unavailable, "start", "no chips on the node")
-		rt, err := cluster.New(src, noChipsRunner{runner}, cluster.Options{ClaimRetry: 20 * time.Millisecond})
-		is.NoErr(err)
-		is.NoErr(rt.Start(context.Background(), chipsExec{}))
+		rt := startHostClaims(t, src, runner, cluster.Options{ClaimRetry: 20 * time.Millisecond}, chipsExec{})
 		defer rt.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"errors"
+	"k8s.io/client-go/kubernetes/fake"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +22,7 @@ const testShape = "v6e/4x4/4"
 // queue B's cycle could refuse A for ever: seen over 80 s on the harness.)
 func TestLeasesQueueNoStarvation(t *testing.T) {
 	is := is.New(t)
-	client := checkVersions(newFakeClient())
-	clk := &clock{t: time.Unix(1e9, 0)}
-	a := newTestLeases(t, client, "driver-a", clk)
-	b := newTestLeases(t, client, "driver-b", clk)
+	client, clk, a, b := twoQueueDrivers(t)
 	ctx := t.Context()
 
 	is.NoErr(b.ClaimQueued(ctx, "b1", testShape, []string{"s1"}))
@@ -53,10 +51,7 @@ func TestLeasesQueueNoStarvation(t *testing.T) {
 // cancelled, or its driver died) holds nobody up after queueTTL.
 func TestLeasesQueueHeadGivesUp(t *testing.T) {
 	is := is.New(t)
-	client := checkVersions(newFakeClient())
-	clk := &clock{t: time.Unix(1e9, 0)}
-	a := newTestLeases(t, client, "driver-a", clk)
-	b := newTestLeases(t, client, "driver-b", clk)
+	_, clk, a, b := twoQueueDrivers(t)
 	ctx := t.Context()
 	is.NoErr(b.ClaimQueued(ctx, "b1", testShape, []string{"s1"}))
 	is.True(a.ClaimQueued(ctx, "a1", testShape, []string{"s1", "s2"}) != nil) // A is the head
@@ -72,10 +67,7 @@ func TestLeasesQueueHeadGivesUp(t *testing.T) {
 // leaves the queue.
 func TestLeasesQueuedClaimCalls(t *testing.T) {
 	is := is.New(t)
-	client := checkVersions(newFakeClient())
-	clk := &clock{t: time.Unix(1e9, 0)}
-	a := newTestLeases(t, client, "driver-a", clk)
-	b := newTestLeases(t, client, "driver-b", clk)
+	client, _, a, b := twoQueueDrivers(t)
 	ctx := t.Context()
 	leaseCalls := func() []string {
 		var out []string
@@ -100,4 +92,13 @@ func TestLeasesQueuedClaimCalls(t *testing.T) {
 	is.Equal(leaseCalls(), []string{"get", "create", "get", "delete"}) // the head leaves the queue
 	_, err := client.CoordinationV1().Leases("default").Get(ctx, QueueLeaseName(testShape), metav1.GetOptions{})
 	is.True(err != nil)
+}
+
+// twoQueueDrivers returns a fake API server that checks Lease versions, a
+// clock, and drivers A and B claiming through it.
+func twoQueueDrivers(t *testing.T) (*fake.Clientset, *clock, *Leases, *Leases) {
+	t.Helper()
+	client := checkVersions(newFakeClient())
+	clk := &clock{t: time.Unix(1e9, 0)}
+	return client, clk, newTestLeases(t, client, "driver-a", clk), newTestLeases(t, client, "driver-b", clk)
 }
