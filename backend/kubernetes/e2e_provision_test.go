@@ -35,6 +35,12 @@ import (
 // harness's GKE-like autoscaler; capacity pods (DefaultCapacityImage) run
 // as a sleeping process.
 func startAutoscaledHarness(t testing.TB, opts kubeharness.AutoscalerOptions) (*kubeharness.ControlPlane, *kubeharness.Autoscaler) {
+	return startAutoscaledHarnessIn(t, kubeharness.NetworkLoopback, opts)
+}
+
+// startAutoscaledHarnessIn is startAutoscaledHarness with pods networked
+// as network says.
+func startAutoscaledHarnessIn(t testing.TB, network kubeharness.Network, opts kubeharness.AutoscalerOptions) (*kubeharness.ControlPlane, *kubeharness.Autoscaler) {
 	t.Helper()
 	exe, err := osExecutable()
 	if err != nil {
@@ -44,7 +50,7 @@ func startAutoscaledHarness(t testing.TB, opts kubeharness.AutoscalerOptions) (*
 	if err := os.WriteFile(pause, []byte("#!/bin/sh\nexec sleep infinity\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cp := kubeharness.Start(t, &kubeharness.Options{Images: map[string]string{workerImage: exe, DefaultCapacityImage: pause}})
+	cp := kubeharness.Start(t, &kubeharness.Options{Images: map[string]string{workerImage: exe, DefaultCapacityImage: pause}, Network: network})
 	applyManifests(t, cp, deploy.Capacity)
 	return cp, cp.StartAutoscaler(t, opts)
 }
@@ -619,15 +625,11 @@ func TestE2EProvisionSpotTrainResumes(t *testing.T) {
 // all-reduces across the 4 pods.
 func TestE2EProvisionedWorkerPodsInWaiting(t *testing.T) {
 	is := is.New(t)
-	exe, err := osExecutable()
-	is.NoErr(err)
-	cp := kubeharness.Start(t, &kubeharness.Options{Images: map[string]string{workerImage: exe}, Network: kubeharness.NetworkIsolated})
-	applyManifests(t, cp, deploy.Capacity)
-	as := cp.StartAutoscaler(t, kubeharness.AutoscalerOptions{ScaleDownAfter: time.Second})
+	cp, as := startAutoscaledHarnessIn(t, kubeharness.NetworkIsolated, kubeharness.AutoscalerOptions{ScaleDownAfter: time.Second})
 	// A cluster has nodes besides its TPU pools; with none kube-scheduler
 	// retries pending pods on its backoff timer only, not when the pool's
 	// nodes are added (BenchmarkE2EProvisionV6e4x4).
-	_, err = cp.AddCPUNodes(t.Context(), kubeharness.CPUNodes{Name: "cpu", Count: 1})
+	_, err := cp.AddCPUNodes(t.Context(), kubeharness.CPUNodes{Name: "cpu", Count: 1})
 	is.NoErr(err)
 	// Long enough for kube-scheduler's backoff (up to 10 s) on a loaded
 	// machine: the test is that the pods become the workers once bound.

@@ -24,8 +24,12 @@ import (
 func TestE2EServeSpotReplicaReplaced(t *testing.T) {
 	is := is.New(t)
 	ctx := t.Context()
-	cp, as := startAutoscaledHarness(t, kubeharness.AutoscalerOptions{})
-	_, c := provisioningCluster(t, driverConfig(t, cp), "driver-a", ProvisionConfig{Mode: ProvisionPods, Spot: true})
+	// Replicas in pods of their own network, on capacity pods turned
+	// worker pods, reached from the driver's router.
+	cp, as := startAutoscaledHarnessIn(t, kubeharness.NetworkIsolated, kubeharness.AutoscalerOptions{})
+	_, c := provisioningCluster(t, driverConfig(t, cp), "driver-a", ProvisionConfig{Mode: ProvisionPods, Spot: true}, func(cfg *Config) {
+		cfg.DriverHost = cp.HostIP()
+	})
 	srv, base := serveProcess(t, c, func(d *serve.Deployment) {
 		d.MinReplicas, d.MaxReplicas, d.Idempotent = 1, 1, true
 		d.Health = &serve.HealthCheck{Period: 200 * time.Millisecond, FailureThreshold: 2}
