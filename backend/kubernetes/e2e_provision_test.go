@@ -52,6 +52,14 @@ func startAutoscaledHarnessIn(t testing.TB, network kubeharness.Network, opts ku
 	}
 	cp := kubeharness.Start(t, &kubeharness.Options{Images: map[string]string{workerImage: exe, DefaultCapacityImage: pause}, Network: network})
 	applyManifests(t, cp, deploy.Capacity)
+	// A cluster has nodes besides its TPU pools. With none, kube-scheduler
+	// retries pending pods on its backoff timer only (seconds), not when a
+	// pool's nodes are added: capacity pods stayed pending on new pools,
+	// which the autoscaler then found empty and scaled away, pool after
+	// pool, under a loaded CI machine.
+	if _, err := cp.AddCPUNodes(t.Context(), kubeharness.CPUNodes{Name: "cpu", Count: 1}); err != nil {
+		t.Fatal(err)
+	}
 	return cp, cp.StartAutoscaler(t, opts)
 }
 
@@ -300,15 +308,7 @@ func BenchmarkE2EProvisionV6e4x4(b *testing.B) {
 
 func benchmarkProvision(b *testing.B, prov ProvisionConfig) {
 	cp, as := startAutoscaledHarness(b, kubeharness.AutoscalerOptions{Delay: 500 * time.Millisecond, ScaleDownAfter: time.Second})
-	client := cp.Client()
-	// A cluster has nodes other than TPU pools (the driver's, the system
-	// pods'). With none at all kube-scheduler retries pending pods only on
-	// its backoff timer (1 s, then 2 s), not when a node they fit is added,
-	// so pending pods waited up to a second for nodes that existed, and
-	// capacity pods were never bound before the claim.
-	if _, err := cp.AddCPUNodes(context.Background(), kubeharness.CPUNodes{Name: "cpu", Count: 1}); err != nil {
-		b.Fatal(err)
-	}
+	client := cp.Client() // with one CPU node (startAutoscaledHarness says why)
 	var tr *provisionTrace
 	var opts []func(*Config)
 	if os.Getenv("GORAY_E2E_TRACE") != "" {
@@ -626,11 +626,6 @@ func TestE2EProvisionSpotTrainResumes(t *testing.T) {
 func TestE2EProvisionedWorkerPodsInWaiting(t *testing.T) {
 	is := is.New(t)
 	cp, as := startAutoscaledHarnessIn(t, kubeharness.NetworkIsolated, kubeharness.AutoscalerOptions{ScaleDownAfter: time.Second})
-	// A cluster has nodes besides its TPU pools; with none kube-scheduler
-	// retries pending pods on its backoff timer only, not when the pool's
-	// nodes are added (BenchmarkE2EProvisionV6e4x4).
-	_, err := cp.AddCPUNodes(t.Context(), kubeharness.CPUNodes{Name: "cpu", Count: 1})
-	is.NoErr(err)
 	// Long enough for kube-scheduler's backoff (up to 10 s) on a loaded
 	// machine: the test is that the pods become the workers once bound.
 	b, c := provisioningCluster(t, driverConfig(t, cp), "driver-a", ProvisionConfig{Mode: ProvisionPods, BindWait: 20 * time.Second}, func(cfg *Config) {
