@@ -58,7 +58,10 @@ func TestE2EWorkerOutput(t *testing.T) {
 	pod, err := k8sSay.Remote(ctx, c, "hello from a pod", ray.InBundle(pg.PlacementGroup(), 0), ray.Resources{ray.CPU: 0}).Get(ctx)
 	is.NoErr(err)
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(errs.String(), "on stderr: hello from a pod") && time.Now().Before(deadline) {
+	// The two streams reach the driver separately, in either order: wait
+	// for both lines (waiting for stderr alone failed once in CI, the
+	// stdout line not yet there).
+	for !(strings.Contains(errs.String(), "on stderr: hello from a pod") && strings.Contains(out.String(), ") hello from a pod\n")) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("pod %s; stdout %q; stderr %q", pod, out.String(), errs.String())
