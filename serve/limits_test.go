@@ -86,7 +86,11 @@ func TestBodyLimits(t *testing.T) {
 		}()
 		t0 := time.Now()
 		req, _ := http.NewRequest(http.MethodPost, base+"/limits", pr)
-		resp, err := client.Do(req)
+		// On a connection of its own: a pooled one the server has just
+		// closed (IdleTimeout, or after the 503 above) fails the write, and
+		// net/http cannot retry a body it cannot rewind.
+		fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := fresh.Do(req)
 		is.NoErr(err)
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
