@@ -114,7 +114,10 @@ type podWorker struct {
 	client   *worker.Client
 	err      error
 	released bool // deleted on purpose: not a loss
-	lostOnce sync.Once
+	// startFail, once set, fails the pod's start at once (failStart):
+	// its node was lost or the pod deleted before its worker answered.
+	startFail string
+	lostOnce  sync.Once
 	// busy counts the calls in flight and the actors living in a CPU
 	// pod; idleSince is when it last went to 0 (r.mu guards both).
 	busy      int
@@ -238,8 +241,10 @@ func (r *Runner) podChanged(obj any, deleted bool) {
 	switch {
 	case deleted:
 		cause = fmt.Sprintf("worker pod %s was deleted", p.Name)
+		r.failStart(w, cause)
 	case p.DeletionTimestamp != nil:
 		cause = fmt.Sprintf("worker pod %s is being deleted", p.Name)
+		r.failStart(w, cause)
 	case p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
 		cause = fmt.Sprintf("worker pod %s ended: %s %s %s", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
 	default:
@@ -305,18 +310,60 @@ func (r *Runner) NodeUp(ctx context.Context, n cluster.Node) error {
 }
 
 // NodeDown deletes the node's CPU pod, in the background (it does not
-// block).
+// block), and fails at once the start of the node's pods still starting
+// (a reservation's pod pinned to a deleted node would otherwise wait for
+// Worker.StartTimeout).
 func (r *Runner) NodeDown(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.nodes, name)
+	why := "node " + name + " was lost while its worker pod started"
+	for _, workers := range r.claims {
+		for _, w := range workers {
+			if w.node == name {
+				r.failStartLocked(w, why)
+			}
+		}
+	}
 	w := r.cpuPods[name]
 	delete(r.cpuPods, name)
 	if w == nil || r.closed {
 		return // Close deletes it
 	}
+	r.failStartLocked(w, why)
 	w.released = true
 	r.bg.Go(func() { r.deleteWorkers([]*podWorker{w}) })
+}
+
+// failStart fails w's start with why, if it is still starting
+// (waitRunning and the dial loop look).
+func (r *Runner) failStart(w *podWorker, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failStartLocked(w, why)
+}
+
+// failStartLocked is failStart with r.mu held.
+func (r *Runner) failStartLocked(w *podWorker, why string) {
+	select {
+	case <-w.ready:
+		return // started, or failed already
+	default:
+	}
+	if w.startFail == "" {
+		w.startFail = why
+	}
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// startFailed is why w's start failed at once, or "".
+func (r *Runner) startFailed(w *podWorker) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return w.startFail
 }
 
 // cpuPodLocked returns the node's CPU pod, starting it if needed. r.mu
@@ -452,6 +499,10 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod, en
 			err = fmt.Errorf("%s; last dial: %w", podProblem(p), err)
 			break
 		}
+		if why := r.startFailed(w); why != "" {
+			err = fmt.Errorf("%s; last dial: %w", why, err)
+			break
+		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -486,6 +537,9 @@ func (r *Runner) waitRunning(ctx context.Context, w *podWorker) (string, error) 
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		if why := r.startFailed(w); why != "" {
+			return "", errors.New(why)
+		}
 		if p, err := r.pods.Pods(r.cfg.Namespace).Get(w.name); err == nil {
 			if why := podProblem(p); why != "" {
 				return "", errors.New(why)

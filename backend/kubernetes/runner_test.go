@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -385,4 +387,55 @@ func TestRunnerDeletesCapacityBoundAfterTheClaim(t *testing.T) {
 	}))
 	cancel()
 	is.True(<-done != nil) // the worker pods were never placed (the fake has no scheduler)
+}
+
+// A reservation's pod that cannot start any more fails the reservation
+// at once, not after Worker.StartTimeout: its node was lost (a Spot
+// slice preempted while its pods start) or the pod was deleted.
+func TestRunnerStartFailsAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		stop       func(r *Runner, client *fake.Clientset, hosts []string) error
+	}{
+		{"node lost", "was lost while its worker pod started", func(r *Runner, _ *fake.Clientset, hosts []string) error {
+			r.NodeDown(hosts[2])
+			return nil
+		}},
+		{"pod deleted", "was deleted", func(r *Runner, client *fake.Clientset, hosts []string) error {
+			pods, err := client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: LabelWorkerID + "=1"})
+			if err != nil || len(pods.Items) != 1 {
+				return fmt.Errorf("pods of worker 1: %v, %v", pods, err)
+			}
+			return client.CoreV1().Pods("default").Delete(context.Background(), pods.Items[0].Name, metav1.DeleteOptions{})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			is := is.New(t)
+			r, _, client, _ := startRunner(t, "unschedulable") // pending until stopped; StartTimeout 10 s
+			ctx := t.Context()
+			hosts := v6eHosts(r, t, "a")
+			done := make(chan error, 1)
+			go func() {
+				done <- r.Reserved(ctx, cluster.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}, hostEnv(hosts))
+			}()
+			is.NoErr(wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+				pods, err := r.pods.Pods("default").List(labels.Everything())
+				return err == nil && len(pods) == 4, nil
+			}))
+			t0 := time.Now()
+			is.NoErr(tc.stop(r, client, hosts))
+			select {
+			case err := <-done:
+				is.True(err != nil)
+				is.Equal(backend.CodeOf(err), backend.Unavailable)
+				is.True(strings.Contains(err.Error(), tc.want)) // says why
+				is.True(time.Since(t0) < 3*time.Second)
+			case <-time.After(8 * time.Second):
+				t.Fatal("the reservation still waits for pods that cannot start")
+			}
+			pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+			is.NoErr(err)
+			is.Equal(len(pods.Items), 0) // nothing left behind
+		})
+	}
 }
