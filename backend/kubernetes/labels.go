@@ -36,6 +36,12 @@ const (
 	LabelWorkerID = labelPrefix + "worker-id"
 	// AnnotationSlice holds a Lease's slice name unshortened.
 	AnnotationSlice = labelPrefix + "slice"
+	// AnnotationWorkerEnv, on an adopted capacity pod (a worker pod in
+	// waiting that became a reservation's), holds the env its worker got
+	// in the handshake (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, ...), one
+	// NAME=value per line in name order: the pod spec's env, immutable,
+	// lacks it.
+	AnnotationWorkerEnv = labelPrefix + "worker-env"
 	// labelManagedBy is the well-known managed-by label.
 	labelManagedBy = "app.kubernetes.io/managed-by"
 	managedBy      = "goray"

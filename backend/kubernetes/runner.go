@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -421,14 +422,22 @@ func (r *Runner) launch(w *podWorker, pod *corev1.Pod) {
 // worker in waiting, a worker pod of a reservation: it takes the worker
 // pod's labels (and loses the capacity label, so that neither this
 // driver nor another takes it for capacity any more) while the driver
-// connects, and gets the host's env in the handshake (ClientOptions.Env).
+// connects, and gets the host's env in the handshake (ClientOptions.Env),
+// listed in its AnnotationWorkerEnv for kubectl.
 func (r *Runner) adoptPod(ctx context.Context, w *podWorker, lbl map[string]string, env map[string]string) (*worker.Client, error) {
 	patch := map[string]any{}
 	for k, v := range lbl {
 		patch[k] = v
 	}
 	patch[labelCapacity] = nil
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": patch}})
+	var lines []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		lines = append(lines, k+"="+env[k])
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"labels":      patch,
+		"annotations": map[string]string{AnnotationWorkerEnv: strings.Join(lines, "\n")},
+	}})
 	if err != nil {
 		return nil, backend.Errorf(backend.Internal, "adopt capacity pod "+w.name, "%w", err)
 	}

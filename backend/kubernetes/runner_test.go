@@ -349,6 +349,9 @@ func TestRunnerAdoptsCapacityPod(t *testing.T) {
 	is.Equal(p.Labels[LabelNode], hosts[2])
 	_, capacity := p.Labels[labelCapacity]
 	is.True(!capacity)
+	// kubectl shows the env the worker got, which the pod spec lacks.
+	is.True(strings.Contains(p.Annotations[AnnotationWorkerEnv], "\n"+tpu.EnvWorkerHostnames+"="+strings.Join(names, ",")+"\n"))
+	is.True(strings.Contains(p.Annotations[AnnotationWorkerEnv], tpu.EnvWorkerID+"=2"))
 	// The worker reads its TPU_WORKER_ID from the env the driver sent.
 	v, err := exec.RunTask(ctx, "echo", backend.Value{Data: []byte("hi")}, &backend.RuntimeInfo{Node: hosts[2]})
 	is.NoErr(err)
