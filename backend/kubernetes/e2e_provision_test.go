@@ -640,6 +640,7 @@ func TestE2EProvisionedWorkerPodsInWaiting(t *testing.T) {
 		is.True(strings.HasPrefix(p.Name, "goray-capacity-")) // the capacity pods, adopted
 		_, capacity := p.Labels[labelCapacity]
 		is.True(!capacity)
+		is.True(slices.Contains(strings.Split(p.Annotations[AnnotationWorkerEnv], "\n"), tpu.EnvWorkerID+"="+p.Labels[LabelWorkerID])) // for kubectl
 	}
 	is.Equal(b.runner.created.Load(), int64(0)) // no worker pod created
 	got, err := ray.RunOnSlice(ctx, spg, envPairTask, struct{}{})
