@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/matryer/is"
@@ -129,15 +130,21 @@ func TestClosed(t *testing.T) {
 	}
 }
 
-func TestRegister(t *testing.T) {
-	is := is.New(t)
-	ctx := context.Background()
+// registerTestScheme registers "test-scheme" once per process (Register
+// refuses a second time), so that TestRegister passes with -count=N.
+var registerTestScheme = sync.OnceFunc(func() {
 	storage.Register("test-scheme", func(ctx context.Context, u *url.URL) (storage.Bucket, error) {
 		if u.Host == "bad" {
 			return nil, errors.New("no such bucket")
 		}
 		return storage.NewMem(), nil
 	})
+})
+
+func TestRegister(t *testing.T) {
+	is := is.New(t)
+	ctx := context.Background()
+	registerTestScheme()
 	b, err := storage.Open(ctx, "test-scheme://ok")
 	is.NoErr(err)
 	is.NoErr(b.Close())
