@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/matryer/is"
@@ -54,15 +55,23 @@ func TestSchemesRegistered(t *testing.T) {
 // standing in for a cloud store.
 type dirOpener struct{ dir string }
 
-func (o dirOpener) OpenBucketURL(context.Context, *url.URL) (*blob.Bucket, error) {
+func (o *dirOpener) OpenBucketURL(context.Context, *url.URL) (*blob.Bucket, error) {
 	return fileblob.OpenBucket(o.dir, &fileblob.Options{Metadata: fileblob.MetadataDontWrite})
 }
+
+// testOpener serves the scheme "gocloudtest", registered once per process
+// (the mux refuses a second time), so that the test passes with -count=N.
+var (
+	testOpener         = &dirOpener{}
+	registerTestScheme = sync.OnceFunc(func() { blob.DefaultURLMux().RegisterBucket("gocloudtest", testOpener) })
+)
 
 func TestOpenWithPrefix(t *testing.T) {
 	is := is.New(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	blob.DefaultURLMux().RegisterBucket("gocloudtest", dirOpener{dir})
+	testOpener.dir = dir
+	registerTestScheme()
 	u, err := url.Parse("gocloudtest://bucket/runs/")
 	is.NoErr(err)
 	b, err := gocloud.Open(ctx, u)
