@@ -36,6 +36,9 @@ type pickedClaim struct {
 	// and grant.
 	unpick func()
 	grant  func() *backend.SliceReservation
+	// broken reports whether a host of what was picked is down now (a
+	// slice that lost a node while it was claimed); b.mu is held.
+	broken func() bool
 }
 
 // claimPicked claims, outside b.mu, the whole slices serveSlices picked
@@ -50,6 +53,7 @@ func (rt *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *
 	pc := &pickedClaim{
 		op: op, id: id, claim: claim,
 		unpick: func() { rt.unpick(p, picked) },
+		broken: func() bool { return slices.ContainsFunc(picked, func(s *tpuSlice) bool { return s.dead > 0 }) },
 		grant: func() *backend.SliceReservation {
 			for _, s := range picked {
 				s.claiming = false
@@ -72,8 +76,11 @@ func (rt *Runtime) claimPicked(ctx context.Context, op string, p *shapePool, w *
 // claimAndGrant claims pc outside b.mu, tells the runner (a ClaimRunner),
 // then grants the reservation. If another driver holds some of the
 // slices, it marks them held, queues w again at the head of its pool and
-// reports again; any other error releases what was claimed and fails the
-// request. What was picked stays unpickable until the claim has ended.
+// reports again; so it does when the claim or the runner failed while a
+// host of what was picked went down (a node pool scaled away or a Spot
+// slice preempted under the claim), as other capacity may serve w. Any
+// other error releases what was claimed and fails the request. What was
+// picked stays unpickable until the claim has ended.
 // b.mu is held on entry and on return.
 func (rt *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait, pc *pickedClaim) (_ *backend.SliceReservation, _ error, again bool) {
 	if err := rt.gaveUpClaim(ctx, pc.op, p, w); err != nil {
@@ -135,6 +142,13 @@ func (rt *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait
 		rt.armHeldRetry()
 		// Queued again at the head, w is served first: it may get other
 		// slices at once.
+		w.done = make(chan struct{})
+		p.waiting = slices.Insert(p.waiting, 0, w)
+		pc.unpick()
+		return nil, nil, true
+	}
+	if pc.broken != nil && pc.broken() && !rt.closed && ctx.Err() == nil {
+		rt.log.Info("cluster: a host of the picked slices went down during the claim; the request waits for other slices", "op", pc.op, "cause", err)
 		w.done = make(chan struct{})
 		p.waiting = slices.Insert(p.waiting, 0, w)
 		pc.unpick()

@@ -263,3 +263,53 @@ func TestNodesAfterStart(t *testing.T) {
 	is.NoErr(rt.Close())
 	src.checkReleased(t, 1)
 }
+
+// hostDownRunner is a testRunner whose first Reserved loses a host of the
+// claim (its node deleted while the workers start, as a node pool scaled
+// away under the claim) and fails.
+type hostDownRunner struct {
+	*testRunner
+	src  *testSource
+	once sync.Once
+}
+
+func (r *hostDownRunner) Reserved(ctx context.Context, c cluster.Claim, env map[string]map[string]string) error {
+	var lost string
+	r.once.Do(func() {
+		lost = c.Hosts[0][len(c.Hosts[0])-1]
+		_ = r.src.Kill(ctx, lost)
+	})
+	if lost != "" {
+		return backend.Errorf(backend.Unavailable, "start worker", "node %s was lost while its worker started", lost)
+	}
+	return r.testRunner.Reserved(ctx, c, env)
+}
+
+// A reservation whose claim failed because a host it picked went down
+// meanwhile waits for other capacity within its context instead of
+// failing: here it gets the other slice.
+func TestClaimRetriedWhenAPickedHostGoesDown(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		req  *backend.SliceRequest
+	}{
+		{"whole slice", &backend.SliceRequest{Shape: shape4x4, NumSlices: 1, Name: "whole"}},
+		{"sub-slice", subRequest("sub")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			is := is.New(t)
+			src := newTestSource(t, tpuHosts4x4(2))
+			r := &hostDownRunner{testRunner: newTestRunner(), src: src}
+			rt := start(t, src, r)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			res, err := rt.ReserveSlices(ctx, tt.req)
+			is.NoErr(err)
+			is.Equal(res.Slices[0].Name, "s1") // s0 lost a host during the first claim
+			is.NoErr(rt.RemovePlacementGroup(ctx, res.Group))
+			is.NoErr(rt.Close())
+			src.checkReleased(t, 2) // the failed claim was released too
+			r.checkReleased(t, 1)
+		})
+	}
+}

@@ -72,7 +72,9 @@
 // picks what it picked. A [HeldError] (ResourceExhausted)
 // marks the slices it names as held elsewhere for Options.ClaimRetry; the
 // request is queued again at the head and takes other intact slices, or
-// waits, within its context. Any other error fails the request.
+// waits, within its context; so is a request whose claim (or Reserved)
+// failed while a host of what it picked went down. Any other error fails
+// the request.
 // ReleaseSlices is called exactly once per granted claim, on every path
 // (RemovePlacementGroup, a caller that gave up after the claim, Close);
 // the released slices and sub-slice hosts are reserved again only after
@@ -82,7 +84,7 @@
 // [ClaimRunner]: Reserved is called after the claim and before the grant
 // with each host's env, and Released once the reservation ends, before
 // its claim is released. An error from Reserved releases the claim and
-// fails the request.
+// fails the request (unless a picked host went down meanwhile, as above).
 //
 // # Concurrency
 //

@@ -198,6 +198,7 @@ func (rt *Runtime) claimSubslice(ctx context.Context, op string, p *shapePool, w
 			s.setSubBusy(w.sub, index, false)
 			return rt.grantSubslice(w, g, id)
 		},
+		broken: func() bool { return s.dead > 0 },
 	}
 	if rt.claimRunner != nil {
 		pc.env = g.hostEnv(w)

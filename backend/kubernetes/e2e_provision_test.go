@@ -663,6 +663,13 @@ func TestE2EProvisionedWorkerPodsInWaiting(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	is.Equal(len(as.Pools()), 0) // scaled to zero: the next reservation provisions again
+	// The driver sees the nodes go a moment after the autoscaler deleted
+	// them; until then it may pick the slice being deleted (the claim then
+	// waits for other capacity, creating worker pods on the way).
+	is.NoErr(wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		ss, err := b.Slices(ctx)
+		return err == nil && !slices.ContainsFunc(ss, func(s backend.SliceState) bool { return s.Intact }), nil
+	}))
 
 	tr, err := train.New(c, k8sAllReduce, 3, train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4"},
 		train.RunConfig{Name: "provisioned", Progress: train.ProgressOff})
