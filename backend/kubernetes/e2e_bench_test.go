@@ -27,8 +27,11 @@ import (
 // wait until each worker is connected: Source.ClaimSlices then
 // Runner.Reserved) with kube-scheduler alone placing the same 4 pods (the
 // same image and resources, a TPU node selector instead of the node pin)
-// until they are Running. Releasing and deleting is not timed. The
-// ratio goray/kube-scheduler is the target (within 1.2x).
+// until they are Running (kube-scheduler), and until each pod's worker
+// accepts a TCP connection (kube-scheduler-listening: the worker's own
+// start-up, which goray's "connected" includes, on both sides).
+// Releasing and deleting is not timed. The target is goray within 1.2x
+// of kube-scheduler-listening.
 //
 //	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EReserveV6e4x4 -benchtime 10x -count 3 ./
 func BenchmarkE2EReserveV6e4x4(b *testing.B) {
@@ -98,21 +101,38 @@ func BenchmarkE2EReserveV6e4x4(b *testing.B) {
 			b.StartTimer()
 		}
 	})
+	createPlain := func(b *testing.B) {
+		round++
+		for j := range hosts {
+			p := r.pt.pod(podSpec{name: fmt.Sprintf("plain-%d-%d", round, j), node: hosts[j], chips: 4, env: env[hosts[j]],
+				labels: map[string]string{"bench": "plain"}})
+			p.Labels[LabelCluster] = "plain" // not the runner's pods
+			p.Spec.Affinity, p.Spec.NodeSelector = nil, sel
+			if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 	b.Run("kube-scheduler", func(b *testing.B) {
 		for b.Loop() {
-			round++
-			for j := range hosts {
-				p := r.pt.pod(podSpec{name: fmt.Sprintf("plain-%d-%d", round, j), node: hosts[j], chips: 4, env: env[hosts[j]],
-					labels: map[string]string{"bench": "plain"}})
-				p.Labels[LabelCluster] = "plain" // not the runner's pods
-				p.Spec.Affinity, p.Spec.NodeSelector = nil, sel
-				if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-					b.Fatal(err)
-				}
-			}
+			createPlain(b)
 			if _, err := cp.WaitForPods(ctx, "default", "bench=plain", len(hosts), func(p *corev1.Pod) bool {
 				return p.Status.Phase == corev1.PodRunning
 			}); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			deletePlainPods(b, cp)
+			b.StartTimer()
+		}
+	})
+	// The same pods until each one's worker process accepts a TCP
+	// connection: the worker's start-up is on both sides, as in goray's
+	// "every worker connected".
+	b.Run("kube-scheduler-listening", func(b *testing.B) {
+		for b.Loop() {
+			createPlain(b)
+			if _, _, err := waitRunningAndListening(ctx, cp, "bench=plain", len(hosts), r.cfg.Worker.Port); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()
