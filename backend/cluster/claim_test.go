@@ -293,7 +293,7 @@ func TestClaimRetriedWhenAPickedHostGoesDown(t *testing.T) {
 		name string
 		req  *backend.SliceRequest
 	}{
-		{"whole slice", &backend.SliceRequest{Shape: shape4x4, NumSlices: 1, Name: "whole"}},
+		{"whole slice", wholeRequest("whole")},
 		{"sub-slice", subRequest("sub")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
