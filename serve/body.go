@@ -331,6 +331,13 @@ func (b *bodyStream) noReplayLocked() string {
 	return fmt.Sprintf("the request body was too large to retry: more than the %d bytes the retry buffer keeps (Options.RetryBufferBytes) had been sent; send the request again", b.keepMax)
 }
 
+// complete reports whether the client's body was read to its end.
+func (b *bodyStream) complete() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.done && b.err == nil
+}
+
 // responseBegan stops keeping the body (no retry can need it now) and
 // gives back its budget, once the current attempt has replayed it.
 func (b *bodyStream) responseBegan() {

@@ -98,6 +98,14 @@ func sinkDeployment(t testing.TB, name, state string, n int, idempotent bool) se
 // returns the status and the answer.
 func upload(t *testing.T, client *http.Client, url string, body io.Reader, n int64, header http.Header) (int, []byte) {
 	t.Helper()
+	code, out, _ := uploadConn(t, client, url, body, n, header)
+	return code, out
+}
+
+// uploadConn is upload, and reports whether the answer said the server
+// closes the connection (Connection: close).
+func uploadConn(t *testing.T, client *http.Client, url string, body io.Reader, n int64, header http.Header) (int, []byte, bool) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, body)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +126,7 @@ func upload(t *testing.T, client *http.Client, url string, body io.Reader, n int
 	if resp.StatusCode >= 500 {
 		t.Logf("POST %s: %s %s", url, resp.Status, out) // says why, when the test did not expect it
 	}
-	return resp.StatusCode, out
+	return resp.StatusCode, out, resp.Close
 }
 
 // sinkOut decodes a /sink answer.
@@ -239,8 +247,9 @@ func TestProcessBodyStreaming(t *testing.T) {
 	t.Run("chunked body", func(t *testing.T) {
 		is := is.New(t)
 		gen := newBodyGen(8 << 20)
-		code, b := upload(t, client, base+"/up/sink", gen, -1, nil)
+		code, b, closed := uploadConn(t, client, base+"/up/sink", gen, -1, nil)
 		is.Equal(code, http.StatusOK)
+		is.True(!closed) // read to its end: the connection is kept for the next request
 		out := sinkOut(t, b)
 		is.True(out.Chunked) // streamed on as chunks: the length is not known
 		is.Equal(out.Bytes, int64(8<<20))
@@ -289,6 +298,7 @@ func TestProcessBodyStreaming(t *testing.T) {
 		is.NoErr(err)
 		is.Equal(resp.StatusCode, http.StatusOK)
 		is.Equal(string(b), `{"early":true}`)
+		is.True(resp.Close)                      // the body was not all read: the connection closes, as the answer says
 		is.True(time.Since(t0) < 10*time.Second) // not BodyTimeout's 60 s
 	})
 	t.Run("lost before responding, body within the retry buffer: retried", func(t *testing.T) {
@@ -309,9 +319,12 @@ func TestProcessBodyStreaming(t *testing.T) {
 		is := is.New(t)
 		ready("up")
 		retries := retriesOf(srv, "up")
-		code, b := upload(t, client, base+"/up/sink?die=1048576&log=large", newBodyGen(4<<20), 4<<20, nil)
+		code, b, closed := uploadConn(t, client, base+"/up/sink?die=1048576&log=large", newBodyGen(4<<20), 4<<20, nil)
 		t.Logf("%d %s", code, b)
 		is.Equal(code, http.StatusBadGateway)
+		// The rest of the body was not read: the server closes the
+		// connection and says so, or the next request on it would fail.
+		is.True(closed)
 		var e map[string]string
 		is.NoErr(json.Unmarshal(b, &e))
 		is.True(strings.Contains(e["error"], "too large to retry"))

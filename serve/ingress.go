@@ -481,7 +481,15 @@ func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.
 			stop()
 			body.finish() // before the handler returns: nothing reads the request after it
 		}()
-		w = &releaseOnResponse{ResponseWriter: w, release: sync.OnceFunc(body.responseBegan)}
+		w = &releaseOnResponse{ResponseWriter: w, release: sync.OnceFunc(func() {
+			body.responseBegan()
+			// Full duplex leaves an unread body to us: net/http closes the
+			// connection after the answer without saying so, and a
+			// client would send its next request on a closed connection.
+			if !body.complete() {
+				orig.Header().Set("Connection", "close")
+			}
+		})}
 	}
 	status := 0
 	cut := false
