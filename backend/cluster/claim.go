@@ -127,28 +127,26 @@ func (rt *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait
 		rt.pgs[pc.id].claim = &claimHold{claim: claim, reserved: reserved}
 		return r, nil, false
 	}
-	if backend.CodeOf(err) == backend.ResourceExhausted && !rt.closed && ctx.Err() == nil {
-		var held *HeldError
-		names := claim.Slices // without a HeldError, all of them
-		if errors.As(err, &held) && len(held.Slices) > 0 {
-			names = held.Slices
-		}
-		for _, s := range p.all {
-			if slices.Contains(names, s.name) {
-				s.held = true
+	held := backend.CodeOf(err) == backend.ResourceExhausted
+	if (held || pc.broken()) && !rt.closed && ctx.Err() == nil {
+		if held {
+			var he *HeldError
+			names := claim.Slices // without a HeldError, all of them
+			if errors.As(err, &he) && len(he.Slices) > 0 {
+				names = he.Slices
 			}
+			for _, s := range p.all {
+				if slices.Contains(names, s.name) {
+					s.held = true
+				}
+			}
+			rt.log.Debug("cluster: slices held by another driver", "slices", names, "cause", err)
+			rt.armHeldRetry()
+		} else {
+			rt.log.Info("cluster: a host of the picked slices went down during the claim; the request waits for other slices", "op", pc.op, "cause", err)
 		}
-		rt.log.Debug("cluster: slices held by another driver", "slices", names, "cause", err)
-		rt.armHeldRetry()
 		// Queued again at the head, w is served first: it may get other
 		// slices at once.
-		w.done = make(chan struct{})
-		p.waiting = slices.Insert(p.waiting, 0, w)
-		pc.unpick()
-		return nil, nil, true
-	}
-	if pc.broken != nil && pc.broken() && !rt.closed && ctx.Err() == nil {
-		rt.log.Info("cluster: a host of the picked slices went down during the claim; the request waits for other slices", "op", pc.op, "cause", err)
 		w.done = make(chan struct{})
 		p.waiting = slices.Insert(p.waiting, 0, w)
 		pc.unpick()
