@@ -582,8 +582,12 @@ func TestE2EProvisionRequestMultislice(t *testing.T) {
 // preemption.
 func TestE2EProvisionSpotTrainResumes(t *testing.T) {
 	is := is.New(t)
-	cp, as := startAutoscaledHarness(t, kubeharness.AutoscalerOptions{})
-	_, c := provisioningCluster(t, driverConfig(t, cp), "driver-a", ProvisionConfig{Mode: ProvisionPods, Spot: true})
+	// Workers in pods of their own network, names through CoreDNS: the
+	// rendezvous is the driver's host address, as on a cluster.
+	cp, as := startAutoscaledHarnessIn(t, kubeharness.NetworkIsolated, kubeharness.AutoscalerOptions{})
+	_, c := provisioningCluster(t, driverConfig(t, cp), "driver-a", ProvisionConfig{Mode: ProvisionPods, Spot: true}, func(cfg *Config) {
+		cfg.DriverHost = cp.HostIP()
+	})
 	ctx := t.Context()
 	var preempted string
 	var injectErr error
@@ -597,8 +601,7 @@ func TestE2EProvisionSpotTrainResumes(t *testing.T) {
 	const iters = 15
 	tr, err := train.New(c, k8sCounting, k8sCountCfg{Iters: iters, Pause: 200 * time.Millisecond},
 		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4"},
-		// The harness's pods share the test process's loopback here.
-		train.RunConfig{Name: "spot", Progress: train.ProgressOff, MaxFailures: 1, OnReport: inject, Rendezvous: "127.0.0.1:0"})
+		train.RunConfig{Name: "spot", Progress: train.ProgressOff, MaxFailures: 1, OnReport: inject})
 	is.NoErr(err)
 	res, err := tr.Fit(ctx)
 	is.NoErr(err)
