@@ -14,11 +14,13 @@ const check = (what, got, want) => {
 };
 
 check('parquet', await rows(`select id, big, price::varchar as price, f, name, note, day::varchar as day,
-    "at"::varchar as "at", xs, uid::varchar as uid from '${dir}/goray.parquet' order by id`), [
+    "at"::varchar as "at", xs, uid::varchar as uid, ys from '${dir}/goray.parquet' order by id`), [
   { id: 1, big: '3000000001', price: '1.25', f: 0.5, name: 'plain', note: 'x', day: '2026-01-02',
-    at: '2026-01-02 03:04:05.123456+00', xs: ['1', '2', '3'], uid: '6ba7b810-9dad-11d1-80b4-00c04fd430c8' },
+    at: '2026-01-02 03:04:05.123456+00', xs: ['1', '2', '3'], uid: '6ba7b810-9dad-11d1-80b4-00c04fd430c8',
+    ys: ['1', null, '-3'] },
   { id: 2, big: '-1', price: '-0.01', f: -2.25, name: 'line\r\nbreak, "quoted" ünïcode', note: null, day: '1969-12-31',
-    at: '1970-01-01 00:00:00+00', xs: [], uid: '00000000-0000-0000-0000-000000000000' },
+    at: '1970-01-01 00:00:00+00', xs: [], uid: '00000000-0000-0000-0000-000000000000',
+    ys: [null] },
 ]);
 const text = [
   { id: 1, name: 'plain', note: 'x', maybe: 7 },

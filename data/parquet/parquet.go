@@ -97,13 +97,19 @@ func Read[T any](files data.Files, opts ...data.Option) *data.Dataset[T] {
 // stored as Parquet's DATE, the days since 1970-01-01 of its UTC date
 // (parquet-go v0.32 on its own stores the nanoseconds since the epoch cut
 // to 32 bits, which no reader, parquet-go included, reads back as the
-// date).
+// date). Such rows may have any other field, lists of nullable elements
+// included; a row type with an embedded struct and a date field is
+// written through parquet-go's row deconstruction, which cannot write a
+// list of nullable elements.
 func Write[T any](ctx context.Context, d *data.Dataset[T], to data.Files, opts ...data.Option) error {
 	return data.WriteFile(ctx, d, to, func(w io.Writer) (data.Encoder[T], error) {
 		schema := pq.SchemaOf(new(T))
 		dates := dateColumns[T](schema)
 		if len(dates) == 0 {
 			return encoder[T]{pq.NewGenericWriter[T](w, schema)}, nil
+		}
+		if m, ok := newMirrorEncoder[T](w, schema, dates); ok {
+			return m, nil
 		}
 		return &dateEncoder[T]{w: pq.NewWriter(w, schema), schema: schema, dates: dates}, nil
 	}, opts...)
@@ -156,7 +162,103 @@ func dateColumns[T any](schema *pq.Schema) []dateColumn {
 	return out
 }
 
-var timeType = reflect.TypeFor[time.Time]()
+var (
+	timeType   = reflect.TypeFor[time.Time]()
+	int32Type  = reflect.TypeFor[int32]()
+	int32PType = reflect.TypeFor[*int32]()
+)
+
+// mirrorEncoder writes rows of T with DATE columns through a struct type
+// made at run time with T's exported fields and tags, each date field's
+// time.Time (*time.Time) replaced by the int32 (*int32) of its days since
+// the epoch, which parquet-go writes as DATE as it is. (Deconstructing
+// the rows into parquet.Row values instead fails on a list of nullable
+// elements in parquet-go v0.32: "cannot create parquet value of type
+// INT32 from go value of type *int32".)
+type mirrorEncoder[T any] struct {
+	w      *pq.GenericWriter[any]
+	mirror reflect.Type
+	fields []mirrorField
+	buf    []any
+}
+
+// mirrorField is a field of the mirror struct: the index of T's field it
+// is copied from, and whether it is a date converted to days.
+type mirrorField struct {
+	from int
+	date bool
+}
+
+// newMirrorEncoder builds the mirror of T, or says it cannot (T has an
+// embedded field, or the mirror's schema differs from T's), in which case
+// the rows are deconstructed one by one instead.
+func newMirrorEncoder[T any](w io.Writer, schema *pq.Schema, dates []dateColumn) (*mirrorEncoder[T], bool) {
+	rt := reflect.TypeFor[T]()
+	isDate := make(map[int]bool, len(dates))
+	for _, d := range dates {
+		isDate[d.field[0]] = true
+	}
+	var sfs []reflect.StructField
+	var fields []mirrorField
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		if f.Anonymous {
+			return nil, false
+		}
+		if !f.IsExported() {
+			continue
+		}
+		sf := reflect.StructField{Name: f.Name, Type: f.Type, Tag: f.Tag}
+		if isDate[i] {
+			sf.Type = int32Type
+			if f.Type.Kind() == reflect.Pointer {
+				sf.Type = int32PType
+			}
+		}
+		sfs = append(sfs, sf)
+		fields = append(fields, mirrorField{from: i, date: isDate[i]})
+	}
+	var mirror reflect.Type
+	ok := func() (ok bool) {
+		defer func() {
+			if recover() != nil {
+				ok = false
+			}
+		}()
+		mirror = reflect.StructOf(sfs)
+		return pq.EqualNodes(pq.SchemaOf(reflect.New(mirror).Interface()), schema)
+	}()
+	if !ok {
+		return nil, false
+	}
+	return &mirrorEncoder[T]{w: pq.NewGenericWriter[any](w, schema), mirror: mirror, fields: fields}, true
+}
+
+func (e *mirrorEncoder[T]) Write(rows []T) error {
+	clear(e.buf)
+	e.buf = e.buf[:0]
+	for i := range rows {
+		src := reflect.ValueOf(&rows[i]).Elem()
+		dst := reflect.New(e.mirror).Elem()
+		for j, f := range e.fields {
+			fv := src.Field(f.from)
+			switch {
+			case !f.date:
+				dst.Field(j).Set(fv)
+			case fv.Kind() != reflect.Pointer:
+				dst.Field(j).SetInt(int64(epochDays(fv.Interface().(time.Time))))
+			case !fv.IsNil(): // a nil *time.Time stays NULL
+				days := epochDays(fv.Elem().Interface().(time.Time))
+				dst.Field(j).Set(reflect.ValueOf(&days))
+			}
+		}
+		e.buf = append(e.buf, dst.Interface())
+	}
+	_, err := e.w.Write(e.buf)
+	return err
+}
+
+func (e *mirrorEncoder[T]) Close() error { return e.w.Close() }
 
 // dateEncoder writes rows through the schema, storing each DATE column of
 // a time.Time as the days since the epoch.

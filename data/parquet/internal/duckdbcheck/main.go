@@ -27,6 +27,9 @@ type row struct {
 	At    time.Time `parquet:"at,timestamp(microsecond)"`
 	Xs    []int64   `parquet:"xs,list"`
 	UID   string    `parquet:"uid,uuid"`
+	// Ys, a list of nullable elements next to the date column, once
+	// failed to write (issue 38).
+	Ys []*int64 `parquet:"ys,list"`
 }
 
 // text is written to goray.csv and goray.jsonl.
@@ -45,13 +48,14 @@ func main() {
 	}
 	ctx := context.Background()
 	x, empty, seven := "x", "", 7
+	y1, y3 := int64(1), int64(-3)
 	rows := []row{
 		{ID: 1, Big: 3000000001, Price: 125, F: 0.5, Name: "plain", Note: &x,
 			Day: time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC), At: time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC),
-			Xs: []int64{1, 2, 3}, UID: "6ba7b810-9dad-11d1-80b4-00c04fd430c8"},
+			Xs: []int64{1, 2, 3}, UID: "6ba7b810-9dad-11d1-80b4-00c04fd430c8", Ys: []*int64{&y1, nil, &y3}},
 		{ID: 2, Big: -1, Price: -1, F: -2.25, Name: "line\r\nbreak, \"quoted\" ünïcode",
 			Day: time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC), At: time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC),
-			Xs: []int64{}, UID: "00000000-0000-0000-0000-000000000000"},
+			Xs: []int64{}, UID: "00000000-0000-0000-0000-000000000000", Ys: []*int64{nil}},
 	}
 	if err := parquet.Write(ctx, data.FromItems(rows), data.LocalFiles(filepath.Join(*dir, "goray.parquet"))); err != nil {
 		log.Fatal(err)
