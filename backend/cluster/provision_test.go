@@ -10,7 +10,6 @@ import (
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/cluster"
-	"github.com/goray-dev/goray/backend/cluster/clustertest"
 	"github.com/goray-dev/goray/internal/testkit"
 )
 
@@ -135,7 +134,7 @@ func (s *provSource) state() ([]cluster.ProvisionRequest, int) {
 
 func startProv(t *testing.T, src *provSource) *cluster.Runtime {
 	t.Helper()
-	rt, err := cluster.New(src, clustertest.Runner{}, cluster.Options{})
+	rt, err := cluster.New(src, cluster.GoroutineRunner{}, cluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

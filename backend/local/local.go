@@ -80,7 +80,6 @@ import (
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/cluster"
-	"github.com/goray-dev/goray/backend/cluster/clustertest"
 )
 
 // Options configures a Backend. A nil *Options means the defaults.
@@ -148,7 +147,7 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 	if err := cluster.CheckSlices("create local cluster", nodes); err != nil {
 		return nil, err
 	}
-	src := clustertest.NewStaticSource(nodes)
+	src := cluster.NewStaticSource(nodes)
 	b := &Backend{}
 	var runner cluster.Runner = goroutineRunner{limit: opts.MaxMessageSize}
 	if opts.Processes != nil {

@@ -29,7 +29,7 @@ func TestStaticSource(t *testing.T) {
 	clustertest.TestSource(t, clustertest.SourceHarness{
 		New: func(t *testing.T) (cluster.NodeSource, []cluster.Node) {
 			ns := nodes()
-			return clustertest.NewStaticSource(ns), ns
+			return cluster.NewStaticSource(ns), ns
 		},
 		Faults: true,
 	})
@@ -37,6 +37,6 @@ func TestStaticSource(t *testing.T) {
 
 func TestRunner(t *testing.T) {
 	clustertest.TestRunner(t, func(t *testing.T) (cluster.Runner, cluster.Node) {
-		return clustertest.Runner{}, nodes()[0]
+		return cluster.GoroutineRunner{}, nodes()[0]
 	})
 }

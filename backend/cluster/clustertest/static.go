@@ -1,114 +1,15 @@
 package clustertest
 
-import (
-	"context"
-	"errors"
-	"sync"
+import "github.com/goray-dev/goray/backend/cluster"
 
-	"github.com/goray-dev/goray/backend"
-	"github.com/goray-dev/goray/backend/cluster"
-)
+// StaticSource is [cluster.StaticSource].
+//
+// Deprecated: use cluster.StaticSource. It moved to package cluster so
+// that backends built on it (backend/local) do not link package testing
+// into production binaries through this package.
+type StaticSource = cluster.StaticSource
 
-// StaticSource is a [cluster.NodeSource] and [cluster.Syncer] over a fixed
-// list of nodes: Run reports them all, then they change only by fault
-// injection (Kill, Restore, Drain; the runtime's KillNode, RestartNode and
-// PreemptSlice call them). Add is Unimplemented. Create it with
-// [NewStaticSource]; the zero value has no nodes.
-type StaticSource struct {
-	nodes  []cluster.Node
-	byName map[string]cluster.Node
-	once   sync.Once
-	synced chan struct{} // closed once Run has reported every node
-
-	mu   sync.Mutex // orders reports; guards sink
-	sink cluster.NodeSink
-}
-
-var (
-	_ cluster.NodeSource = (*StaticSource)(nil)
-	_ cluster.Syncer     = (*StaticSource)(nil)
-)
-
-// NewStaticSource returns a source of nodes (which it keeps; do not modify
-// them afterwards). Check TPU hosts with cluster.CheckSlices first, so a
-// bad list fails when it is read rather than as hosts left out of the
-// slice index.
-func NewStaticSource(nodes []cluster.Node) *StaticSource {
-	s := &StaticSource{nodes: nodes, byName: make(map[string]cluster.Node, len(nodes))}
-	for _, n := range nodes {
-		s.byName[n.Name] = n
-	}
-	return s
-}
-
-func (s *StaticSource) syncedCh() chan struct{} {
-	s.once.Do(func() { s.synced = make(chan struct{}) })
-	return s.synced
-}
-
-// Nodes returns the source's nodes.
-func (s *StaticSource) Nodes() []cluster.Node { return s.nodes }
-
-// Run implements cluster.NodeSource: it reports every node, then waits for
-// ctx to end.
-func (s *StaticSource) Run(ctx context.Context, sink cluster.NodeSink) error {
-	s.mu.Lock()
-	s.sink = sink
-	for _, n := range s.nodes {
-		sink.NodeAdded(n)
-	}
-	close(s.syncedCh())
-	s.mu.Unlock()
-	<-ctx.Done()
-	s.mu.Lock()
-	s.sink = nil
-	s.mu.Unlock()
-	return nil
-}
-
-// Synced implements cluster.Syncer: it returns once Run has reported
-// every node.
-func (s *StaticSource) Synced(ctx context.Context) error {
-	select {
-	case <-s.syncedCh():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Add implements cluster.NodeSource: a static source does not grow.
-func (s *StaticSource) Add(ctx context.Context, n cluster.Node) error {
-	return backend.Errorf(backend.Unimplemented, "add node "+n.Name, "a static source's nodes are fixed when it is made")
-}
-
-// Drain implements cluster.NodeSource.
-func (s *StaticSource) Drain(ctx context.Context, name string) error {
-	return s.report("drain node "+name, name, func(sink cluster.NodeSink, _ cluster.Node) { sink.NodeDraining(name) })
-}
-
-// Kill implements cluster.NodeSource: the node dies as a failed host does.
-func (s *StaticSource) Kill(ctx context.Context, name string) error {
-	return s.report("kill node "+name, name, func(sink cluster.NodeSink, _ cluster.Node) {
-		sink.NodeLost(name, errors.New("node "+name+" was killed"))
-	})
-}
-
-// Restore implements cluster.NodeSource: a dead node comes back, empty.
-func (s *StaticSource) Restore(ctx context.Context, name string) error {
-	return s.report("restart node "+name, name, func(sink cluster.NodeSink, n cluster.Node) { sink.NodeAdded(n) })
-}
-
-func (s *StaticSource) report(op, name string, f func(cluster.NodeSink, cluster.Node)) error {
-	n, ok := s.byName[name]
-	if !ok {
-		return backend.Errorf(backend.NotFound, op, "no node named %q", name)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.sink == nil {
-		return backend.Errorf(backend.FailedPrecondition, op, "the source is not running (backend not started, or closed)")
-	}
-	f(s.sink, n)
-	return nil
-}
+// NewStaticSource calls [cluster.NewStaticSource].
+//
+// Deprecated: use cluster.NewStaticSource (see [StaticSource]).
+func NewStaticSource(nodes []cluster.Node) *StaticSource { return cluster.NewStaticSource(nodes) }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/cluster"
-	"github.com/goray-dev/goray/backend/cluster/clustertest"
 	"github.com/goray-dev/goray/tpu"
 )
 
@@ -55,7 +54,7 @@ func New(path string) (backend.Backend, error) {
 	if err := cluster.CheckSlices(op, nodes); err != nil {
 		return nil, err
 	}
-	return cluster.New(clustertest.NewStaticSource(nodes), clustertest.Runner{}, cluster.Options{Nodes: nodes})
+	return cluster.New(cluster.NewStaticSource(nodes), cluster.GoroutineRunner{}, cluster.Options{Nodes: nodes})
 }
 
 // node turns a VM into the runtime's node: a TPU VM gets its typed TPU

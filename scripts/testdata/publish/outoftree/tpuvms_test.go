@@ -78,7 +78,7 @@ func TestSource(t *testing.T) {
 				}
 				nodes = append(nodes, n)
 			}
-			return clustertest.NewStaticSource(nodes), nodes
+			return cluster.NewStaticSource(nodes), nodes
 		},
 		Faults: true,
 	})
