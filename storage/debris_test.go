@@ -2,10 +2,12 @@ package storage_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/matryer/is"
@@ -68,4 +70,60 @@ func TestRemoveDebris(t *testing.T) {
 	is.Equal(string(got), "x")
 	_, err = b.(storage.DebrisRemover).RemoveDebris(ctx, "../")
 	is.True(err != nil) // a prefix outside the bucket is refused
+}
+
+// TestWritesRaceRemoveDebris: writers keep writing into fresh directories
+// while another goroutine removes debris and deletes what was written
+// (which removes the directories it leaves empty): no write fails. Before
+// the fix a write failed when RemoveDebris took its temporary file, just
+// created, for a dead writer's, or removed its directory between its
+// creation and the temporary file's.
+func TestWritesRaceRemoveDebris(t *testing.T) {
+	is := is.New(t)
+	ctx := context.Background()
+	b, err := storage.Dir(t.TempDir())
+	is.NoErr(err)
+	defer b.Close()
+	dr := b.(storage.DebrisRemover)
+	stop := make(chan struct{})
+	cleaned := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				cleaned <- nil
+				return
+			default:
+			}
+			if _, err := dr.RemoveDebris(ctx, "run/"); err != nil {
+				cleaned <- err
+				return
+			}
+			for obj, err := range b.List(ctx, "run/") {
+				if err != nil {
+					cleaned <- err
+					return
+				}
+				b.Delete(ctx, obj.Key) //nolint:errcheck // a writer's own delete may come first
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*100)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 100 {
+				if err := storage.WriteAll(ctx, b, fmt.Sprintf("run/w%d-%d/data", w, i), []byte("x")); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	is.NoErr(<-cleaned)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }

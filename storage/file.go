@@ -149,24 +149,34 @@ func (b *fileBucket) NewWriter(ctx context.Context, key string) (io.WriteCloser,
 		return nil, fmt.Errorf("storage: write %q in %s: %w", key, b, err)
 	}
 	dir := filepath.Dir(p)
-	if err := root.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("storage: write %q in %s: %w", key, b, err)
-	}
 	var f *os.File
 	var tmp string
 	for range 100 {
+		// Another goroutine's Delete or RemoveDebris removes directories
+		// left empty, such as the one made here a moment ago, before the
+		// temporary file is in it: make it again whenever the open finds
+		// no directory.
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("storage: write %q in %s: %w", key, b, err)
+		}
 		// The writer's PID in the name tells RemoveDebris whether the
-		// write can still finish.
+		// write can still finish; the name is registered as this
+		// process's open write before the file exists, so that a
+		// concurrent RemoveDebris never takes it for a dead writer's.
 		tmp = filepath.Join(dir, "."+filepath.Base(p)+tmpMark+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(rand.Uint64(), 36))
+		b.writing.Store(tmp, true)
 		f, err = root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-		if !errors.Is(err, fs.ErrExist) {
+		if err == nil {
+			break
+		}
+		b.writing.Delete(tmp)
+		if !errors.Is(err, fs.ErrExist) && !errors.Is(err, fs.ErrNotExist) {
 			break
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("storage: write %q in %s: %w", key, b, err)
 	}
-	b.writing.Store(tmp, true)
 	return &fileWriter{ctx: ctx, f: f, root: root, tmp: tmp, target: p, key: key, b: b}, nil
 }
 
