@@ -339,9 +339,13 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 				in.Datasets[name] = shardInput{RowType: d.rowType(), Start: starts[name][i]}
 			}
 		}
-		ref := workerTask.Remote(ctx, t.c, in, ray.InBundle(spg.PlacementGroup(), i), ray.Retries(0), p.resources,
-			ray.Name(fmt.Sprintf("%s/attempt-%d/rank-%d", t.run.Name, attempt, i)))
+		// Each rank is submitted from a goroutine of its own: on a backend
+		// that runs a task before its submission returns (backend/fake),
+		// rank 0 would otherwise wait at the rendezvous for ranks not
+		// submitted yet.
 		wg.Go(func() {
+			ref := workerTask.Remote(ctx, t.c, in, ray.InBundle(spg.PlacementGroup(), i), ray.Retries(0), p.resources,
+				ray.Name(fmt.Sprintf("%s/attempt-%d/rank-%d", t.run.Name, attempt, i)))
 			if _, err := ref.Get(ctx); err != nil {
 				rz.setFailure(i, workerCause(err), err, false)
 				return

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -301,21 +302,46 @@ func (r *rendezvous) setFailure(rank int, cause string, err error, weak bool) {
 	close(r.failed)
 }
 
-// missing fails the attempt if some rank has not joined yet, naming the
-// first such rank.
+// missing fails the attempt if some ranks have not joined yet, naming
+// every one of them (the failure's rank is the first).
 func (r *rendezvous) missing(after time.Duration) {
 	r.mu.Lock()
-	rank := -1
+	var ranks []int
 	for i := range r.world {
 		if r.conns[i] == nil {
-			rank = i
-			break
+			ranks = append(ranks, i)
 		}
 	}
 	r.mu.Unlock()
-	if rank >= 0 {
-		r.setFailure(rank, fmt.Sprintf("it did not start within %v (StartTimeout)", after), nil, false)
+	if len(ranks) == 0 {
+		return
 	}
+	which := fmt.Sprintf("rank %d", ranks[0])
+	if len(ranks) > 1 {
+		which = "ranks " + rankList(ranks)
+	}
+	r.setFailure(ranks[0], fmt.Sprintf("%s of %d never joined the run's rendezvous within %v (RunConfig.StartTimeout): their tasks did not start, or could not reach the driver", which, r.world, after), nil, false)
+}
+
+// rankList formats ranks as "0, 2, 5-9".
+func rankList(ranks []int) string {
+	var b strings.Builder
+	for i := 0; i < len(ranks); {
+		j := i
+		for j+1 < len(ranks) && ranks[j+1] == ranks[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		if j > i {
+			fmt.Fprintf(&b, "%d-%d", ranks[i], ranks[j])
+		} else {
+			fmt.Fprintf(&b, "%d", ranks[i])
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 func (r *rendezvous) failure() *failure {

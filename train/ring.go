@@ -66,11 +66,14 @@ func (r *ring) connect(ctx context.Context, addrs []string, token string) error 
 			}
 			return fmt.Errorf("accept rank %d: %w", r.prevRank(), err)
 		}
+		// A stray connection that sends nothing must not hold the ring.
+		c.SetReadDeadline(time.Now().Add(rendezvousDialTimeout)) //nolint:errcheck // a failed read says it
 		n, err := readHeader(c, opHello, uint32(r.prevRank()))
 		buf := make([]byte, min(n, 256))
 		if err == nil && n == len(token) {
 			_, err = io.ReadFull(c, buf)
 		}
+		c.SetReadDeadline(time.Time{}) //nolint:errcheck // as above
 		if err != nil || string(buf) != token {
 			c.Close() // not our peer: a stray or stale connection
 			continue

@@ -83,6 +83,11 @@ type workerInput struct {
 	Datasets map[string]shardInput `json:"datasets,omitempty"`
 }
 
+// holdWorker, set by tests, runs in each in-process worker before it
+// joins the run: a worker it holds until ctx ends is one whose task never
+// reached the rendezvous.
+var holdWorker atomic.Pointer[func(ctx context.Context, rank int)]
+
 // workerTask runs one worker of a run on its host.
 var workerTask = ray.NewTask("goray.train.worker", runWorker)
 
@@ -193,6 +198,9 @@ func runWorker(ctx context.Context, in workerInput) (struct{}, error) {
 		if fn == nil {
 			return struct{}{}, fmt.Errorf("train: no loop named %q is registered in this process (register it with train.NewLoop at package level)", in.Loop)
 		}
+	}
+	if hold := holdWorker.Load(); hold != nil {
+		(*hold)(ctx, in.Rank)
 	}
 	sess, err := dialSession(ctx, in.Rendezvous)
 	if err != nil {
