@@ -227,3 +227,52 @@ func (s *store) deleteDir(ctx context.Context, it int) error {
 	}
 	return nil
 }
+
+// finishedName is the object under "<run>/" that a run's successful end
+// writes: a run started again with the same loop (or program) and
+// configuration returns the result it records instead of training.
+const finishedName = "FINISHED"
+
+// finishedMarker is what a finished run recorded.
+type finishedMarker struct {
+	Iteration int       `json:"iteration"`
+	Metrics   Metrics   `json:"metrics,omitempty"`
+	Attempts  int       `json:"attempts"`
+	Time      time.Time `json:"time"`
+	// Config identifies the loop (or program) and its configuration.
+	Config string `json:"config"`
+}
+
+// finished returns the run's FINISHED marker, or nil.
+func (s *store) finished(ctx context.Context) (*finishedMarker, error) {
+	b, err := storage.ReadAll(ctx, s.b, s.prefix+finishedName)
+	if errors.Is(err, storage.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("train: read %s%s: %w", s.prefix, finishedName, err)
+	}
+	var m finishedMarker
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("train: %s%s is corrupt (delete it to train the run again): %w", s.prefix, finishedName, err)
+	}
+	return &m, nil
+}
+
+func (s *store) setFinished(ctx context.Context, m *finishedMarker) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := storage.WriteAll(ctx, s.b, s.prefix+finishedName, b); err != nil {
+		return fmt.Errorf("train: the run finished, but recording it failed: %w", err)
+	}
+	return nil
+}
+
+func (s *store) clearFinished(ctx context.Context) error {
+	if err := s.b.Delete(ctx, s.prefix+finishedName); err != nil && !errors.Is(err, storage.ErrNotExist) {
+		return fmt.Errorf("train: delete %s%s: %w", s.prefix, finishedName, err)
+	}
+	return nil
+}

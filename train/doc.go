@@ -65,7 +65,9 @@
 // restarts every worker from the latest complete checkpoint, up to
 // RunConfig.MaxFailures times. The [Result] holds the final metrics, the
 // checkpoints and the failure history with causes (a lost host is
-// ray.Unavailable).
+// ray.Unavailable). A run that ended without error records so in its
+// storage; started again with the same loop and configuration, Fit
+// returns that final result at once, with [Result.AlreadyFinished] set.
 //
 // # Datasets
 //

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -122,6 +123,14 @@ type Result struct {
 	// every attempt, including the last.
 	Failures []Failure
 	Attempts int
+	// AlreadyFinished is set when the run had finished before this Fit
+	// (a run of the same name in the same storage, with the same loop or
+	// program and configuration, had returned without error): Fit
+	// started no worker and returns that run's final Iteration, Metrics
+	// and checkpoints, with Attempts 0. A run started again with another
+	// configuration (more iterations, say) trains on from its latest
+	// checkpoint instead.
+	AlreadyFinished bool
 }
 
 // Fit runs the training: it reserves the slices (waiting up to
@@ -142,6 +151,23 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 	defer prog.finish()
 	sink := &reportSink{progress: prog, onReport: t.run.OnReport}
 	res := &Result{}
+	digest := t.digest()
+	switch fin, err := st.finished(ctx); {
+	case err != nil:
+		return nil, err
+	case fin != nil && fin.Config == digest:
+		res.AlreadyFinished, res.Iteration, res.Metrics = true, fin.Iteration, fin.Metrics
+		t.run.Logger.Info("train: the run had finished; returning its final result without training",
+			"run", t.run.Name, "iteration", fin.Iteration, "finished_at", fin.Time, "marker", st.prefix+finishedName)
+		prog.alreadyFinished(fin.Iteration, fin.Metrics, fin.Time)
+		return res, t.finishResult(ctx, st, res)
+	case fin != nil:
+		// Another configuration continues the run: it is no longer
+		// finished until it ends again.
+		if err := st.clearFinished(ctx); err != nil {
+			return nil, err
+		}
+	}
 	resume, err := st.latest(ctx)
 	if err != nil {
 		return nil, err
@@ -184,7 +210,27 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 		prog.failure(*f)
 		t.run.Logger.Info("train: restarting", "run", t.run.Name, "attempt", attempt+1, "resume_from", f.ResumeFrom)
 	}
-	return res, t.finishResult(ctx, st, res)
+	if err := t.finishResult(ctx, st, res); err != nil {
+		return res, err
+	}
+	if res.Iteration == 0 && res.Checkpoint != nil {
+		// No worker reported (the loop had nothing left to do): the run
+		// stands where its latest checkpoint is.
+		res.Iteration, res.Metrics = res.Checkpoint.Iteration, res.Checkpoint.Metrics
+	}
+	return res, st.setFinished(ctx, &finishedMarker{Iteration: res.Iteration, Metrics: res.Metrics, Attempts: res.Attempts, Time: time.Now(), Config: digest})
+}
+
+// digest identifies the run's loop (or program) and configuration: a
+// finished run started again with the same digest returns its result.
+func (t *Trainer) digest() string {
+	b, _ := json.Marshal(struct { //nolint:errcheck // plain values
+		Loop    string          `json:"loop,omitempty"`
+		Config  json.RawMessage `json:"config,omitempty"`
+		Program *Program        `json:"program,omitempty"`
+	}{t.loop, t.config, t.program})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // workerCause is what a worker task's error says about the worker: the

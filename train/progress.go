@@ -20,6 +20,9 @@ type progressSink interface {
 	report(Report)
 	failure(Failure)
 	finish()
+	// alreadyFinished says that the run had finished before, at
+	// iteration it with metrics m.
+	alreadyFinished(it int, m Metrics, at time.Time)
 }
 
 func newProgress(cfg RunConfig) progressSink {
@@ -80,6 +83,8 @@ func (noProgress) report(Report)   {}
 func (noProgress) failure(Failure) {}
 func (noProgress) finish()         {}
 
+func (noProgress) alreadyFinished(int, Metrics, time.Time) {}
+
 type barProgress struct {
 	mu   sync.Mutex
 	w    io.Writer
@@ -99,6 +104,13 @@ func (p *barProgress) failure(f Failure) {
 	defer p.mu.Unlock()
 	p.bar.Clear() //nolint:errcheck // drawing errors are not the run's
 	fmt.Fprintf(p.w, "%s: attempt %d failed: rank %d on %s: %s; restarting from checkpoint %d\n", p.name, f.Attempt, f.Rank, f.Host, f.Cause, f.ResumeFrom)
+}
+
+func (p *barProgress) alreadyFinished(it int, m Metrics, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.bar.Clear() //nolint:errcheck // drawing errors are not the run's
+	fmt.Fprintf(p.w, "%s: the run had finished at iteration %d (%s) on %s; nothing to train\n", p.name, it, formatMetrics(m), at.Format(time.RFC3339))
 }
 
 func (p *barProgress) finish() {
@@ -150,6 +162,14 @@ func (p *logProgress) failure(f Failure) {
 	}
 	p.last = time.Time{}
 	p.log.Warn("train: attempt failed", "run", p.name, "attempt", f.Attempt, "rank", f.Rank, "host", f.Host, "cause", f.Cause, "resume_from", f.ResumeFrom)
+}
+
+func (p *logProgress) alreadyFinished(it int, m Metrics, at time.Time) {
+	attrs := []any{"run", p.name, "iteration", it, "finished_at", at}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		attrs = append(attrs, k, m[k])
+	}
+	p.log.Info("train: the run had finished; nothing to train", attrs...)
 }
 
 func (p *logProgress) finish() {
