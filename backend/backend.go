@@ -240,6 +240,27 @@ type ActorInstance interface {
 	Call(ctx context.Context, method string, arg Value, info *RuntimeInfo) (Value, error)
 }
 
+// TaskStarter is implemented by executors that run tasks elsewhere (in a
+// worker process): StartTask sends the task and returns without waiting
+// for it, and done receives the result, so that a backend keeps no
+// goroutine blocked per task in flight. A backend whose executor
+// implements it calls StartTask instead of RunTask.
+//
+// StartTask must not block for long (it may wait for a connection's send
+// buffer, not for the work). done is called exactly once, on any
+// goroutine, possibly before StartTask returns, but never on the goroutine
+// calling StartTask while it runs; it must not block for long either.
+// Cancelling ctx cancels the work and, as RunTask returns, calls done with
+// ctx.Err() at once.
+type TaskStarter interface {
+	StartTask(ctx context.Context, name string, arg Value, info *RuntimeInfo, done TaskDone)
+}
+
+// TaskDone receives the result of a task started with a [TaskStarter].
+type TaskDone interface {
+	TaskDone(v Value, err error)
+}
+
 // Backend is the driver interface.
 //
 // Submissions (SubmitTask, CallActor, CreateActor, CreatePlacementGroup)

@@ -108,6 +108,22 @@ type pendingCall struct {
 	ch   chan reply
 	typ  msgType
 	name string
+	// done, if set, receives the reply instead of ch (StartTask); stop
+	// ends the watch of the call's context.
+	done backend.TaskDone
+	stop func() bool
+}
+
+// deliver hands r to the call's waiter.
+func (p *pendingCall) deliver(r reply) {
+	if p.done == nil {
+		p.ch <- r
+		return
+	}
+	if p.stop != nil {
+		p.stop()
+	}
+	p.done.TaskDone(r.v, r.err)
 }
 
 type reply struct {
@@ -115,7 +131,10 @@ type reply struct {
 	err error
 }
 
-var _ backend.Executor = (*Client)(nil)
+var (
+	_ backend.Executor    = (*Client)(nil)
+	_ backend.TaskStarter = (*Client)(nil)
+)
 
 // Dial connects to the worker at addr (host:port) and performs the
 // handshake: the token, the protocol version and the manifests must
@@ -351,7 +370,7 @@ func (c *Client) readLoop() {
 	c.pending = nil
 	c.pmu.Unlock()
 	for _, p := range pend {
-		p.ch <- reply{err: c.callError(p.typ, p.name, err)}
+		p.deliver(reply{err: c.callError(p.typ, p.name, err)})
 	}
 	close(c.readEnd)
 }
@@ -391,7 +410,7 @@ func (c *Client) handle(m *message) error {
 		delete(c.pending, m.id)
 		c.pmu.Unlock()
 		if p != nil {
-			p.ch <- reply{v: m.value, err: m.err}
+			p.deliver(reply{v: m.value, err: m.err})
 		}
 		return nil
 	case msgOutput:
@@ -453,6 +472,82 @@ func (c *Client) call(ctx context.Context, m *message, what string) (backend.Val
 		}
 		return backend.Value{}, ctx.Err()
 	}
+}
+
+// afterFuncer is a context that runs a function when it is cancelled
+// without a goroutine per watch (the backend's task contexts).
+type afterFuncer interface {
+	AfterFunc(f func()) (stop func() bool)
+}
+
+// StartTask implements backend.TaskStarter: it sends the task to the
+// worker and returns; done receives the result from the connection's
+// reader goroutine. No goroutine waits per task in flight, and the sends
+// of many tasks go out in few writes.
+func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo, done backend.TaskDone) {
+	if err := ctx.Err(); err != nil {
+		go done.TaskDone(backend.Value{}, err)
+		return
+	}
+	m := message{typ: msgRunTask, name: name, info: info, value: arg, id: c.nextID.Add(1)}
+	p := &pendingCall{typ: m.typ, name: name, done: done}
+	c.pmu.Lock()
+	if c.lost != nil {
+		err := c.lost
+		c.pmu.Unlock()
+		go done.TaskDone(backend.Value{}, c.callError(m.typ, name, err))
+		return
+	}
+	c.pending[m.id] = p
+	// The watch is set before the send, under pmu, so that the reply
+	// (which takes pmu to find the call) sees p.stop.
+	id := m.id
+	if af, ok := ctx.(afterFuncer); ok {
+		p.stop = af.AfterFunc(func() { c.cancelStarted(ctx, id) })
+	} else if ctx.Done() != nil {
+		p.stop = context.AfterFunc(ctx, func() { c.cancelStarted(ctx, id) })
+	}
+	c.pmu.Unlock()
+	if err := c.conn.send(&m, false); err != nil {
+		c.pmu.Lock()
+		_, mine := c.pending[m.id]
+		delete(c.pending, m.id)
+		c.pmu.Unlock()
+		if !mine {
+			return // the reader or the cancellation delivered it
+		}
+		if p.stop != nil {
+			p.stop()
+		}
+		var closed *errConnClosed
+		if errors.As(err, &closed) {
+			go func() {
+				<-c.readEnd // OnLost has run
+				done.TaskDone(backend.Value{}, c.callError(m.typ, name, c.Err()))
+			}()
+			return
+		}
+		go done.TaskDone(backend.Value{}, c.callError(m.typ, name, err))
+	}
+}
+
+// cancelStarted cancels a call of StartTask whose context ended: the
+// worker cancels the work (or, cancelled with Force, ends) and the call
+// finishes with the context's error at once.
+func (c *Client) cancelStarted(ctx context.Context, id uint64) {
+	c.pmu.Lock()
+	p, mine := c.pending[id]
+	delete(c.pending, id)
+	c.pmu.Unlock()
+	if !mine {
+		return
+	}
+	typ := msgCancel
+	if backend.CancelForced(ctx) {
+		typ = msgKill // the worker process ends
+	}
+	c.conn.send(&message{typ: typ, id: id}, true) //nolint:errcheck // a lost connection cancels everything
+	p.done.TaskDone(backend.Value{}, ctx.Err())
 }
 
 // HasTask implements backend.Executor from the manifest.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,7 @@ const (
 type conn struct {
 	nc    net.Conn
 	fr    frameReader
+	infos infoCache // the reader's
 	limit int
 	hb    time.Duration
 	log   *slog.Logger
@@ -130,6 +132,11 @@ func (c *conn) writeLoop() {
 			return
 		}
 		for {
+			// Let the goroutines that are ready to send (the runs a
+			// batch of requests started, a submitter) queue their frames
+			// first, so that one write carries them all: writing as soon
+			// as woken sent about 2 frames per write.
+			runtime.Gosched()
 			c.wmu.Lock()
 			if len(c.wbuf) == 0 || c.werr != nil {
 				closing, bye := c.closing, c.byeErr
@@ -246,7 +253,7 @@ func (c *conn) readLoop(handle func(m *message) error) error {
 			return c.waitCause(err)
 		}
 		c.recvd.Store(true)
-		m, err := decodeMessage(body)
+		m, err := decodeCached(body, &c.infos)
 		if err != nil {
 			c.goodbye(backend.Wrap(backend.InvalidArgument, "", err))
 			return c.waitCause(err)

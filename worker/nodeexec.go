@@ -21,12 +21,47 @@ type NodeExecutor struct {
 	// work; a runner that cannot start the node's worker reports the node
 	// lost first, so that the work is retried as after a node failure.
 	Worker func(ctx context.Context, node string) (c *Client, done func(), err error)
+	// Connected, if set, returns the worker of node when it is connected
+	// now, without waiting, and nil otherwise; done, if not nil, is as
+	// Worker's (nil when the work need not say it is over). With
+	// it, StartTask sends a task to a connected worker from the calling
+	// goroutine; without it (or when it returns nil), StartTask runs the
+	// task on a goroutine of its own, as RunTask.
+	Connected func(node string) (c *Client, done func())
 }
 
 var (
-	_ backend.Executor = NodeExecutor{}
-	_ Describer        = NodeExecutor{}
+	_ backend.Executor    = NodeExecutor{}
+	_ backend.TaskStarter = NodeExecutor{}
+	_ Describer           = NodeExecutor{}
 )
+
+// StartTask implements backend.TaskStarter: the task is sent to its
+// node's worker when that is connected (see Connected); otherwise a
+// goroutine of its own runs it as RunTask does.
+func (x NodeExecutor) StartTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo, done backend.TaskDone) {
+	if x.Connected != nil {
+		if c, release := x.Connected(nodeOf(info)); c != nil {
+			if release != nil {
+				done = releasing{done, release}
+			}
+			c.StartTask(ctx, name, arg, info, done)
+			return
+		}
+	}
+	go func() { done.TaskDone(x.RunTask(ctx, name, arg, info)) }()
+}
+
+// releasing calls release once the task is done, then done.
+type releasing struct {
+	done    backend.TaskDone
+	release func()
+}
+
+func (r releasing) TaskDone(v backend.Value, err error) {
+	r.release()
+	r.done.TaskDone(v, err)
+}
 
 // RunTask runs the task in the worker of its node.
 func (x NodeExecutor) RunTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {

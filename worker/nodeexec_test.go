@@ -38,3 +38,55 @@ func TestNodeExecutor(t *testing.T) {
 	is.True(x.HasActorMethod("A", "m"))
 	is.Equal(x.WorkerManifest().Codec, "json")
 }
+
+// TestNodeExecutorStartTask: StartTask sends to the node's connected worker
+// (releasing it when the task is done) and, when none is connected, runs
+// the task as RunTask does, on a goroutine of its own.
+func TestNodeExecutorStartTask(t *testing.T) {
+	is := is.New(t)
+	addr, _ := startServer(t, nil)
+	c := dialTest(t, addr, nil)
+	released := make(chan string, 2)
+	refused := errors.New("no worker")
+	x := NodeExecutor{Local: describing{},
+		Worker: func(ctx context.Context, node string) (*Client, func(), error) {
+			if node == "up" {
+				return c, func() { released <- "worker " + node }, nil
+			}
+			return nil, nil, refused
+		},
+		Connected: func(node string) (*Client, func()) {
+			if node == "connected" {
+				return c, func() { released <- "connected " + node }
+			}
+			return nil, nil
+		},
+	}
+	for _, tc := range []struct {
+		node, released string
+		err            error
+	}{
+		{"connected", "connected connected", nil}, // sent from the calling goroutine
+		{"up", "worker up", nil},                  // started on a goroutine of its own
+		{"down", "", refused},
+	} {
+		var res <-chan startResult
+		returned := make(chan struct{})
+		r := make(chan startResult, 2)
+		x.StartTask(t.Context(), "echo", backend.Value{Data: []byte("hi")}, &backend.RuntimeInfo{Node: tc.node},
+			doneFunc(func(v backend.Value, err error) {
+				<-returned
+				r <- startResult{v, err}
+			}))
+		close(returned)
+		res = r
+		got := <-res
+		if tc.err != nil {
+			is.True(errors.Is(got.err, tc.err))
+			continue
+		}
+		is.NoErr(got.err)
+		is.Equal(string(got.v.Data), "hi")
+		is.Equal(<-released, tc.released)
+	}
+}

@@ -1,12 +1,14 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/goray-dev/goray/backend"
 )
@@ -146,8 +148,27 @@ func appendFrame(b []byte, m *message) ([]byte, error) {
 
 // decodeMessage decodes a frame body (without its length header). It
 // never panics, and copies everything it keeps out of body.
-func decodeMessage(body []byte) (message, error) {
-	d := decoder{b: body}
+func decodeMessage(body []byte) (message, error) { return decodeCached(body, nil) }
+
+// infoCache keeps the last runtime info a connection decoded, with its
+// encoding: the tasks a driver sends mostly carry equal infos, and one
+// that starts with the same bytes decodes to the same info (the encoding
+// is self-delimiting), so it is copied instead of decoded again. The
+// copies share the maps, which running code only reads (as in process,
+// where the tasks of a node share its labels).
+type infoCache struct {
+	raw  []byte
+	info backend.RuntimeInfo
+	ok   bool
+}
+
+// maxCachedInfo bounds the encoding infoCache keeps.
+const maxCachedInfo = 4 << 10
+
+// decodeCached is decodeMessage with a connection's info cache (nil for
+// none).
+func decodeCached(body []byte, cache *infoCache) (message, error) {
+	d := decoder{b: body, cache: cache}
 	var m message
 	if len(body) == 0 {
 		return m, garbled("empty frame")
@@ -223,12 +244,29 @@ func appendValue(b []byte, v backend.Value) ([]byte, error) {
 
 func appendMap(b []byte, m map[string]string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(m)))
+	if len(m) > 1 && len(m) <= maxSortedKeys {
+		// In key order, so that equal infos encode equally (infoCache).
+		var arr [maxSortedKeys]string
+		keys := arr[:0]
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			b = appendString(b, k)
+			b = appendString(b, m[k])
+		}
+		return b
+	}
 	for k, v := range m {
 		b = appendString(b, k)
 		b = appendString(b, v)
 	}
 	return b
 }
+
+// maxSortedKeys is the largest map whose keys are encoded in order.
+const maxSortedKeys = 32
 
 func appendInfo(b []byte, info *backend.RuntimeInfo) []byte {
 	if info == nil {
@@ -240,9 +278,22 @@ func appendInfo(b []byte, info *backend.RuntimeInfo) []byte {
 	b = appendString(b, info.Node)
 	b = appendMap(b, info.NodeLabels)
 	b = binary.AppendUvarint(b, uint64(len(info.Resources)))
-	for k, v := range info.Resources {
-		b = appendString(b, k)
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	if n := len(info.Resources); n > 1 && n <= maxSortedKeys {
+		var arr [maxSortedKeys]string
+		keys := arr[:0]
+		for k := range info.Resources {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			b = appendString(b, k)
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(info.Resources[k]))
+		}
+	} else {
+		for k, v := range info.Resources {
+			b = appendString(b, k)
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+		}
 	}
 	b = binary.AppendUvarint(b, uint64(info.Placement.Group))
 	b = binary.AppendVarint(b, int64(info.Placement.Bundle))
@@ -298,8 +349,9 @@ func appendError(b []byte, err error) []byte {
 // decoder reads the encoding above. After the first error every read
 // returns a zero value and d.err keeps the error.
 type decoder struct {
-	b   []byte
-	err error
+	b     []byte
+	err   error
+	cache *infoCache
 }
 
 func (d *decoder) fail(format string, args ...any) {
@@ -429,6 +481,13 @@ func (d *decoder) info() *backend.RuntimeInfo {
 		d.fail("bad runtime info marker")
 		return nil
 	}
+	c := d.cache
+	if c != nil && c.ok && bytes.HasPrefix(d.b, c.raw) {
+		d.b = d.b[len(c.raw):]
+		info := c.info
+		return &info
+	}
+	start := d.b
 	info := &backend.RuntimeInfo{}
 	info.Task = d.string()
 	info.Attempt = d.int()
@@ -451,6 +510,10 @@ func (d *decoder) info() *backend.RuntimeInfo {
 	info.Actor = backend.ActorID(d.uvarint())
 	if d.err != nil {
 		return nil
+	}
+	if n := len(start) - len(d.b); c != nil && n <= maxCachedInfo {
+		c.raw = append(c.raw[:0], start[:n]...)
+		c.info, c.ok = *info, true
 	}
 	return info
 }

@@ -192,3 +192,66 @@ func TestTypeString(t *testing.T) {
 	is.Equal(TypeString(reflect.TypeFor[map[string]struct{ A bool }]()), "map[string]struct{A bool}")
 	is.Equal(TypeString(reflect.TypeFor[int]()), "int")
 }
+
+// TestInfoCache decodes a sequence of messages whose infos repeat, differ
+// in one field or are absent, with a connection's cache and without: the
+// results are the same, and a cached info is a copy of its own.
+func TestInfoCache(t *testing.T) {
+	is := is.New(t)
+	base := backend.RuntimeInfo{
+		Task: "t.x", Node: "node-1", NodeLabels: map[string]string{"zone": "b", "pool": "p", "a": "1"},
+		Resources: backend.Resources{backend.CPU: 1, "TPU": 4, "memory": 8}, Placement: backend.Placement{Bundle: -1},
+		Env: map[string]string{"A": "1", "B": "2", "C": "3"},
+	}
+	vary := []func(i *backend.RuntimeInfo){
+		func(i *backend.RuntimeInfo) {},
+		func(i *backend.RuntimeInfo) { i.Attempt = 1 },
+		func(i *backend.RuntimeInfo) { i.Task = "t.y" },
+		func(i *backend.RuntimeInfo) { i.Env = map[string]string{"A": "1", "B": "2", "C": "4"} },
+		func(i *backend.RuntimeInfo) { i.Resources = backend.Resources{backend.CPU: 2, "TPU": 4, "memory": 8} },
+		func(i *backend.RuntimeInfo) { i.Actor = 3 },
+	}
+	var cache infoCache
+	var prev *backend.RuntimeInfo
+	for range 3 {
+		for k, f := range vary {
+			for _, withInfo := range []bool{true, true, false} {
+				info := base
+				f(&info)
+				m := message{typ: msgRunTask, id: uint64(k), name: "t", value: backend.Value{Data: []byte("1")}}
+				if withInfo {
+					m.info = &info
+				}
+				frame, err := appendFrame(nil, &m)
+				is.NoErr(err)
+				want, err := decodeMessage(frame[frameHeader:])
+				is.NoErr(err)
+				got, err := decodeCached(frame[frameHeader:], &cache)
+				is.NoErr(err)
+				is.True(reflect.DeepEqual(got, want)) // round, variant
+				is.True(reflect.DeepEqual(got.info, m.info))
+				if got.info != nil {
+					is.True(got.info != prev) // each message has its own info
+					prev = got.info
+				}
+			}
+		}
+	}
+}
+
+// TestMapsEncodeInKeyOrder: equal maps encode to equal bytes whatever
+// their iteration order, which the info cache relies on.
+func TestMapsEncodeInKeyOrder(t *testing.T) {
+	is := is.New(t)
+	m := map[string]string{}
+	res := backend.Resources{}
+	for i := range 20 {
+		m[strings.Repeat("k", i+1)] = "v"
+		res[strings.Repeat("r", i+1)] = float64(i)
+	}
+	info := &backend.RuntimeInfo{NodeLabels: m, Env: m, Resources: res}
+	first := appendInfo(nil, info)
+	for range 20 {
+		is.True(bytes.Equal(appendInfo(nil, info), first))
+	}
+}

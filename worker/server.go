@@ -16,6 +16,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -235,9 +236,25 @@ func (w serverLogWriter) Write(p []byte) (int, error) {
 // helloRequest is the body of the handshake request.
 // workLabel names running work for the lines of output it writes.
 type workLabel struct {
-	source string // "task <name>", "actor <class>" or "actor <class>.<method>"
-	node   string
-	task   bool
+	// The work is "task <name>" (task set), "actor <class>" (method
+	// empty) or "actor <class>.<method>"; the string is made when a line
+	// needs it, not per task.
+	name, method string
+	node         string
+	task         bool
+}
+
+// source names the work for its lines of output.
+func (l workLabel) source() string {
+	switch {
+	case l.name == "":
+		return ""
+	case l.task:
+		return "task " + l.name
+	case l.method == "":
+		return "actor " + l.name
+	}
+	return "actor " + l.name + "." + l.method
 }
 
 type helloRequest struct {
@@ -366,7 +383,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sc := &serverConn{
 		conn: newConn(nc, brw.Reader, limit, hb, s.log), s: s, exec: exec, remote: r.RemoteAddr,
 		running: map[uint64]context.CancelFunc{}, labels: map[uint64]workLabel{}, actors: map[uint64]*actorSlot{},
-		output: hello.Output,
+		output: hello.Output, idle: make(chan *job),
 	}
 	sc.ctx, sc.cancel = context.WithCancel(context.Background())
 	if !s.add(sc) {
@@ -434,6 +451,10 @@ type serverConn struct {
 	output  bool                 // the driver asked for the worker's output
 	actors  map[uint64]*actorSlot
 	work    sync.WaitGroup
+	// idle hands work to the connection's idle runner goroutines
+	// (spawn); nIdle counts them.
+	idle  chan *job
+	nIdle atomic.Int32
 }
 
 // actorSlot is an actor created through the connection. inst is nil while
@@ -470,7 +491,7 @@ func (sc *serverConn) handle(m *message) error {
 	switch m.typ {
 	case msgRunTask:
 		if !sc.exec.HasTask(m.name) {
-			sc.reply(m.id, backend.Value{}, backend.Errorf(backend.NotFound, "run task "+m.name, "task %q is not registered in this worker", m.name))
+			sc.replyError(m.id, backend.Errorf(backend.NotFound, "run task "+m.name, "task %q is not registered in this worker", m.name))
 			return nil
 		}
 		ctx, ok := sc.begin(m.id, sc.ctx)
@@ -478,13 +499,12 @@ func (sc *serverConn) handle(m *message) error {
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
 		sc.mu.Lock()
-		sc.labels[m.id] = workLabel{source: "task " + m.name, node: nodeOf(m.info), task: true}
+		sc.labels[m.id] = workLabel{name: m.name, node: nodeOf(m.info), task: true}
 		sc.mu.Unlock()
-		sc.work.Add(1)
-		go sc.runTask(ctx, m.id, m.name, m.value, m.info)
+		sc.spawn(&job{ctx: ctx, id: m.id, name: m.name, arg: m.value, info: m.info})
 	case msgNewActor:
 		if !sc.exec.HasActorMethod(m.name, "") {
-			sc.reply(m.id, backend.Value{}, backend.Errorf(backend.NotFound, "create actor "+m.name, "actor class %q is not registered in this worker", m.name))
+			sc.replyError(m.id, backend.Errorf(backend.NotFound, "create actor "+m.name, "actor class %q is not registered in this worker", m.name))
 			return nil
 		}
 		sc.mu.Lock()
@@ -499,7 +519,7 @@ func (sc *serverConn) handle(m *message) error {
 		ctx, cancel := context.WithCancel(sc.ctx)
 		sc.actors[m.actor] = &actorSlot{class: m.name, ctx: ctx, cancel: cancel}
 		sc.running[m.id] = cancel // cancelling the creation drops the actor
-		sc.labels[m.id] = workLabel{source: "actor " + m.name, node: nodeOf(m.info)}
+		sc.labels[m.id] = workLabel{name: m.name, node: nodeOf(m.info)}
 		sc.mu.Unlock()
 		sc.work.Add(1)
 		go sc.newActor(ctx, m.id, m.actor, m.name, m.value, m.info)
@@ -514,10 +534,10 @@ func (sc *serverConn) handle(m *message) error {
 		op := "call " + m.name
 		switch {
 		case inst == nil:
-			sc.reply(m.id, backend.Value{}, backend.Errorf(backend.ActorDied, op, "actor %d is not alive in this worker", m.actor))
+			sc.replyError(m.id, backend.Errorf(backend.ActorDied, op, "actor %d is not alive in this worker", m.actor))
 			return nil
 		case !sc.exec.HasActorMethod(a.class, m.name):
-			sc.reply(m.id, backend.Value{}, backend.Errorf(backend.NotFound, op, "method %q of actor class %q is not registered in this worker", m.name, a.class))
+			sc.replyError(m.id, backend.Errorf(backend.NotFound, op, "method %q of actor class %q is not registered in this worker", m.name, a.class))
 			return nil
 		}
 		ctx, ok := sc.begin(m.id, a.ctx)
@@ -525,10 +545,9 @@ func (sc *serverConn) handle(m *message) error {
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
 		sc.mu.Lock()
-		sc.labels[m.id] = workLabel{source: "actor " + a.class + "." + m.name, node: nodeOf(m.info)}
+		sc.labels[m.id] = workLabel{name: a.class, method: m.name, node: nodeOf(m.info)}
 		sc.mu.Unlock()
-		sc.work.Add(1)
-		go sc.call(ctx, m.id, inst, m.name, m.value, m.info)
+		sc.spawn(&job{ctx: ctx, id: m.id, name: m.name, arg: m.value, info: m.info, inst: inst})
 	case msgCancel:
 		sc.mu.Lock()
 		cancel := sc.running[m.id]
@@ -543,8 +562,8 @@ func (sc *serverConn) handle(m *message) error {
 		switch {
 		case cancel == nil || !lbl.task: // finished, or not a task
 		case sc.s.onForce != nil:
-			sc.s.log.Warn("goray worker: a driver cancelled a running task with Force; the process ends", "task", lbl.source)
-			sc.s.onForce(lbl.source)
+			sc.s.log.Warn("goray worker: a driver cancelled a running task with Force; the process ends", "task", lbl.source())
+			sc.s.onForce(lbl.source())
 		default:
 			cancel()
 		}
@@ -591,11 +610,61 @@ func (sc *serverConn) end(id uint64) {
 	}
 }
 
-func (sc *serverConn) runTask(ctx context.Context, id uint64, name string, arg backend.Value, info *backend.RuntimeInfo) {
+// job is a task run or an actor method call (inst set) for a pool
+// goroutine.
+type job struct {
+	ctx  context.Context
+	id   uint64
+	name string
+	arg  backend.Value
+	info *backend.RuntimeInfo
+	inst backend.ActorInstance
+}
+
+// maxIdleRunners bounds the goroutines a connection keeps for running
+// work. Reusing a goroutine keeps the stack it grew, so a task does not
+// pay for stack growth again.
+const maxIdleRunners = 64
+
+// spawn runs j on an idle goroutine of the connection, or a new one. The
+// goroutines are counted in sc.work and exit when sc.ctx ends.
+func (sc *serverConn) spawn(j *job) {
+	select {
+	case sc.idle <- j:
+		return
+	default:
+	}
+	sc.work.Add(1)
+	go sc.runner(j)
+}
+
+func (sc *serverConn) runner(j *job) {
 	defer sc.work.Done()
+	for {
+		if j.inst != nil {
+			sc.call(j.ctx, j.id, j.inst, j.name, j.arg, j.info)
+		} else {
+			sc.runTask(j.ctx, j.id, j.name, j.arg, j.info)
+		}
+		j = nil
+		if sc.nIdle.Add(1) > maxIdleRunners {
+			sc.nIdle.Add(-1)
+			return
+		}
+		select {
+		case j = <-sc.idle:
+			sc.nIdle.Add(-1)
+		case <-sc.ctx.Done():
+			sc.nIdle.Add(-1)
+			return
+		}
+	}
+}
+
+func (sc *serverConn) runTask(ctx context.Context, id uint64, name string, arg backend.Value, info *backend.RuntimeInfo) {
 	v, err := sc.exec.RunTask(ctx, name, arg, info)
 	sc.end(id)
-	sc.replyOp(id, v, err, "task "+name)
+	sc.replyOp(id, v, err, "task ", name)
 }
 
 func (sc *serverConn) newActor(ctx context.Context, id, key uint64, class string, arg backend.Value, info *backend.RuntimeInfo) {
@@ -628,17 +697,24 @@ func (sc *serverConn) newActor(ctx context.Context, id, key uint64, class string
 }
 
 func (sc *serverConn) call(ctx context.Context, id uint64, inst backend.ActorInstance, method string, arg backend.Value, info *backend.RuntimeInfo) {
-	defer sc.work.Done()
 	v, err := inst.Call(ctx, method, arg, info)
 	sc.end(id)
-	sc.replyOp(id, v, err, "method "+method)
+	sc.replyOp(id, v, err, "method ", method)
 }
 
-func (sc *serverConn) reply(id uint64, v backend.Value, err error) { sc.replyOp(id, v, err, "") }
+func (sc *serverConn) reply(id uint64, v backend.Value, err error) { sc.replyOp(id, v, err, "", "") }
+
+// replyError sends err as the reply of request id from the reader
+// goroutine, past the high-water mark: a reader that waited for the
+// writer could deadlock with a driver whose reader waits for its own
+// writer too.
+func (sc *serverConn) replyError(id uint64, err error) {
+	sc.send(&message{typ: msgError, id: id, err: err}, true) //nolint:errcheck // a closed connection has its cause already
+}
 
 // replyOp sends a result or an error. A result that cannot be sent (too
 // large, not encoded) is replaced by an error saying so.
-func (sc *serverConn) replyOp(id uint64, v backend.Value, err error, what string) {
+func (sc *serverConn) replyOp(id uint64, v backend.Value, err error, kind, name string) {
 	if err != nil {
 		sc.send(&message{typ: msgError, id: id, err: err}, false) //nolint:errcheck // a closed connection has its cause already
 		return
@@ -649,7 +725,7 @@ func (sc *serverConn) replyOp(id uint64, v backend.Value, err error, what string
 		return
 	}
 	code := backend.CodeOf(serr)
-	sc.send(&message{typ: msgError, id: id, err: backend.Errorf(code, "worker", "result of %s cannot be sent to the driver: %v", what, errors.Unwrap(serr))}, false) //nolint:errcheck
+	sc.send(&message{typ: msgError, id: id, err: backend.Errorf(code, "worker", "result of %s cannot be sent to the driver: %v", kind+name, errors.Unwrap(serr))}, false) //nolint:errcheck
 }
 
 // Output sends a line that this process wrote to its stdout (stream 1) or
@@ -675,7 +751,7 @@ func (s *Server) Output(stream int, line []byte) bool {
 	lbl := s.outputLabel(conns)
 	sent := false
 	for _, sc := range conns {
-		m := &message{typ: msgOutput, id: uint64(stream), name: lbl.source, node: lbl.node, value: backend.Value{Data: line}}
+		m := &message{typ: msgOutput, id: uint64(stream), name: lbl.source(), node: lbl.node, value: backend.Value{Data: line}}
 		if sc.conn.send(m, false) == nil {
 			sent = true
 		}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -419,4 +420,89 @@ func TestServerCloseFailsCalls(t *testing.T) {
 	is.Equal(<-done, context.Canceled)
 	<-c.Done()
 	is.True(c.Err() != nil)
+}
+
+// doneFunc adapts a function to backend.TaskDone.
+type doneFunc func(backend.Value, error)
+
+func (f doneFunc) TaskDone(v backend.Value, err error) { f(v, err) }
+
+type startResult struct {
+	v   backend.Value
+	err error
+}
+
+// startTask calls StartTask and returns the channel of its result. done
+// waits until StartTask has returned, so a done called on StartTask's own
+// goroutine deadlocks the test.
+func startTask(ctx context.Context, c *Client, name, arg string) <-chan startResult {
+	res := make(chan startResult, 2) // room for a second, wrong, call
+	returned := make(chan struct{})
+	c.StartTask(ctx, name, backend.Value{Data: []byte(arg)}, nil, doneFunc(func(v backend.Value, err error) {
+		<-returned
+		res <- startResult{v, err}
+	}))
+	close(returned)
+	return res
+}
+
+func TestStartTask(t *testing.T) {
+	is := is.New(t)
+	addr, _ := startServer(t, nil)
+	c := dialTest(t, addr, nil)
+	var results []<-chan startResult
+	for i := range 500 {
+		results = append(results, startTask(context.Background(), c, "echo", strconv.Itoa(i)))
+	}
+	for i, res := range results {
+		r := <-res
+		is.NoErr(r.err)
+		is.Equal(string(r.v.Data), strconv.Itoa(i))
+	}
+	for _, res := range results {
+		is.Equal(len(res), 0) // done was called once
+	}
+	r := <-startTask(context.Background(), c, "nope", "x")
+	is.Equal(backend.CodeOf(r.err), backend.NotFound)
+}
+
+func TestStartTaskCancel(t *testing.T) {
+	is := is.New(t)
+	addr, _ := startServer(t, nil)
+	c := dialTest(t, addr, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	res := startTask(ctx, c, "block", "x")
+	<-blockStarted // the task runs in the worker
+	cancel()
+	is.Equal((<-res).err, context.Canceled)
+	r := <-startTask(ctx, c, "echo", "x") // already cancelled
+	is.Equal(r.err, context.Canceled)
+	echoWorks(t, c)
+	is.Equal(len(res), 0)
+}
+
+func TestStartTaskLostAndClosed(t *testing.T) {
+	is := is.New(t)
+	srv, err := NewServer(fakeRegistry{}, &ServerOptions{Token: testToken})
+	is.NoErr(err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	is.NoErr(err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	c, err := Dial(context.Background(), ln.Addr().String(), &ClientOptions{Token: testToken, Manifest: fakeManifest})
+	is.NoErr(err)
+	res := startTask(context.Background(), c, "block", "x")
+	<-blockStarted
+	stop()
+	r := <-res
+	is.Equal(backend.CodeOf(r.err), backend.Unavailable)
+	is.True(strings.Contains(r.err.Error(), "worker shutting down"))
+	is.Equal(<-done, context.Canceled)
+	<-c.Done()
+	r = <-startTask(context.Background(), c, "echo", "x") // on the lost connection
+	is.Equal(backend.CodeOf(r.err), backend.Unavailable)
+	is.NoErr(c.Close())
+	r = <-startTask(context.Background(), c, "echo", "x")
+	is.True(r.err != nil)
 }

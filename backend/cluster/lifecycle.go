@@ -101,6 +101,7 @@ func (rt *Runtime) Start(ctx context.Context, exec backend.Executor) error {
 	defer rt.mu.Unlock()
 	rt.started = true
 	rt.exec = wrapped
+	rt.starter, _ = wrapped.(backend.TaskStarter)
 	rt.pool = newPool(&rt.wg, rt.closedCh, 256)
 	if !rt.closed {
 		rt.schedule()

@@ -65,8 +65,11 @@ type Runtime struct {
 	hostIdle   time.Duration // Options.HostIdle (hostclaim.go)
 	heldTimer  *time.Timer   // retries slices held elsewhere (claim.go)
 
-	mu       sync.Mutex
-	exec     backend.Executor
+	mu   sync.Mutex
+	exec backend.Executor
+	// starter is exec when it can start tasks without a goroutine
+	// waiting for each (worker processes), else nil.
+	starter  backend.TaskStarter
 	starting bool // Start is in progress or done
 	started  bool
 	synced   bool // the source's first nodes are in; later ones go to the runner at once

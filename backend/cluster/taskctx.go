@@ -67,10 +67,28 @@ func (c *taskCtx) String() string { return "goray task context" }
 // run runs the task's user code on a pool goroutine and records the result.
 // It then runs, on the same goroutine, the queued tasks that finishing
 // this one lets start.
+//
+// When the executor is a backend.TaskStarter, run only starts the task:
+// its TaskDone finishes it.
 func (c *taskCtx) run() {
+	if s := c.b.starter; s != nil {
+		s.StartTask(c, c.t.spec.Name, c.t.arg, &c.info, c)
+		return
+	}
 	for c != nil {
 		v, err := c.b.exec.RunTask(c, c.t.spec.Name, c.t.arg, &c.info)
 		c = c.b.finishTask(c.t, c.attempt, v, err)
+	}
+}
+
+// TaskDone implements backend.TaskDone for a task started with the
+// executor's StartTask. The tasks that finishing this one lets start are
+// started from here, on the goroutine that delivered the result (a worker
+// connection's reader), sparing a hand-off per task.
+func (c *taskCtx) TaskDone(v backend.Value, err error) {
+	next := c.b.finishTask(c.t, c.attempt, v, err)
+	if next != nil {
+		next.b.starter.StartTask(next, next.t.spec.Name, next.t.arg, &next.info, next)
 	}
 }
 
@@ -81,6 +99,7 @@ type lazyCancel struct {
 	mu     sync.Mutex
 	done   chan struct{}
 	err    error
+	one    *afterFunc // the first function registered, if not stopped
 	afters map[*afterFunc]struct{}
 }
 
@@ -113,13 +132,26 @@ func (l *lazyCancel) afterFunc(f, first func()) (stop func() bool) {
 		first()
 	}
 	a := &afterFunc{f: f}
-	if l.afters == nil {
-		l.afters = map[*afterFunc]struct{}{}
+	if l.one == nil && l.afters == nil {
+		l.one = a // the usual single watch needs no map
+	} else {
+		if l.afters == nil {
+			l.afters = map[*afterFunc]struct{}{}
+		}
+		l.afters[a] = struct{}{}
 	}
-	l.afters[a] = struct{}{}
+	return a.stopper(l)
+}
+
+// stopper returns the stop function of a registered by afterFunc.
+func (a *afterFunc) stopper(l *lazyCancel) func() bool {
 	return func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
+		if l.one == a {
+			l.one = nil
+			return true
+		}
 		if _, ok := l.afters[a]; !ok {
 			return false
 		}
@@ -142,6 +174,10 @@ func (l *lazyCancel) cancelWith(err error, also func()) {
 	l.err = err
 	if l.done != nil {
 		close(l.done)
+	}
+	if l.one != nil {
+		go l.one.f()
+		l.one = nil
 	}
 	for a := range l.afters {
 		go a.f()

@@ -218,7 +218,7 @@ func (r *procRunner) Start(ctx context.Context, exec backend.Executor, lost clus
 		prefix(out)
 	}
 	pe.live.Store(true)
-	return worker.NodeExecutor{Local: exec, Worker: pe.nodeWorker}, nil
+	return worker.NodeExecutor{Local: exec, Worker: pe.nodeWorker, Connected: pe.connected}, nil
 }
 
 // NodeUp implements cluster.Runner: it starts the worker process serving the
@@ -529,6 +529,23 @@ func (pe *procExecutor) client(ctx context.Context, node string) (*worker.Client
 		err = backend.Errorf(backend.Unavailable, "node "+node, "worker process for node %s cannot start: %w", node, err)
 	}
 	return c, err
+}
+
+// connected is the NodeExecutor's Connected: the client of node's process
+// if that is running, else nil.
+func (pe *procExecutor) connected(node string) (*worker.Client, func()) {
+	pe.assign.Lock()
+	w := pe.byNode[node]
+	pe.assign.Unlock()
+	if w == nil {
+		return nil, nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.proc == nil {
+		return nil, nil
+	}
+	return w.proc.Client(), nil
 }
 
 // nodeWorker is the NodeExecutor's Worker: the node's process's client; a
