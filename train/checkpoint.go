@@ -13,6 +13,7 @@ import (
 
 	"github.com/samber/lo"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/storage"
 )
 
@@ -46,10 +47,10 @@ func (c *Checkpoint) hasRank(r int) bool { return slices.Contains(c.Ranks, r) }
 // RunConfig.Bucket to keep an in-memory bucket).
 func (c *Checkpoint) Load(ctx context.Context, rank int) ([]byte, error) {
 	if c.store == nil {
-		return nil, errors.New("train: Checkpoint.Load: the checkpoint has no storage (use Worker.LoadCheckpoint inside a loop)")
+		return nil, backend.Errorf(backend.FailedPrecondition, "", "train: Checkpoint.Load: the checkpoint has no storage (use Worker.LoadCheckpoint inside a loop)")
 	}
 	if !c.hasRank(rank) {
-		return nil, fmt.Errorf("train: checkpoint %d has no data of rank %d; ranks with data: %v", c.Iteration, rank, c.Ranks)
+		return nil, backend.Errorf(backend.NotFound, "", "train: checkpoint %d has no data of rank %d; ranks with data: %v", c.Iteration, rank, c.Ranks)
 	}
 	return c.store.read(ctx, c.Iteration, rank)
 }
@@ -82,7 +83,7 @@ func (s *store) rankKey(it, rank int) string { return fmt.Sprintf("%srank_%05d",
 
 func (s *store) writeRank(ctx context.Context, it, rank int, data []byte) error {
 	if err := storage.WriteAll(ctx, s.b, s.rankKey(it, rank), data); err != nil {
-		return fmt.Errorf("train: write checkpoint %d of rank %d: %w", it, rank, err)
+		return storageErr(fmt.Errorf("train: write checkpoint %d of rank %d: %w", it, rank, err))
 	}
 	return nil
 }
@@ -92,13 +93,13 @@ func (s *store) read(ctx context.Context, it, rank int) ([]byte, error) {
 	if s.closed.Load() {
 		var err error
 		if bucket, err = storage.Open(ctx, s.url); err != nil {
-			return nil, fmt.Errorf("train: read checkpoint %d of rank %d: reopen %q: %w", it, rank, s.url, err)
+			return nil, storageErr(fmt.Errorf("train: read checkpoint %d of rank %d: reopen %q: %w", it, rank, s.url, err))
 		}
 		defer bucket.Close()
 	}
 	b, err := storage.ReadAll(ctx, bucket, s.rankKey(it, rank))
 	if err != nil {
-		return nil, fmt.Errorf("train: read checkpoint %d of rank %d: %w", it, rank, err)
+		return nil, storageErr(fmt.Errorf("train: read checkpoint %d of rank %d: %w", it, rank, err))
 	}
 	return b, nil
 }
@@ -110,7 +111,7 @@ func (s *store) commit(ctx context.Context, ck *Checkpoint) error {
 		return err
 	}
 	if err := storage.WriteAll(ctx, s.b, s.dir(ck.Iteration)+markerName, b); err != nil {
-		return fmt.Errorf("train: commit checkpoint %d: %w", ck.Iteration, err)
+		return storageErr(fmt.Errorf("train: commit checkpoint %d: %w", ck.Iteration, err))
 	}
 	return s.prune(ctx)
 }
@@ -121,7 +122,7 @@ func (s *store) scan(ctx context.Context) (all, complete []int, err error) {
 	seen := map[int]bool{}
 	for obj, err := range s.b.List(ctx, s.prefix) {
 		if err != nil {
-			return nil, nil, fmt.Errorf("train: list checkpoints under %q: %w", s.prefix, err)
+			return nil, nil, storageErr(fmt.Errorf("train: list checkpoints under %q: %w", s.prefix, err))
 		}
 		rest := strings.TrimPrefix(obj.Key, s.prefix)
 		dir, file, ok := strings.Cut(rest, "/")
@@ -171,11 +172,11 @@ func (s *store) latest(ctx context.Context) (*Checkpoint, error) {
 func (s *store) marker(ctx context.Context, it int) (*Checkpoint, error) {
 	b, err := storage.ReadAll(ctx, s.b, s.dir(it)+markerName)
 	if err != nil {
-		return nil, fmt.Errorf("train: read checkpoint %d: %w", it, err)
+		return nil, storageErr(fmt.Errorf("train: read checkpoint %d: %w", it, err))
 	}
 	ck := &Checkpoint{store: s}
 	if err := json.Unmarshal(b, ck); err != nil {
-		return nil, fmt.Errorf("train: checkpoint %d: corrupt marker: %w", it, err)
+		return nil, backend.Errorf(backend.FailedPrecondition, "", "train: checkpoint %d: corrupt marker: %w", it, err)
 	}
 	return ck, nil
 }
@@ -192,7 +193,7 @@ func (s *store) prune(ctx context.Context) error {
 	}
 	if dr, ok := s.b.(storage.DebrisRemover); ok {
 		if _, err := dr.RemoveDebris(ctx, s.prefix); err != nil {
-			return fmt.Errorf("train: remove the debris of interrupted checkpoint writes: %w", err)
+			return storageErr(fmt.Errorf("train: remove the debris of interrupted checkpoint writes: %w", err))
 		}
 	}
 	all, complete, err := s.scan(ctx)
@@ -211,18 +212,18 @@ func (s *store) prune(ctx context.Context) error {
 func (s *store) deleteDir(ctx context.Context, it int) error {
 	dir := s.dir(it)
 	if err := s.b.Delete(ctx, dir+markerName); err != nil && !errors.Is(err, storage.ErrNotExist) {
-		return fmt.Errorf("train: delete checkpoint %d: %w", it, err)
+		return storageErr(fmt.Errorf("train: delete checkpoint %d: %w", it, err))
 	}
 	var keys []string
 	for obj, err := range s.b.List(ctx, dir) {
 		if err != nil {
-			return fmt.Errorf("train: delete checkpoint %d: %w", it, err)
+			return storageErr(fmt.Errorf("train: delete checkpoint %d: %w", it, err))
 		}
 		keys = append(keys, obj.Key)
 	}
 	for _, k := range keys {
 		if err := s.b.Delete(ctx, k); err != nil && !errors.Is(err, storage.ErrNotExist) {
-			return fmt.Errorf("train: delete checkpoint %d: %w", it, err)
+			return storageErr(fmt.Errorf("train: delete checkpoint %d: %w", it, err))
 		}
 	}
 	return nil
@@ -250,11 +251,11 @@ func (s *store) finished(ctx context.Context) (*finishedMarker, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("train: read %s%s: %w", s.prefix, finishedName, err)
+		return nil, storageErr(fmt.Errorf("train: read %s%s: %w", s.prefix, finishedName, err))
 	}
 	var m finishedMarker
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("train: %s%s is corrupt (delete it to train the run again): %w", s.prefix, finishedName, err)
+		return nil, backend.Errorf(backend.FailedPrecondition, "", "train: %s%s is corrupt (delete it to train the run again): %w", s.prefix, finishedName, err)
 	}
 	return &m, nil
 }
@@ -265,14 +266,14 @@ func (s *store) setFinished(ctx context.Context, m *finishedMarker) error {
 		return err
 	}
 	if err := storage.WriteAll(ctx, s.b, s.prefix+finishedName, b); err != nil {
-		return fmt.Errorf("train: the run finished, but recording it failed: %w", err)
+		return storageErr(fmt.Errorf("train: the run finished, but recording it failed: %w", err))
 	}
 	return nil
 }
 
 func (s *store) clearFinished(ctx context.Context) error {
 	if err := s.b.Delete(ctx, s.prefix+finishedName); err != nil && !errors.Is(err, storage.ErrNotExist) {
-		return fmt.Errorf("train: delete %s%s: %w", s.prefix, finishedName, err)
+		return storageErr(fmt.Errorf("train: delete %s%s: %w", s.prefix, finishedName, err))
 	}
 	return nil
 }

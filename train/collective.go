@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"unsafe"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // Number is the element type of a collective: a numeric slice is sent as
@@ -92,7 +94,7 @@ func reduce[T Number](dst, src []T, op Op) {
 // theirs).
 func AllReduce[T Number](ctx context.Context, w *Worker, xs []T, op Op) error {
 	if op < Sum || op > Min {
-		return fmt.Errorf("train.AllReduce: unknown op %v: use Sum, Mean, Max or Min", op)
+		return backend.Errorf(backend.InvalidArgument, "", "train.AllReduce: unknown op %v: use Sum, Mean, Max or Min", op)
 	}
 	r := w.ring
 	err := r.run(ctx, opAllReduce, func(seq uint32) error {
@@ -142,7 +144,7 @@ const broadcastChunk = 1 << 20
 func Broadcast[T Number](ctx context.Context, w *Worker, xs []T, root int) error {
 	r := w.ring
 	if root < 0 || root >= r.size {
-		return fmt.Errorf("train.Broadcast: root %d is not a rank: valid ranks are 0 to %d", root, r.size-1)
+		return backend.Errorf(backend.InvalidArgument, "", "train.Broadcast: root %d is not a rank: valid ranks are 0 to %d", root, r.size-1)
 	}
 	return r.run(ctx, opBroadcast, func(seq uint32) error {
 		if r.size == 1 {
@@ -181,7 +183,7 @@ func AllGather[T Number](ctx context.Context, w *Worker, xs []T) ([][]T, error) 
 			err := r.exchange(opAllGather, seq, asBytes(out[sb]), func(nb int) ([]byte, error) {
 				var zero T
 				if nb%int(unsafe.Sizeof(zero)) != 0 {
-					return nil, fmt.Errorf("rank %d sent %d bytes, not a whole number of %T: every rank must gather the same element type", rb, nb, zero)
+					return nil, backend.Errorf(backend.FailedPrecondition, "", "rank %d sent %d bytes, not a whole number of %T: every rank must gather the same element type", rb, nb, zero)
 				}
 				out[rb] = make([]T, nb/int(unsafe.Sizeof(zero)))
 				return asBytes(out[rb]), nil

@@ -17,6 +17,8 @@ import (
 	"sync"
 
 	"github.com/goray-dev/goray/data"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // Datasets are the datasets of a run by name, as RunConfig.Datasets: Ray
@@ -242,11 +244,11 @@ func (s *shardState) position() shardPos {
 // starts counting from this epoch.
 func (w *Worker) ShardPosition(name string) (epoch int, rows int64, err error) {
 	if w == nil || w.in == nil {
-		return 0, 0, fmt.Errorf("train: ShardPosition(%q): no worker; call it in a training loop, with the loop's *train.Worker", name)
+		return 0, 0, backend.Errorf(backend.InvalidArgument, "", "train: ShardPosition(%q): no worker; call it in a training loop, with the loop's *train.Worker", name)
 	}
 	s := w.shards[name]
 	if s == nil {
-		return 0, 0, fmt.Errorf("train: ShardPosition(%q): run %s has no dataset %q; its datasets: %s", name, w.in.Run, name, datasetNames(w.shards))
+		return 0, 0, backend.Errorf(backend.NotFound, "", "train: ShardPosition(%q): run %s has no dataset %q; its datasets: %s", name, w.in.Run, name, datasetNames(w.shards))
 	}
 	p := s.position()
 	return p.Epoch, p.Rows, nil
@@ -328,7 +330,7 @@ func DatasetShard[T any](ctx context.Context, w *Worker, name string) iter.Seq2[
 				src.Write(payload)
 				var rows []T
 				if err := dec.Decode(&rows); err != nil {
-					fail(fmt.Errorf("train: dataset %q epoch %d: decode rows of type %s with encoding/gob: %w", name, epoch, s.rowType, err))
+					fail(backend.Errorf(backend.InvalidArgument, "", "train: dataset %q epoch %d: decode rows of type %s with encoding/gob: %w", name, epoch, s.rowType, err))
 					return
 				}
 				for _, row := range rows {
@@ -345,11 +347,11 @@ func DatasetShard[T any](ctx context.Context, w *Worker, name string) iter.Seq2[
 				writeFrame(conn, opShardCredit, 0, nil) //nolint:errcheck // see above
 			case opShardEnd:
 				if len(payload) > 0 {
-					fail(errors.New(string(payload)))
+					fail(withCode(backend.TaskFailed, errors.New(string(payload))))
 				}
 				return
 			default:
-				fail(fmt.Errorf("train: dataset %q epoch %d: the driver sent a %s frame", name, epoch, op))
+				fail(backend.Errorf(backend.Internal, "", "train: dataset %q epoch %d: the driver sent a %s frame", name, epoch, op))
 				return
 			}
 		}
@@ -359,25 +361,25 @@ func DatasetShard[T any](ctx context.Context, w *Worker, name string) iter.Seq2[
 // beginShard checks a DatasetShard request and marks the dataset read.
 func (w *Worker) beginShard(name, rowType string) (*shardState, error) {
 	if w == nil || w.in == nil {
-		return nil, fmt.Errorf("train: DatasetShard(%q): no worker; call it in a training loop, with the loop's *train.Worker", name)
+		return nil, backend.Errorf(backend.InvalidArgument, "", "train: DatasetShard(%q): no worker; call it in a training loop, with the loop's *train.Worker", name)
 	}
 	if w.done.Load() {
-		return nil, fmt.Errorf("train: DatasetShard(%q): the loop of rank %d has returned; read shards during the loop call", name, w.in.Rank)
+		return nil, backend.Errorf(backend.FailedPrecondition, "", "train: DatasetShard(%q): the loop of rank %d has returned; read shards during the loop call", name, w.in.Rank)
 	}
 	s := w.shards[name]
 	if s == nil {
-		return nil, fmt.Errorf("train: DatasetShard(%q): run %s has no dataset %q; its datasets: %s", name, w.in.Run, name, datasetNames(w.shards))
+		return nil, backend.Errorf(backend.NotFound, "", "train: DatasetShard(%q): run %s has no dataset %q; its datasets: %s", name, w.in.Run, name, datasetNames(w.shards))
 	}
 	if s.rowType != rowType {
-		return nil, fmt.Errorf("train: DatasetShard[%s](%q): the dataset's rows are %s; ask for DatasetShard[%s]", rowType, name, s.rowType, s.rowType)
+		return nil, backend.Errorf(backend.InvalidArgument, "", "train: DatasetShard[%s](%q): the dataset's rows are %s; ask for DatasetShard[%s]", rowType, name, s.rowType, s.rowType)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.err != nil:
-		return nil, fmt.Errorf("train: DatasetShard(%q): epoch %d failed in this attempt: %w", name, s.pos.Epoch, s.err)
+		return nil, withCode(backend.TaskFailed, fmt.Errorf("train: DatasetShard(%q): epoch %d failed in this attempt: %w", name, s.pos.Epoch, s.err))
 	case s.active:
-		return nil, fmt.Errorf("train: DatasetShard(%q): rank %d is already reading epoch %d; one range at a time per dataset", name, w.in.Rank, s.pos.Epoch)
+		return nil, backend.Errorf(backend.FailedPrecondition, "", "train: DatasetShard(%q): rank %d is already reading epoch %d; one range at a time per dataset", name, w.in.Rank, s.pos.Epoch)
 	}
 	s.active = true
 	return s, nil
@@ -467,5 +469,5 @@ func (w *Worker) shardConnErr(ctx context.Context, name string, epoch int, err e
 	if aerr := w.sess.abortedErr(); aerr != nil {
 		return aerr
 	}
-	return fmt.Errorf("train: dataset %q epoch %d: the connection to the driver broke: %w", name, epoch, err)
+	return withCode(backend.Unavailable, fmt.Errorf("train: dataset %q epoch %d: the connection to the driver broke: %w", name, epoch, err))
 }

@@ -39,11 +39,11 @@ type Trainer struct {
 // topology the generation lacks or a NumWorkers the topology contradicts.
 func New[C any](c *ray.Cluster, loop *Loop[C], cfg C, scaling ScalingConfig, run RunConfig) (*Trainer, error) {
 	if loop == nil {
-		return nil, errors.New("train.New: nil loop")
+		return nil, invalid(errors.New("train.New: nil loop"))
 	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("train.New: encode the %T configuration: %w", cfg, err)
+		return nil, invalid(fmt.Errorf("train.New: encode the %T configuration: %w", cfg, err))
 	}
 	return newTrainer(c, scaling, run, func(t *Trainer) { t.loop, t.config = loop.name, raw })
 }
@@ -53,7 +53,7 @@ func New[C any](c *ray.Cluster, loop *Loop[C], cfg C, scaling ScalingConfig, run
 // process, with the host's TPU env and the rendezvous's address.
 func NewProgram(c *ray.Cluster, prog Program, scaling ScalingConfig, run RunConfig) (*Trainer, error) {
 	if prog.Path == "" {
-		return nil, errors.New("train.NewProgram: Program.Path is empty: name the program to run, such as \"python3\"")
+		return nil, invalid(errors.New("train.NewProgram: Program.Path is empty: name the program to run, such as \"python3\""))
 	}
 	if len(run.Datasets) > 0 {
 		return nil, invalid(fmt.Errorf("train.NewProgram: RunConfig.Datasets (%s) are read by Go loops, with train.DatasetShard; an external program cannot read them: use train.New", datasetNames(run.Datasets)))
@@ -72,7 +72,7 @@ func invalid(err error) error {
 
 func newTrainer(c *ray.Cluster, scaling ScalingConfig, run RunConfig, set func(*Trainer)) (*Trainer, error) {
 	if c == nil {
-		return nil, errors.New("train: nil cluster")
+		return nil, invalid(errors.New("train: nil cluster"))
 	}
 	p, err := scaling.plan()
 	if err != nil {
@@ -108,6 +108,8 @@ type Failure struct {
 	// resumes from (0: from scratch).
 	ResumeFrom int
 	Time       time.Time
+
+	code backend.Code // of Cause, when Err is nil
 }
 
 // Result is what a run produced.
@@ -142,6 +144,12 @@ type Result struct {
 // checkpoint, up to MaxFailures times. Fit releases everything it reserved
 // on every path, and returns the result so far with any error.
 func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
+	res, err := t.fit(ctx)
+	// What has no code yet is a failure of train itself.
+	return res, withCode(backend.Internal, err)
+}
+
+func (t *Trainer) fit(ctx context.Context) (*Result, error) {
 	st, closeStore, err := t.openStore(ctx)
 	if err != nil {
 		return nil, err
@@ -202,7 +210,7 @@ func (t *Trainer) Fit(ctx context.Context) (*Result, error) {
 			t.finishResult(ctx, st, res) //nolint:errcheck // the failure says more
 			var cause error = &causeError{msg: f.Cause, err: f.Err}
 			if f.Err == nil {
-				cause = errors.New(f.Cause)
+				cause = &backend.Error{Code: f.code, Err: errors.New(f.Cause)}
 			}
 			return res, fmt.Errorf("train: run %s: attempt %d failed (%d failures, MaxFailures %d): rank %d on %s: %w",
 				t.run.Name, attempt, len(res.Failures), t.run.MaxFailures, f.Rank, f.Host, cause)
@@ -273,7 +281,7 @@ func (t *Trainer) openStore(ctx context.Context) (*store, func(), error) {
 	if b == nil {
 		var err error
 		if b, err = storage.Open(ctx, t.run.Storage); err != nil {
-			return nil, nil, fmt.Errorf("train: open checkpoint storage %q: %w", t.run.Storage, err)
+			return nil, nil, withCode(backend.InvalidArgument, fmt.Errorf("train: open checkpoint storage %q: %w", t.run.Storage, err))
 		}
 	}
 	st := &store{b: b, prefix: t.run.Name + "/", keep: t.run.KeepCheckpoints}
@@ -332,7 +340,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	}
 	defer spg.Release(context.WithoutCancel(ctx))
 	if spg.NumProcesses() != p.workers || spg.BundlesPerHost() != p.procsPerHost {
-		return nil, fmt.Errorf("train: run %s: the reservation has %d processes and %d bundles per host; want %d processes, %d per host", t.run.Name, spg.NumProcesses(), spg.BundlesPerHost(), p.workers, p.procsPerHost)
+		return nil, backend.Errorf(backend.Internal, "", "train: run %s: the reservation has %d processes and %d bundles per host; want %d processes, %d per host", t.run.Name, spg.NumProcesses(), spg.BundlesPerHost(), p.workers, p.procsPerHost)
 	}
 	token := make([]byte, 16)
 	rand.Read(token) //nolint:errcheck // crypto/rand.Read never fails
@@ -393,7 +401,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 			ref := workerTask.Remote(ctx, t.c, in, ray.InBundle(spg.PlacementGroup(), i), ray.Retries(0), p.resources,
 				ray.Name(fmt.Sprintf("%s/attempt-%d/rank-%d", t.run.Name, attempt, i)))
 			if _, err := ref.Get(ctx); err != nil {
-				rz.setFailure(i, workerCause(err), err, false)
+				rz.setFailure(i, workerCause(err), err, ray.Code(err), false)
 				return
 			}
 			okMu.Lock()
@@ -409,7 +417,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	case <-allOK:
 	case <-rz.failed:
 	case <-ctx.Done():
-		rz.setFailure(-1, "the run was cancelled", nil, false)
+		rz.setFailure(-1, "the run was cancelled", nil, backend.Canceled, false)
 	}
 	// Every path: the workers were told of a failure (above); give them a
 	// moment to return from their loops on their own, so that they see
@@ -439,7 +447,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	if f == nil {
 		return nil, nil
 	}
-	fl := &Failure{Attempt: attempt, Rank: f.rank, Cause: f.cause, Err: f.err, Time: time.Now()}
+	fl := &Failure{Attempt: attempt, Rank: f.rank, Cause: f.cause, Err: f.err, Time: time.Now(), code: f.code}
 	if f.rank >= 0 && f.rank < len(hosts) {
 		fl.Host, fl.Slice = hosts[f.rank], sliceNames[f.rank/perSlice]
 	}

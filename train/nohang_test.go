@@ -85,6 +85,7 @@ func TestRanksThatNeverJoin(t *testing.T) {
 			res, err := tr.Fit(context.Background())
 			is.True(err != nil)
 			is.True(strings.Contains(err.Error(), "ranks 1, 3 of 4 never joined the run's rendezvous within 1s (RunConfig.StartTimeout)")) // names them all
+			is.Equal(ray.Code(err), ray.DeadlineExceeded)
 			is.Equal(len(res.Failures), 1)
 			is.Equal(res.Failures[0].Rank, 1)
 			assertReleased(t, c)

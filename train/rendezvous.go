@@ -14,6 +14,7 @@ import (
 
 	"github.com/samber/lo"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
 )
 
@@ -57,6 +58,7 @@ type failure struct {
 	rank  int
 	cause string
 	err   error
+	code  backend.Code // of cause, when err is nil
 	weak  bool
 }
 
@@ -70,7 +72,7 @@ type iterState struct {
 func newRendezvous(addr, token string, attempt, world int, st *store, sliceNames []string, verdict time.Duration, sink *reportSink, lines *lineSink, feed func(*sync.WaitGroup) *feeder) (*rendezvous, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("train: listen for workers on %s: %w", addr, err)
+		return nil, withCode(backend.Unavailable, fmt.Errorf("train: listen for workers on %s: %w", addr, err))
 	}
 	r := &rendezvous{ln: ln, token: token, attempt: attempt, world: world, store: st, slices: sliceNames, verdict: verdict,
 		sink: sink, lines: lines, conns: map[int]*ctrlConn{}, joins: map[int]uint64{}, all: map[net.Conn]bool{}, addrs: make([]string, world), left: make([]bool, world),
@@ -135,7 +137,7 @@ func (r *rendezvous) serve(cc *ctrlConn) {
 	}
 	rank, err := r.join(cc, m)
 	if err != nil {
-		cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error()}) //nolint:errcheck // the worker fails either way
+		cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error(), Code: int(backend.FailedPrecondition)}) //nolint:errcheck // the worker fails either way
 		return
 	}
 	left := false
@@ -143,21 +145,21 @@ func (r *rendezvous) serve(cc *ctrlConn) {
 		m, err := cc.recv()
 		if err != nil {
 			if !left {
-				r.setFailure(rank, fmt.Sprintf("its connection to the driver broke without a goodbye (%v): its process or host died", err), nil, false)
+				r.setFailure(rank, fmt.Sprintf("its connection to the driver broke without a goodbye (%v): its process or host died", err), nil, backend.Unavailable, false)
 			}
 			return
 		}
 		switch m.Type {
 		case msgReport:
 			if err := r.report(rank, m); err != nil {
-				cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error()}) //nolint:errcheck // see the reader
+				cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error(), Code: int(ray.Code(err))}) //nolint:errcheck // see the reader
 			} else {
 				cc.send(&ctrlMsg{Type: msgAck, ID: m.ID}) //nolint:errcheck // see the reader
 			}
 		case msgLoad:
 			data, err := r.store.read(context.Background(), m.Iteration, m.Rank)
 			if err != nil {
-				cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error()}) //nolint:errcheck // see the reader
+				cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error(), Code: int(ray.Code(err))}) //nolint:errcheck // see the reader
 			} else {
 				cc.send(&ctrlMsg{Type: msgData, ID: m.ID, Data: data}) //nolint:errcheck // see the reader
 			}
@@ -175,7 +177,11 @@ func (r *rendezvous) serve(cc *ctrlConn) {
 				r.left[rank] = true
 				r.mu.Unlock()
 			} else {
-				r.setFailure(rank, m.Err, nil, m.Canceled)
+				code := backend.TaskFailed // the loop's or program's own failure
+				if m.Canceled {
+					code = backend.Canceled
+				}
+				r.setFailure(rank, m.Err, nil, code, m.Canceled)
 			}
 		}
 	}
@@ -270,30 +276,30 @@ func (r *rendezvous) peerLost(rank, peer int, cause string) {
 	}
 	if peer >= 0 && peer < r.world && r.left[peer] {
 		r.mu.Unlock()
-		r.setFailure(peer, fmt.Sprintf("its loop returned while rank %d was still in a collective with it", rank), nil, false)
+		r.setFailure(peer, fmt.Sprintf("its loop returned while rank %d was still in a collective with it", rank), nil, backend.FailedPrecondition, false)
 		return
 	}
 	r.timers = append(r.timers, time.AfterFunc(min(r.verdict/2, 2*time.Second), func() {
-		r.setFailure(peer, fmt.Sprintf("rank %d lost its connection to it: %s", rank, cause), nil, false)
+		r.setFailure(peer, fmt.Sprintf("rank %d lost its connection to it: %s", rank, cause), nil, backend.Unavailable, false)
 	}))
 	r.mu.Unlock()
 }
 
 // setFailure records rank's failure; the first one aborts every worker.
-func (r *rendezvous) setFailure(rank int, cause string, err error, weak bool) {
+func (r *rendezvous) setFailure(rank int, cause string, err error, code backend.Code, weak bool) {
 	r.mu.Lock()
 	if f := r.fail; f != nil {
 		switch {
 		case f.rank != rank:
 		case f.weak && !weak:
-			f.cause, f.err, f.weak = cause, err, false
+			f.cause, f.err, f.code, f.weak = cause, err, code, false
 		case f.err == nil && err != nil && !errors.Is(err, ray.ErrPlacementGroupRemoved):
 			f.err = err // the task's error of the failure the worker reported
 		}
 		r.mu.Unlock()
 		return
 	}
-	r.fail = &failure{rank: rank, cause: cause, err: err, weak: weak}
+	r.fail = &failure{rank: rank, cause: cause, err: err, code: code, weak: weak}
 	conns := lo.Values(r.conns)
 	r.mu.Unlock()
 	for _, c := range conns {
@@ -320,7 +326,7 @@ func (r *rendezvous) missing(after time.Duration) {
 	if len(ranks) > 1 {
 		which = "ranks " + rankList(ranks)
 	}
-	r.setFailure(ranks[0], fmt.Sprintf("%s of %d never joined the run's rendezvous within %v (RunConfig.StartTimeout): their tasks did not start, or could not reach the driver", which, r.world, after), nil, false)
+	r.setFailure(ranks[0], fmt.Sprintf("%s of %d never joined the run's rendezvous within %v (RunConfig.StartTimeout): their tasks did not start, or could not reach the driver", which, r.world, after), nil, backend.DeadlineExceeded, false)
 }
 
 // rankList formats ranks as "0, 2, 5-9".

@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // ring is a worker's place in the run's ring of peer connections: it sends
@@ -134,7 +136,7 @@ func (r *ring) failure() error {
 
 // close ends the ring after the loop returned.
 func (r *ring) close() {
-	r.fail(errors.New("train: the worker's loop has returned"))
+	r.fail(backend.Errorf(backend.FailedPrecondition, "", "train: the worker's loop has returned"))
 }
 
 // peerIOError is an I/O error on the connection to a ring neighbour.
@@ -151,6 +153,10 @@ func (e *peerIOError) Unwrap() error { return e.err }
 // end it poisons the ring (the peers learn of it through the driver) and
 // returns ctx.Err().
 func (r *ring) run(ctx context.Context, op opKind, f func(seq uint32) error) error {
+	return collectiveErr(r.run1(ctx, op, f))
+}
+
+func (r *ring) run1(ctx context.Context, op opKind, f func(seq uint32) error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.failure(); err != nil {
@@ -261,7 +267,7 @@ func (r *ring) send(op opKind, seq uint32, b []byte) error {
 func exactly(b []byte) func(int) ([]byte, error) {
 	return func(n int) ([]byte, error) {
 		if n != len(b) {
-			return nil, fmt.Errorf("the ring neighbour sent %d bytes where this rank expected %d: every rank must pass slices of the same length", n, len(b))
+			return nil, backend.Errorf(backend.FailedPrecondition, "", "the ring neighbour sent %d bytes where this rank expected %d: every rank must pass slices of the same length", n, len(b))
 		}
 		return b, nil
 	}

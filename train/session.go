@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // session is a worker's control connection to the run's rendezvous in the
@@ -40,7 +42,7 @@ func dialSession(ctx context.Context, addr string) (*session, error) {
 	d := net.Dialer{Timeout: rendezvousDialTimeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("train: this worker cannot reach the run's rendezvous at %s, where the driver listens (RunConfig.Rendezvous, or when empty the address the backend gives for the driver: kubernetes.Config.DriverHost or the driver pod's IP): %w", addr, err)
+		return nil, withCode(backend.Unavailable, fmt.Errorf("train: this worker cannot reach the run's rendezvous at %s, where the driver listens (RunConfig.Rendezvous, or when empty the address the backend gives for the driver: kubernetes.Config.DriverHost or the driver pod's IP): %w", addr, err))
 	}
 	return &session{cc: newCtrlConn(c), replies: make(chan *ctrlMsg, 1), done: make(chan struct{}), aborted: make(chan struct{})}, nil
 }
@@ -63,7 +65,7 @@ func (s *session) start(onAbort func(error)) {
 			m, err := s.cc.recv()
 			if err != nil {
 				if !s.closing.Load() {
-					s.abort(fmt.Errorf("train: connection to the driver's rendezvous lost: %w", err))
+					s.abort(withCode(backend.Unavailable, fmt.Errorf("train: connection to the driver's rendezvous lost: %w", err)))
 				}
 				return
 			}
@@ -111,7 +113,7 @@ func (s *session) request(ctx context.Context, m *ctrlMsg) (*ctrlMsg, error) {
 	s.lastID++
 	m.ID = s.lastID
 	if err := s.cc.send(m); err != nil {
-		return nil, fmt.Errorf("train: send %s to the driver: %w", m.Type, err)
+		return nil, withCode(backend.Unavailable, fmt.Errorf("train: send %s to the driver: %w", m.Type, err))
 	}
 	for {
 		select {
@@ -120,7 +122,11 @@ func (s *session) request(ctx context.Context, m *ctrlMsg) (*ctrlMsg, error) {
 				continue
 			}
 			if r.Type == msgError {
-				return nil, errors.New(r.Err)
+				code := backend.Code(r.Code)
+				if code == backend.OK || code == backend.Unknown {
+					code = backend.Internal
+				}
+				return nil, &backend.Error{Code: code, Err: errors.New(r.Err)}
 			}
 			return r, nil
 		case <-s.aborted:

@@ -44,7 +44,9 @@ type ctrlMsg struct {
 	HasData   bool     `json:"has_data,omitempty"`
 	Line      string   `json:"line,omitempty"`
 	Err       string   `json:"err,omitempty"`
-	Canceled  bool     `json:"canceled,omitempty"`
+	// Code is an error's code (ray.Code), in an error reply.
+	Code     int  `json:"code,omitempty"`
+	Canceled bool `json:"canceled,omitempty"`
 	// Positions are, in a report, where the worker is in each dataset of
 	// the run (see DatasetShard).
 	Positions map[string]shardPos `json:"positions,omitempty"`

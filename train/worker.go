@@ -52,7 +52,7 @@ func NewLoop[C any](name string, fn func(ctx context.Context, w *Worker, cfg C) 
 		var cfg C
 		if len(raw) > 0 {
 			if err := json.Unmarshal(raw, &cfg); err != nil {
-				return fmt.Errorf("train: loop %s: decode its %T configuration: %w", name, cfg, err)
+				return backend.Errorf(backend.InvalidArgument, "", "train: loop %s: decode its %T configuration: %w", name, cfg, err)
 			}
 		}
 		return fn(ctx, w, cfg)
@@ -196,7 +196,7 @@ func runWorker(ctx context.Context, in workerInput) (struct{}, error) {
 		fn = loops.m[in.Loop]
 		loops.RUnlock()
 		if fn == nil {
-			return struct{}{}, fmt.Errorf("train: no loop named %q is registered in this process (register it with train.NewLoop at package level)", in.Loop)
+			return struct{}{}, backend.Errorf(backend.NotFound, "", "train: no loop named %q is registered in this process (register it with train.NewLoop at package level)", in.Loop)
 		}
 	}
 	if hold := holdWorker.Load(); hold != nil {
@@ -234,7 +234,7 @@ func (w *Worker) run(ctx context.Context, fn loopFunc) (err error) {
 	in := w.in
 	ln, err := net.Listen("tcp", net.JoinHostPort(w.sess.localIP(), "0"))
 	if err != nil {
-		return fmt.Errorf("train: rank %d: listen for peers: %w", in.Rank, err)
+		return withCode(backend.Unavailable, fmt.Errorf("train: rank %d: listen for peers: %w", in.Rank, err))
 	}
 	w.ring = newRing(in.Rank, in.WorldSize, w.sess, ln, in.Verdict)
 	defer w.ring.close()
@@ -256,13 +256,13 @@ func (w *Worker) run(ctx context.Context, fn loopFunc) (err error) {
 		return fmt.Errorf("train: rank %d: join the run: %w", in.Rank, err)
 	}
 	if len(peers.Addrs) != in.WorldSize {
-		return fmt.Errorf("train: rank %d: the driver sent %d peer addresses for %d workers", in.Rank, len(peers.Addrs), in.WorldSize)
+		return backend.Errorf(backend.Internal, "", "train: rank %d: the driver sent %d peer addresses for %d workers", in.Rank, len(peers.Addrs), in.WorldSize)
 	}
 	if in.Program != nil {
 		return runProgram(ctx, w, peers.Addrs[0])
 	}
 	if err := w.ring.connect(ctx, peers.Addrs, in.Token); err != nil {
-		return fmt.Errorf("train: rank %d: connect the ring: %w", in.Rank, err)
+		return withCode(backend.Unavailable, fmt.Errorf("train: rank %d: connect the ring: %w", in.Rank, err))
 	}
 	defer func() {
 		if p := recover(); p != nil {
