@@ -105,6 +105,7 @@ func (rt *Runtime) Start(ctx context.Context, exec backend.Executor) error {
 	rt.pool = newPool(&rt.wg, rt.closedCh, 256)
 	if !rt.closed {
 		rt.schedule()
+		rt.startWaitWatch()
 	}
 	return nil
 }

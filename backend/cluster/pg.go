@@ -29,6 +29,7 @@ type pgroup struct {
 	readyOK bool
 	seq     uint64
 	bypass  int
+	warn    warnState // when to log that it waits (waitwarn.go)
 	// pinned, when set, gives each bundle's only allowed node (TPU slice
 	// reservations pin bundles to the hosts of reserved slices).
 	pinned []*node

@@ -140,6 +140,7 @@ func (rt *Runtime) reserveProvisioned(ctx context.Context, op string, pr Provisi
 			return nil, backend.Wrap(backend.CodeOf(err), op, err), true
 		}
 	}
+	w.status = q.status
 	w.onHeld = func(short int) {
 		if _, err := q.ask(ctx, short); err != nil {
 			rt.log.Warn("cluster: asking for capacity failed", "op", op, "err", err)

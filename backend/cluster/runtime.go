@@ -38,6 +38,13 @@ type Options struct {
 	// it, so that a run of short tasks does not start and stop its worker
 	// for each; 0 means 2s.
 	HostIdle time.Duration
+	// WaitWarning is how long a slice reservation, placement group, task
+	// or actor may wait to start before the runtime logs a warning
+	// through Logger naming what waits and why (then again at twice the
+	// age, and so on, at most every 5 minutes); 0 means
+	// DefaultWaitWarning (10s), negative turns the warnings off. Without
+	// a Logger nothing is watched.
+	WaitWarning time.Duration
 }
 
 // Runtime is the cluster runtime: the scheduler, object store, actors,
@@ -64,6 +71,8 @@ type Runtime struct {
 	claimRetry time.Duration
 	hostIdle   time.Duration // Options.HostIdle (hostclaim.go)
 	heldTimer  *time.Timer   // retries slices held elsewhere (claim.go)
+	waitWarn   time.Duration // Options.WaitWarning, or <= 0 for none (waitwarn.go)
+	waitClock  seqClock      // guarded by mu
 
 	mu   sync.Mutex
 	exec backend.Executor
@@ -191,6 +200,7 @@ func New(source NodeSource, runner Runner, opts Options) (*Runtime, error) {
 	b.runCtx, b.runStop = context.WithCancel(context.Background())
 	b.claimRetry = cmp.Or(opts.ClaimRetry, time.Second)
 	b.hostIdle = cmp.Or(opts.HostIdle, 2*time.Second)
+	b.waitWarn = cmp.Or(opts.WaitWarning, DefaultWaitWarning)
 	b.claimer, _ = source.(SliceClaimer)
 	b.claimRunner, _ = runner.(ClaimRunner)
 	if h, ok := runner.(ChipHolder); ok && !h.ChipsOutsideReservations() {

@@ -28,6 +28,8 @@ type class struct {
 	feasEpoch uint64
 	feasErr   error
 	res       backend.Resources // demand as a map, shared read-only by runtime infos
+	// warn is when to log that the head of the queue waits (waitwarn.go).
+	warn warnState
 	// swept: dropped from b.classes while idle; a task that still points
 	// to it (waiting for its input, or an actor to restart) takes it back
 	// when it is queued (enqueue).

@@ -148,6 +148,11 @@ type sliceWait struct {
 	// held by another driver, with how many intact idle slices the
 	// request is now short of (provision.go).
 	onHeld func(short int)
+	// warn is when to log that it waits (waitwarn.go).
+	warn warnState
+	// status, if set, says what the cluster answered to a request for
+	// capacity for it (provision.go); called without b.mu.
+	status func(ctx context.Context) string
 }
 
 func shapeKey(s tpu.SliceShape) string {
@@ -444,28 +449,8 @@ func (rt *Runtime) awaitSlices(ctx context.Context, op string, p *shapePool, w *
 // DeadlineExceeded (or Canceled). ahead is how many requests for the shape
 // were queued before it. b.mu must be held.
 func gaveUp(op string, p *shapePool, w *sliceWait, ahead int, ctxErr error) error {
-	var free, busy, broken int
-	for _, s := range p.all {
-		switch {
-		case s.dead > 0:
-			broken++
-		case s.idle():
-			free++
-		default:
-			busy++
-		}
-	}
-	queue := ""
-	if ahead > 0 {
-		queue = fmt.Sprintf(", %d earlier %s still waiting", ahead, plural(ahead, "request", "requests"))
-	}
-	asked := fmt.Sprintf("%d × %s", w.n, w.shape)
-	if w.sub.Count() > 0 {
-		asked = "the sub-slice " + w.sub.String() // "v6e 2x4 (4 chips per host) in v6e 4x4"
-	}
-	return backend.Errorf(backend.CodeOf(ctxErr), op,
-		"gave up after %v waiting for %s: of the cluster's %d slices of that shape %d free, %d busy, %d broken%s: %w",
-		time.Since(w.since).Round(time.Millisecond), asked, len(p.all), free, busy, broken, queue, ctxErr)
+	return backend.Errorf(backend.CodeOf(ctxErr), op, "gave up after %v waiting for %s: %s: %w",
+		time.Since(w.since).Round(time.Millisecond), askedSlices(w), slicePoolPhrase(p, ahead), ctxErr)
 }
 
 func plural(n int, one, many string) string {

@@ -75,7 +75,7 @@ func NewFromParts(cfg Config, id ClusterID, src *Source, r *Runner) (*Backend, e
 	// Capacity pods are worker pods in waiting, which the runner adopts
 	// (ProvisionConfig.Placeholders).
 	src.workerPod, r.adoptions, r.dropAdoptions = r.pt.pod, src.adoptionsOf, src.dropAdoptions
-	rt, err := cluster.New(src, r, cluster.Options{Logger: cfg.withDefaults().Logger, HostIdle: cfg.Worker.HostIdle})
+	rt, err := cluster.New(src, r, cluster.Options{Logger: cfg.withDefaults().Logger, HostIdle: cfg.Worker.HostIdle, WaitWarning: cfg.WaitWarning})
 	if err != nil {
 		return nil, backend.Wrap(backend.CodeOf(err), "create Kubernetes backend", err)
 	}

@@ -85,6 +85,11 @@ type Config struct {
 	// KeepKlog leaves klog's lines on stderr instead of routing them to
 	// Logger.
 	KeepKlog bool
+	// WaitWarning is how long a slice reservation, placement group, task
+	// or actor may wait to start before a warning naming what waits and
+	// why goes to Logger (then again with backoff); 0 means 10s, negative
+	// turns the warnings off (cluster.Options.WaitWarning).
+	WaitWarning time.Duration
 }
 
 // WorkerConfig describes the worker pods: the user's own program, built

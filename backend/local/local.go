@@ -75,6 +75,7 @@ package local
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/google/wire"
 
@@ -101,6 +102,11 @@ type Options struct {
 	// large for a cluster fails in tests too. 0 means 64 MiB
 	// (worker.DefaultMaxMessageSize).
 	MaxMessageSize int
+	// WaitWarning is how long a slice reservation, placement group, task
+	// or actor may wait to start before a warning naming what waits and
+	// why goes to Logger (then again with backoff); 0 means 10s, negative
+	// turns the warnings off (cluster.Options.WaitWarning).
+	WaitWarning time.Duration
 }
 
 // TombstoneWindow is how many dead actors and removed placement groups
@@ -156,7 +162,7 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 		}
 		runner = b.procs
 	}
-	rt, err := cluster.New(src, runner, cluster.Options{Logger: opts.Logger, StarvationLimit: opts.StarvationLimit, NativeValues: true, Nodes: nodes})
+	rt, err := cluster.New(src, runner, cluster.Options{Logger: opts.Logger, StarvationLimit: opts.StarvationLimit, NativeValues: true, Nodes: nodes, WaitWarning: opts.WaitWarning})
 	if err != nil {
 		return nil, err
 	}
