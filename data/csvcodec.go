@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // csvCodec maps CSV records to rows of type T and back. T is []string (a
@@ -47,7 +49,7 @@ func newCSVCodec[T any]() (*csvCodec[T], error) {
 	case t == reflect.TypeFor[map[string]string]():
 		return &csvCodec[T]{kind: csvMap}, nil
 	case t.Kind() != reflect.Struct:
-		return nil, fmt.Errorf("data: CSV rows must be []string, map[string]string or a struct, not %v", t)
+		return nil, backend.Errorf(backend.InvalidArgument, "", "data: CSV rows must be []string, map[string]string or a struct, not %v", t)
 	}
 	c := &csvCodec[T]{kind: csvStruct}
 	for i := range t.NumField() {
@@ -70,7 +72,7 @@ func newCSVCodec[T any]() (*csvCodec[T], error) {
 		case reflect.String, reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
 		default:
-			return nil, fmt.Errorf("data: CSV field %s.%s is %v; valid kinds are string, bool, ints, uints and floats, or pointers to them (tag it csv:\"-\" to skip it)", t, f.Name, f.Type)
+			return nil, backend.Errorf(backend.InvalidArgument, "", "data: CSV field %s.%s is %v; valid kinds are string, bool, ints, uints and floats, or pointers to them (tag it csv:\"-\" to skip it)", t, f.Name, f.Type)
 		}
 		c.fields = append(c.fields, csvField{name: name, index: i, kind: ft.Kind(), ptr: ptr})
 	}

@@ -132,8 +132,10 @@ func (w *blockWriter[T]) putRun(rows []T, p Pos) error {
 
 // bad reports a row the source could not decode.
 func (w *blockWriter[T]) bad(p Pos, err error) error {
+	// A bad row was read: it counts in RowsIn (rows read = out + bad).
+	w.o.rowsIn.Add(1)
 	w.o.bad.Add(1)
-	return w.r.bad.add(&RowError{Op: w.o.name, Pos: p, Err: err})
+	return w.r.bad.add(&RowError{Op: w.o.name, Pos: p, Err: err, decode: true})
 }
 
 func (w *blockWriter[T]) flush() error {
@@ -172,7 +174,7 @@ func FromItems[T any](items []T, opts ...Option) *Dataset[T] {
 func Range(n int, opts ...Option) *Dataset[int] {
 	return sourceOf("range", opts, 1, func(context.Context, *run) ([]partition[int], error) {
 		if n < 0 {
-			return nil, fmt.Errorf("data.Range(%d): n must be 0 or more", n)
+			return nil, badArg("Range(%d): n must be 0 or more", n)
 		}
 		return []partition[int]{{name: "range", read: func(ctx context.Context, w *blockWriter[int]) error {
 			buf := make([]int, w.size)

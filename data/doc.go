@@ -103,6 +103,17 @@
 // are returned as they are. Files written by a sink appear atomically and
 // only when the run succeeds.
 //
+// Every error a sink returns carries a code from goray's closed set
+// (ray.Code(err), errors.Is(err, ray.ErrNotFound), ...), its message and
+// chain kept: InvalidArgument for bad input (a row a source cannot
+// decode, a bad option or argument, a nil context or dataset, a file not
+// of its format, a row a format cannot encode); NotFound for a file,
+// folder or glob that names nothing; ResourceExhausted for a line or
+// record over [MaxLineBytes]; FailedPrecondition for a file that cannot
+// be read for its permissions; Unavailable for an I/O error; TaskFailed
+// for a row an operator's function failed on and for a panic; context
+// errors as they are; the cluster's and storage's errors keep theirs.
+//
 // # Progress and stats
 //
 // A live line on stderr shows rows per second and rows in flight per

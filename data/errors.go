@@ -3,8 +3,12 @@ package data
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"runtime/debug"
 	"sync"
+	"syscall"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // Pos is where a row came from: its source (a file's key, or "items" or
@@ -34,6 +38,8 @@ type RowError struct {
 	Op  string
 	Pos Pos
 	Err error
+
+	decode bool // a source could not decode the row (else a function failed on it)
 }
 
 func (e *RowError) Error() string {
@@ -121,4 +127,67 @@ func recovered(op string, f func() error) (err error) {
 		}
 	}()
 	return f()
+}
+
+// errTooLong is matched by the error of a row (a line, a record, a file)
+// over its size limit ([MaxLineBytes]); such errors are coded
+// ResourceExhausted.
+var errTooLong = errors.New("longer than MaxLineBytes")
+
+// coded gives err a code from the closed set (ray.Code, errors.Is with
+// ray.ErrInvalidArgument and the other sentinels) when it has none yet,
+// keeping its message and chain: every error that package data returns
+// goes through it.
+//
+//   - bad input: a row a source cannot decode, a bad option or argument,
+//     a file that is not of its format: InvalidArgument;
+//   - a file, folder or glob that names nothing: NotFound;
+//   - a row, line or record over its size limit: ResourceExhausted;
+//   - an unreadable file (permissions): FailedPrecondition;
+//   - an I/O error reading or writing: Unavailable;
+//   - a row a function failed on, a panic: TaskFailed;
+//   - a context error stays as it is; errors of the cluster (an actor
+//     that died, ...) and of package storage keep their codes.
+//
+// Anything else is a bug of this package: Internal.
+func coded(err error) error {
+	if err == nil || backend.CodeOf(err) != backend.Unknown {
+		return err
+	}
+	return &backend.Error{Code: codeFor(err), Err: err}
+}
+
+func codeFor(err error) backend.Code {
+	var (
+		pe    *PanicError
+		re    *RowError
+		se    *SourceError
+		path  *fs.PathError
+		errno syscall.Errno
+	)
+	switch {
+	case errors.Is(err, errTooLong) || errors.Is(err, errRecordTooLong):
+		return backend.ResourceExhausted
+	case errors.Is(err, fs.ErrNotExist):
+		return backend.NotFound
+	case errors.Is(err, fs.ErrPermission):
+		return backend.FailedPrecondition
+	case errors.As(err, &pe):
+		return backend.TaskFailed
+	case errors.As(err, &re):
+		if re.decode {
+			return backend.InvalidArgument
+		}
+		return backend.TaskFailed
+	case errors.As(err, &path) || errors.As(err, &errno):
+		return backend.Unavailable
+	case errors.As(err, &se):
+		return backend.InvalidArgument // read, but not of its format
+	}
+	return backend.Internal
+}
+
+// notFound and unavailable code the errors of files.
+func notFound(format string, args ...any) error {
+	return backend.Errorf(backend.NotFound, "", format, args...)
 }

@@ -2,10 +2,11 @@ package data
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"reflect"
 	"slices"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // extSorter is an external merge sort under a memory budget: rows are
@@ -74,7 +75,7 @@ func (s *extSorter[E]) spillSorted(rows []E, bytes int64) error {
 	if !s.checked {
 		s.checked = true
 		if err := spillable(reflect.TypeFor[E]()); err != nil {
-			return fmt.Errorf("data: %s: the rows held passed MemoryBudget(%d) and must be spilled, but %w; export it, make the type implement encoding.BinaryMarshaler, or raise MemoryBudget", s.o.name, s.budget, err)
+			return backend.Errorf(backend.InvalidArgument, "", "data: %s: the rows held passed MemoryBudget(%d) and must be spilled, but %w; export it, make the type implement encoding.BinaryMarshaler, or raise MemoryBudget", s.o.name, s.budget, err)
 		}
 	}
 	w, err := newRunWriter[E](s.ctx, s.area, int(min(s.share, 64<<10)))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -112,7 +113,7 @@ func (f Files) list(ctx context.Context) (files []file, close func(), err error)
 		files, err := listBucket(ctx, f.bucket, f.pattern, func(key string) string { return key })
 		return files, func() {}, err
 	default:
-		return nil, nil, errors.New("data: no files named (use InBucket, LocalFiles or FromStream)")
+		return nil, nil, badArg("Files: no files named (use InBucket, LocalFiles or FromStream)")
 	}
 }
 
@@ -125,6 +126,9 @@ func splitLocal(p string) (root, pattern string, err error) {
 	}
 	if !hasMeta(abs) {
 		st, err := os.Stat(abs)
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", "", notFound("data: %s: no such file or folder (name a file, a folder or a glob)", abs)
+		}
 		if err != nil {
 			return "", "", fmt.Errorf("data: %w", err)
 		}
@@ -161,7 +165,7 @@ func listBucket(ctx context.Context, b storage.Bucket, pattern string, display f
 	}
 	if hasMeta(pattern) {
 		if _, err := path.Match(pattern, ""); err != nil {
-			return nil, fmt.Errorf("data: bad glob %q: %w (the syntax is path.Match's: * ? [a-z] \\)", pattern, err)
+			return nil, badArg("Files: bad glob %q: %w (the syntax is path.Match's: * ? [a-z] \\)", pattern, err)
 		}
 		prefix := pattern[:strings.IndexAny(pattern, "*?[\\")]
 		prefix = prefix[:strings.LastIndex(prefix, "/")+1]
@@ -189,7 +193,7 @@ func listBucket(ctx context.Context, b storage.Bucket, pattern string, display f
 		}
 	}
 	if len(keys) == 0 {
-		return nil, fmt.Errorf("data: no files match %q (a file's key, a folder or a glob)", display(pattern))
+		return nil, notFound("data: no files match %q (a file's key, a folder or a glob)", display(pattern))
 	}
 	files := make([]file, len(keys))
 	for i, k := range keys {
@@ -239,7 +243,7 @@ func (f Files) create(ctx context.Context) (w io.Writer, commit func() error, ab
 	closeBucket := func() {}
 	switch {
 	case f.stream != nil:
-		return nil, nil, nil, errors.New("data: cannot write to a stream source; use InBucket or LocalFiles")
+		return nil, nil, nil, badArg("Files: cannot write to a stream source; use InBucket or LocalFiles")
 	case f.local:
 		abs, err := filepath.Abs(f.pattern)
 		if err != nil {
@@ -256,11 +260,11 @@ func (f Files) create(ctx context.Context) (w io.Writer, commit func() error, ab
 	case f.bucket != nil:
 		b = f.bucket
 	default:
-		return nil, nil, nil, errors.New("data: no file named (use InBucket or LocalFiles)")
+		return nil, nil, nil, badArg("Files: no file named (use InBucket or LocalFiles)")
 	}
 	if key == "" || hasMeta(key) {
 		closeBucket()
-		return nil, nil, nil, fmt.Errorf("data: cannot write to %q: name one file, without glob characters", f.pattern)
+		return nil, nil, nil, badArg("Files: cannot write to %q: name one file, without glob characters", f.pattern)
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	bw, err := b.NewWriter(wctx, key)

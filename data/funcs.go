@@ -3,8 +3,8 @@ package data
 import (
 	"context"
 	"errors"
-	"fmt"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
 )
 
@@ -124,13 +124,16 @@ func OnTasks(c *ray.Cluster, opts ...ray.TaskOption) Option {
 // [OnTasks], as ray tasks. Options: [OnTasks], [Concurrency], [BatchSize],
 // [MaxRowsInFlight], [MaxBytesInFlight], [Name].
 func Apply[I, O any](d *Dataset[I], f *Func[I, O], opts ...Option) *Dataset[O] {
+	if f == nil {
+		return failed[O](badArg("Apply: nil Func (make one with NewMapFunc, NewFilterFunc, NewFlatMapFunc or NewBatchFunc)"))
+	}
 	return operator(d, f.name, func(r *run, o *opState, cfg *config) (kernel[I, O], error) {
 		switch c := cfg.compute.(type) {
 		case nil:
 			return f.local, nil
 		case tasksCompute:
 			if f.task == nil {
-				return nil, fmt.Errorf("OnTasks needs a registered function (NewMapFunc, NewFilterFunc, NewFlatMapFunc or NewBatchFunc); %s is a plain function that can only run in the driver", f.name)
+				return nil, badArg("Apply: OnTasks needs a registered function (NewMapFunc, NewFilterFunc, NewFlatMapFunc or NewBatchFunc); %s is a plain function that can only run in the driver", f.name)
 			}
 			return func(ctx context.Context, rows []I) (result[O], error) {
 				w, err := f.task.Remote(ctx, c.c, rows, c.opts...).Get(ctx)
@@ -140,7 +143,7 @@ func Apply[I, O any](d *Dataset[I], f *Func[I, O], opts ...Option) *Dataset[O] {
 				return fromWire(w), nil
 			}, nil
 		default:
-			return nil, fmt.Errorf("unknown compute %T", c)
+			return nil, backend.Errorf(backend.Internal, "", "data: unknown compute %T", c)
 		}
 	}, opts)
 }
@@ -150,17 +153,26 @@ func Apply[I, O any](d *Dataset[I], f *Func[I, O], opts ...Option) *Dataset[O] {
 // row (see [SkipBadRows]). To run it as ray tasks, register it with
 // [NewMapFunc] and use [Apply].
 func Map[I, O any](d *Dataset[I], fn func(context.Context, I) (O, error), opts ...Option) *Dataset[O] {
+	if fn == nil {
+		return failed[O](badArg("Map: nil function"))
+	}
 	return Apply(d, &Func[I, O]{name: "map", local: mapKernel(fn)}, opts...)
 }
 
 // Filter adds an operator that keeps the rows fn returns true for.
 func Filter[T any](d *Dataset[T], fn func(context.Context, T) (bool, error), opts ...Option) *Dataset[T] {
+	if fn == nil {
+		return failed[T](badArg("Filter: nil function"))
+	}
 	return Apply(d, &Func[T, T]{name: "filter", local: filterKernel(fn)}, opts...)
 }
 
 // FlatMap adds an operator that turns each row into zero or more rows. The
 // in-flight caps count the rows it takes in, not the rows it makes.
 func FlatMap[I, O any](d *Dataset[I], fn func(context.Context, I) ([]O, error), opts ...Option) *Dataset[O] {
+	if fn == nil {
+		return failed[O](badArg("FlatMap: nil function"))
+	}
 	return Apply(d, &Func[I, O]{name: "flat_map", local: flatMapKernel(fn)}, opts...)
 }
 
@@ -168,6 +180,9 @@ func FlatMap[I, O any](d *Dataset[I], fn func(context.Context, I) ([]O, error), 
 // rows (the last batch may be smaller). fn may return any number of rows;
 // an error fails the whole batch (each of its rows is a bad row).
 func MapBatches[I, O any](d *Dataset[I], fn func(context.Context, []I) ([]O, error), opts ...Option) *Dataset[O] {
+	if fn == nil {
+		return failed[O](badArg("MapBatches: nil function"))
+	}
 	return Apply(d, &Func[I, O]{name: "map_batches", local: batchKernel(fn)}, opts...)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
 )
 
@@ -34,6 +35,9 @@ type binder[I, O any] func(r *run, o *opState, cfg *config) (kernel[I, O], error
 
 // operator adds an operator to d's plan.
 func operator[I, O any](d *Dataset[I], name string, bind binder[I, O], opts []Option) *Dataset[O] {
+	if d == nil {
+		return failed[O](badArg("%s: the input dataset is nil", name))
+	}
 	return &Dataset[O]{start: func(r *run) (stream[O], error) {
 		in, err := d.start(r)
 		if err != nil {
@@ -44,7 +48,7 @@ func operator[I, O any](d *Dataset[I], name string, bind binder[I, O], opts []Op
 			return stream[O]{}, fmt.Errorf("operator %s: %w", o.name, err)
 		}
 		if cfg.batchSize > 0 && int64(cfg.batchSize) > cfg.maxRows {
-			return stream[O]{}, fmt.Errorf("operator %s: batch size %d is larger than MaxRowsInFlight(%d); a batch must fit under the cap", o.name, cfg.batchSize, cfg.maxRows)
+			return stream[O]{}, badArg("%s: batch size %d is larger than MaxRowsInFlight(%d); a batch must fit under the cap", o.name, cfg.batchSize, cfg.maxRows)
 		}
 		k, err := bind(r, o, cfg)
 		if err != nil {
@@ -250,7 +254,7 @@ func emit[O any](ctx context.Context, o *opState, ordered bool, done <-chan bloc
 		}
 		if !ok {
 			if len(pending) > 0 {
-				return errors.New("data: internal error: blocks lost in reordering")
+				return backend.Errorf(backend.Internal, "", "data: internal error: blocks lost in reordering")
 			}
 			return nil
 		}

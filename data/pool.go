@@ -97,15 +97,18 @@ type Pool[A, CI any] struct {
 // pool's Max) bounds the calls in flight; [BatchSize] sets the rows per
 // call.
 func ApplyPool[A, CI, I, O any](d *Dataset[I], p Pool[A, CI], m *Method[A, I, O], opts ...Option) *Dataset[O] {
+	if m == nil {
+		return failed[O](badArg("ApplyPool: nil Method (make one with NewMapMethod, NewFilterMethod, NewFlatMapMethod or NewBatchMethod)"))
+	}
 	return operator(d, m.name, func(r *run, o *opState, cfg *config) (kernel[I, O], error) {
 		if p.Cluster == nil || p.Class == nil {
-			return nil, errors.New("pool needs a Cluster and a Class")
+			return nil, badArg("ApplyPool: the Pool needs a Cluster and a Class")
 		}
 		if p.Max == 0 {
 			p.Max = p.Min
 		}
 		if p.Min < 1 || p.Max < p.Min {
-			return nil, fmt.Errorf("pool size Min %d, Max %d: need 1 <= Min <= Max", p.Min, p.Max)
+			return nil, badArg("ApplyPool: pool size Min %d, Max %d: need 1 <= Min <= Max", p.Min, p.Max)
 		}
 		if !cfg.concSet {
 			cfg.concurrency = p.Max

@@ -62,7 +62,7 @@ func ReadJSONL[T any](files Files, opts ...Option) *Dataset[T] {
 				line++
 				p := Pos{Source: f.name, Row: row, Line: line}
 				row++
-				if err := w.bad(p, fmt.Errorf("line longer than MaxLineBytes (%d bytes)", w.maxLine)); err != nil {
+				if err := w.bad(p, fmt.Errorf("line %w (%d bytes)", errTooLong, w.maxLine)); err != nil {
 					return err
 				}
 			} else if len(b) > 0 {
@@ -153,7 +153,7 @@ func ReadCSV[T any](files Files, opts ...Option) *Dataset[T] {
 			}
 			if errors.Is(err, errRecordTooLong) {
 				return sourceFailed(ctx, Pos{Source: f.name, Row: row, Line: lastLine + 1},
-					fmt.Errorf("the record from line %d on is longer than MaxLineBytes (%d bytes)", lastLine+1, w.maxLine))
+					fmt.Errorf("the record from line %d on is %w (%d bytes)", lastLine+1, errTooLong, w.maxLine))
 			}
 			var se *csvSyntaxError
 			switch {

@@ -13,6 +13,9 @@ var errStop = errors.New("data: stop")
 // start, the run is ended and reported, and the error returned (ctx's own
 // error when ctx ended).
 func startRun[T any](ctx context.Context, d *Dataset[T], opts []Option) (*run, stream[T], error) {
+	if err := checkRun(ctx, d, "a sink"); err != nil {
+		return nil, stream[T]{}, err
+	}
 	cfg := defaultConfig()
 	cfg.with(opts)
 	if err := cfg.err(); err != nil {
@@ -26,10 +29,23 @@ func startRun[T any](ctx context.Context, d *Dataset[T], opts []Option) (*run, s
 		if cerr := ctx.Err(); cerr != nil {
 			err = cerr
 		}
+		err = coded(err)
 		r.report(err)
 		return nil, stream[T]{}, err
 	}
 	return r, s, nil
+}
+
+// checkRun refuses a nil context or dataset given to a sink, with an
+// InvalidArgument error instead of a panic.
+func checkRun[T any](ctx context.Context, d *Dataset[T], sink string) error {
+	switch {
+	case ctx == nil:
+		return badArg("%s: nil context (pass context.Background() or the caller's context)", sink)
+	case d == nil:
+		return badArg("%s: nil dataset (make datasets with FromItems, ReadJSONL and the other sources)", sink)
+	}
+	return nil
 }
 
 // drain runs d and calls each with every output block, on the calling
@@ -77,6 +93,7 @@ func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(r
 		// is the context's, as it is.
 		err = cerr
 	}
+	err = coded(err)
 	r.report(err)
 	return err
 }
@@ -93,6 +110,10 @@ func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(r
 //	}
 func Rows[T any](ctx context.Context, d *Dataset[T], opts ...Option) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
+		if err := checkRun(ctx, d, "Rows"); err != nil {
+			yield(*new(T), err)
+			return
+		}
 		err := drain(ctx, d, opts, func(rows []T) error {
 			for _, row := range rows {
 				if !yield(row, nil) {
@@ -112,7 +133,10 @@ func Rows[T any](ctx context.Context, d *Dataset[T], opts ...Option) iter.Seq2[T
 // the run stops as soon as it has them. It returns fewer when d has fewer.
 func Take[T any](ctx context.Context, d *Dataset[T], n int, opts ...Option) ([]T, error) {
 	if n < 0 {
-		return nil, errors.New("data.Take: n must be 0 or more")
+		return nil, badArg("Take(%d): n must be 0 or more", n)
+	}
+	if err := checkRun(ctx, d, "Take"); err != nil {
+		return nil, err
 	}
 	out := make([]T, 0, min(n, 1<<16))
 	if n == 0 {
@@ -134,6 +158,9 @@ func Take[T any](ctx context.Context, d *Dataset[T], n int, opts ...Option) ([]T
 
 // Count runs d and returns its number of rows.
 func Count[T any](ctx context.Context, d *Dataset[T], opts ...Option) (int64, error) {
+	if err := checkRun(ctx, d, "Count"); err != nil {
+		return 0, err
+	}
 	var n int64
 	err := drain(ctx, d, opts, func(rows []T) error {
 		n += int64(len(rows))

@@ -67,8 +67,8 @@ type Shards[T any] struct {
 // panic, a source error, ctx cancelled) ends every shard's iteration with
 // that error, so no shard ever ends as complete after a failure.
 func Split[T any](ctx context.Context, d *Dataset[T], n int, opts ...Option) (*Shards[T], error) {
-	if d == nil {
-		return nil, badArg("Split: dataset is nil")
+	if err := checkRun(ctx, d, "Split"); err != nil {
+		return nil, err
 	}
 	if n < 1 {
 		return nil, badArg("Split(%d): n must be at least 1 (one shard per consumer)", n)
@@ -104,6 +104,7 @@ func Split[T any](ctx context.Context, d *Dataset[T], n int, opts ...Option) (*S
 		} else if s.closed.Load() && isContextErr(err) {
 			err = nil // Close ended it
 		}
+		err = coded(err)
 		r.report(err)
 		s.err = err
 		close(s.done)

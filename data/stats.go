@@ -29,7 +29,11 @@ type Stats struct {
 // OpStats describes one operator (or source) of a run.
 type OpStats struct {
 	Name string
-	// RowsIn were admitted, RowsOut produced, BadRows failed.
+	// RowsIn were admitted, RowsOut produced, BadRows failed. For a
+	// source, RowsIn counts every row read, decoded or bad, so RowsIn =
+	// RowsOut + BadRows; for an operator, RowsIn counts the rows it took
+	// from upstream (a one-to-one operator such as Map has RowsIn =
+	// RowsOut + BadRows; Filter drops, FlatMap and batches reshape).
 	RowsIn, RowsOut, BadRows int64
 	// RowsPerSecond is RowsOut over the operator's running time.
 	RowsPerSecond float64

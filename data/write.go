@@ -6,12 +6,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // writeFile runs d and writes its rows to the one file that to names,
 // atomically: the file appears, complete, only when the run succeeds; on
 // failure or cancellation nothing is left under its name.
 func writeFile[T any](ctx context.Context, d *Dataset[T], to Files, opts []Option, newEnc func(w io.Writer) (Encoder[T], error)) (err error) {
+	if err := checkRun(ctx, d, "write to "+to.String()); err != nil {
+		return err
+	}
+	defer func() { err = coded(err) }()
 	w, commit, abort, err := to.create(ctx)
 	if err != nil {
 		return err
@@ -26,15 +32,18 @@ func writeFile[T any](ctx context.Context, d *Dataset[T], to Files, opts []Optio
 	op := "write " + to.String()
 	var enc Encoder[T]
 	if err := recovered(op, func() (err error) { enc, err = newEnc(w); return err }); err != nil {
-		return err
+		return encodeFailed(err)
 	}
 	if err := drain(ctx, d, opts, func(rows []T) error {
-		return recovered(op, func() error { return enc.Write(rows) })
+		if err := recovered(op, func() error { return enc.Write(rows) }); err != nil {
+			return encodeFailed(fmt.Errorf("data: write %s: %w", to, err))
+		}
+		return nil
 	}); err != nil {
 		return err
 	}
 	if err := recovered(op, enc.Close); err != nil {
-		return fmt.Errorf("data: write %s: %w", to, err)
+		return encodeFailed(fmt.Errorf("data: write %s: %w", to, err))
 	}
 	return commit()
 }
@@ -118,4 +127,19 @@ func (e *csvEncoder[T]) Close() error {
 		}
 	}
 	return e.cw.Flush()
+}
+
+// encodeFailed codes an encoder's error: an I/O error (Unavailable), or
+// else rows or a row type the format cannot encode (InvalidArgument),
+// unless it has a code (a panic is TaskFailed).
+func encodeFailed(err error) error {
+	if err == nil || backend.CodeOf(err) != backend.Unknown {
+		return err
+	}
+	switch c := codeFor(err); c {
+	case backend.Internal:
+		return &backend.Error{Code: backend.InvalidArgument, Err: err}
+	default:
+		return &backend.Error{Code: c, Err: err}
+	}
 }
