@@ -54,6 +54,7 @@ type bodyStream struct {
 	cur         *bodyAttempt  // the attempt that may read src
 	finished    bool          // the handler is done: no more reads
 	interrupted bool          // reads were cut off on purpose (finish, the request's end)
+	connLost    bool          // by connLost: the replica's connection broke
 }
 
 // bodyAttempt is the body of one request to a replica's server.
@@ -441,4 +442,92 @@ func (s *Server) acquireBody(n int64) bool {
 func (s *Server) releaseBody(n int64) {
 	s.bodiesHeld.add(-n)
 	s.bodies.Release(n)
+}
+
+// A body read blocked on a slow client holds up the transport when the
+// replica's connection breaks: http.Transport returns the error only once
+// its goroutine writing the body has returned from the body's Read. So
+// the proxy's connections say when they close (the transport closes them
+// when its read of the response fails), and a request that cannot be
+// retried anyway has its read of the client's body cut off then
+// (bodyAttempt.connLost), so that it is answered 502 at once rather than
+// after the client's next bytes or BodyTimeout.
+
+// watchDial wraps dial so that its connections are watchedConns.
+func watchDial(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &watchedConn{Conn: c}, nil
+	}
+}
+
+// watchedConn calls the function watch gave it when it is closed.
+type watchedConn struct {
+	net.Conn
+	mu      sync.Mutex
+	closed  bool
+	onClose *func()
+}
+
+func (c *watchedConn) Close() error {
+	c.mu.Lock()
+	f := c.onClose
+	c.onClose, c.closed = nil, true
+	c.mu.Unlock()
+	if f != nil {
+		(*f)()
+	}
+	return c.Conn.Close()
+}
+
+// watch has f called when c closes (at once if it is closed already),
+// until the returned stop is called.
+func (c *watchedConn) watch(f func()) (stop func()) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		f()
+		return func() {}
+	}
+	p := &f
+	c.onClose = p
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		if c.onClose == p {
+			c.onClose = nil
+		}
+		c.mu.Unlock()
+	}
+}
+
+// connLost is called when the connection carrying a's request closed. If
+// a is reading the client's body and the request cannot be sent again
+// (more was read than the retry buffer kept), the read is cut off: the
+// request fails now with the connection's error, and its client's
+// connection closes after the answer.
+func (a *bodyAttempt) connLost() {
+	b := a.s
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cur != a || a.closed || !b.reading || b.n <= int64(len(b.buf)) {
+		return
+	}
+	a.closed = true
+	b.connLost = true
+	b.interruptLocked()
+}
+
+// cutByConnLoss reports whether connLost cut off the read of the client's
+// body (which cancelled the request's context too).
+func (b *bodyStream) cutByConnLoss() bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.connLost
 }

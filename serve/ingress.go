@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
 	"strings"
@@ -265,7 +266,7 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 			// A retry, or a redirect the client followed, found more of
 			// the body sent than it can send again.
 			return fail(http.StatusBadGateway, kindLost, fmt.Sprintf("deployment %q: the request could not be sent again: %s", d.spec.Name, noReplay.msg))
-		case ctx.Err() != nil:
+		case ctx.Err() != nil && !(errors.As(err, &up) && up.cut):
 			return fail(ctxCode(ctx), ctxKind(ctx), fmt.Sprintf("deployment %q: %v", d.spec.Name, context.Cause(ctx)))
 		case errors.As(err, &up):
 			// The connection to the replica's server failed before the
@@ -427,6 +428,9 @@ type upstreamError struct {
 	// noReplay, when set, says why the request cannot be sent to
 	// another replica: too much of its body was streamed.
 	noReplay string
+	// cut: the read of the client's body was cut off when the connection
+	// broke, which ended the request's context; the request is not retried.
+	cut bool
 }
 
 func (e upstreamError) Error() string {
@@ -502,14 +506,27 @@ func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.
 	code, msg := d.attempt(ctx, func(r *replica) error {
 		pi := r.inst.(*processInstance)
 		var rb io.ReadCloser = http.NoBody
+		rctx := ctx
 		if body != nil {
 			a, err := body.attempt()
 			if err != nil {
 				return err
 			}
 			rb = a
+			// Told when the replica's connection closes (see connLost).
+			var stops []func()
+			defer func() {
+				for _, stop := range stops {
+					stop()
+				}
+			}()
+			rctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+				if wc, ok := info.Conn.(*watchedConn); ok {
+					stops = append(stops, wc.watch(a.connLost))
+				}
+			}})
 		}
-		req, err := http.NewRequestWithContext(ctx, in.Method, pi.base, rb)
+		req, err := http.NewRequestWithContext(rctx, in.Method, pi.base, rb)
 		if err != nil {
 			return err
 		}
@@ -537,6 +554,13 @@ func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.
 					w.Header().Set("Connection", "close")
 				}
 				return e
+			}
+			if body.cutByConnLoss() {
+				// The replica's connection broke while the client's body
+				// was read (see connLost); that cancelled the request's
+				// context, which is not the client going away.
+				_, why := body.replayable()
+				return upstreamError{err: err, noReplay: why, cut: true}
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -25,7 +25,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Client is the HTTP client that proxies to Process replicas; nil
 	// means a client with keep-alive connections and no timeout of its
-	// own (each request's timeout applies).
+	// own (each request's timeout applies). When its Transport is an
+	// *http.Transport (or nil), the server uses a copy of it whose
+	// connections tell the ingress when they break, so that a request
+	// whose replica is lost while its client is slow to send the body
+	// is answered at once; with another RoundTripper such a request
+	// waits for the client's next bytes, or for BodyTimeout.
 	Client *http.Client
 
 	// MaxBodyBytes bounds one request body (413 beyond it). An actor
@@ -144,8 +149,19 @@ func New(c *ray.Cluster, opts *Options) *Server {
 		s.ownClient = true
 		s.client = &http.Client{Transport: &http.Transport{
 			Proxy: nil, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second,
-			DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+			DialContext: watchDial((&net.Dialer{Timeout: 5 * time.Second}).DialContext),
 		}}
+	} else if t, ok := cmp.Or[http.RoundTripper](s.client.Transport, http.DefaultTransport).(*http.Transport); ok && t.Dial == nil {
+		// A copy whose connections say when they close (see watchedConn).
+		t = t.Clone()
+		dial := t.DialContext
+		if dial == nil {
+			dial = (&net.Dialer{}).DialContext
+		}
+		t.DialContext = watchDial(dial)
+		c := *s.client
+		c.Transport = t
+		s.client, s.ownClient = &c, true
 	}
 	s.metrics = newMetrics(s)
 	s.handler = s.httpRoutes()
