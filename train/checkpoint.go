@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,6 +39,10 @@ type Checkpoint struct {
 	// RunConfig.Datasets at this report; a run resumed from the checkpoint
 	// starts each rank's shard there (see DatasetShard).
 	Datasets map[string]*DatasetPosition `json:"datasets,omitempty"`
+	// Dirs lists the ranks, among Ranks, whose data is a directory an
+	// external program committed (see docs/train.md, "Reports from
+	// programs"); read it at [Checkpoint.Dir].
+	Dirs []int `json:"dirs,omitempty"`
 
 	store *store `ray:"-"` // the driver's; a worker reads its checkpoint through the rendezvous
 }
@@ -52,7 +60,22 @@ func (c *Checkpoint) Load(ctx context.Context, rank int) ([]byte, error) {
 	if !c.hasRank(rank) {
 		return nil, backend.Errorf(backend.NotFound, "", "train: checkpoint %d has no data of rank %d; ranks with data: %v", c.Iteration, rank, c.Ranks)
 	}
+	if slices.Contains(c.Dirs, rank) {
+		return nil, backend.Errorf(backend.FailedPrecondition, "", "train: checkpoint %d: rank %d committed a directory, not data: read it at Checkpoint.Dir(%d)", c.Iteration, rank, rank)
+	}
 	return c.store.read(ctx, c.Iteration, rank)
+}
+
+// Dir returns where the directory rank committed in the checkpoint is: a
+// local path for file:// storage, a URL (gs://...) otherwise.
+func (c *Checkpoint) Dir(rank int) (string, error) {
+	if !slices.Contains(c.Dirs, rank) {
+		return "", backend.Errorf(backend.NotFound, "", "train: checkpoint %d has no directory of rank %d; ranks with directories: %v", c.Iteration, rank, c.Dirs)
+	}
+	if c.store == nil || c.store.location() == "" {
+		return "", backend.Errorf(backend.FailedPrecondition, "", "train: Checkpoint.Dir: the checkpoint has no storage")
+	}
+	return c.store.locate(c.store.rankKey(c.Iteration, rank)), nil
 }
 
 // store keeps a run's checkpoints in a bucket under "<run>/":
@@ -73,6 +96,164 @@ type store struct {
 	// Fit open it again. A mem:// bucket is gone by then.
 	url    string
 	closed atomic.Bool
+	// root is the local directory of a file:// storage, and base the URL
+	// of another storage that programs can write (gs://...); both empty
+	// for mem:// and for RunConfig.Bucket.
+	root, base string
+}
+
+// location is where programs find the run's storage: a local path for
+// file://, a URL otherwise, empty when they cannot reach it.
+func (s *store) location() string { return s.locate(strings.TrimSuffix(s.prefix, "/")) }
+
+// locate returns the path or URL of key.
+func (s *store) locate(key string) string {
+	switch {
+	case s.root != "":
+		return filepath.Join(s.root, filepath.FromSlash(key))
+	case s.base != "":
+		return s.base + "/" + key
+	}
+	return ""
+}
+
+// programDir checks a directory a program reported as its checkpoint
+// and returns its key in the bucket. It must be under the run's storage,
+// outside the run's checkpoints, and (on file://) a real directory.
+func (s *store) programDir(dir string) (string, error) {
+	loc := s.location()
+	if loc == "" {
+		return "", backend.Errorf(backend.FailedPrecondition, "", "the run's storage is in the driver's memory (mem:// or RunConfig.Bucket), where a program cannot write: set RunConfig.Storage to file:// (a directory every host shares) or gs://")
+	}
+	outside := func() error {
+		return backend.Errorf(backend.InvalidArgument, "", "checkpoint_dir %q is outside the run's storage %s: write the checkpoint under it (goray_train.staging_dir())", dir, loc)
+	}
+	var rel string
+	if s.root != "" {
+		if !filepath.IsAbs(dir) {
+			return "", backend.Errorf(backend.InvalidArgument, "", "checkpoint_dir %q is not an absolute path", dir)
+		}
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			return "", backend.Errorf(backend.NotFound, "", "checkpoint_dir %q: %w", dir, err)
+		}
+		realLoc, err := filepath.EvalSymlinks(loc)
+		if err != nil {
+			return "", outside()
+		}
+		if rel, err = filepath.Rel(realLoc, real); err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return "", outside()
+		}
+		if st, err := os.Lstat(real); err != nil || !st.IsDir() {
+			return "", backend.Errorf(backend.InvalidArgument, "", "checkpoint_dir %q is not a directory", dir)
+		}
+		rel = filepath.ToSlash(rel)
+	} else {
+		var ok bool
+		if rel, ok = strings.CutPrefix(dir, loc+"/"); !ok || storage.ValidKey(strings.TrimSuffix(rel, "/")) != nil {
+			return "", outside()
+		}
+		rel = strings.TrimSuffix(rel, "/")
+	}
+	if first, _, _ := strings.Cut(rel, "/"); strings.HasPrefix(first, "checkpoint_") || first == finishedName {
+		return "", backend.Errorf(backend.InvalidArgument, "", "checkpoint_dir %q is inside the run's committed checkpoints: write a new directory (goray_train.staging_dir())", dir)
+	}
+	return s.prefix + rel, nil
+}
+
+// commitDir moves the directory at key src (from programDir) to rank's
+// place in checkpoint it: a rename on file://, a copy then a delete of
+// every object elsewhere.
+func (s *store) commitDir(ctx context.Context, it, rank int, src string) error {
+	dst := s.rankKey(it, rank)
+	if s.root != "" {
+		from, to := filepath.Join(s.root, filepath.FromSlash(src)), filepath.Join(s.root, filepath.FromSlash(dst))
+		// What is there is the rank's part of the same iteration of a
+		// failed attempt, a checkpoint that was never completed.
+		if err := os.RemoveAll(to); err != nil {
+			return storageErr(fmt.Errorf("train: commit the directory of rank %d to checkpoint %d: %w", rank, it, err))
+		}
+		var err error
+		for range 100 {
+			// Pruning removes empty directories, such as the checkpoint's
+			// made a moment ago: make it again when the rename finds none.
+			if err = os.MkdirAll(filepath.Dir(to), 0o755); err == nil {
+				if err = os.Rename(from, to); err == nil || !errors.Is(err, fs.ErrNotExist) {
+					break
+				}
+				if _, serr := os.Lstat(from); serr != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			return storageErr(fmt.Errorf("train: commit the directory of rank %d to checkpoint %d: %w", rank, it, err))
+		}
+		return nil
+	}
+	var keys []string
+	for obj, err := range s.b.List(ctx, src+"/") {
+		if err != nil {
+			return storageErr(fmt.Errorf("train: commit the directory of rank %d to checkpoint %d: %w", rank, it, err))
+		}
+		keys = append(keys, obj.Key)
+	}
+	if len(keys) == 0 {
+		return backend.Errorf(backend.NotFound, "", "train: commit the directory of rank %d to checkpoint %d: %s holds no object", rank, it, s.locate(src))
+	}
+	// As on file://: what is there is a failed attempt's.
+	for obj, err := range s.b.List(ctx, dst+"/") {
+		if err != nil {
+			return storageErr(fmt.Errorf("train: commit the directory of rank %d to checkpoint %d: %w", rank, it, err))
+		}
+		s.b.Delete(ctx, obj.Key) //nolint:errcheck // overwritten below or left as debris of an incomplete checkpoint
+	}
+	for _, k := range keys {
+		if err := copyObject(ctx, s.b, k, dst+strings.TrimPrefix(k, src)); err != nil {
+			return storageErr(fmt.Errorf("train: commit the directory of rank %d to checkpoint %d: %w", rank, it, err))
+		}
+	}
+	for _, k := range keys {
+		s.b.Delete(ctx, k) //nolint:errcheck // the copy is committed; what stays is debris of the staging area
+	}
+	return nil
+}
+
+func copyObject(ctx context.Context, b storage.Bucket, from, to string) error {
+	r, err := b.NewRangeReader(ctx, from, 0, -1)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	w, err := b.NewWriter(ctx, to)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(w, r); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
+}
+
+// stagingName is the directory under the run where goray_train stages
+// checkpoint directories; every attempt starts with it cleared.
+const stagingName = "staging"
+
+func (s *store) clearStaging(ctx context.Context) error {
+	if s.root != "" {
+		return storageErr(os.RemoveAll(filepath.Join(s.root, filepath.FromSlash(s.prefix+stagingName))))
+	}
+	if s.base == "" {
+		return nil
+	}
+	for obj, err := range s.b.List(ctx, s.prefix+stagingName+"/") {
+		if err != nil {
+			return storageErr(err)
+		}
+		s.b.Delete(ctx, obj.Key) //nolint:errcheck // debris
+	}
+	return nil
 }
 
 const markerName = "COMPLETE"

@@ -94,7 +94,11 @@
 // jax.distributed.initialize reads), and JAX_NUM_PROCESSES and
 // JAX_PROCESS_ID (which it does not: on a TPU host it counts and numbers
 // the processes from the TPU env; pass them as arguments elsewhere); its
-// output reaches the driver line by line with a rank prefix, the run fails
+// output reaches the driver line by line with a rank prefix. A program
+// reports metrics per step, commits checkpoint directories and asks for
+// the checkpoint to resume from over HTTP and JSON at GORAY_TRAIN_ENDPOINT
+// (in Python, import goray_train: report and get_checkpoint, as Ray
+// Train's), with the same effects as [Worker.Report]. The run fails
 // as soon as one process exits non-zero, and every process is stopped on
 // cancel or failure.
 //

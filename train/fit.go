@@ -9,7 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -286,6 +289,7 @@ func (t *Trainer) openStore(ctx context.Context) (*store, func(), error) {
 	}
 	st := &store{b: b, prefix: t.run.Name + "/", keep: t.run.KeepCheckpoints}
 	if t.run.Bucket == nil {
+		st.root, st.base = storageLocation(t.run.Storage)
 		st.url = t.run.Storage
 		closeFn = func() {
 			st.closed.Store(true)
@@ -362,7 +366,15 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 			return newFeeder(ctx, hex.EncodeToString(token), attempt, p.workers, t.run.Datasets, starts, wg)
 		}
 	}
-	rz, err := newRendezvous(addr, hex.EncodeToString(token), attempt, p.workers, st, spg.SliceNames(), t.run.FailureVerdict, sink, &lineSink{w: out}, feed)
+	if t.program != nil {
+		// Staged checkpoint directories of the last attempt's programs
+		// were never committed: none of them runs now.
+		if err := st.clearStaging(ctx); err != nil {
+			return nil, err
+		}
+	}
+	rz, err := newRendezvous(addr, hex.EncodeToString(token), attempt, p.workers, st, spg.SliceNames(), t.run.FailureVerdict, sink, &lineSink{w: out}, feed,
+		runInfo{run: t.run.Name, resume: resume, perSlice: p.hostsPerSlice * p.procsPerHost, numSlices: p.numSlices, log: t.run.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -463,4 +475,21 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 		return nil, fmt.Errorf("train: run %s: rank %d cannot run: %w", t.run.Name, f.rank, f.err)
 	}
 	return fl, nil
+}
+
+// storageLocation returns the local directory of a file:// storage URL
+// (or plain absolute path), or the URL of another storage that external
+// programs can write, such as gs://bucket/runs; both empty for mem://.
+func storageLocation(storageURL string) (root, base string) {
+	if strings.HasPrefix(storageURL, "/") {
+		return filepath.Clean(storageURL), ""
+	}
+	u, err := url.Parse(storageURL)
+	switch {
+	case err != nil || u.Scheme == "mem":
+		return "", ""
+	case u.Scheme == "file":
+		return filepath.Clean(filepath.FromSlash(u.Path)), ""
+	}
+	return "", strings.TrimSuffix(storageURL, "/")
 }

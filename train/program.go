@@ -3,10 +3,12 @@ package train
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"fmt"
 	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	"github.com/samber/lo"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // Program is an external program that a run starts for every worker (one
@@ -27,6 +31,13 @@ import (
 //	JAX_PROCESS_ID           the rank
 //	GORAY_TRAIN_RANK, GORAY_TRAIN_WORLD_SIZE, GORAY_TRAIN_SLICE_INDEX,
 //	GORAY_TRAIN_RUN, GORAY_TRAIN_ATTEMPT
+//	GORAY_TRAIN_ENDPOINT     http://host:port of the driver's report endpoint
+//	GORAY_TRAIN_TOKEN        the attempt's token for it
+//	PYTHONPATH               with goray_train, the endpoint's Python client, first
+//
+// A program reports metrics, commits checkpoint directories and reads the
+// checkpoint to resume from through that endpoint (HTTP and JSON, see
+// docs/train.md; in Python: import goray_train).
 //
 // on top of the worker process's own environment and Env. Of these, JAX
 // reads only JAX_COORDINATOR_ADDRESS by itself: jax.distributed.initialize()
@@ -54,8 +65,14 @@ type Program struct {
 	StopTimeout time.Duration `json:"stop_timeout,omitempty"`
 }
 
+// pythonModule is goray_train, the report protocol's client for Python
+// programs (python/goray_train.py).
+//
+//go:embed python/goray_train.py
+var pythonModule []byte
+
 // programEnv is the environment of rank's process.
-func programEnv(w *Worker, coordinator string) []string {
+func programEnv(w *Worker, coordinator, pythonPath string) []string {
 	in := w.in
 	env := map[string]string{}
 	for _, kv := range os.Environ() {
@@ -73,7 +90,15 @@ func programEnv(w *Worker, coordinator string) []string {
 		"GORAY_TRAIN_SLICE_INDEX": strconv.Itoa(in.SliceIndex),
 		"GORAY_TRAIN_RUN":         in.Run,
 		"GORAY_TRAIN_ATTEMPT":     strconv.Itoa(in.Attempt),
+		"GORAY_TRAIN_ENDPOINT":    "http://" + in.Rendezvous,
+		"GORAY_TRAIN_TOKEN":       in.Token,
 	})
+	if pythonPath != "" {
+		if old := env["PYTHONPATH"]; old != "" {
+			pythonPath += string(os.PathListSeparator) + old
+		}
+		env["PYTHONPATH"] = pythonPath
+	}
 	maps.Copy(env, in.Program.Env)
 	return lo.Map(slices.Sorted(maps.Keys(env)), func(k string, _ int) string { return k + "=" + env[k] })
 }
@@ -82,9 +107,19 @@ func programEnv(w *Worker, coordinator string) []string {
 // stops it.
 func runProgram(ctx context.Context, w *Worker, coordinator string) error {
 	p := w.in.Program
+	// goray_train, the report module for Python programs, goes on their
+	// PYTHONPATH from a directory of this process's own.
+	pyDir, err := os.MkdirTemp("", "goray-train-py-")
+	if err != nil {
+		return withCode(backend.Unavailable, fmt.Errorf("train: rank %d: a directory for goray_train.py: %w", w.in.Rank, err))
+	}
+	defer os.RemoveAll(pyDir)
+	if err := os.WriteFile(filepath.Join(pyDir, "goray_train.py"), pythonModule, 0o644); err != nil {
+		return withCode(backend.Unavailable, fmt.Errorf("train: rank %d: write goray_train.py: %w", w.in.Rank, err))
+	}
 	cmd := exec.CommandContext(ctx, p.Path, p.Args...)
 	cmd.Dir = p.Dir
-	cmd.Env = programEnv(w, coordinator)
+	cmd.Env = programEnv(w, coordinator, pyDir)
 	stop := p.StopTimeout
 	if stop <= 0 {
 		stop = 5 * time.Second
@@ -93,7 +128,7 @@ func runProgram(ctx context.Context, w *Worker, coordinator string) error {
 	stopGroup(cmd, stop)
 	lw := &lineWriter{send: func(line string) { w.sess.notify(&ctrlMsg{Type: msgOutput, Line: line}) }}
 	cmd.Stdout, cmd.Stderr = lw, lw
-	err := cmd.Run()
+	err = cmd.Run()
 	lw.flush()
 	if err != nil {
 		if ctx.Err() != nil {

@@ -33,6 +33,7 @@ type rendezvous struct {
 	sink    *reportSink
 	lines   *lineSink
 	feed    *feeder // nil when the run has no datasets
+	http    *endpoint
 
 	mu     sync.Mutex
 	conns  map[int]*ctrlConn
@@ -65,11 +66,12 @@ type failure struct {
 type iterState struct {
 	reported int
 	ranks    []int
+	dirs     []int // ranks whose data is a program's directory
 	metrics  Metrics
 	pos      map[string]*DatasetPosition
 }
 
-func newRendezvous(addr, token string, attempt, world int, st *store, sliceNames []string, verdict time.Duration, sink *reportSink, lines *lineSink, feed func(*sync.WaitGroup) *feeder) (*rendezvous, error) {
+func newRendezvous(addr, token string, attempt, world int, st *store, sliceNames []string, verdict time.Duration, sink *reportSink, lines *lineSink, feed func(*sync.WaitGroup) *feeder, info runInfo) (*rendezvous, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, withCode(backend.Unavailable, fmt.Errorf("train: listen for workers on %s: %w", addr, err))
@@ -80,6 +82,7 @@ func newRendezvous(addr, token string, attempt, world int, st *store, sliceNames
 	if feed != nil {
 		r.feed = feed(&r.wg)
 	}
+	r.http = newEndpoint(r, info)
 	r.wg.Go(r.accept)
 	return r, nil
 }
@@ -108,13 +111,24 @@ func (r *rendezvous) accept() {
 // connection, whose first byte is the '{' of its join message, or one of
 // its shard connections.
 func (r *rendezvous) serveConn(c net.Conn) {
+	br := bufio.NewReader(c)
+	if first, err := br.Peek(1); err == nil && first[0] >= 'A' && first[0] <= 'Z' {
+		// An HTTP request of a program: the endpoint's server owns the
+		// connection from here.
+		r.mu.Lock()
+		delete(r.all, c)
+		r.mu.Unlock()
+		if !r.http.ln.push(&bufConn{Conn: c, r: br}) {
+			c.Close()
+		}
+		return
+	}
 	defer func() {
 		r.mu.Lock()
 		delete(r.all, c)
 		r.mu.Unlock()
 		c.Close()
 	}()
-	br := bufio.NewReader(c)
 	first, err := br.Peek(1)
 	if err != nil {
 		return
@@ -224,8 +238,13 @@ func (r *rendezvous) report(rank int, m *ctrlMsg) error {
 			return err
 		}
 	}
+	if m.dir != "" {
+		if err := r.store.commitDir(ctx, m.Iteration, rank, m.dir); err != nil {
+			return err
+		}
+	}
 	if rank == 0 {
-		r.sink.report(Report{Attempt: r.attempt, Iteration: m.Iteration, Metrics: m.Metrics, Slices: r.slices, Checkpoint: m.HasData})
+		r.sink.report(Report{Attempt: r.attempt, Iteration: m.Iteration, Metrics: m.Metrics, Slices: r.slices, Checkpoint: m.HasData || m.dir != ""})
 	}
 	r.mu.Lock()
 	st := r.iters[m.Iteration]
@@ -234,8 +253,11 @@ func (r *rendezvous) report(rank int, m *ctrlMsg) error {
 		r.iters[m.Iteration] = st
 	}
 	st.reported++
-	if m.HasData {
+	if m.HasData || m.dir != "" {
 		st.ranks = append(st.ranks, rank)
+	}
+	if m.dir != "" {
+		st.dirs = append(st.dirs, rank)
 	}
 	if rank == 0 {
 		st.metrics = m.Metrics
@@ -260,9 +282,10 @@ func (r *rendezvous) report(rank int, m *ctrlMsg) error {
 		return nil
 	}
 	slices.Sort(st.ranks)
+	slices.Sort(st.dirs)
 	r.commitMu.Lock()
 	defer r.commitMu.Unlock()
-	return r.store.commit(ctx, &Checkpoint{Iteration: m.Iteration, Metrics: st.metrics, Ranks: st.ranks, Attempt: r.attempt, Time: time.Now(), Datasets: st.pos})
+	return r.store.commit(ctx, &Checkpoint{Iteration: m.Iteration, Metrics: st.metrics, Ranks: st.ranks, Dirs: st.dirs, Attempt: r.attempt, Time: time.Now(), Datasets: st.pos})
 }
 
 // peerLost: rank's connection to peer broke. If no failure is known yet,
@@ -397,6 +420,7 @@ func (r *rendezvous) close(grace time.Duration) {
 	if r.feed != nil {
 		defer r.feed.close()
 	}
+	defer r.http.close(grace)
 	if r.wait(grace) {
 		return
 	}

@@ -26,7 +26,7 @@ func TestPartitionedRank(t *testing.T) {
 	defer bucket.Close()
 	const world = 4
 	rz, err := newRendezvous("127.0.0.1:0", "token", 0, world, &store{b: bucket, prefix: "t/"}, nil, 200*time.Millisecond,
-		&reportSink{progress: noProgress{}}, &lineSink{w: io.Discard}, nil)
+		&reportSink{progress: noProgress{}}, &lineSink{w: io.Discard}, nil, runInfo{run: "t"})
 	is.NoErr(err)
 	errs := make([]error, world)
 	var wg sync.WaitGroup

@@ -50,6 +50,10 @@ type ctrlMsg struct {
 	// Positions are, in a report, where the worker is in each dataset of
 	// the run (see DatasetShard).
 	Positions map[string]shardPos `json:"positions,omitempty"`
+
+	// dir is, in a program's report (endpoint.go, never on the wire),
+	// the key of the checkpoint directory it committed.
+	dir string
 }
 
 // ctrlConn is a control connection: messages are written under a lock so
