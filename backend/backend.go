@@ -324,6 +324,16 @@ type Backend interface {
 	Close() error
 }
 
+// ArgSubmitter is implemented by backends that take a task's input beside
+// its spec, so that a caller can submit many tasks with one immutable
+// spec (package ray keeps one per registered task, for submissions
+// without options), saving an allocation per task. SubmitTaskArg is
+// SubmitTask of spec with its Arg replaced by arg; spec.Arg is ignored.
+// The backend may keep spec for the task's life but must not modify it.
+type ArgSubmitter interface {
+	SubmitTaskArg(ctx context.Context, spec *TaskSpec, arg Arg) (ObjectID, error)
+}
+
 // NativeValues is implemented by in-process backends that can carry
 // unencoded Go values in Value.Native. ray.Options.DisableCodec requires it.
 type NativeValues interface {

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/local"
@@ -249,4 +250,64 @@ func BenchmarkBaselineGoroutineAsync(b *testing.B) {
 		wg.Wait()
 	}
 	rate(b, b.N*len(outs), "tasks/s")
+}
+
+// BenchmarkTasksVsGoroutines alternates, in each iteration, a task
+// workload (codec=json) with its bare-goroutine baseline and reports their
+// ratio (x-goroutine) besides each one's time: on a loaded machine two
+// benchmarks run one after the other see different loads, the alternation
+// the same. sync is a task round trip against spawning a goroutine and
+// waiting for it; async is 1000 tasks submitted then Get against 1000
+// goroutines spawned then waited for.
+func BenchmarkTasksVsGoroutines(b *testing.B) {
+	b.Run("mode=sync", func(b *testing.B) {
+		c, ctx := benchCluster(b, nil), context.Background()
+		var tasks, gos time.Duration
+		var out string
+		for b.Loop() {
+			t0 := time.Now()
+			var wg sync.WaitGroup
+			wg.Go(func() { out = "ok" })
+			wg.Wait()
+			t1 := time.Now()
+			if _, err := benchNoop.Remote(ctx, c, struct{}{}).Get(ctx); err != nil {
+				b.Fatal(err)
+			}
+			gos += t1.Sub(t0)
+			tasks += time.Since(t1)
+		}
+		_ = out
+		vsReport(b, tasks, gos, 1)
+	})
+	b.Run("mode=async", func(b *testing.B) {
+		c, ctx := benchCluster(b, nil), context.Background()
+		refs := make([]ray.ObjectRef[string], 1000)
+		outs := make([]string, len(refs))
+		var tasks, gos time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			var wg sync.WaitGroup
+			for i := range outs {
+				wg.Go(func() { outs[i] = "ok" })
+			}
+			wg.Wait()
+			t1 := time.Now()
+			for i := range refs {
+				refs[i] = benchNoop.Remote(ctx, c, struct{}{})
+			}
+			if _, err := ray.GetAll(ctx, refs); err != nil {
+				b.Fatal(err)
+			}
+			gos += t1.Sub(t0)
+			tasks += time.Since(t1)
+		}
+		vsReport(b, tasks, gos, len(refs))
+	})
+}
+
+func vsReport(b *testing.B, tasks, gos time.Duration, per int) {
+	n := float64(b.N * per)
+	b.ReportMetric(float64(tasks.Nanoseconds())/n, "task-ns")
+	b.ReportMetric(float64(gos.Nanoseconds())/n, "goroutine-ns")
+	b.ReportMetric(float64(tasks)/float64(gos), "x-goroutine")
 }

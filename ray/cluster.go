@@ -33,7 +33,8 @@ type Options struct {
 // *Cluster makes every call fail with InvalidArgument.
 type Cluster struct {
 	b      backend.Backend
-	codec  Codec // nil when the codec is disabled
+	argSub backend.ArgSubmitter // b, when it takes a task's input beside its spec
+	codec  Codec                // nil when the codec is disabled
 	log    *slog.Logger
 	closed atomic.Bool
 	reap   *reaper
@@ -54,6 +55,7 @@ func NewCluster(ctx context.Context, b Backend, opts *Options) (*Cluster, error)
 		opts = &Options{}
 	}
 	c := &Cluster{b: b, codec: opts.Codec, log: opts.Logger}
+	c.argSub, _ = b.(backend.ArgSubmitter)
 	if c.codec == nil {
 		c.codec = JSON
 	}

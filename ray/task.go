@@ -16,6 +16,23 @@ import (
 type Task[I, O any] struct {
 	name string
 	op   string // "submit task <name>", for errors
+	// spec is the spec of every submission without options, shared
+	// through backend.ArgSubmitter (the backend never modifies it).
+	spec *backend.TaskSpec
+}
+
+func newTaskHandle[I, O any](name string) *Task[I, O] {
+	return &Task[I, O]{name: name, op: "submit task " + name, spec: defaultTaskSpec(name)}
+}
+
+// defaultTaskSpec is the spec of a submission of task name without
+// options; its Arg is left empty.
+func defaultTaskSpec(name string) *backend.TaskSpec {
+	return &backend.TaskSpec{
+		Name:       name,
+		Scheduling: backend.Scheduling{Resources: defaultTaskResources, Placement: backend.Placement{Bundle: -1}},
+		MaxRetries: DefaultTaskRetries,
+	}
 }
 
 // NewTask registers fn as a task named name and returns it. Names must be
@@ -53,7 +70,7 @@ func NewTask[I, O any](name string, fn func(ctx context.Context, in I) (O, error
 			return v, nil
 		},
 	})
-	return &Task[I, O]{name: name, op: "submit task " + name}
+	return newTaskHandle[I, O](name)
 }
 
 // LookupTask returns the registered task name with input I and output O. It
@@ -68,7 +85,7 @@ func LookupTask[I, O any](name string) (*Task[I, O], error) {
 	if e.in != in || e.out != out {
 		return nil, backend.Errorf(backend.InvalidArgument, "look up task "+name, "task %q is func(%v) %v, not func(%v) %v", name, e.in, e.out, in, out)
 	}
-	return &Task[I, O]{name: name, op: "submit task " + name}, nil
+	return newTaskHandle[I, O](name), nil
 }
 
 // Name returns the task's registered name.
@@ -113,6 +130,13 @@ func (t *Task[I, O]) RemoteRef(ctx context.Context, c *Cluster, in ObjectRef[I],
 }
 
 func (t *Task[I, O]) submit(ctx context.Context, c *Cluster, arg backend.Arg, opts []TaskOption) ObjectRef[O] {
+	if len(opts) == 0 && c.argSub != nil && t.spec != nil {
+		id, err := c.argSub.SubmitTaskArg(ctx, t.spec, arg)
+		if err != nil {
+			return errRef[O](c, err)
+		}
+		return newRef[O](c, id)
+	}
 	if err := optionsErr(t.op, opts); err != nil {
 		return errRef[O](c, err)
 	}
@@ -121,12 +145,8 @@ func (t *Task[I, O]) submit(ctx context.Context, c *Cluster, arg backend.Arg, op
 			return errRef[O](c, backend.Errorf(backend.InvalidArgument, t.op, "StreamBuffer applies to streaming tasks and methods (NewStreamTask, NewStreamMethod), not to %s", t.name))
 		}
 	}
-	spec := &backend.TaskSpec{
-		Name:       t.name,
-		Arg:        arg,
-		Scheduling: backend.Scheduling{Resources: defaultTaskResources, Placement: backend.Placement{Bundle: -1}},
-		MaxRetries: DefaultTaskRetries,
-	}
+	spec := defaultTaskSpec(t.name)
+	spec.Arg = arg
 	for _, o := range opts {
 		if o != nil {
 			o.applyTask(spec)

@@ -45,6 +45,18 @@ type task struct {
 
 // SubmitTask implements backend.Backend.
 func (rt *Runtime) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backend.ObjectID, error) {
+	var arg backend.Arg
+	if spec != nil {
+		arg = spec.Arg
+	}
+	return rt.SubmitTaskArg(ctx, spec, arg)
+}
+
+var _ backend.ArgSubmitter = (*Runtime)(nil)
+
+// SubmitTaskArg implements backend.ArgSubmitter: the task keeps spec,
+// which it never modifies, and takes its input from arg.
+func (rt *Runtime) SubmitTaskArg(ctx context.Context, spec *backend.TaskSpec, arg backend.Arg) (backend.ObjectID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -64,9 +76,9 @@ func (rt *Runtime) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (back
 	if err := rt.feasible(op, c); err != nil {
 		return 0, err
 	}
-	t := &task{spec: spec, cls: c, arg: spec.Arg.Value}
-	if spec.Arg.Ref != 0 {
-		dep, err := rt.lookupDep(op, spec.Arg.Ref)
+	t := &task{spec: spec, cls: c, arg: arg.Value}
+	if arg.Ref != 0 {
+		dep, err := rt.lookupDep(op, arg.Ref)
 		if err != nil {
 			return 0, err
 		}

@@ -20,6 +20,11 @@ func (b *Backend) SubmitTask(ctx context.Context, spec *backend.TaskSpec) (backe
 	return b.rt.SubmitTask(ctx, spec)
 }
 
+// SubmitTaskArg implements backend.ArgSubmitter.
+func (b *Backend) SubmitTaskArg(ctx context.Context, spec *backend.TaskSpec, arg backend.Arg) (backend.ObjectID, error) {
+	return b.rt.SubmitTaskArg(ctx, spec, arg)
+}
+
 // Put implements backend.Backend.
 func (b *Backend) Put(ctx context.Context, v backend.Value) (backend.ObjectID, error) {
 	return b.rt.Put(ctx, v)
