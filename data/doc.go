@@ -60,9 +60,11 @@
 // ones run anywhere, and every row crosses the cluster's codec. Each task
 // or actor call handles a whole block or batch, never one row.
 //
-// A [Pool] starts its Min actors when the run starts, grows to Max while
-// batches wait, shrinks back when actors idle, and stops every actor when
-// the run ends. With Pool.Slice, each actor holds a whole TPU slice
+// A [Pool] starts its Min actors when the run starts, grows by one actor
+// (up to Max) when batches have kept waiting for an actor for GrowAfter
+// (1s by default), stops an actor beyond Min that has been idle for
+// IdleTimeout (30s by default), and stops every actor when the run ends:
+// at a steady load it keeps the actors, and the slices, it reserved. With Pool.Slice, each actor holds a whole TPU slice
 // reserved atomically by ray.NewSlicePlacementGroup (a model replica per
 // v6e 2x2, say); the slice is released when its actor leaves the pool or
 // the run ends, on every path, including cancellation.

@@ -187,7 +187,7 @@ func codeFor(err error) backend.Code {
 	return backend.Internal
 }
 
-// notFound and unavailable code the errors of files.
+// notFound is the error of files that name nothing.
 func notFound(format string, args ...any) error {
 	return backend.Errorf(backend.NotFound, "", format, args...)
 }

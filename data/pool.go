@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/samber/lo"
 
@@ -66,10 +68,24 @@ func NewBatchMethod[A, CI, I, O any](class *ray.ActorClass[A, CI], name string, 
 
 // Pool describes the actor pool that [ApplyPool] starts for each run: Min
 // actors of Class built from Arg when the run starts, more (up to Max)
-// while batches wait for a free actor, fewer (down to Min) when an actor
-// comes back idle while another is idle already, and none after the run:
+// when batches have kept waiting for an actor for a while, fewer (down to
+// Min) when actors have been idle for a while, and none after the run:
 // every actor is killed and every slice released when the run ends, on
 // every path.
+//
+// A pool keeps what it reserved: an actor's constructor (the model load)
+// and its slice reservation (new worker pods, on Kubernetes) cost minutes
+// on real TPUs, so a pool does not grow for a batch that waits a moment
+// nor shrink for an actor idle a moment. It grows by one actor when, over
+// the last GrowAfter, batches were waiting for an actor at least three
+// quarters of the time, and it stops an actor beyond Min that has been
+// idle for IdleTimeout (the one idle longest first: calls go to the
+// actor used last, so that spare actors become idle). At a steady load
+// the reservations over a run are at most the peak number of actors plus
+// one. This is Ray Data's ActorPoolStrategy(min_size, max_size), whose
+// autoscaler likewise adds actors while the pool is saturated and
+// removes idle ones. An actor that dies is replaced at once while the
+// pool is below Min.
 //
 // With Slice set, each actor holds a whole TPU slice: the pool reserves
 // one slice per actor with ray.NewSlicePlacementGroup (atomically, every
@@ -86,11 +102,24 @@ type Pool[A, CI any] struct {
 	// Min actors (at least 1) run for the whole run; Max (0 means Min)
 	// bounds growth.
 	Min, Max int
+	// GrowAfter is how long batches must keep waiting for an actor (three
+	// quarters of the time over that span) before the pool adds one; 0
+	// means DefaultGrowAfter.
+	GrowAfter time.Duration
+	// IdleTimeout is how long an actor beyond Min stays idle before the
+	// pool stops it and releases its slice; 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// Slice, when set, reserves one slice of this shape per actor.
 	Slice *ray.SliceSpec
 	// ActorOptions apply to every actor (ray.MaxRestarts, ...).
 	ActorOptions []ray.ActorOption
 }
+
+// The defaults of [Pool].GrowAfter and [Pool].IdleTimeout.
+const (
+	DefaultGrowAfter   = time.Second
+	DefaultIdleTimeout = 30 * time.Second
+)
 
 // ApplyPool adds an operator that runs method m on batches of d's rows on
 // an actor pool described by p (see [Pool]). [Concurrency] (default: the
@@ -109,6 +138,9 @@ func ApplyPool[A, CI, I, O any](d *Dataset[I], p Pool[A, CI], m *Method[A, I, O]
 		}
 		if p.Min < 1 || p.Max < p.Min {
 			return nil, badArg("ApplyPool: pool size Min %d, Max %d: need 1 <= Min <= Max", p.Min, p.Max)
+		}
+		if p.GrowAfter < 0 || p.IdleTimeout < 0 {
+			return nil, badArg("ApplyPool: GrowAfter %v, IdleTimeout %v: need 0 (the default) or more", p.GrowAfter, p.IdleTimeout)
 		}
 		if !cfg.concSet {
 			cfg.concurrency = p.Max
@@ -136,8 +168,9 @@ func ApplyPool[A, CI, I, O any](d *Dataset[I], p Pool[A, CI], m *Method[A, I, O]
 
 // member is one actor of a pool and the slice it holds.
 type member[A any] struct {
-	h     *ray.ActorHandle[A]
-	slice *ray.SlicePlacementGroup
+	h         *ray.ActorHandle[A]
+	slice     *ray.SlicePlacementGroup
+	idleSince time.Time
 }
 
 // actorPool is a pool's life within one run.
@@ -147,33 +180,80 @@ type actorPool[A, CI any] struct {
 	log    *slog.Logger
 	ctx    context.Context // cancelled by close: stops growing
 	cancel context.CancelFunc
-	idle   chan *member[A]
 	dead   chan struct{} // closed when the pool can have no actor
+	now    func() time.Time
+	// newMember and stopMember start and stop an actor (replaced in
+	// tests of the policy).
+	newMember  func(ctx context.Context) (*member[A], error)
+	stopMember func(m *member[A])
 
 	mu       sync.Mutex
 	members  map[*member[A]]bool
-	size     int // members plus one growing
+	idle     []*member[A]      // the actor used last on top
+	waiters  []chan *member[A] // calls waiting for an actor, first come first served
+	size     int               // members plus one growing
 	growing  bool
 	full     bool // growing failed: use what we have
-	waiting  int
 	failed   error
+	load     loadWindow
 	counters PoolStats
-	grows    sync.WaitGroup
+	grows    sync.WaitGroup // grow and the ticker
 }
 
 func newActorPool[A, CI any](ctx context.Context, name string, spec Pool[A, CI], log *slog.Logger) *actorPool[A, CI] {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if spec.GrowAfter == 0 {
+		spec.GrowAfter = DefaultGrowAfter
+	}
+	if spec.IdleTimeout == 0 {
+		spec.IdleTimeout = DefaultIdleTimeout
+	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	return &actorPool[A, CI]{
+	p := &actorPool[A, CI]{
 		spec: spec, name: name, log: log, ctx: ctx, cancel: cancel,
-		idle: make(chan *member[A], spec.Max), dead: make(chan struct{}), members: map[*member[A]]bool{},
+		dead: make(chan struct{}), members: map[*member[A]]bool{}, now: time.Now,
 		counters: PoolStats{Min: spec.Min, Max: spec.Max},
+	}
+	p.newMember, p.stopMember = p.startActor, p.stopActor
+	p.load.reset(p.now())
+	return p
+}
+
+// loadWindow measures, over a window of time, how long calls were waiting
+// for an actor.
+type loadWindow struct {
+	start, last time.Time
+	waiting     int           // calls waiting now
+	busy        time.Duration // time in the window with a call waiting
+}
+
+func (w *loadWindow) reset(now time.Time) { w.start, w.last, w.busy = now, now, 0 }
+
+// advance accounts for the time up to now; call it before waiting changes.
+func (w *loadWindow) advance(now time.Time) {
+	if w.waiting > 0 && now.After(w.last) {
+		w.busy += now.Sub(w.last)
+	}
+	if now.After(w.last) {
+		w.last = now
 	}
 }
 
-// start starts the Min actors, in parallel, and fails if any fails.
+// deep says whether the window is span long and calls waited for at least
+// three quarters of it.
+func (w *loadWindow) deep(now time.Time, span time.Duration) (full, deep bool) {
+	w.advance(now)
+	el := now.Sub(w.start)
+	if el < span {
+		return false, false
+	}
+	return true, w.busy*4 >= el*3
+}
+
+// start starts the Min actors, in parallel, and fails if any fails; then
+// the ticker that grows and shrinks the pool.
 func (p *actorPool[A, CI]) start(ctx context.Context) error {
 	errs := make([]error, p.spec.Min)
 	var wg sync.WaitGroup
@@ -186,18 +266,71 @@ func (p *actorPool[A, CI]) start(ctx context.Context) error {
 			}
 			p.mu.Lock()
 			p.add(m)
+			p.handOff(m)
 			p.mu.Unlock()
-			p.idle <- m
 		})
 	}
 	wg.Wait()
 	p.mu.Lock()
 	p.size = len(p.members)
+	p.load.reset(p.now())
 	p.mu.Unlock()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("starting %d actors of %s: %w", p.spec.Min, p.spec.Class.Name(), err)
 	}
+	if p.spec.Max > p.spec.Min {
+		period := min(p.spec.GrowAfter, p.spec.IdleTimeout) / 4
+		period = max(time.Millisecond, min(period, 250*time.Millisecond))
+		p.grows.Go(func() { p.tickEvery(period) })
+	}
 	return nil
+}
+
+// tickEvery runs the pool's policy every period until the pool closes.
+func (p *actorPool[A, CI]) tickEvery(period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+			for _, m := range p.tick(p.now()) {
+				p.stopMember(m)
+			}
+		}
+	}
+}
+
+// tick grows the pool by one actor when calls have kept waiting for
+// GrowAfter, and takes out of it the actors beyond Min idle for
+// IdleTimeout, which it returns for the caller to stop.
+func (p *actorPool[A, CI]) tick(now time.Time) (stop []*member[A]) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctx.Err() != nil {
+		return nil
+	}
+	if full, deep := p.load.deep(now, p.spec.GrowAfter); full {
+		if deep && !p.growing && !p.full && p.size < p.spec.Max {
+			p.startGrow()
+		}
+		p.load.reset(now)
+	}
+	for len(p.idle) > 0 && p.size > p.spec.Min && now.Sub(p.idle[0].idleSince) >= p.spec.IdleTimeout {
+		m := p.idle[0]
+		p.idle = p.idle[1:]
+		p.remove(m)
+		stop = append(stop, m)
+	}
+	return stop
+}
+
+// startGrow starts adding one actor; p.mu is held.
+func (p *actorPool[A, CI]) startGrow() {
+	p.growing = true
+	p.size++
+	p.grows.Go(p.grow)
 }
 
 // add records a new member; p.mu is held.
@@ -210,7 +343,31 @@ func (p *actorPool[A, CI]) add(m *member[A]) {
 	p.counters.Peak = max(p.counters.Peak, len(p.members))
 }
 
-func (p *actorPool[A, CI]) newMember(ctx context.Context) (*member[A], error) {
+// remove takes a member out of the pool; p.mu is held. The caller stops
+// it.
+func (p *actorPool[A, CI]) remove(m *member[A]) {
+	p.size--
+	delete(p.members, m)
+	p.counters.Stopped++
+	p.full = false // room again
+}
+
+// handOff gives an actor to the call that has waited longest, or makes it
+// idle; p.mu is held.
+func (p *actorPool[A, CI]) handOff(m *member[A]) {
+	if len(p.waiters) > 0 {
+		p.load.advance(p.now())
+		ch := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		p.load.waiting--
+		ch <- m // buffered: never blocks
+		return
+	}
+	m.idleSince = p.now()
+	p.idle = append(p.idle, m)
+}
+
+func (p *actorPool[A, CI]) startActor(ctx context.Context) (*member[A], error) {
 	c := p.spec.Cluster
 	m := &member[A]{}
 	opts := p.spec.ActorOptions
@@ -230,14 +387,14 @@ func (p *actorPool[A, CI]) newMember(ctx context.Context) (*member[A], error) {
 	}
 	m.h = p.spec.Class.Remote(ctx, c, p.spec.Arg, opts...)
 	if err := m.h.Ready(ctx); err != nil {
-		p.stop(m)
+		p.stopActor(m)
 		return nil, err
 	}
 	return m, nil
 }
 
-// stop kills a member's actor and releases its slice.
-func (p *actorPool[A, CI]) stop(m *member[A]) {
+// stopActor kills a member's actor and releases its slice.
+func (p *actorPool[A, CI]) stopActor(m *member[A]) {
 	ctx := context.WithoutCancel(p.ctx)
 	if err := m.h.Kill(ctx); err != nil && !errors.Is(err, ray.ErrClosed) {
 		p.log.Debug("data: pool could not kill an actor", "op", p.name, "err", err)
@@ -249,34 +406,53 @@ func (p *actorPool[A, CI]) stop(m *member[A]) {
 	}
 }
 
-// acquire returns an idle actor, growing the pool while callers wait.
+// acquire returns the idle actor used last, or waits for one.
 func (p *actorPool[A, CI]) acquire(ctx context.Context) (*member[A], error) {
-	select {
-	case m := <-p.idle:
-		return m, nil
-	default:
+	m, ch, err := p.take()
+	if m != nil || err != nil {
+		return m, err
 	}
-	p.mu.Lock()
-	p.waiting++
-	if !p.growing && !p.full && p.size < p.spec.Max {
-		p.growing = true
-		p.size++
-		p.grows.Go(p.grow)
-	}
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		p.waiting--
-		p.mu.Unlock()
-	}()
 	select {
-	case m := <-p.idle:
+	case m := <-ch:
 		return m, nil
 	case <-p.dead:
-		return nil, p.failed
+		err = p.failed
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		err = ctx.Err()
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := slices.Index(p.waiters, ch); i >= 0 {
+		p.load.advance(p.now())
+		p.waiters = slices.Delete(p.waiters, i, i+1)
+		p.load.waiting--
+	}
+	select {
+	case m := <-ch: // handed over as we gave up: pass it on
+		p.handOff(m)
+	default:
+	}
+	return nil, err
+}
+
+// take returns the idle actor used last, or else the channel on which the
+// caller, now waiting, will get one, or the pool's failure.
+func (p *actorPool[A, CI]) take() (*member[A], chan *member[A], error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.idle); n > 0 {
+		m := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		return m, nil, nil
+	}
+	if p.failed != nil {
+		return nil, nil, p.failed
+	}
+	ch := make(chan *member[A], 1)
+	p.load.advance(p.now())
+	p.waiters = append(p.waiters, ch)
+	p.load.waiting++
+	return nil, ch, nil
 }
 
 // grow adds one actor; when it cannot (no free slice, no room), the pool
@@ -300,28 +476,27 @@ func (p *actorPool[A, CI]) grow() {
 	}
 	p.add(m)
 	if p.ctx.Err() == nil { // else close, which waits for grow, stops it
-		p.idle <- m
+		p.handOff(m)
 	}
+	p.load.reset(p.now()) // the next growth needs a new spell of waiting
 }
 
-// put returns an actor after a call: a dead one leaves the pool; an idle
-// one beyond Min leaves it when another is idle already and no call waits.
+// put returns an actor after a call: a dead one leaves the pool (and is
+// replaced at once while the pool is below Min); a live one goes to the
+// next waiting call, or idles.
 func (p *actorPool[A, CI]) put(m *member[A], callErr error) {
 	p.mu.Lock()
-	leave := ray.Code(callErr) == ray.ActorDied ||
-		(p.size > p.spec.Min && p.waiting == 0 && len(p.idle) > 0)
-	if leave {
-		p.size--
-		delete(p.members, m)
-		p.counters.Stopped++
-		p.full = false // room again
-	}
-	p.mu.Unlock()
-	if leave {
-		p.stop(m)
+	if ray.Code(callErr) == ray.ActorDied {
+		p.remove(m)
+		if p.size < p.spec.Min && !p.growing && p.ctx.Err() == nil {
+			p.startGrow()
+		}
+		p.mu.Unlock()
+		p.stopMember(m)
 		return
 	}
-	p.idle <- m
+	p.handOff(m)
+	p.mu.Unlock()
 }
 
 // close stops growing, then kills every actor and releases every slice.
@@ -332,10 +507,11 @@ func (p *actorPool[A, CI]) close(context.Context) {
 	ms := lo.Keys(p.members)
 	p.counters.Stopped += len(ms)
 	p.members = map[*member[A]]bool{}
+	p.idle = nil
 	p.size = 0
 	p.mu.Unlock()
 	for _, m := range ms {
-		p.stop(m)
+		p.stopMember(m)
 	}
 }
 

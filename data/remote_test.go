@@ -231,7 +231,11 @@ func TestPool(t *testing.T) {
 		meeting.Lock()
 		meeting.n, meeting.both = 0, make(chan struct{})
 		meeting.Unlock()
-		ds := data.ApplyPool(data.Range(200, data.BlockRows(1)), data.Pool[*scaler, int]{Cluster: c, Class: scalerClass, Arg: 1, Min: 1, Max: 2, Slice: v6e}, meetMethod, data.Concurrency(2))
+		// The first call waits for the second, which waits for an actor:
+		// the pool grows after GrowAfter, and shrinks after IdleTimeout.
+		pool := data.Pool[*scaler, int]{Cluster: c, Class: scalerClass, Arg: 1, Min: 1, Max: 2, Slice: v6e,
+			GrowAfter: 5 * time.Millisecond, IdleTimeout: 5 * time.Millisecond}
+		ds := data.ApplyPool(data.Range(200, data.BlockRows(1)), pool, meetMethod, data.Concurrency(2))
 		deadline := time.Now().Add(30 * time.Second) // a guard against hanging, not a wait
 		var got []int
 		for v, err := range data.Rows(ctx, ds, data.MaxRowsInFlight(8)) {
