@@ -23,6 +23,9 @@ type State struct {
 	// Failures are the most recent failed task and actor call attempts,
 	// oldest first, at most [RecentFailures] of them.
 	Failures []TaskFailure
+	// Counters are the cumulative counts since the backend started, or
+	// nil if the backend keeps none.
+	Counters *Counters
 }
 
 // NodeState describes one node.

@@ -86,6 +86,7 @@ func New(c *ray.Cluster, opts *Options) (*Dashboard, error) {
 	d.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(sub)))
 	d.mux.HandleFunc("GET /api/view", d.serveView)
 	d.mux.HandleFunc("GET /api/events", d.serveEvents)
+	d.mux.HandleFunc("GET /metrics", d.serveMetrics)
 	return d, nil
 }
 

@@ -35,6 +35,9 @@ type View struct {
 	Work    Work                          `json:"work"`
 	Train   []RunStatus                   `json:"train"`
 	Serve   []serve.DeploymentStatus      `json:"serve"`
+	// Counters are the backend's cumulative counts (tasks and calls by
+	// name, worker restarts, slice reservation waits), or nil.
+	Counters *backend.Counters `json:"counters,omitempty"`
 	// Problems are the parts of the view that could not be read, such as
 	// "snapshot: backend cannot report its state".
 	Problems []string `json:"problems,omitempty"`
@@ -174,6 +177,7 @@ func (d *Dashboard) buildView(ctx context.Context) *View {
 	} else {
 		v.Nodes = nodes(snap)
 		v.Work = work(snap)
+		v.Counters = snap.Counters
 		if or, ok := ray.As[backend.OutputReader](d.c); ok {
 			for i := range v.Nodes {
 				v.Nodes[i].Output = or.RecentOutput(v.Nodes[i].Name)

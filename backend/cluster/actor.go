@@ -223,6 +223,7 @@ func (rt *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backe
 	cl := &call{obj: rt.newObject(), spec: spec, arg: spec.Arg.Value}
 	cl.obj.call = cl
 	if a.state == actorDead {
+		rt.counters.submitted(workKey{name: spec.Class, method: spec.Method})
 		rt.completeLocked(cl.obj, backend.Value{}, callDeathErr(a, cl))
 		return cl.obj.id, nil
 	}
@@ -232,6 +233,7 @@ func (rt *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backe
 			rt.objects.del(cl.obj.id)
 			return 0, err
 		}
+		rt.counters.submitted(workKey{name: spec.Class, method: spec.Method})
 		if !dep.done {
 			cl.dep = dep
 			dep.deps++
@@ -242,6 +244,9 @@ func (rt *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backe
 		} else {
 			cl.arg = dep.val
 		}
+	}
+	if spec.Arg.Ref == 0 {
+		rt.counters.submitted(workKey{name: spec.Class, method: spec.Method})
 	}
 	if spec.Beside {
 		a.side = append(a.side, cl)

@@ -49,6 +49,9 @@ func (rt *Runtime) nodeLostLocked(n *node, cause error, restarting bool) {
 	name := n.name
 	n.alive = false
 	n.restarting = restarting
+	if restarting {
+		rt.counters.workerRestarts.Add(1)
+	}
 	rt.dropHoldLocked(n)
 	rt.epoch++
 	var lost error

@@ -67,6 +67,7 @@ func (rt *Runtime) completeLocked(o *object, v backend.Value, err error) {
 		return
 	}
 	o.done, o.val, o.err = true, v, err
+	rt.counters.objectDone(o, err)
 	if o.ch != nil {
 		close(o.ch)
 	}

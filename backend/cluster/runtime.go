@@ -134,6 +134,7 @@ type Runtime struct {
 	inlineCall  *callRun
 	ops         map[opKey]string // cached operation names for errors
 	lastSubmit  [2]string        // the last task name submitted and its op (submitOp)
+	counters    counters         // for metrics (counters.go)
 }
 
 var _ backend.Backend = (*Runtime)(nil)

@@ -15,7 +15,7 @@ func (rt *Runtime) Snapshot(ctx context.Context) (*backend.State, error) {
 	if rt.closed {
 		return nil, backend.Errorf(backend.FailedPrecondition, "snapshot cluster", "%w", backend.ErrClosed)
 	}
-	s := &backend.State{Queued: rt.queued, Running: rt.running, Tasks: rt.taskSummaries(), Failures: rt.failures.List()}
+	s := &backend.State{Queued: rt.queued, Running: rt.running, Tasks: rt.taskSummaries(), Failures: rt.failures.List(), Counters: rt.counters.snapshot()}
 	for _, n := range rt.nodes {
 		ns := backend.NodeState{
 			Name: n.name, Labels: maps.Clone(n.labels), Alive: n.alive,

@@ -163,6 +163,7 @@ func (g *subsliceGrant) hostEnv(w *sliceWait) map[string]map[string]string {
 func (rt *Runtime) grantSubslice(w *sliceWait, g *subsliceGrant, id backend.PlacementGroupID) *backend.SliceReservation {
 	r := &backend.SliceReservation{ChipsPerHost: w.sub.Shape.ChipsPerHost, BundlesPerHost: w.perHost, BundleResources: w.res, Slices: []backend.ReservedSlice{g.rs}, Env: g.env}
 	pg := rt.pinGroup(id, w.req.Name, g.hosts, r.Env, w.demand, w.res)
+	rt.counters.sliceGranted(w)
 	rt.slices.subs[pg] = &subHold{slice: g.slice, sub: w.sub, index: g.index, id: g.rs.SubsliceID, pg: pg}
 	r.Group = pg.id
 	return r

@@ -186,6 +186,7 @@ func (rt *Runtime) newTaskObject(t *task) *object {
 	o := &t.objData
 	*o = object{id: backend.ObjectID(rt.newID()), owner: true, task: t}
 	rt.objects.put(o)
+	rt.counters.submitted(workKey{name: t.spec.Name})
 	return o
 }
 

@@ -531,6 +531,7 @@ func (rt *Runtime) pickSlices(p *shapePool, n int) []*tpuSlice {
 // or nil for the node names. b.mu must be held.
 func (rt *Runtime) grantSlices(w *sliceWait, picked []*tpuSlice, id backend.PlacementGroupID, names [][]string) *backend.SliceReservation {
 	r, hosts := rt.sliceReservation(w, picked, names)
+	rt.counters.sliceGranted(w)
 	pg := rt.pinGroup(id, w.req.Name, hosts, r.Env, w.demand, w.res)
 	for _, s := range picked {
 		s.reservedBy = pg
