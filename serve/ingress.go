@@ -42,7 +42,26 @@ func (s *Server) httpRoutes() http.Handler {
 	mux.HandleFunc("/{name}/{rest...}", func(w http.ResponseWriter, r *http.Request) {
 		s.serveDeployment(w, r, r.PathValue("name"), "/"+r.PathValue("rest"))
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if bothLengths(r) {
+			refuseBothLengths(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// refuseBothLengths answers a request that had both Content-Length and
+// Transfer-Encoding (see framedConn) with 400 and closes its connection.
+// It reads a bounded part of the body first, briefly, so that the client
+// is not reset before it reads the answer.
+func refuseBothLengths(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, r.Body, 256<<10)
+	_ = rc.SetReadDeadline(time.Now())
+	w.Header().Set("Connection", "close")
+	jsonError(w, http.StatusBadRequest, "request has both Content-Length and Transfer-Encoding (RFC 9112 §6.1, a request smuggling risk): send one of them")
 }
 
 // jsonError writes {"error": msg} with code.
@@ -71,6 +90,10 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 	s.requests.Add(1)
 	s.mu.RUnlock()
 	defer s.requests.Done()
+	if seg, ok := dotSegment(r); ok {
+		d.fail(w, time.Now(), http.StatusBadRequest, fmt.Sprintf("path %q has the dot-segment %q (percent-encoded dots are dots, RFC 3986 §6.2.2): send the path without it", r.URL.EscapedPath(), seg))
+		return
+	}
 
 	start := time.Now()
 	timeout := d.spec.RequestTimeout
@@ -137,8 +160,13 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment,
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) // not every ResponseWriter supports it
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
+		// The deadline stays (passed, for a timeout) and the connection
+		// closes after the answer: net/http would otherwise read the rest
+		// of a small body before it writes the answer, with no deadline,
+		// for as long as the client cares to take.
+		_ = rc.SetReadDeadline(time.Now())
+		w.Header().Set("Connection", "close")
 		s.releaseBody(want)
 		code := http.StatusBadRequest
 		msg := fmt.Sprintf("read request body (at most %d bytes): %v", limit, err)
@@ -150,6 +178,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment,
 		d.fail(w, start, code, msg)
 		return nil, false
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	if extra := want - int64(len(data)); extra > 0 {
 		s.releaseBody(extra) // held only what arrived
 	}
@@ -453,6 +482,33 @@ func (e upstreamError) Error() string {
 }
 
 func (e upstreamError) Unwrap() error { return e.err }
+
+// dotSegment reports whether the request's path has a segment that is
+// "." or ".." once percent-decoded: net/http cleans literal dot-segments
+// (with a redirect), but passes encoded ones on as they came, and a
+// replica's server that decodes the path would resolve them. A segment
+// holding an encoded slash counts by its parts ("%2e%2e%2fx" is "../x").
+func dotSegment(r *http.Request) (string, bool) {
+	p := r.URL.EscapedPath()
+	if !strings.Contains(p, "%") {
+		return "", false // literal dot-segments are net/http's
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if !strings.Contains(seg, "%") {
+			continue
+		}
+		dec, err := url.PathUnescape(seg)
+		if err != nil {
+			continue // answered as a bad path later
+		}
+		for part := range strings.SplitSeq(strings.ReplaceAll(dec, "\\", "/"), "/") {
+			if part == "." || part == ".." {
+				return seg, true
+			}
+		}
+	}
+	return "", false
+}
 
 // escapedRest returns the part of the request's path after the deployment
 // name, escaped exactly as the client sent it ("" for none).

@@ -420,11 +420,14 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	if s.httpSrv == nil {
 		s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: s.opts.ReadHeaderTimeout, IdleTimeout: s.opts.IdleTimeout,
-			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+			// Every request reaches the handler, which takes its
+			// connection's note of it (see framedConn).
+			ConnContext: connContext, DisableGeneralOptionsHandler: true}
 	}
 	srv := s.httpSrv
 	s.mu.Unlock()
-	return srv.Serve(l)
+	return srv.Serve(framedListener{l})
 }
 
 // Handler returns the ingress: POST /<deployment> (JSON), POST
