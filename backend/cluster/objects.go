@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"sync"
 
 	"github.com/goray-dev/goray/backend"
 )
@@ -20,6 +21,9 @@ type object struct {
 	deps  int32
 	owner bool
 	done  bool
+	// chPooled: ch came from waitChans for a single waiter, and
+	// completion sends to it instead of closing it.
+	chPooled bool
 	// wait holds the work and the Wait calls waiting for the object; nil
 	// while there are none, as for most objects, which keeps the object
 	// (and the task it is stored in) small.
@@ -69,7 +73,11 @@ func (rt *Runtime) completeLocked(o *object, v backend.Value, err error) {
 	o.done, o.val, o.err = true, v, err
 	rt.counters.objectDone(o, err)
 	if o.ch != nil {
-		close(o.ch)
+		if o.chPooled {
+			o.ch <- struct{}{} // its one waiter's; buffered, never blocks
+		} else {
+			close(o.ch)
+		}
 	}
 	wait := o.wait
 	o.wait = nil
@@ -131,7 +139,17 @@ func (rt *Runtime) Get(ctx context.Context, id backend.ObjectID) (backend.Value,
 		return o.val, o.err
 	}
 	if o.ch == nil {
-		o.ch = make(chan struct{})
+		// The usual single waiter takes a channel from a pool, which
+		// completion sends to instead of closing.
+		ch := waitChans.Get().(chan struct{})
+		o.ch, o.chPooled = ch, true
+		rt.mu.Unlock()
+		return rt.waitPooled(ctx, o, ch)
+	}
+	if o.chPooled {
+		// A second waiter: the channel will be closed, not sent to (and
+		// so not go back to the pool).
+		o.chPooled = false
 	}
 	ch := o.ch
 	rt.mu.Unlock()
@@ -141,6 +159,40 @@ func (rt *Runtime) Get(ctx context.Context, id backend.ObjectID) (backend.Value,
 	case <-ctx.Done():
 		return backend.Value{}, ctx.Err()
 	}
+}
+
+// waitChans holds the one-token channels of single waiters (Get).
+var waitChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
+// waitPooled waits for o as its first waiter, on ch from waitChans, and
+// returns ch to the pool if completion sent to it rather than closed it
+// (a second waiter came).
+func (rt *Runtime) waitPooled(ctx context.Context, o *object, ch chan struct{}) (backend.Value, error) {
+	if done := ctx.Done(); done != nil {
+		select {
+		case _, sent := <-ch:
+			if sent {
+				waitChans.Put(ch)
+			}
+			return o.val, o.err
+		case <-done:
+		}
+		rt.mu.Lock()
+		if !o.done {
+			if o.ch == ch && o.chPooled {
+				o.ch, o.chPooled = nil, false
+				waitChans.Put(ch) // nothing was sent to it
+			}
+			rt.mu.Unlock()
+			return backend.Value{}, ctx.Err()
+		}
+		rt.mu.Unlock()
+	}
+	// Done: the token is sent or the channel closed.
+	if _, sent := <-ch; sent {
+		waitChans.Put(ch)
+	}
+	return o.val, o.err
 }
 
 // Wait implements backend.Backend.

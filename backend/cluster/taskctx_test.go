@@ -2,9 +2,13 @@ package cluster
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // TestLazyCancelAfterFunc: functions registered on a task context run once
@@ -28,4 +32,78 @@ func TestLazyCancelAfterFunc(t *testing.T) {
 	l.afterFunc(func() { ran <- 5 }, nil)
 	is.Equal(<-ran, 5) // registered after the cancellation: runs at once
 	is.Equal(len(ran), 0)
+}
+
+// TestGetWaiters: a Get waiting alone (on a pooled channel), two Gets on
+// one object (the channel is closed), and a Get whose context ends first
+// all return what they should, many times over (pooled channels are
+// reused only empty).
+func TestGetWaiters(t *testing.T) {
+	is := is.New(t)
+	rt := &Runtime{}
+	newObj := func() *object {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return rt.newObject()
+	}
+	complete := func(o *object, s string) {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		rt.completeLocked(o, backend.Value{Data: []byte(s)}, nil)
+	}
+	waiting := func(o *object, n int) {
+		for {
+			rt.mu.Lock()
+			ok := o.ch != nil && (n == 1 || !o.chPooled)
+			rt.mu.Unlock()
+			if ok {
+				return
+			}
+			runtime.Gosched()
+		}
+	}
+	type res struct {
+		v   string
+		err error
+	}
+	get := func(ctx context.Context, o *object) <-chan res {
+		ch := make(chan res, 1)
+		go func() {
+			v, err := rt.Get(ctx, o.id)
+			ch <- res{string(v.Data), err}
+		}()
+		return ch
+	}
+	for i := range 200 {
+		want := fmt.Sprint(i)
+		o := newObj() // alone
+		r := get(context.Background(), o)
+		waiting(o, 1)
+		complete(o, want)
+		is.Equal(<-r, res{want, nil})
+
+		o = newObj() // two waiters
+		r1 := get(context.Background(), o)
+		waiting(o, 1)
+		r2 := get(t.Context(), o)
+		waiting(o, 2)
+		complete(o, want)
+		is.Equal(<-r1, res{want, nil})
+		is.Equal(<-r2, res{want, nil})
+
+		o = newObj() // cancelled, then another waits
+		ctx, cancel := context.WithCancel(context.Background())
+		r = get(ctx, o)
+		waiting(o, 1)
+		cancel()
+		is.Equal((<-r).err, context.Canceled)
+		r = get(context.Background(), o)
+		waiting(o, 1)
+		complete(o, want)
+		is.Equal(<-r, res{want, nil})
+
+		v, err := rt.Get(context.Background(), o.id) // done already
+		is.NoErr(err)
+		is.Equal(string(v.Data), want)
+	}
 }
