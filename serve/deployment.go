@@ -66,6 +66,13 @@ type Deployment struct {
 	// whose body streams to the replica's server, does not count the time
 	// spent waiting for the client's body (Options.BodyTimeout bounds it).
 	RequestTimeout time.Duration
+	// AllowUnknownFields accepts a JSON request body (of an actor's
+	// Unary, Batched or Streaming endpoint) with fields its input type
+	// lacks, ignoring them. By default such a body is refused with 400
+	// naming the field, so that a misspelt field ({"txt": ...}) is not
+	// taken for an empty one; trailing data after the JSON value is
+	// refused either way.
+	AllowUnknownFields bool
 
 	// Autoscaling scales between MinReplicas and MaxReplicas; nil keeps
 	// MinReplicas.

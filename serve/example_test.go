@@ -313,7 +313,7 @@ func ExampleHandle() {
 	fmt.Println(errors.Is(err, serve.ErrNoDeployment), err)
 	// Output:
 	// "serve chips TPU" from the model on a v6e-4 2x2 slice
-	// error: serve: deployment "tokenizer": task serve_example.tokenizer.complete failed (attempt 0): "GPU" is not in the vocabulary (status 500)
+	// error: serve: deployment "tokenizer": "GPU" is not in the vocabulary (status 500)
 	// {"Text":"chips TPU of slices","Slice":"v6e-4 2x2"}
 	// true serve: no deployment "llm" on this server (it has "model", "tokenizer") (status 404)
 }

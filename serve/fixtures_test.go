@@ -53,6 +53,10 @@ type EchoIn struct {
 	Gate string
 	// Fail makes the call return an error.
 	Fail bool
+	// Status makes the call return serve.Error(Status, ...), Code an
+	// error of that goray code.
+	Status int           `json:",omitempty"`
+	Code   ray.ErrorCode `json:",omitempty"`
 	// Work is how long the call computes (on an accelerator, not the
 	// host's CPU), for benchmarks.
 	Work time.Duration `json:",omitempty"`
@@ -99,6 +103,12 @@ var (
 		}
 		if in.Fail {
 			return EchoOut{}, errors.New("the model refused")
+		}
+		if in.Status != 0 {
+			return EchoOut{}, fmt.Errorf("generate: %w", serve.Error(in.Status, "status "+strconv.Itoa(in.Status)+" asked for"))
+		}
+		if in.Code != ray.OK {
+			return EchoOut{}, serve.CodeError(in.Code, in.Code.String()+" asked for")
 		}
 		if in.Work > 0 {
 			time.Sleep(in.Work) // accelerator time: the host CPU is free

@@ -16,11 +16,13 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"weak"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/worker"
 )
@@ -92,6 +94,40 @@ func (e *CallError) Error() string {
 		msg = fmt.Sprintf("deployment %q: %s", e.Deployment, msg)
 	}
 	return fmt.Sprintf("serve: %s (status %d)", msg, e.Code)
+}
+
+// Unwrap returns the error's goray code, for ray.Code and errors.Is: the
+// code of its status (see [StatusOf]) for a method's error that chose one,
+// TaskFailed for another method error, ResourceExhausted when the
+// deployment is overloaded, Unavailable when it is shutting down, its
+// replica was lost or the router could not be reached, NotFound for no
+// deployment, InvalidArgument for a bad call, DeadlineExceeded and
+// Canceled, Internal otherwise.
+func (e *CallError) Unwrap() error {
+	return &backend.Error{Code: e.rayCode(), Op: "serve: deployment " + strconv.Quote(e.Deployment), Err: errors.New(e.Message)}
+}
+
+func (e *CallError) rayCode() ray.ErrorCode {
+	switch e.kind {
+	case kindOverloaded:
+		return ray.ResourceExhausted
+	case kindShutdown, kindLost, kindUnreached:
+		return ray.Unavailable
+	case kindNotFound:
+		return ray.NotFound
+	case kindBadCall:
+		return ray.InvalidArgument
+	case kindTimeout:
+		return ray.DeadlineExceeded
+	case kindCanceled:
+		return ray.Canceled
+	case kindFailed:
+		if e.Code != http.StatusInternalServerError {
+			return codeOfStatus(e.Code)
+		}
+		return ray.TaskFailed
+	}
+	return codeOfStatus(e.Code)
 }
 
 // Is matches the sentinel of the error's kind.

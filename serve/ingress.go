@@ -12,6 +12,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,11 +68,24 @@ func refuseBothLengths(w http.ResponseWriter, r *http.Request) {
 // jsonError writes {"error": msg} with code.
 func jsonError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
-	if code == http.StatusServiceUnavailable {
+	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", retryAfter)
 	}
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": redactAddrs(msg)})
+}
+
+// internalAddr matches an IP address (with its port, and a URL's scheme
+// before it), as errors from the cluster or a replica's server may carry.
+var internalAddr = regexp.MustCompile(`(https?://)?(\b\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\])(:\d+)?`)
+
+// redactAddrs replaces internal addresses in an answer's message: a client
+// is not told where replicas run (the server's log has the whole error).
+func redactAddrs(msg string) string {
+	if !strings.ContainsAny(msg, ".:") {
+		return msg
+	}
+	return internalAddr.ReplaceAllString(msg, "<internal address>")
 }
 
 func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, rest string) {
@@ -325,12 +339,17 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 				continue
 			}
 			return fail(http.StatusServiceUnavailable, kindLost, fmt.Sprintf("deployment %q: replica %s was lost: %v", d.spec.Name, rep.id, err))
+		case ray.Code(err) == ray.TaskFailed:
+			// The method's own error: the status it chose (StatusError),
+			// or 500.
+			code, msg := methodError(err)
+			return fail(code, kindFailed, fmt.Sprintf("deployment %q: %s", d.spec.Name, msg))
 		default:
-			kind := kindInternal
-			if ray.Code(err) == ray.TaskFailed {
-				kind = kindFailed
+			code := StatusOf(ray.Code(err))
+			if code == http.StatusTooManyRequests {
+				code = http.StatusServiceUnavailable // the cluster's resources, not the client's rate
 			}
-			return fail(http.StatusInternalServerError, kind, err.Error())
+			return fail(code, kindInternal, fmt.Sprintf("deployment %q: %v", d.spec.Name, err))
 		}
 	}
 }
@@ -364,10 +383,20 @@ func (d *deployment) unary(ctx context.Context, w http.ResponseWriter, body []by
 	d.observe(http.StatusOK, start)
 }
 
+// decodeContext marks ctx for decodeBody when the deployment allows
+// unknown fields.
+func (d *deployment) decodeContext(ctx context.Context) context.Context {
+	if d.spec.AllowUnknownFields {
+		return context.WithValue(ctx, lenientKey{}, true)
+	}
+	return ctx
+}
+
 // callUnary routes one request of the deployment's request endpoint
 // (Unary or Batched), a JSON body in and out, for POST /<name> and for
 // handles alike.
 func (d *deployment) callUnary(ctx context.Context, body []byte) ([]byte, *CallError) {
+	ctx = d.decodeContext(ctx)
 	var out []byte
 	e := d.try(ctx, func(r *replica) error {
 		ai, ok := r.inst.(actorInstance)
@@ -386,6 +415,7 @@ func (d *deployment) callUnary(ctx context.Context, body []byte) ([]byte, *CallE
 // the stream fails after it began. A retry on another replica skips the
 // chunks the client already has.
 func (d *deployment) stream(ctx context.Context, w http.ResponseWriter, body []byte, start time.Time) {
+	ctx = d.decodeContext(ctx)
 	rc := http.NewResponseController(w)
 	sent := 0
 	code, msg := d.attempt(ctx, func(r *replica) error {

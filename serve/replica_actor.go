@@ -1,11 +1,14 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
+	"strings"
 
 	"github.com/goray-dev/goray/ray"
 )
@@ -69,10 +72,30 @@ type actorEndpoints[A any] struct {
 	check   func(ctx context.Context, h *ray.ActorHandle[A]) error
 }
 
-func decodeBody[I any](body []byte) (I, error) {
+// lenientKey marks the context of a call to a deployment with
+// AllowUnknownFields.
+type lenientKey struct{}
+
+// decodeBody decodes a request body into I: strictly (an unknown field is
+// an error) unless ctx says the deployment allows unknown fields.
+func decodeBody[I any](ctx context.Context, body []byte) (I, error) {
 	var in I
-	if err := json.Unmarshal(body, &in); err != nil {
-		return in, badRequest{fmt.Errorf("request body is not a JSON %v: %w", reflect.TypeFor[I](), err)}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if ctx.Value(lenientKey{}) == nil {
+		dec.DisallowUnknownFields()
+	}
+	err := dec.Decode(&in)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("data after the JSON value")
+		}
+	}
+	if err != nil {
+		msg := err.Error()
+		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+			msg = fmt.Sprintf("unknown field %s (the deployment takes only the fields of %v; Deployment.AllowUnknownFields accepts others)", f, reflect.TypeFor[I]())
+		}
+		return in, badRequest{fmt.Errorf("request body is not a JSON %v: %s", reflect.TypeFor[I](), msg)}
 	}
 	return in, nil
 }
@@ -101,7 +124,7 @@ func unaryEndpoint[A, I, O any](desc string, call func(ctx context.Context, h *r
 		e.unaryCount++
 		e.unaryEP = endpointInfo{desc: desc, in: describeType(reflect.TypeFor[I]()), out: describeType(reflect.TypeFor[O]())}
 		e.unary = func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error) {
-			in, err := decodeBody[I](body)
+			in, err := decodeBody[I](ctx, body)
 			if err != nil {
 				return nil, err
 			}
@@ -120,7 +143,7 @@ func unaryEndpoint[A, I, O any](desc string, call func(ctx context.Context, h *r
 func Streaming[A, I, O any](s *Stream[A, I, O]) Endpoint[A] {
 	return Endpoint[A]{func(e *actorEndpoints[A]) {
 		e.stream = func(ctx context.Context, h *ray.ActorHandle[A], body []byte, emit func([]byte) error) error {
-			in, err := decodeBody[I](body)
+			in, err := decodeBody[I](ctx, body)
 			if err != nil {
 				return err
 			}
