@@ -91,6 +91,8 @@ func TestErrorCodes(t *testing.T) {
 		{"New with a nil cluster", fit(train.New(nil, counting, countCfg{}, scaling, run)), ray.InvalidArgument},
 		{"New with a configuration JSON cannot encode", fit(train.New(c, unencodable, make(chan int), scaling, run)), ray.InvalidArgument},
 		{"New with a topology v6e lacks", fit(train.New(c, counting, countCfg{}, train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "3x3"}, run)), ray.InvalidArgument},
+		{"New with MinSlices above NumSlices", fit(train.New(c, counting, countCfg{}, train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", NumSlices: 1, MinSlices: 2}, run)), ray.InvalidArgument},
+		{"New with GrowAtCheckpoint on a run that is not elastic", fit(train.New(c, counting, countCfg{}, train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4", GrowAtCheckpoint: true}, run)), ray.InvalidArgument},
 		{"New with a bad run name", fit(train.New(c, counting, countCfg{}, scaling, train.RunConfig{Name: "a/b"})), ray.InvalidArgument},
 		{"NewProgram without a path", fit(train.NewProgram(c, train.Program{}, scaling, run)), ray.InvalidArgument},
 		{"NewProgram with datasets", fit(train.NewProgram(c, train.Program{Path: "true"}, scaling,

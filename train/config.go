@@ -41,6 +41,28 @@ type ScalingConfig struct {
 	// ReserveTimeout bounds each wait for free slices, at the start and
 	// after every failure; 0 means 5 minutes.
 	ReserveTimeout time.Duration
+
+	// MinSlices, when between 1 and NumSlices - 1, makes the run elastic
+	// (Ray Train's ScalingConfig(num_workers=(min, max))): NumSlices is
+	// the most slices it runs on and MinSlices the fewest. Each attempt
+	// asks for NumSlices; when they cannot be had within ElasticWait it
+	// settles for one fewer, and so on down to MinSlices (whose wait is
+	// ReserveTimeout). The workers, their ranks and every env
+	// (TPU_WORKER_HOSTNAMES, MEGASCALE_NUM_SLICES, the world size) come
+	// from the reservation the attempt got, and the loop resumes from the
+	// latest checkpoint: a loop that shards its data by Rank and
+	// WorldSize trains on what is left. 0 means NumSlices (not elastic).
+	MinSlices int
+	// ElasticWait bounds the wait for more slices than MinSlices at each
+	// attempt of an elastic run; 0 means 1 minute.
+	ElasticWait time.Duration
+	// GrowAtCheckpoint lets an elastic run that holds fewer than
+	// NumSlices grow at a checkpoint: after each complete checkpoint the
+	// driver looks for free intact slices of the shape, and when there
+	// are any, it stops the attempt and restarts from that checkpoint on
+	// more slices (a restart that is not a failure). Without it, a run
+	// grows only at its next restart.
+	GrowAtCheckpoint bool
 }
 
 // Progress says how a run shows its progress.
@@ -158,7 +180,13 @@ type plan struct {
 	workers        int
 	resources      ray.Resources
 	reserveTimeout time.Duration
+	minSlices      int // = numSlices unless elastic
+	elasticWait    time.Duration
+	grow           bool
 }
+
+// elastic reports whether the run may run on fewer slices than numSlices.
+func (p *plan) elastic() bool { return p.minSlices < p.numSlices }
 
 func (s ScalingConfig) plan() (*plan, error) {
 	if s.AcceleratorVersion == "" || s.Topology == "" {
@@ -187,6 +215,25 @@ func (s ScalingConfig) plan() (*plan, error) {
 		}
 	}
 	p.workers = p.hostsPerSlice * p.procsPerHost * p.numSlices
+	switch {
+	case s.MinSlices < 0 || s.MinSlices > p.numSlices:
+		return nil, fmt.Errorf("train: ScalingConfig: MinSlices %d is not between 1 and NumSlices (%d); 0 means NumSlices (not elastic)", s.MinSlices, p.numSlices)
+	case s.MinSlices == 0:
+		p.minSlices = p.numSlices
+	default:
+		p.minSlices = s.MinSlices
+	}
+	if s.ElasticWait < 0 {
+		return nil, fmt.Errorf("train: ScalingConfig: ElasticWait %v is negative", s.ElasticWait)
+	}
+	p.elasticWait = s.ElasticWait
+	if p.elasticWait == 0 {
+		p.elasticWait = time.Minute
+	}
+	if (s.GrowAtCheckpoint || s.ElasticWait != 0) && !p.elastic() {
+		return nil, fmt.Errorf("train: ScalingConfig: GrowAtCheckpoint and ElasticWait apply to an elastic run: set MinSlices below NumSlices (%d)", p.numSlices)
+	}
+	p.grow = s.GrowAtCheckpoint
 	if s.NumWorkers != 0 && s.NumWorkers != p.workers {
 		per := "one per host"
 		if p.procsPerHost > 1 {

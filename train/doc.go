@@ -16,6 +16,11 @@
 // MEGASCALE_* for multislice) comes from that live reservation, never from
 // a previous attempt's.
 //
+// An elastic run (ScalingConfig.MinSlices below NumSlices, Ray Train's
+// num_workers=(min, max)) takes as many slices as it can get within
+// ElasticWait at each attempt, down to MinSlices, and grows back at its
+// next restart or, with GrowAtCheckpoint, at a checkpoint.
+//
 // # Workers and collectives
 //
 // A Go training loop is registered at package level with [NewLoop] (so

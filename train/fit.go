@@ -113,6 +113,7 @@ type Failure struct {
 	Time       time.Time
 
 	code backend.Code // of Cause, when Err is nil
+	grow bool         // not a failure: the attempt stopped to grow
 }
 
 // Result is what a run produced.
@@ -128,6 +129,10 @@ type Result struct {
 	// every attempt, including the last.
 	Failures []Failure
 	Attempts int
+	// SlicesPerAttempt is the number of slices each attempt ran on:
+	// ScalingConfig.NumSlices every time, unless the run is elastic
+	// (ScalingConfig.MinSlices).
+	SlicesPerAttempt []int
 	// AlreadyFinished is set when the run had finished before this Fit
 	// (a run of the same name in the same storage, with the same loop or
 	// program and configuration, had returned without error): Fit
@@ -185,7 +190,7 @@ func (t *Trainer) fit(ctx context.Context) (*Result, error) {
 	}
 	for attempt := 0; ; attempt++ {
 		res.Attempts = attempt + 1
-		f, err := t.attempt(ctx, attempt, st, resume, sink)
+		f, err := t.attempt(ctx, attempt, st, resume, sink, res)
 		if last := sink.lastReport(); last != nil {
 			res.Metrics, res.Iteration = last.Metrics, last.Iteration
 		}
@@ -204,6 +209,10 @@ func (t *Trainer) fit(ctx context.Context) (*Result, error) {
 		}
 		if resume != nil {
 			f.ResumeFrom = resume.Iteration
+		}
+		if f.grow { // not a failure: more slices are free
+			t.run.Logger.Info("train: restarting on more slices", "run", t.run.Name, "attempt", attempt+1, "resume_from", f.ResumeFrom, "cause", f.Cause)
+			continue
 		}
 		res.Failures = append(res.Failures, *f)
 		if t.run.OnFailure != nil {
@@ -328,23 +337,29 @@ func (t *Trainer) lostRank(ctx context.Context, hosts []string) (int, bool) {
 
 // attempt runs one attempt. It returns a Failure when a worker failed
 // (the run may restart) and an error when it cannot go on.
-func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *Checkpoint, sink *reportSink) (*Failure, error) {
+func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *Checkpoint, sink *reportSink, res *Result) (*Failure, error) {
 	p := t.plan
-	starts, err := startPositions(t.run.Datasets, resume, p.workers)
-	if err != nil {
-		return nil, invalid(fmt.Errorf("train: run %s: %w", t.run.Name, err))
+	var starts map[string][]shardPos
+	var err error
+	if !p.elastic() { // known before reserving: fail before holding anything
+		if starts, err = startPositions(t.run.Datasets, resume, p.workers); err != nil {
+			return nil, invalid(fmt.Errorf("train: run %s: %w", t.run.Name, err))
+		}
 	}
-	spg, err := ray.NewSlicePlacementGroup(ctx, t.c, ray.SliceSpec{
-		Topology: p.shape.Topology.String(), AcceleratorVersion: p.shape.Generation.String(), ChipsPerVM: t.scaling.ChipsPerHost,
-		NumSlices: p.numSlices, ResourcesPerBundle: p.resources, Name: fmt.Sprintf("%s-attempt-%d", t.run.Name, attempt),
-		Timeout: p.reserveTimeout,
-	})
+	spg, nSlices, err := t.reserve(ctx, attempt)
 	if err != nil {
-		return nil, fmt.Errorf("train: run %s attempt %d: reserve %d × %s: %w", t.run.Name, attempt, p.numSlices, p.shape, err)
+		return nil, err
 	}
 	defer spg.Release(context.WithoutCancel(ctx))
-	if spg.NumProcesses() != p.workers || spg.BundlesPerHost() != p.procsPerHost {
-		return nil, backend.Errorf(backend.Internal, "", "train: run %s: the reservation has %d processes and %d bundles per host; want %d processes, %d per host", t.run.Name, spg.NumProcesses(), spg.BundlesPerHost(), p.workers, p.procsPerHost)
+	res.SlicesPerAttempt = append(res.SlicesPerAttempt, nSlices)
+	workers := nSlices * p.hostsPerSlice * p.procsPerHost
+	if p.elastic() {
+		if starts, err = startPositions(t.run.Datasets, resume, workers); err != nil {
+			return nil, invalid(fmt.Errorf("train: run %s: %w", t.run.Name, err))
+		}
+	}
+	if spg.NumProcesses() != workers || spg.BundlesPerHost() != p.procsPerHost {
+		return nil, backend.Errorf(backend.Internal, "", "train: run %s: the reservation has %d processes and %d bundles per host; want %d processes, %d per host", t.run.Name, spg.NumProcesses(), spg.BundlesPerHost(), workers, p.procsPerHost)
 	}
 	token := make([]byte, 16)
 	rand.Read(token) //nolint:errcheck // crypto/rand.Read never fails
@@ -363,7 +378,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	var feed func(*sync.WaitGroup) *feeder
 	if len(t.run.Datasets) > 0 {
 		feed = func(wg *sync.WaitGroup) *feeder {
-			return newFeeder(ctx, hex.EncodeToString(token), attempt, p.workers, t.run.Datasets, starts, wg)
+			return newFeeder(ctx, hex.EncodeToString(token), attempt, workers, t.run.Datasets, starts, wg)
 		}
 	}
 	if t.program != nil {
@@ -373,13 +388,13 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 			return nil, err
 		}
 	}
-	rz, err := newRendezvous(addr, hex.EncodeToString(token), attempt, p.workers, st, spg.SliceNames(), t.run.FailureVerdict, sink, &lineSink{w: out}, feed,
-		runInfo{run: t.run.Name, resume: resume, perSlice: p.hostsPerSlice * p.procsPerHost, numSlices: p.numSlices, log: t.run.Logger})
+	rz, err := newRendezvous(addr, hex.EncodeToString(token), attempt, workers, st, spg.SliceNames(), t.run.FailureVerdict, sink, &lineSink{w: out}, feed,
+		runInfo{run: t.run.Name, resume: resume, perSlice: p.hostsPerSlice * p.procsPerHost, numSlices: nSlices, log: t.run.Logger})
 	if err != nil {
 		return nil, err
 	}
 	// hosts[rank] is the host rank runs on.
-	hosts, sliceNames := make([]string, 0, p.workers), spg.SliceNames()
+	hosts, sliceNames := make([]string, 0, workers), spg.SliceNames()
 	for _, h := range spg.Hosts() {
 		for range p.procsPerHost {
 			hosts = append(hosts, h)
@@ -387,16 +402,30 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	}
 	perSlice := p.hostsPerSlice * p.procsPerHost
 	t.run.Logger.Debug("train: attempt starts", "run", t.run.Name, "attempt", attempt, "slices", sliceNames, "resume", resume != nil)
+	if p.grow && nSlices < p.numSlices {
+		// Grow at the first complete checkpoint after idle slices of the
+		// shape appear.
+		var once sync.Once
+		rz.onCommit = func(it int) {
+			if free := t.idleSlices(ctx); free > 0 {
+				once.Do(func() {
+					to := min(nSlices+free, p.numSlices)
+					t.run.Logger.Info("train: growing", "run", t.run.Name, "attempt", attempt, "checkpoint", it, "from_slices", nSlices, "to_slices", to)
+					rz.setGrow(fmt.Sprintf("the run grows from %d to %d slices at checkpoint %d", nSlices, to, it))
+				})
+			}
+		}
+	}
 
 	var wg sync.WaitGroup
 	var okMu sync.Mutex
 	ok := 0
 	allOK := make(chan struct{})
-	for i := range p.workers {
+	for i := range workers {
 		in := workerInput{
 			Run: t.run.Name, Loop: t.loop, Config: t.config, Program: t.program,
 			Rendezvous: rz.addr(), Token: rz.token, Attempt: attempt,
-			Rank: i, WorldSize: p.workers, SliceIndex: i / perSlice, NumSlices: p.numSlices,
+			Rank: i, WorldSize: workers, SliceIndex: i / perSlice, NumSlices: nSlices,
 			Env: spg.WorkerEnv(i), Resume: resume, Verdict: t.run.FailureVerdict,
 		}
 		if len(t.run.Datasets) > 0 {
@@ -418,7 +447,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 			}
 			okMu.Lock()
 			defer okMu.Unlock()
-			if ok++; ok == p.workers {
+			if ok++; ok == workers {
 				close(allOK)
 			}
 		})
@@ -459,7 +488,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	if f == nil {
 		return nil, nil
 	}
-	fl := &Failure{Attempt: attempt, Rank: f.rank, Cause: f.cause, Err: f.err, Time: time.Now(), code: f.code}
+	fl := &Failure{Attempt: attempt, Rank: f.rank, Cause: f.cause, Err: f.err, Time: time.Now(), code: f.code, grow: f.grow}
 	if f.rank >= 0 && f.rank < len(hosts) {
 		fl.Host, fl.Slice = hosts[f.rank], sliceNames[f.rank/perSlice]
 	}
@@ -492,4 +521,49 @@ func storageLocation(storageURL string) (root, base string) {
 		return filepath.Clean(filepath.FromSlash(u.Path)), ""
 	}
 	return "", strings.TrimSuffix(storageURL, "/")
+}
+
+// reserve reserves the attempt's slices: NumSlices, or for an elastic run
+// as many as it can get, waiting ElasticWait for each count above
+// MinSlices and ReserveTimeout for MinSlices.
+func (t *Trainer) reserve(ctx context.Context, attempt int) (*ray.SlicePlacementGroup, int, error) {
+	p := t.plan
+	for n := p.numSlices; ; n-- {
+		timeout := p.reserveTimeout
+		if n > p.minSlices {
+			timeout = p.elasticWait
+		}
+		spg, err := ray.NewSlicePlacementGroup(ctx, t.c, ray.SliceSpec{
+			Topology: p.shape.Topology.String(), AcceleratorVersion: p.shape.Generation.String(), ChipsPerVM: t.scaling.ChipsPerHost,
+			NumSlices: n, ResourcesPerBundle: p.resources, Name: fmt.Sprintf("%s-attempt-%d", t.run.Name, attempt),
+			Timeout: timeout,
+		})
+		if err == nil {
+			if n < p.numSlices {
+				t.run.Logger.Info("train: running on fewer slices", "run", t.run.Name, "attempt", attempt, "slices", n, "of", p.numSlices)
+			}
+			return spg, n, nil
+		}
+		code := ray.Code(err)
+		if n == p.minSlices || ctx.Err() != nil || (code != ray.DeadlineExceeded && code != ray.Infeasible && code != ray.ResourceExhausted) {
+			return nil, 0, fmt.Errorf("train: run %s attempt %d: reserve %d × %s: %w", t.run.Name, attempt, n, p.shape, err)
+		}
+		t.run.Logger.Info("train: no slices within ElasticWait; asking for fewer", "run", t.run.Name, "attempt", attempt, "slices", n, "wait", timeout, "error", err)
+	}
+}
+
+// idleSlices counts the cluster's intact slices of the run's shape that
+// nothing holds.
+func (t *Trainer) idleSlices(ctx context.Context) int {
+	states, err := ray.TPUSlices(context.WithoutCancel(ctx), t.c)
+	if err != nil {
+		return 0
+	}
+	p, n := t.plan, 0
+	for _, s := range states {
+		if s.Idle && s.ReservedBy == 0 && strings.EqualFold(s.Generation, p.shape.Generation.String()) && s.Topology == p.shape.Topology.String() {
+			n++
+		}
+	}
+	return n
 }

@@ -34,6 +34,9 @@ type rendezvous struct {
 	lines   *lineSink
 	feed    *feeder // nil when the run has no datasets
 	http    *endpoint
+	// onCommit, if set before workers start, is called after each
+	// complete checkpoint.
+	onCommit func(iteration int)
 
 	mu     sync.Mutex
 	conns  map[int]*ctrlConn
@@ -61,6 +64,7 @@ type failure struct {
 	err   error
 	code  backend.Code // of cause, when err is nil
 	weak  bool
+	grow  bool // not a failure: the attempt stops to restart on more slices
 }
 
 type iterState struct {
@@ -284,8 +288,12 @@ func (r *rendezvous) report(rank int, m *ctrlMsg) error {
 	slices.Sort(st.ranks)
 	slices.Sort(st.dirs)
 	r.commitMu.Lock()
-	defer r.commitMu.Unlock()
-	return r.store.commit(ctx, &Checkpoint{Iteration: m.Iteration, Metrics: st.metrics, Ranks: st.ranks, Dirs: st.dirs, Attempt: r.attempt, Time: time.Now(), Datasets: st.pos})
+	err := r.store.commit(ctx, &Checkpoint{Iteration: m.Iteration, Metrics: st.metrics, Ranks: st.ranks, Dirs: st.dirs, Attempt: r.attempt, Time: time.Now(), Datasets: st.pos})
+	r.commitMu.Unlock()
+	if err == nil && r.onCommit != nil {
+		r.onCommit(m.Iteration)
+	}
+	return err
 }
 
 // peerLost: rank's connection to peer broke. If no failure is known yet,
@@ -327,6 +335,23 @@ func (r *rendezvous) setFailure(rank int, cause string, err error, code backend.
 	r.mu.Unlock()
 	for _, c := range conns {
 		c.send(&ctrlMsg{Type: msgAbort, Rank: rank, Err: cause}) //nolint:errcheck // a broken connection is a dead worker
+	}
+	close(r.failed)
+}
+
+// setGrow stops the attempt, unless it failed already, so that the run
+// restarts on more slices; it is not a failure.
+func (r *rendezvous) setGrow(cause string) {
+	r.mu.Lock()
+	if r.fail != nil {
+		r.mu.Unlock()
+		return
+	}
+	r.fail = &failure{rank: -1, cause: cause, code: backend.Canceled, grow: true}
+	conns := lo.Values(r.conns)
+	r.mu.Unlock()
+	for _, c := range conns {
+		c.send(&ctrlMsg{Type: msgAbort, Rank: -1, Err: cause}) //nolint:errcheck // a broken connection is a dead worker
 	}
 	close(r.failed)
 }
