@@ -29,16 +29,28 @@ func (s *PlacementGroupSpec) Validate(op string) error {
 		return Errorf(InvalidArgument, op, "%d bundles: a placement group may have at most %d (backend.MaxBundles)", len(s.Bundles), MaxBundles)
 	}
 	for i, bu := range s.Bundles {
-		bop := fmt.Sprintf("%s: bundle %d", op, i)
+		// The bundle's operation name is made only for an error.
+		bop := func() string { return fmt.Sprintf("%s: bundle %d", op, i) }
 		if err := bu.Resources.Validate(); err != nil {
-			return Reop(InvalidArgument, bop, err)
+			return Reop(InvalidArgument, bop(), err)
 		}
-		if len(bu.Resources.Names()) == 0 {
-			return Errorf(InvalidArgument, bop, "empty bundle: a bundle must reserve some resource")
+		if !reservesSome(bu.Resources) {
+			return Errorf(InvalidArgument, bop(), "empty bundle: a bundle must reserve some resource")
 		}
 		if err := bu.LabelSelector.Validate(); err != nil {
-			return Reop(InvalidArgument, bop, err)
+			return Reop(InvalidArgument, bop(), err)
 		}
 	}
 	return nil
+}
+
+// reservesSome reports whether r names a resource (Resources.Names is not
+// empty), without making the list.
+func reservesSome(r Resources) bool {
+	for k, v := range r {
+		if v != 0 || k == "" {
+			return true
+		}
+	}
+	return false
 }

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -131,16 +130,19 @@ func (rt *Runtime) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, 
 func (rt *Runtime) pgDemands(op string, pg *pgroup) error {
 	for i, bu := range pg.bundles {
 		res := pg.spec.Bundles[i].Resources
-		bop := fmt.Sprintf("%s: bundle %d", op, i)
-		if err := rt.checkResources(bop, res); err != nil {
-			return err
+		// The bundle's operation name is made only for an error.
+		bop := func(err error) error {
+			return backend.Reop(backend.CodeOf(err), fmt.Sprintf("%s: bundle %d", op, i), err)
 		}
-		slice, err := rt.demandSlice(bop, res)
+		if err := rt.checkResources(op, res); err != nil {
+			return bop(err)
+		}
+		slice, err := rt.demandSlice(op, res)
 		if err != nil {
-			return err
+			return bop(err)
 		}
 		if rt.noLooseChips && res[backend.TPU] > 0 {
-			return looseChipsErr(bop, res)
+			return bop(looseChipsErr(op, res))
 		}
 		bu.demand, bu.sel.slice = rt.vector(res), slice
 	}
@@ -318,8 +320,9 @@ func (rt *Runtime) removePGLocked(pg *pgroup) {
 	delete(rt.pgs, pg.id)
 	// A slice reservation broken by a lost host keeps that cause: work
 	// pinned to it fails with the Unavailable error naming the host,
-	// before and after the release.
-	rt.removedPGs.add(pg.id, cmp.Or(pg.lost, admission.PlacementGroupRemovedError(pg.id)))
+	// before and after the release. A plain removal keeps nil, for which
+	// removedPG makes the removal error when it is asked for.
+	rt.removedPGs.add(pg.id, pg.lost)
 	var err error
 	for _, bu := range pg.bundles {
 		if err == nil && (bu.running.len() > 0 || len(bu.actors) > 0) {

@@ -68,6 +68,9 @@ func (rt *Runtime) deadActor(id backend.ActorID) (err error, ok bool) {
 // error. ok is false for an ID never issued. b.mu must be held.
 func (rt *Runtime) removedPG(id backend.PlacementGroupID) (err error, ok bool) {
 	if err, ok := rt.removedPGs.get(id); ok {
+		if err == nil {
+			err = admission.PlacementGroupRemovedError(id)
+		}
 		return err, true
 	}
 	if id != 0 && uint64(id) <= rt.nextID {
