@@ -27,6 +27,12 @@ type Options struct {
 	Interval time.Duration
 	// Logger receives debug logs; nil discards them.
 	Logger *slog.Logger
+	// Token, when set, is required on every request, as the header
+	// "Authorization: Bearer TOKEN"; a request without it, or with
+	// another, gets 401 and nothing else. [Dashboard.Serve] refuses to
+	// serve on an address that is not loopback without one. [NewToken]
+	// makes one.
+	Token string
 }
 
 // StatusSource reports serve deployments; *serve.Server is one.
@@ -49,6 +55,7 @@ type Dashboard struct {
 	interval time.Duration
 	log      *slog.Logger
 	mux      *http.ServeMux
+	token    []byte // Options.Token, or nil
 
 	mu      sync.Mutex
 	runs    []*TrainRun
@@ -70,6 +77,9 @@ func New(c *ray.Cluster, opts *Options) (*Dashboard, error) {
 		return nil, fmt.Errorf("dashboard.New: negative Interval %v; use 0 for the default of 1s", opts.Interval)
 	}
 	d := &Dashboard{c: c, interval: opts.Interval, log: opts.Logger, mux: http.NewServeMux()}
+	if opts.Token != "" {
+		d.token = []byte(opts.Token)
+	}
 	if d.interval == 0 {
 		d.interval = time.Second
 	}
@@ -108,8 +118,14 @@ func (d *Dashboard) TrackServe(s StatusSource) {
 func (d *Dashboard) View(ctx context.Context) *View { return d.buildView(ctx) }
 
 // ServeHTTP serves the page and the API; it refuses every method but GET
-// and HEAD.
+// and HEAD, and, when Options.Token is set, every request without it
+// (401, saying nothing else).
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if d.token != nil && !d.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="goray"`)
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "the dashboard is read-only: only GET and HEAD are allowed", http.StatusMethodNotAllowed)
@@ -173,11 +189,20 @@ func Listen(addr string) (net.Listener, error) {
 // down (closing open event streams) and returns nil. When ln is on a
 // loopback address, requests whose Host is not a loopback name are
 // refused with 421, so a web page cannot read the dashboard through DNS
-// rebinding.
+// rebinding. On any other address it serves only with Options.Token set,
+// and returns an error at once without it.
 func (d *Dashboard) Serve(ctx context.Context, ln net.Listener) error {
-	var h http.Handler = d
+	return serveOn(ctx, ln, d, d.token != nil)
+}
+
+// serveOn serves h on ln until ctx ends, loopback-only on loopback; off
+// loopback it refuses to serve unless h requires a token.
+func serveOn(ctx context.Context, ln net.Listener, h http.Handler, hasToken bool) error {
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
-		h = loopbackOnly(d)
+		h = loopbackOnly(h)
+	} else if !hasToken {
+		ln.Close()
+		return fmt.Errorf("dashboard: serve on %s: the address is not loopback and Options.Token is empty; a status endpoint reachable from other machines requires a token (dashboard.NewToken; clients send Authorization: Bearer TOKEN), or listen on 127.0.0.1 and tunnel to it", ln.Addr())
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	errc := make(chan error, 1)

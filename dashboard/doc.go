@@ -32,12 +32,22 @@
 // with [Dashboard.TrackRun]. A *serve.Server reports its deployments
 // itself; add it with [Dashboard.TrackServe].
 //
+// # Status endpoint and metrics
+//
+// A driver's dashboard is its status endpoint: GET /api/view is what
+// `goray status --driver ADDR` reads ([Client], [WriteStatus]), and GET
+// /metrics the runtime's metrics in the Prometheus text format
+// ([WriteMetrics]). [Client.ServeProxy] serves a driver's live page on
+// this machine (`goray dashboard --driver ADDR`).
+//
 // # Safety
 //
 // The dashboard is read-only: it answers GET and HEAD only, and has no
 // action that changes the cluster. [Listen] binds loopback by default, and
 // on loopback [Dashboard.Serve] refuses requests for other host names
-// (DNS rebinding). To reach it from elsewhere, tunnel to the loopback port
-// (ssh -L 8265:127.0.0.1:8265 host, or kubectl port-forward) rather than
-// binding a public interface; docs/dashboard.md says more.
+// (DNS rebinding). Off loopback it serves only with Options.Token set
+// ([NewToken]): every request must then carry it as a bearer token, and
+// any other gets a bare 401. To reach a loopback endpoint from elsewhere,
+// tunnel to it (ssh -L 8265:127.0.0.1:8265 host, or kubectl
+// port-forward); docs/dashboard.md says more.
 package dashboard

@@ -129,39 +129,28 @@ func viewMetrics(v *View) map[string][]sample {
 	for state, n := range pgs {
 		add("goray_placement_groups", float64(n), "state", state)
 	}
-	sliceNames := map[string]bool{}
 	for _, sh := range v.Shapes {
 		states := map[string]int{StateFree: 0, StateBusy: 0, StateReserved: 0, StatePartial: 0, StateBroken: 0}
 		for _, s := range sh.Slices {
 			states[s.State]++
-			sliceNames[s.Name] = true
 		}
 		for state, n := range states {
 			add("goray_tpu_slices", float64(n), append(shapeLabels(sh.Generation, sh.Topology, sh.ChipsPerHost), "state", state)...)
 		}
 	}
 	if len(v.Nodes) > 0 {
-		alive, dead := 0, 0
-		used, avail := map[string]float64{}, map[string]float64{}
+		alive := 0
 		for _, n := range v.Nodes {
-			if !n.Alive {
-				dead++
-				continue
-			}
-			alive++
-			for k, c := range n.Capacity {
-				if sliceNames[k] {
-					continue // a slice's own name resource: one series per slice
-				}
-				used[k] += c - n.Free[k]
-				avail[k] += n.Free[k]
+			if n.Alive {
+				alive++
 			}
 		}
 		add("goray_nodes", float64(alive), "state", "alive")
-		add("goray_nodes", float64(dead), "state", "dead")
-		for _, k := range slices.Sorted(maps.Keys(used)) {
+		add("goray_nodes", float64(len(v.Nodes)-alive), "state", "dead")
+		used, total := resourceTotals(v)
+		for _, k := range slices.Sorted(maps.Keys(total)) {
 			add("goray_resources", used[k], "resource", k, "state", "used")
-			add("goray_resources", avail[k], "resource", k, "state", "available")
+			add("goray_resources", total[k]-used[k], "resource", k, "state", "available")
 		}
 	}
 	type shapeKey struct {

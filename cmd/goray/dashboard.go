@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,10 +25,12 @@ func newDashboard() *cobra.Command {
 		addr     string
 		interval time.Duration
 		demo     time.Duration
+		driver   string
+		token    string
 	)
 	cmd := &cobra.Command{
-		Use:   "dashboard --cluster FILE",
-		Short: "Serve the dashboard of a simulator cluster file",
+		Use:   "dashboard (--cluster FILE | --driver ADDR)",
+		Short: "Serve the dashboard of a simulator cluster file, or show a running driver's",
 		Long: `Start a simulator cluster from a cluster file and serve its dashboard until
 interrupted (Ctrl-C exits 0). The page draws every TPU slice as its chip
 grid, coloured by state, and follows the cluster live.
@@ -37,17 +40,30 @@ default. Binding another address exposes node names, labels and task names
 to whoever can reach it: prefer an SSH tunnel (ssh -L
 8265:127.0.0.1:8265 HOST) to --addr 0.0.0.0:8265. See docs/dashboard.md.
 
+With --driver ADDR it starts no simulator: it shows the live page of a
+running driver that serves its status endpoint there (host:port or URL),
+through a proxy on --addr that adds the driver's token (--token, or
+$GORAY_STATUS_TOKEN). The proxy listens on loopback only. While the
+driver is gone the page says so.
+
 With --demo PERIOD the command reserves one slice of the cluster's first
 shape (as reservation "demo") for PERIOD, releases it for PERIOD, and
 again, so the page shows slices changing.
 
 ` + dashboardKubernetes,
 		Example: `  goray dashboard --cluster testdata/tpu-cluster.json   # the sample in cmd/goray of a clone --demo 3s
-  goray dashboard --cluster cluster.json --addr 127.0.0.1:9000`,
+  goray dashboard --cluster cluster.json --addr 127.0.0.1:9000
+  goray dashboard --driver 10.0.0.7:8265 --token "$(cat token)"`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if driver != "" {
+				if file != "" || demo != 0 {
+					return usagef("--driver shows a running driver's page; --cluster and --demo start a simulator instead: give one of them")
+				}
+				return proxyDriver(cmd, driver, token, addr)
+			}
 			if file == "" {
-				return usagef("--cluster FILE is required.\n%s", dashboardKubernetes)
+				return usagef("--cluster FILE or --driver ADDR is required.\n%s", dashboardKubernetes)
 			}
 			if interval <= 0 {
 				return usagef("--interval %v must be positive", interval)
@@ -87,7 +103,27 @@ again, so the page shows slices changing.
 	cmd.Flags().StringVar(&addr, "addr", dashboard.DefaultAddr, "address to listen on; keep it on loopback unless you mean to expose the cluster's state")
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "how often the page is updated")
 	cmd.Flags().DurationVar(&demo, "demo", 0, "reserve and release a slice every PERIOD, to watch the page change (0: off)")
+	cmd.Flags().StringVar(&driver, "driver", "", "show the live page of the driver serving its status on this host:port or URL (instead of --cluster)")
+	cmd.Flags().StringVar(&token, "token", "", "with --driver, the driver's status token (default $"+tokenEnv+")")
 	return cmd
+}
+
+// proxyDriver serves, on addr (loopback), the live page of the driver at
+// driver, adding its token, until interrupted.
+func proxyDriver(cmd *cobra.Command, driver, token, addr string) error {
+	if token == "" {
+		token = os.Getenv(tokenEnv)
+	}
+	c := &dashboard.Client{Addr: driver, Token: token}
+	if _, err := c.View(cmd.Context()); err != nil {
+		return err // gone, or the token refused: say so now, not in the browser
+	}
+	ln, err := dashboard.Listen(addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "goray dashboard: the driver at %s on http://%s/ (Ctrl-C to stop)\n", driver, ln.Addr())
+	return c.ServeProxy(cmd.Context(), ln)
 }
 
 // runDemo reserves one slice of the cluster's first shape for period,

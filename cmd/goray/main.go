@@ -5,6 +5,8 @@
 //	goray slices --kubeconfig PATH           the slices of a Kubernetes cluster and who holds each
 //	goray validate v6e 4x4                   hosts, chips per host, pod type and labels of a slice shape
 //	goray dashboard --cluster cluster.json   serve the dashboard of a simulator cluster on 127.0.0.1:8265
+//	goray dashboard --driver ADDR            show a running driver's live page on 127.0.0.1:8265
+//	goray status --driver ADDR               print what a running driver is doing, as ray status does
 //
 // Exit codes: 0 on success, 1 when the command failed (an invalid shape, an
 // unreadable cluster file), 2 on a usage error (an unknown command or

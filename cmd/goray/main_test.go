@@ -82,7 +82,11 @@ func TestCommands(t *testing.T) {
 		{"validate a pod type as the generation", []string{"validate", "v6e-16", "4x4"}, exitError, nil, []string{`"v6e-16" is a pod type (16 chips of v6e), not a TPU generation; did you mean v6e 2x8 or v6e 4x4?`}},
 		{"validate an empty generation", []string{"validate", "", "4x4"}, exitError, nil, []string{"the TPU generation is empty; valid: v2, v3"}},
 
-		{"dashboard without a cluster file", []string{"dashboard"}, exitUsage, nil, []string{"--cluster FILE is required"}},
+		{"dashboard without a cluster file", []string{"dashboard"}, exitUsage, nil, []string{"--cluster FILE or --driver ADDR is required"}},
+		{"dashboard of a file and a driver", []string{"dashboard", "--cluster", clusterFile, "--driver", "127.0.0.1:1"}, exitUsage, nil, []string{"give one of them"}},
+		{"status without a driver", []string{"status"}, exitUsage, nil, []string{"--driver ADDR is required"}},
+		{"status with a bad timeout", []string{"status", "--driver", "127.0.0.1:1", "--timeout", "0s"}, exitUsage, nil, []string{"--timeout 0s must be positive"}},
+		{"status of a bad address", []string{"status", "--driver", "ftp://x"}, exitError, nil, []string{"want host:port or an http(s) URL"}},
 		{"dashboard with a bad interval", []string{"dashboard", "--cluster", clusterFile, "--interval", "0s"}, exitUsage, nil, []string{"--interval 0s must be positive"}},
 		{"dashboard with a bad duration", []string{"dashboard", "--cluster", clusterFile, "--demo", "soon"}, exitUsage, nil, []string{"--demo"}},
 		{"dashboard on a bad address", []string{"dashboard", "--cluster", clusterFile, "--addr", "127.0.0.1:99999"}, exitError, nil, []string{"listen on 127.0.0.1:99999"}},

@@ -64,7 +64,7 @@ Exit codes: 0 on success, 1 when the command failed, 2 on a usage error.`,
 		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newSlices(), newValidate(), newDashboard())
+	root.AddCommand(newSlices(), newValidate(), newDashboard(), newStatus())
 	return root
 }
 
