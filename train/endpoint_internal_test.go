@@ -149,3 +149,59 @@ func TestEndpointMemStorage(t *testing.T) {
 	is.Equal(resp.StatusCode, 409)
 	is.True(strings.Contains(string(body), "set RunConfig.Storage to file://"))
 }
+
+// TestEndpointCommitsByCopy: on a bucket without renames (gs://, here a
+// mem:// bucket standing for one), a committed directory's objects are
+// copied into the checkpoint and the staged ones deleted; a directory
+// outside the run's URL, or with no object, is refused.
+func TestEndpointCommitsByCopy(t *testing.T) {
+	is := is.New(t)
+	ctx := t.Context()
+	bucket := storage.NewMem()
+	defer bucket.Close()
+	st := &store{b: bucket, prefix: "run/", keep: 3, base: "gs://b/runs"}
+	rz, err := newRendezvous("127.0.0.1:0", "secret", 0, 1, st, nil, time.Second,
+		&reportSink{progress: noProgress{}}, &lineSink{w: io.Discard}, nil, runInfo{run: "run", perSlice: 1, numSlices: 1})
+	is.NoErr(err)
+	defer rz.close(time.Second)
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	report := func(dir string) (int, string) {
+		req, err := http.NewRequest("POST", "http://"+rz.addr()+"/v1/report", strings.NewReader(fmt.Sprintf(`{"run":"run","rank":0,"metrics":{"loss":1},"checkpoint_dir":%q}`, dir)))
+		is.NoErr(err)
+		req.Header.Set("Authorization", "Bearer secret")
+		resp, err := client.Do(req)
+		is.NoErr(err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	is.NoErr(storage.WriteAll(ctx, bucket, "run/staging/x/params", []byte("weights")))
+	is.NoErr(storage.WriteAll(ctx, bucket, "run/staging/x/opt/state", []byte("moments")))
+
+	status, body := report("gs://b/runs/other/staging/x")
+	is.Equal(status, 400)
+	is.True(strings.Contains(body, "is outside the run's storage gs://b/runs/run"))
+	status, body = report("gs://b/runs/run/staging/empty")
+	is.Equal(status, 400)
+	is.True(strings.Contains(body, "holds no object"))
+	status, body = report("gs://b/runs/run/staging/x/")
+	is.Equal(status, 200)
+	is.True(strings.Contains(body, `"iteration":1`))
+
+	ck, err := st.latest(ctx)
+	is.NoErr(err)
+	is.Equal(ck.Dirs, []int{0})
+	d, err := ck.Dir(0)
+	is.NoErr(err)
+	is.Equal(d, "gs://b/runs/run/checkpoint_000000001/rank_00000")
+	for key, want := range map[string]string{"params": "weights", "opt/state": "moments"} {
+		b, err := storage.ReadAll(ctx, bucket, "run/checkpoint_000000001/rank_00000/"+key)
+		is.NoErr(err)
+		is.Equal(string(b), want)
+	}
+	for obj, err := range bucket.List(ctx, "run/staging/") {
+		is.NoErr(err)
+		t.Errorf("%s was left in the staging area", obj.Key)
+	}
+}

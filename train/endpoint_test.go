@@ -31,9 +31,15 @@ func needPython(t *testing.T) {
 // directories are right.
 func TestPythonProgramReports(t *testing.T) {
 	needPython(t)
+	for _, procs := range []bool{false, true} {
+		t.Run(map[bool]string{false: "in process", true: "worker processes"}[procs], func(t *testing.T) { testPythonProgramReports(t, procs) })
+	}
+}
+
+func testPythonProgramReports(t *testing.T, procs bool) {
 	is := is.New(t)
 	ctx := context.Background()
-	b, c := newCluster(t, "4x4", 2, false)
+	b, c := newCluster(t, "4x4", 2, procs)
 	dir := t.TempDir()
 	const steps, every = 12, 2
 	var reports []train.Report
