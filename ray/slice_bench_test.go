@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
@@ -42,6 +43,49 @@ func BenchmarkSliceReserveRelease(b *testing.B) {
 			rate(b, b.N, "reservations/s")
 		})
 	}
+}
+
+// BenchmarkSliceReserveReleaseFlat alternates, in each iteration, a
+// reservation and release on a cluster of 64 hosts and one on a cluster of
+// 8,192 hosts, and reports the ratio of their times (x-64-hosts), which
+// must stay near 1: run one after the other, the two sizes see different
+// loads of a shared machine, alternated the same. Both clusters live in
+// the one process, so the garbage collector's work on the larger heap is
+// shared by both; BenchmarkSliceReserveRelease measures each size alone.
+func BenchmarkSliceReserveReleaseFlat(b *testing.B) {
+	ctx := context.Background()
+	spec := ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e"}
+	var clusters [2]*ray.Cluster
+	for i, hosts := range []int{64, 8192} {
+		be, err := local.New(local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "4x4", Count: hosts / 4}}}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := ray.NewCluster(ctx, be, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		clusters[i] = c
+	}
+	var took [2]time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		for i, c := range clusters {
+			t0 := time.Now()
+			spg, err := ray.NewSlicePlacementGroup(ctx, c, spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := spg.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			took[i] += time.Since(t0)
+		}
+	}
+	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "64-hosts-ns")
+	b.ReportMetric(float64(took[1].Nanoseconds())/float64(b.N), "8192-hosts-ns")
+	b.ReportMetric(float64(took[1])/float64(took[0]), "x-64-hosts")
 }
 
 // BenchmarkSliceContention has 64 goroutines reserve and release slices of
