@@ -93,7 +93,7 @@ func TestChipsPerReplicaBadInput(t *testing.T) {
 		{"the whole host", "2x2", 4, "a v6e 2x2 host has 4 chips, and a process holds 1, 2, 4 or 8 of them (as in Ray); use 1 or 2, or 0 for the whole host"},
 		{"more than the host", "2x2", 5, "use 1 or 2"},
 		{"not a chip count of a process", "2x2", 3, "use 1 or 2"},
-		{"negative", "2x2", -1, "use 1 or 2"},
+		{"negative", "2x2", -1, "Deployment.ChipsPerReplica: -1 is negative"},
 		{"an 8-chip host", "2x4", 8, "use 1, 2 or 4"},
 		{"several hosts", "4x4", 1, "needs a single-host topology, but v6e 4x4 has 4 hosts"},
 	}

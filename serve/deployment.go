@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/tpu"
 )
@@ -113,22 +115,58 @@ type HealthCheck struct {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
-// normalize validates d and fills in its defaults.
+// normalize validates d and fills in its defaults. Each error has code
+// InvalidArgument and names the one field that is wrong, and what is
+// valid.
 func (d Deployment) normalize() (Deployment, error) {
-	bad := func(format string, args ...any) (Deployment, error) {
-		return d, fmt.Errorf("serve: deployment %q: %s", d.Name, fmt.Sprintf(format, args...))
+	bad := func(field, format string, args ...any) (Deployment, error) {
+		return d, fieldError(d.Name, field, fmt.Sprintf(format, args...))
 	}
 	if !nameRE.MatchString(d.Name) {
-		return bad("invalid name: use letters, digits, '-', '_' and '.', starting with a letter or digit")
+		return bad("Name", "%q is not a valid name: use letters, digits, '-', '_' and '.', starting with a letter or digit", d.Name)
 	}
 	if d.Replica == nil {
-		return bad("no Replica: use serve.Actor or serve.Process")
+		return bad("Replica", "nil; use serve.Actor or serve.Process")
 	}
-	if d.Accelerator == "" || d.Topology == "" {
-		return bad("Accelerator and Topology are required, such as \"v6e\" and \"2x4\"")
+	if d.Accelerator == "" {
+		return bad("Accelerator", "empty; name the TPU generation of a replica's slice, such as \"v6e\"")
 	}
-	if d.MinReplicas < 0 || d.MaxReplicas < 0 || d.MaxConcurrentRequests < 0 || d.MaxRetries < 0 || d.RequestTimeout < 0 || d.DrainTimeout < 0 {
-		return bad("negative MinReplicas, MaxReplicas, MaxConcurrentRequests, MaxRetries, RequestTimeout or DrainTimeout")
+	if d.Topology == "" {
+		return bad("Topology", "empty; name the topology of a replica's slice, such as \"2x4\"")
+	}
+	if _, err := tpu.ParseGeneration(d.Accelerator); err != nil {
+		return bad("Accelerator", "%v", err)
+	}
+	if d.ChipsPerVM < 0 {
+		return bad("ChipsPerVM", "%d is negative: use 0 (the shape's default) or the chips of one VM", d.ChipsPerVM)
+	}
+	if _, err := d.shape(); err != nil {
+		field := "Topology"
+		if errors.Is(err, tpu.ErrInvalidChipsPerHost) {
+			field = "ChipsPerVM"
+		}
+		return bad(field, "%v", err)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+		zero string
+	}{
+		{"MinReplicas", int64(d.MinReplicas), "1"},
+		{"MaxReplicas", int64(d.MaxReplicas), "MinReplicas"},
+		{"MaxConcurrentRequests", int64(d.MaxConcurrentRequests), "8"},
+		{"MaxRetries", int64(d.MaxRetries), "3"},
+		{"ChipsPerReplica", int64(d.ChipsPerReplica), "whole slices"},
+		{"RequestTimeout", int64(d.RequestTimeout), "60s"},
+		{"DrainTimeout", int64(d.DrainTimeout), "RequestTimeout"},
+	} {
+		if f.v < 0 {
+			v := strconv.FormatInt(f.v, 10)
+			if strings.HasSuffix(f.name, "Timeout") {
+				v = time.Duration(f.v).String()
+			}
+			return bad(f.name, "%s is negative: use 0 (meaning %s) or more", v, f.zero)
+		}
 	}
 	if d.MinReplicas == 0 {
 		d.MinReplicas = 1
@@ -137,7 +175,7 @@ func (d Deployment) normalize() (Deployment, error) {
 		d.MaxReplicas = d.MinReplicas
 	}
 	if d.MaxReplicas < d.MinReplicas {
-		return bad("MaxReplicas %d is below MinReplicas %d", d.MaxReplicas, d.MinReplicas)
+		return bad("MaxReplicas", "%d is below MinReplicas %d: use 0 (meaning MinReplicas) or at least %d", d.MaxReplicas, d.MinReplicas, d.MinReplicas)
 	}
 	if d.MaxConcurrentRequests == 0 {
 		d.MaxConcurrentRequests = 8
@@ -158,8 +196,15 @@ func (d Deployment) normalize() (Deployment, error) {
 	}
 	if a := d.Autoscaling; a != nil {
 		c := *a
-		if c.TargetOngoingRequests < 0 || c.UpscaleDelay < 0 || c.DownscaleDelay < 0 || c.Interval < 0 {
-			return bad("negative autoscaling TargetOngoingRequests, delay or Interval")
+		switch {
+		case c.TargetOngoingRequests < 0:
+			return bad("Autoscaling.TargetOngoingRequests", "%v is negative: use 0 (half of MaxConcurrentRequests) or more", c.TargetOngoingRequests)
+		case c.UpscaleDelay < 0:
+			return bad("Autoscaling.UpscaleDelay", "%v is negative: use 0 or more", c.UpscaleDelay)
+		case c.DownscaleDelay < 0:
+			return bad("Autoscaling.DownscaleDelay", "%v is negative: use 0 (60s) or more", c.DownscaleDelay)
+		case c.Interval < 0:
+			return bad("Autoscaling.Interval", "%v is negative: use 0 (1s) or more", c.Interval)
 		}
 		if c.TargetOngoingRequests == 0 {
 			c.TargetOngoingRequests = max(1, float64(d.MaxConcurrentRequests)/2)
@@ -176,8 +221,13 @@ func (d Deployment) normalize() (Deployment, error) {
 	if d.Health != nil {
 		h = *d.Health
 	}
-	if h.Period < 0 || h.Timeout < 0 || h.FailureThreshold < 0 {
-		return bad("negative health check Period, Timeout or FailureThreshold")
+	switch {
+	case h.Period < 0:
+		return bad("Health.Period", "%v is negative: use 0 (5s) or more", h.Period)
+	case h.Timeout < 0:
+		return bad("Health.Timeout", "%v is negative: use 0 (the Period) or more", h.Timeout)
+	case h.FailureThreshold < 0:
+		return bad("Health.FailureThreshold", "%d is negative: use 0 (3) or more", h.FailureThreshold)
 	}
 	if h.Period == 0 {
 		h.Period = 5 * time.Second
@@ -190,24 +240,38 @@ func (d Deployment) normalize() (Deployment, error) {
 	}
 	d.Health = &h
 	if err := d.Replica.validate(); err != nil {
-		return bad("%v", err)
+		return bad("Replica", "%v", err)
 	}
 	if d.ChipsPerReplica != 0 {
-		shape, err := d.shape()
-		if err != nil {
-			return bad("%v", err)
-		}
+		shape, _ := d.shape() // checked above
 		switch {
 		case shape.Hosts() != 1:
-			return bad("ChipsPerReplica %d needs a single-host topology, but %s has %d hosts; hold whole slices (ChipsPerReplica 0), or pick a topology of one host", d.ChipsPerReplica, shape, shape.Hosts())
+			return bad("ChipsPerReplica", "%d needs a single-host topology, but %s has %d hosts; hold whole slices (ChipsPerReplica 0), or pick a topology of one host", d.ChipsPerReplica, shape, shape.Hosts())
 		case !slices.Contains(chipsPerReplicaOptions(shape), d.ChipsPerReplica):
 			valid := chipsPerReplicaOptions(shape)
-			return bad("ChipsPerReplica %d: a %s host has %d chips, and a process holds 1, 2, 4 or 8 of them (as in Ray); use %s, or 0 for the whole host",
+			return bad("ChipsPerReplica", "%d: a %s host has %d chips, and a process holds 1, 2, 4 or 8 of them (as in Ray); use %s, or 0 for the whole host",
 				d.ChipsPerReplica, shape, shape.ChipsPerHost, orList(valid))
 		}
 	}
 	return d, nil
 }
+
+// fieldError is the error of a Deployment whose field is wrong: code
+// InvalidArgument, and a message naming the field ("Deployment.<field>").
+func fieldError(name, field, msg string) error {
+	return &backend.Error{Code: backend.InvalidArgument, Op: fmt.Sprintf("serve: deployment %q", name), Err: &FieldError{Field: field, Msg: msg}}
+}
+
+// FieldError is the cause of a Deploy error for a wrong field of the
+// Deployment (errors.As finds it); the error's code is InvalidArgument.
+type FieldError struct {
+	// Field is the field's name, such as "MinReplicas" or "Health.Period".
+	Field string
+	// Msg says what is wrong with it and what is valid.
+	Msg string
+}
+
+func (e *FieldError) Error() string { return "Deployment." + e.Field + ": " + e.Msg }
 
 // chipsPerReplicaOptions are the chip counts a replica may hold on a host
 // of shape: Ray's 1, 2, 4 and 8, fewer than the host has.

@@ -108,6 +108,12 @@ func codeOfStatus(status int) ray.ErrorCode {
 	return ray.Internal
 }
 
+// codeErr returns an error of the goray code whose text is format's (%w
+// wraps as fmt.Errorf does).
+func codeErr(code ray.ErrorCode, format string, args ...any) error {
+	return &backend.Error{Code: code, Err: fmt.Errorf(format, args...)}
+}
+
 // methodStatus reads the status a method's error chose ([StatusError]) from
 // its message as it reached the router: the last "[HTTP nnn]" in it, and
 // the message without it.

@@ -55,18 +55,18 @@ const (
 // [ErrShuttingDown]; match them with errors.Is.
 var (
 	// ErrNoDeployment: the server has no deployment of that name.
-	ErrNoDeployment = errors.New("no such deployment")
+	ErrNoDeployment error = &backend.Error{Code: backend.NotFound, Err: errors.New("no such deployment")}
 	// ErrBadCall: the call does not fit the deployment: the handle's
 	// types are not its endpoint's, it has no request endpoint (Unary or
 	// Batched), or it is a Process deployment.
-	ErrBadCall = errors.New("the call does not fit the deployment's endpoint")
+	ErrBadCall error = &backend.Error{Code: backend.InvalidArgument, Err: errors.New("the call does not fit the deployment's endpoint")}
 	// ErrReplicaLost: the replica serving the call was lost (its actor or
 	// host died) and the call was not retried: the deployment is not
 	// Idempotent, or MaxRetries ran out.
-	ErrReplicaLost = errors.New("the replica serving the call was lost")
+	ErrReplicaLost error = &backend.Error{Code: backend.Unavailable, Err: errors.New("the replica serving the call was lost")}
 	// ErrRouterUnreachable: a handle in a worker process could not reach
 	// the driver's router (or lost the connection before the answer).
-	ErrRouterUnreachable = errors.New("the driver's router could not be reached")
+	ErrRouterUnreachable error = &backend.Error{Code: backend.Unavailable, Err: errors.New("the driver's router could not be reached")}
 )
 
 // CallError is the error of a handle call that the router refused or the
@@ -337,11 +337,11 @@ type DeploymentHandle[I, O any] struct {
 func Handle[I, O any](r Routes, deployment string) (DeploymentHandle[I, O], error) {
 	var zero DeploymentHandle[I, O]
 	if r == nil {
-		return zero, errors.New("serve.Handle: nil Routes: pass the *serve.Server, or a serve.Router")
+		return zero, codeErr(ray.InvalidArgument, "serve.Handle: nil Routes: pass the *serve.Server, or a serve.Router")
 	}
 	rt := r.routes()
 	if !rt.valid() {
-		return zero, errors.New("serve.Handle: the Router reaches no server: get one with (*serve.Server).Router")
+		return zero, codeErr(ray.InvalidArgument, "serve.Handle: the Router reaches no server: get one with (*serve.Server).Router")
 	}
 	if rt.s != nil {
 		in, out := describeType(reflect.TypeFor[I]()), describeType(reflect.TypeFor[O]())
@@ -349,7 +349,7 @@ func Handle[I, O any](r Routes, deployment string) (DeploymentHandle[I, O], erro
 			return zero, e
 		}
 	} else if !nameRE.MatchString(deployment) {
-		return zero, fmt.Errorf("serve.Handle: invalid deployment name %q", deployment)
+		return zero, codeErr(ray.InvalidArgument, "serve.Handle: invalid deployment name %q", deployment)
 	}
 	return DeploymentHandle[I, O]{r: rt, deployment: deployment}, nil
 }
@@ -366,14 +366,14 @@ func (h DeploymentHandle[I, O]) Deployment() string { return h.deployment }
 func (h DeploymentHandle[I, O]) Call(ctx context.Context, in I) (O, error) {
 	var zero O
 	if h.deployment == "" || !h.r.valid() {
-		return zero, errors.New("serve: call on the zero DeploymentHandle: get one with serve.Handle")
+		return zero, codeErr(ray.InvalidArgument, "serve: call on the zero DeploymentHandle: get one with serve.Handle")
 	}
 	if ctx == nil {
-		return zero, fmt.Errorf("serve: call deployment %q: nil context", h.deployment)
+		return zero, codeErr(ray.InvalidArgument, "serve: call deployment %q: nil context", h.deployment)
 	}
 	body, err := json.Marshal(in)
 	if err != nil {
-		return zero, fmt.Errorf("serve: call deployment %q: encode the input %v: %w", h.deployment, reflect.TypeFor[I](), err)
+		return zero, codeErr(ray.InvalidArgument, "serve: call deployment %q: encode the input %v: %w", h.deployment, reflect.TypeFor[I](), err)
 	}
 	req := &callRequest{
 		Deployment: h.deployment, Body: body,
@@ -388,7 +388,7 @@ func (h DeploymentHandle[I, O]) Call(ctx context.Context, in I) (O, error) {
 	}
 	var o O
 	if err := json.Unmarshal(out, &o); err != nil {
-		return zero, fmt.Errorf("serve: call deployment %q: decode its output into %v: %w", h.deployment, reflect.TypeFor[O](), err)
+		return zero, codeErr(ray.Internal, "serve: call deployment %q: decode its output into %v: %w", h.deployment, reflect.TypeFor[O](), err)
 	}
 	return o, nil
 }
@@ -410,7 +410,7 @@ func (h DeploymentHandle[I, O]) MarshalJSON() ([]byte, error) {
 func (h *DeploymentHandle[I, O]) UnmarshalJSON(b []byte) error {
 	var j *handleJSON
 	if err := json.Unmarshal(b, &j); err != nil {
-		return fmt.Errorf("serve.DeploymentHandle: %w", err)
+		return codeErr(ray.InvalidArgument, "serve.DeploymentHandle: %w", err)
 	}
 	*h = DeploymentHandle[I, O]{}
 	if j != nil {
@@ -543,7 +543,7 @@ func (s *Server) callAddr() (string, error) {
 		return s.callLn.Addr().String(), nil
 	}
 	if s.callLnClosed {
-		return "", fmt.Errorf("serve: the server is shut down: its Router and handles can no longer cross to replicas: %w", ErrShuttingDown)
+		return "", codeErr(ray.FailedPrecondition, "serve: the server is shut down: its Router and handles can no longer cross to replicas: %w", ErrShuttingDown)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // Routing: each request goes to the less loaded of two ready replicas
@@ -19,9 +21,9 @@ import (
 var (
 	// ErrOverloaded: every replica of the deployment is at its
 	// MaxConcurrentRequests and its queue holds MaxQueuedRequests.
-	ErrOverloaded = errors.New("every replica is at its limit and the queue is full")
+	ErrOverloaded error = &backend.Error{Code: backend.ResourceExhausted, Err: errors.New("every replica is at its limit and the queue is full")}
 	// ErrShuttingDown: the deployment (or its server) is being removed.
-	ErrShuttingDown = errors.New("deployment is shutting down")
+	ErrShuttingDown error = &backend.Error{Code: backend.Unavailable, Err: errors.New("deployment is shutting down")}
 )
 
 // waiter is a queued request.

@@ -25,11 +25,11 @@ func TestDeployRejectsBadDeployments(t *testing.T) {
 		edit func(*serve.Deployment)
 		want string
 	}{
-		{"empty name", func(d *serve.Deployment) { d.Name = "" }, "invalid name"},
-		{"slash in name", func(d *serve.Deployment) { d.Name = "a/b" }, "invalid name"},
-		{"no replica", func(d *serve.Deployment) { d.Replica = nil }, "no Replica"},
-		{"no topology", func(d *serve.Deployment) { d.Topology = "" }, "Accelerator and Topology are required"},
-		{"max below min", func(d *serve.Deployment) { d.MinReplicas, d.MaxReplicas = 2, 1 }, "MaxReplicas 1 is below MinReplicas 2"},
+		{"empty name", func(d *serve.Deployment) { d.Name = "" }, "Deployment.Name: \"\" is not a valid name"},
+		{"slash in name", func(d *serve.Deployment) { d.Name = "a/b" }, "is not a valid name"},
+		{"no replica", func(d *serve.Deployment) { d.Replica = nil }, "Deployment.Replica: nil; use serve.Actor or serve.Process"},
+		{"no topology", func(d *serve.Deployment) { d.Topology = "" }, "Deployment.Topology: empty"},
+		{"max below min", func(d *serve.Deployment) { d.MinReplicas, d.MaxReplicas = 2, 1 }, "Deployment.MaxReplicas: 1 is below MinReplicas 2"},
 		{"negative", func(d *serve.Deployment) { d.MaxConcurrentRequests = -1 }, "negative"},
 		{"no endpoint", func(d *serve.Deployment) { d.Replica = serve.Actor(echoClass, "x") }, "no endpoint"},
 		{"empty command", func(d *serve.Deployment) { d.Replica = serve.Process(serve.ProcessSpec{}) }, "empty Command"},

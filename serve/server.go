@@ -223,12 +223,12 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 	if s.closing {
 		s.mu.Unlock()
 		cancel()
-		return fmt.Errorf("serve: deploy %q: %w", d.Name, ray.ErrClosed)
+		return codeErr(ray.FailedPrecondition, "serve: deploy %q: the server is shut down: %w", d.Name, ray.ErrClosed)
 	}
 	if _, dup := s.deployments[spec.Name]; dup {
 		s.mu.Unlock()
 		cancel()
-		return fmt.Errorf("serve: deploy %q: a deployment of that name exists", spec.Name)
+		return codeErr(ray.AlreadyExists, "serve: deploy %q: a deployment of that name exists", spec.Name)
 	}
 	s.deployments[spec.Name] = dep
 	s.mu.Unlock()

@@ -188,6 +188,15 @@ func main() {
 	}
 }
 
+// tryLines are the commands that call the server at base, one a line.
+func tryLines(base string) string {
+	const body = `'{"prompt": "hello", "max_tokens": 8}'`
+	return "  curl -s " + base + "/llm -d " + body + "\n" +
+		"  curl -sN " + base + "/llm/stream -d " + body + "\n" +
+		"  curl -s " + base + "/-/status\n" +
+		"  curl -s " + base + "/-/metrics | grep goray_serve\n"
+}
+
 // run serves until ctx ends (Ctrl-C), then drains: it says what it does
 // on out, since draining in-flight requests can take a while.
 func run(ctx context.Context, out io.Writer, addr string, slices int, verbose bool) error {
@@ -212,7 +221,7 @@ func run(ctx context.Context, out io.Writer, addr string, slices int, verbose bo
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "serving llm on http://%s (POST /llm, POST /llm/stream, GET /-/status, GET /-/metrics)\n", l.Addr())
+	fmt.Fprintf(out, "serving llm on http://%s (POST /llm, POST /llm/stream, GET /-/status, GET /-/metrics); try:\n%s", l.Addr(), tryLines("http://"+l.Addr().String()))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	select {

@@ -325,7 +325,8 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestCtrlCSaysItDrains: on Ctrl-C (its context ending) the program says
+// TestCtrlCSaysItDrains: once it listens the program prints how to call
+// it (curl lines that work); on Ctrl-C (its context ending) it says
 // it is draining, how many requests are in flight, and when it is done,
 // instead of going quiet while it drains.
 func TestCtrlCSaysItDrains(t *testing.T) {
@@ -339,6 +340,37 @@ func TestCtrlCSaysItDrains(t *testing.T) {
 			t.Fatalf("not serving after 30s: %q", out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// The curl lines it prints work: each is sent as curl would send it.
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	var tried int
+	for line := range strings.Lines(out.String()) {
+		fields := strings.Fields(line)
+		if len(fields) < 3 || fields[0] != "curl" {
+			continue
+		}
+		tried++
+		url := fields[2]
+		var resp *http.Response
+		var err error
+		if _, data, ok := strings.Cut(line, " -d '"); ok {
+			data, _, _ = strings.Cut(data, "'")
+			resp, err = client.Post(url, "application/x-www-form-urlencoded", strings.NewReader(data)) // curl -d's type
+		} else {
+			resp, err = client.Get(url)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || (strings.Contains(line, "grep goray_serve") && !strings.Contains(string(b), "goray_serve")) {
+			t.Errorf("%s: %s %.200s", strings.TrimSpace(line), resp.Status, b)
+		}
+	}
+	if tried != 4 {
+		t.Errorf("printed %d curl lines, want 4:\n%s", tried, out.String())
 	}
 	cancel()
 	if err := <-done; err != nil {
