@@ -403,18 +403,9 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	perSlice := p.hostsPerSlice * p.procsPerHost
 	t.run.Logger.Debug("train: attempt starts", "run", t.run.Name, "attempt", attempt, "slices", sliceNames, "resume", resume != nil)
 	if p.grow && nSlices < p.numSlices {
-		// Grow at the first complete checkpoint after idle slices of the
-		// shape appear.
-		var once sync.Once
-		rz.onCommit = func(it int) {
-			if free := t.idleSlices(ctx); free > 0 {
-				once.Do(func() {
-					to := min(nSlices+free, p.numSlices)
-					t.run.Logger.Info("train: growing", "run", t.run.Name, "attempt", attempt, "checkpoint", it, "from_slices", nSlices, "to_slices", to)
-					rz.setGrow(fmt.Sprintf("the run grows from %d to %d slices at checkpoint %d", nSlices, to, it))
-				})
-			}
-		}
+		g := &grower{t: t, ctx: ctx, attempt: attempt, have: nSlices, rz: rz}
+		defer g.stop()
+		rz.onCommit = g.checkpoint
 	}
 
 	var wg sync.WaitGroup
@@ -552,18 +543,85 @@ func (t *Trainer) reserve(ctx context.Context, attempt int) (*ray.SlicePlacement
 	}
 }
 
-// idleSlices counts the cluster's intact slices of the run's shape that
-// nothing holds.
-func (t *Trainer) idleSlices(ctx context.Context) int {
-	states, err := ray.TPUSlices(context.WithoutCancel(ctx), t.c)
-	if err != nil {
-		return 0
+// grower makes an elastic attempt that runs on fewer than NumSlices grow:
+// after a complete checkpoint it asks for the missing slices (a
+// reservation that, on a backend with capacity on demand, asks the cluster
+// for them), waiting up to ElasticWait, and asks again after a later
+// checkpoint if they did not come. Once it holds them, at the next
+// complete checkpoint it gives them back and stops the attempt, which
+// restarts from that checkpoint on NumSlices: no step is done twice. One
+// such reservation at a time; the attempt's end cancels or releases it.
+type grower struct {
+	t       *Trainer
+	ctx     context.Context
+	attempt int
+	have    int
+	rz      *rendezvous
+
+	mu      sync.Mutex
+	probing bool
+	stopped bool
+	ready   *ray.SlicePlacementGroup // the missing slices, held
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func (g *grower) checkpoint(it int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return
 	}
-	p, n := t.plan, 0
-	for _, s := range states {
-		if s.Idle && s.ReservedBy == 0 && strings.EqualFold(s.Generation, p.shape.Generation.String()) && s.Topology == p.shape.Topology.String() {
-			n++
+	if g.ready != nil {
+		g.ready.Release(context.WithoutCancel(g.ctx)) //nolint:errcheck // the next attempt reserves them all
+		g.ready = nil
+		g.stopped = true
+		p := g.t.plan
+		g.t.run.Logger.Info("train: growing", "run", g.t.run.Name, "attempt", g.attempt, "checkpoint", it, "from_slices", g.have, "to_slices", p.numSlices)
+		g.rz.setGrow(fmt.Sprintf("the run grows from %d to %d slices at checkpoint %d", g.have, p.numSlices, it))
+		return
+	}
+	if g.probing {
+		return
+	}
+	g.probing = true
+	ctx, cancel := context.WithCancel(g.ctx)
+	g.cancel = cancel
+	g.wg.Go(func() {
+		defer cancel()
+		p := g.t.plan
+		missing := p.numSlices - g.have
+		spg, err := ray.NewSlicePlacementGroup(ctx, g.t.c, ray.SliceSpec{
+			Topology: p.shape.Topology.String(), AcceleratorVersion: p.shape.Generation.String(), ChipsPerVM: g.t.scaling.ChipsPerHost,
+			NumSlices: missing, ResourcesPerBundle: p.resources, Name: fmt.Sprintf("%s-attempt-%d-grow", g.t.run.Name, g.attempt),
+			Timeout: p.elasticWait,
+		})
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.probing = false
+		switch {
+		case err != nil: // not yet: a later checkpoint asks again
+		case g.stopped:
+			spg.Release(context.WithoutCancel(ctx)) //nolint:errcheck // the attempt has ended
+		default:
+			g.ready = spg // held until the next checkpoint
 		}
+	})
+}
+
+// stop cancels a reservation in progress, releases one held, and waits.
+func (g *grower) stop() {
+	g.mu.Lock()
+	g.stopped = true
+	if g.cancel != nil {
+		g.cancel()
 	}
-	return n
+	g.mu.Unlock()
+	g.wg.Wait()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ready != nil {
+		g.ready.Release(context.WithoutCancel(g.ctx)) //nolint:errcheck // nothing else to do
+		g.ready = nil
+	}
 }
