@@ -3,8 +3,6 @@ package ray
 import (
 	"context"
 	"log/slog"
-
-	"github.com/google/wire"
 	"sync/atomic"
 
 	"github.com/goray-dev/goray/backend"
@@ -130,21 +128,6 @@ func (c *Cluster) check(op string) error {
 	}
 	return nil
 }
-
-// ProvideCluster is NewCluster shaped for dependency injection: it returns
-// a cleanup function that closes the cluster. It is the provider of [Set].
-func ProvideCluster(ctx context.Context, b Backend, opts *Options) (*Cluster, func(), error) {
-	c, err := NewCluster(ctx, b, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	return c, func() { c.Close() }, nil
-}
-
-// Set is the Wire provider set of this package: a *Cluster from a
-// backend.Backend and *Options, closed by Wire's cleanup. Combine it with a
-// backend's set, such as local.Set.
-var Set = wire.NewSet(ProvideCluster)
 
 // As returns the cluster's backend as a T, and whether it is one: a
 // concrete backend for the calls only it has (*local.Backend's

@@ -18,8 +18,12 @@ import (
 // index) with this package's Source as its node source and Runner as its
 // runner. Pass it to ray.NewCluster; it implements backend.Backend,
 // backend.Snapshotter, backend.FaultInjector and backend.SliceReserver.
+//
+// Those methods are the embedded [cluster.Runtime]'s (Start, SubmitTask,
+// ..., KillNode, PreemptSlice, ReserveSlices, Slices, Close: see its
+// documentation); the methods below are this backend's own.
 type Backend struct {
-	rt     *cluster.Runtime // the runtime every method goes to (runtime_methods.go)
+	*cluster.Runtime
 	source *Source
 	runner *Runner
 	id     ClusterID
@@ -79,7 +83,7 @@ func NewFromParts(cfg Config, id ClusterID, src *Source, r *Runner) (*Backend, e
 	if err != nil {
 		return nil, backend.Wrap(backend.CodeOf(err), "create Kubernetes backend", err)
 	}
-	return &Backend{rt: rt, source: src, runner: r, id: id, driverHost: cfg.DriverHost}, nil
+	return &Backend{Runtime: rt, source: src, runner: r, id: id, driverHost: cfg.DriverHost}, nil
 }
 
 // ClusterID is the value of LabelCluster on every object of this handle:
@@ -91,8 +95,8 @@ func (b *Backend) ClusterID() ClusterID { return b.id }
 func (b *Backend) Client() kubernetes.Interface { return b.source.client }
 
 // BackendSet is Set plus the last step, NewFromParts: the whole backend
-// from a Config, bound to the backend interface ray.Set consumes. An
-// injector is wire.Build(kubernetes.BackendSet, ray.Set); see
+// from a Config, bound to the backend interface raywire.Set consumes. An
+// injector is wire.Build(kubernetes.BackendSet, raywire.Set); see
 // examples/wire in this module.
 var BackendSet = wire.NewSet(Set, NewFromParts, wire.Bind(new(backend.Backend), new(*Backend)))
 

@@ -30,7 +30,7 @@
 // field at once, naming what is valid. [New] builds the backend by hand;
 // [Set] is the same construction as a github.com/google/wire provider set,
 // and [BackendSet] the whole backend: an injector is
-// wire.Build(kubernetes.BackendSet, ray.Set) (examples/wire in this
+// wire.Build(kubernetes.BackendSet, raywire.Set) (examples/wire in this
 // module is one).
 //
 // # Discovery

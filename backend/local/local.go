@@ -123,9 +123,13 @@ var Set = wire.NewSet(New, wire.Bind(new(backend.Backend), new(*Backend)))
 // Besides backend.Backend it implements backend.Snapshotter,
 // backend.FaultInjector (through the static node source), backend.TaskCanceler
 // and backend.SliceReserver.
+//
+// Those methods are the embedded [cluster.Runtime]'s (Start, SubmitTask,
+// ..., KillNode, RestartNode, PreemptSlice, ReserveSlices, Slices, Close:
+// see its documentation); the methods below are the simulator's own.
 type Backend struct {
-	rt    *cluster.Runtime // the runtime every method goes to (runtime_methods.go)
-	procs *procRunner      // multi-process mode; nil in process
+	*cluster.Runtime
+	procs *procRunner // multi-process mode; nil in process
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -166,6 +170,6 @@ func New(spec ClusterSpec, opts *Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.rt = rt
+	b.Runtime = rt
 	return b, nil
 }

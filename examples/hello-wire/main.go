@@ -1,6 +1,6 @@
 // Command hello-wire builds a cluster on the local simulator with a Wire
 // injector instead of by hand: local.Set provides the backend from a
-// local.ClusterSpec, and ray.Set provides the *ray.Cluster and its cleanup.
+// local.ClusterSpec, and raywire.Set provides the *ray.Cluster and its cleanup.
 // wire.go declares the injector; wire_gen.go is what Wire generated from it:
 //
 //	go run github.com/google/wire/cmd/wire@v0.7.0 ./examples/hello-wire

@@ -10,6 +10,7 @@ import (
 	"context"
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/ray/raywire"
 )
 
 // Injectors from wire.go:
@@ -21,7 +22,7 @@ func initCluster(ctx context.Context, spec local.ClusterSpec, opts *local.Option
 	if err != nil {
 		return nil, nil, err
 	}
-	cluster, cleanup, err := ray.ProvideCluster(ctx, backend, ropts)
+	cluster, cleanup, err := raywire.ProvideCluster(ctx, backend, ropts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"github.com/goray-dev/goray/backend/kubernetes"
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/ray/raywire"
 )
 
 // Injectors from wire.go:
@@ -40,7 +41,7 @@ func initCluster(ctx context.Context, cfg kubernetes.Config, opts *ray.Options) 
 	if err != nil {
 		return nil, nil, err
 	}
-	cluster, cleanup, err := ray.ProvideCluster(ctx, backend, opts)
+	cluster, cleanup, err := raywire.ProvideCluster(ctx, backend, opts)
 	if err != nil {
 		return nil, nil, err
 	}
