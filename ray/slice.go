@@ -41,6 +41,7 @@ type SliceSpec struct {
 	// Name names the reservation.
 	Name string
 	// Timeout bounds the wait for free slices; 0 waits as long as ctx.
+	// A negative Timeout is refused (InvalidArgument).
 	Timeout time.Duration
 	// Subslice, when set, reserves one ICI-contiguous sub-slice of this
 	// topology inside one slice of Topology instead of whole slices, as
@@ -76,8 +77,8 @@ type SlicePlacementGroup struct {
 // slices are reserved, or fails:
 //
 //   - InvalidArgument for a generation or topology that does not exist
-//     (the message lists the valid topologies of the generation), or bad
-//     bundle resources;
+//     (the message lists the valid topologies of the generation), bad
+//     bundle resources, or a negative Timeout;
 //   - Infeasible at once when the cluster has fewer slices of that shape
 //     than asked, naming the shapes it has;
 //   - DeadlineExceeded (or Canceled) when the slices stay busy past ctx's
@@ -98,6 +99,9 @@ func NewSlicePlacementGroup(ctx context.Context, c *Cluster, spec SliceSpec) (*S
 	op := backend.ReserveSlicesOp(spec.Name)
 	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
+	}
+	if spec.Timeout < 0 {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "SliceSpec.Timeout is %v: it must be 0 (wait as long as ctx) or positive (the longest wait for free slices)", spec.Timeout)
 	}
 	parsed, err := tpu.NewSliceShape(tpu.Generation(spec.AcceleratorVersion), spec.Topology, spec.ChipsPerVM)
 	if err != nil {
@@ -366,7 +370,14 @@ func (s *SlicePlacementGroup) WorkerEnv(i int) map[string]string {
 // WorkerEnv and PlacementGroup change). The default is no retry; a single
 // host's task is never retried alone. Placement options are ignored.
 func RunOnSlice[I, O any](ctx context.Context, s *SlicePlacementGroup, task *Task[I, O], in I, opts ...TaskOption) ([]O, error) {
-	if err := s.c.checkCtx(ctx, runOnSliceOp(task.name)); err != nil {
+	if task == nil {
+		return nil, errNilTask(runOnSliceOp(""))
+	}
+	op := runOnSliceOp(task.name)
+	if s == nil {
+		return nil, backend.Errorf(backend.InvalidArgument, op, "nil slice placement group: reserve one with ray.NewSlicePlacementGroup, or use ray.Dispatch")
+	}
+	if err := s.c.checkCtx(ctx, op); err != nil {
 		return nil, err
 	}
 	policy := backend.TaskSpec{}
@@ -393,7 +404,12 @@ func RunOnSlice[I, O any](ctx context.Context, s *SlicePlacementGroup, task *Tas
 }
 
 // runOnSliceOp names RunOnSlice's operation in errors.
-func runOnSliceOp(task string) string { return "run task " + task + " on TPU slices" }
+func runOnSliceOp(task string) string {
+	if task == "" {
+		return "run task on TPU slices"
+	}
+	return "run task " + task + " on TPU slices"
+}
 
 // runOnSliceOnce runs one attempt of RunOnSlice on the current reservation.
 func runOnSliceOnce[I, O any](ctx context.Context, s *SlicePlacementGroup, task *Task[I, O], in I, opts []TaskOption) ([]O, error) {
@@ -462,6 +478,9 @@ func runOnSliceOnce[I, O any](ctx context.Context, s *SlicePlacementGroup, task 
 // fresh reservation), and releases the slices on every path; on a failure
 // the release stops the other hosts' work.
 func Dispatch[I, O any](ctx context.Context, c *Cluster, spec SliceSpec, task *Task[I, O], in I, opts ...TaskOption) ([]O, error) {
+	if task == nil {
+		return nil, errNilTask(runOnSliceOp(""))
+	}
 	s, err := NewSlicePlacementGroup(ctx, c, spec)
 	if err != nil {
 		return nil, err

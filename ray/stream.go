@@ -70,7 +70,12 @@ func NewStreamTask[I, O any](name string, fn func(ctx context.Context, in I, yie
 }
 
 // Name returns the task's registered name.
-func (t *StreamTask[I, O]) Name() string { return t.name }
+func (t *StreamTask[I, O]) Name() string {
+	if t == nil {
+		return ""
+	}
+	return t.name
+}
 
 // StreamBuffer is a streaming task option: how many values the task may
 // yield ahead of its caller (default [DefaultStreamBuffer]; Ray's
@@ -93,6 +98,9 @@ func (b StreamBuffer) optionErr() error {
 // not read to its end must be closed ([Stream.Close]; [Stream.All] does it)
 // to stop the task and free its resources.
 func (t *StreamTask[I, O]) Remote(ctx context.Context, c *Cluster, in I, opts ...TaskOption) *Stream[O] {
+	if t == nil {
+		return &Stream[O]{c: c, err: backend.Errorf(backend.InvalidArgument, "submit streaming task", "nil streaming task: create it with ray.NewStreamTask (at package level)")}
+	}
 	op := "submit streaming task " + t.name
 	s := &Stream[O]{c: c, task: t.name, label: "task " + t.name}
 	if err := c.checkCtx(ctx, op); err != nil {

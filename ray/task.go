@@ -89,7 +89,17 @@ func LookupTask[I, O any](name string) (*Task[I, O], error) {
 }
 
 // Name returns the task's registered name.
-func (t *Task[I, O]) Name() string { return t.name }
+func (t *Task[I, O]) Name() string {
+	if t == nil {
+		return ""
+	}
+	return t.name
+}
+
+// errNilTask is the error of a call on a nil *Task.
+func errNilTask(op string) error {
+	return backend.Errorf(backend.InvalidArgument, op, "nil task: create it with ray.NewTask (at package level) or ray.LookupTask")
+}
 
 var defaultTaskResources = backend.Resources{backend.CPU: 1}
 
@@ -98,6 +108,9 @@ var defaultTaskResources = backend.Resources{backend.CPU: 1}
 // infeasible request, an input the codec cannot encode) are reported by the
 // ref's Get and Err.
 func (t *Task[I, O]) Remote(ctx context.Context, c *Cluster, in I, opts ...TaskOption) ObjectRef[O] {
+	if t == nil {
+		return errRef[O](c, errNilTask("submit task"))
+	}
 	op := t.op
 	if err := c.checkCtx(ctx, op); err != nil {
 		return errRef[O](c, err)
@@ -114,6 +127,9 @@ func (t *Task[I, O]) Remote(ctx context.Context, c *Cluster, in I, opts ...TaskO
 // resources while it waits; if the input's work failed, this task fails
 // with that error and never runs.
 func (t *Task[I, O]) RemoteRef(ctx context.Context, c *Cluster, in ObjectRef[I], opts ...TaskOption) ObjectRef[O] {
+	if t == nil {
+		return errRef[O](c, errNilTask("submit task"))
+	}
 	op := t.op
 	if err := c.checkCtx(ctx, op); err != nil {
 		return errRef[O](c, err)
