@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"iter"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // tmpMark marks the temporary files of writes in progress; List skips them.
@@ -35,10 +36,10 @@ const tmpMark = ".goray-tmp-"
 func Dir(dir string) (Bucket, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, fmt.Errorf("storage: directory %q: %w", dir, err)
+		return nil, wrapf("storage: directory %q: %w", dir, err)
 	}
 	if st, err := os.Stat(abs); err == nil && !st.IsDir() {
-		return nil, fmt.Errorf("storage: %s is a file, not a directory", abs)
+		return nil, errf(backend.InvalidArgument, "storage: %s is a file, not a directory", abs)
 	}
 	return &fileBucket{root: abs}, nil
 }
@@ -95,7 +96,7 @@ func (b *fileBucket) path(ctx context.Context, key string) (string, error) {
 		return "", err
 	}
 	if strings.Contains(key, tmpMark) {
-		return "", fmt.Errorf("storage: invalid key %q: %q marks temporary files", key, tmpMark)
+		return "", errf(backend.InvalidArgument, "storage: invalid key %q: %q marks temporary files", key, tmpMark)
 	}
 	return filepath.FromSlash(key), nil
 }
@@ -106,24 +107,24 @@ func (b *fileBucket) NewRangeReader(ctx context.Context, key string, offset, len
 		return nil, err
 	}
 	if offset < 0 {
-		return nil, fmt.Errorf("storage: read %q: negative offset %d", key, offset)
+		return nil, errf(backend.InvalidArgument, "storage: read %q: negative offset %d", key, offset)
 	}
 	dir, err := b.open(false)
 	if err != nil {
-		return nil, fmt.Errorf("storage: read %q in %s: %w", key, b, err)
+		return nil, wrapf("storage: read %q in %s: %w", key, b, err)
 	}
 	f, err := dir.Open(p)
 	if err != nil {
-		return nil, fmt.Errorf("storage: read %q in %s: %w", key, b, err)
+		return nil, wrapf("storage: read %q in %s: %w", key, b, err)
 	}
 	if st, err := f.Stat(); err != nil || st.IsDir() {
 		f.Close()
-		return nil, fmt.Errorf("storage: read %q in %s: %w", key, b, ErrNotExist)
+		return nil, wrapf("storage: read %q in %s: %w", key, b, ErrNotExist)
 	}
 	if offset > 0 {
 		if _, err := f.Seek(offset, io.SeekStart); err != nil {
 			f.Close()
-			return nil, fmt.Errorf("storage: read %q in %s: %w", key, b, err)
+			return nil, wrapf("storage: read %q in %s: %w", key, b, err)
 		}
 	}
 	if length < 0 {
@@ -146,7 +147,7 @@ func (b *fileBucket) NewWriter(ctx context.Context, key string) (io.WriteCloser,
 	}
 	root, err := b.open(true)
 	if err != nil {
-		return nil, fmt.Errorf("storage: write %q in %s: %w", key, b, err)
+		return nil, wrapf("storage: write %q in %s: %w", key, b, err)
 	}
 	dir := filepath.Dir(p)
 	var f *os.File
@@ -157,7 +158,7 @@ func (b *fileBucket) NewWriter(ctx context.Context, key string) (io.WriteCloser,
 		// temporary file is in it: make it again whenever the open finds
 		// no directory.
 		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("storage: write %q in %s: %w", key, b, err)
+			return nil, wrapf("storage: write %q in %s: %w", key, b, err)
 		}
 		// The writer's PID in the name tells RemoveDebris whether the
 		// write can still finish; the name is registered as this
@@ -175,7 +176,7 @@ func (b *fileBucket) NewWriter(ctx context.Context, key string) (io.WriteCloser,
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("storage: write %q in %s: %w", key, b, err)
+		return nil, wrapf("storage: write %q in %s: %w", key, b, err)
 	}
 	return &fileWriter{ctx: ctx, f: f, root: root, tmp: tmp, target: p, key: key, b: b}, nil
 }
@@ -191,7 +192,7 @@ func (b *fileBucket) RemoveDebris(ctx context.Context, prefix string) (int, erro
 	start := "."
 	if prefix != "" {
 		if err := ValidKey(strings.TrimSuffix(prefix, "/")); err != nil {
-			return 0, fmt.Errorf("storage: remove debris under %q in %s: invalid prefix: %w", prefix, b, err)
+			return 0, wrapf("storage: remove debris under %q in %s: invalid prefix: %w", prefix, b, err)
 		}
 		start = strings.TrimSuffix(prefix, "/")
 	}
@@ -200,7 +201,7 @@ func (b *fileBucket) RemoveDebris(ctx context.Context, prefix string) (int, erro
 		return 0, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, wrapf("storage: remove debris under %q in %s: %w", prefix, b, err)
 	}
 	var debris, dirs []string
 	err = fs.WalkDir(root.FS(), start, func(p string, d fs.DirEntry, err error) error {
@@ -240,7 +241,7 @@ func (b *fileBucket) RemoveDebris(ctx context.Context, prefix string) (int, erro
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("storage: remove debris under %q in %s: %w", prefix, b, err)
+		return 0, wrapf("storage: remove debris under %q in %s: %w", prefix, b, err)
 	}
 	n := 0
 	for _, p := range debris {
@@ -268,14 +269,18 @@ type fileWriter struct {
 
 func (w *fileWriter) Write(p []byte) (int, error) {
 	if w.done {
-		return 0, fmt.Errorf("storage: write %q: writer is closed", w.key)
+		return 0, errf(backend.FailedPrecondition, "storage: write %q: writer is closed", w.key)
 	}
-	return w.f.Write(p)
+	n, err := w.f.Write(p)
+	if err != nil {
+		return n, wrapf("storage: write %q in %s: %w", w.key, w.b, err)
+	}
+	return n, nil
 }
 
 func (w *fileWriter) Close() error {
 	if w.done {
-		return fmt.Errorf("storage: write %q: writer is closed", w.key)
+		return errf(backend.FailedPrecondition, "storage: write %q: writer is closed", w.key)
 	}
 	w.done = true
 	err := w.ctx.Err()
@@ -297,7 +302,7 @@ func (w *fileWriter) Close() error {
 		if errors.Is(err, w.ctx.Err()) {
 			return err
 		}
-		return fmt.Errorf("storage: write %q in %s: %w", w.key, w.b, err)
+		return wrapf("storage: write %q in %s: %w", w.key, w.b, err)
 	}
 	return nil
 }
@@ -316,7 +321,7 @@ func (b *fileBucket) Stat(ctx context.Context, key string) (Object, error) {
 		err = ErrNotExist
 	}
 	if err != nil {
-		return Object{}, fmt.Errorf("storage: stat %q in %s: %w", key, b, err)
+		return Object{}, wrapf("storage: stat %q in %s: %w", key, b, err)
 	}
 	return Object{Key: key, Size: st.Size(), ModTime: st.ModTime()}, nil
 }
@@ -333,13 +338,13 @@ func (b *fileBucket) List(ctx context.Context, prefix string) iter.Seq2[Object, 
 		start := "."
 		if i := strings.LastIndex(prefix, "/"); i >= 0 {
 			if err := ValidKey(prefix[:i]); err != nil {
-				yield(Object{}, fmt.Errorf("storage: list %q in %s: invalid prefix: %w", prefix, b, err))
+				yield(Object{}, wrapf("storage: list %q in %s: invalid prefix: %w", prefix, b, err))
 				return
 			}
 			start = prefix[:i]
 		}
 		if strings.ContainsRune(prefix, 0) {
-			yield(Object{}, fmt.Errorf("storage: list %q in %s: the prefix contains a NUL byte", prefix, b))
+			yield(Object{}, errf(backend.InvalidArgument, "storage: list %q in %s: the prefix contains a NUL byte", prefix, b))
 			return
 		}
 		dir, err := b.open(false)
@@ -347,7 +352,7 @@ func (b *fileBucket) List(ctx context.Context, prefix string) iter.Seq2[Object, 
 			return // no directory yet: no objects
 		}
 		if err != nil {
-			yield(Object{}, fmt.Errorf("storage: list %q in %s: %w", prefix, b, err))
+			yield(Object{}, wrapf("storage: list %q in %s: %w", prefix, b, err))
 			return
 		}
 		var objs []Object
@@ -381,7 +386,7 @@ func (b *fileBucket) List(ctx context.Context, prefix string) iter.Seq2[Object, 
 			return nil
 		})
 		if err != nil {
-			yield(Object{}, fmt.Errorf("storage: list %q in %s: %w", prefix, b, err))
+			yield(Object{}, wrapf("storage: list %q in %s: %w", prefix, b, err))
 			return
 		}
 		slices.SortFunc(objs, func(x, y Object) int { return cmp.Compare(x.Key, y.Key) })
@@ -400,13 +405,13 @@ func (b *fileBucket) Delete(ctx context.Context, key string) error {
 	}
 	root, err := b.open(false)
 	if err != nil {
-		return fmt.Errorf("storage: delete %q in %s: %w", key, b, err)
+		return wrapf("storage: delete %q in %s: %w", key, b, err)
 	}
 	if st, err := root.Lstat(p); err == nil && !st.Mode().IsRegular() {
-		return fmt.Errorf("storage: delete %q in %s: %w", key, b, ErrNotExist)
+		return wrapf("storage: delete %q in %s: %w", key, b, ErrNotExist)
 	}
 	if err := root.Remove(p); err != nil {
-		return fmt.Errorf("storage: delete %q in %s: %w", key, b, err)
+		return wrapf("storage: delete %q in %s: %w", key, b, err)
 	}
 	// Remove directories the delete left empty, up to the root.
 	for dir := filepath.Dir(p); dir != "." && dir != string(filepath.Separator); dir = filepath.Dir(dir) {

@@ -3,13 +3,14 @@ package storage
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"iter"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // NewMem returns an empty bucket that keeps its objects in memory, for
@@ -52,11 +53,11 @@ func (b *memBucket) NewRangeReader(ctx context.Context, key string, offset, leng
 		return nil, err
 	}
 	if offset < 0 {
-		return nil, fmt.Errorf("storage: read %q: negative offset %d", key, offset)
+		return nil, errf(backend.InvalidArgument, "storage: read %q: negative offset %d", key, offset)
 	}
 	o, ok := b.get(key)
 	if !ok {
-		return nil, fmt.Errorf("storage: read %q in mem://: %w", key, ErrNotExist)
+		return nil, wrapf("storage: read %q in mem://: %w", key, ErrNotExist)
 	}
 	data := o.data[min(offset, int64(len(o.data))):]
 	if length >= 0 && length < int64(len(data)) {
@@ -82,14 +83,14 @@ type memWriter struct {
 
 func (w *memWriter) Write(p []byte) (int, error) {
 	if w.done {
-		return 0, fmt.Errorf("storage: write %q: writer is closed", w.key)
+		return 0, errf(backend.FailedPrecondition, "storage: write %q: writer is closed", w.key)
 	}
 	return w.buf.Write(p)
 }
 
 func (w *memWriter) Close() error {
 	if w.done {
-		return fmt.Errorf("storage: write %q: writer is closed", w.key)
+		return errf(backend.FailedPrecondition, "storage: write %q: writer is closed", w.key)
 	}
 	w.done = true
 	if err := w.ctx.Err(); err != nil {
@@ -110,7 +111,7 @@ func (b *memBucket) Stat(ctx context.Context, key string) (Object, error) {
 	}
 	o, ok := b.get(key)
 	if !ok {
-		return Object{}, fmt.Errorf("storage: stat %q in mem://: %w", key, ErrNotExist)
+		return Object{}, wrapf("storage: stat %q in mem://: %w", key, ErrNotExist)
 	}
 	return Object{Key: key, Size: int64(len(o.data)), ModTime: o.mod}, nil
 }
@@ -150,7 +151,7 @@ func (b *memBucket) Delete(ctx context.Context, key string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.objs[key]; !ok {
-		return fmt.Errorf("storage: delete %q in mem://: %w", key, ErrNotExist)
+		return wrapf("storage: delete %q in mem://: %w", key, ErrNotExist)
 	}
 	delete(b.objs, key)
 	return nil

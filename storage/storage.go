@@ -35,6 +35,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // ErrNotExist is the error (under errors.Is) of reading, statting or
@@ -42,8 +44,9 @@ import (
 // os.IsNotExist-style checks on errors.Is work too.
 var ErrNotExist = fs.ErrNotExist
 
-// ErrClosed is returned by the operations of a bucket after its Close.
-var ErrClosed = errors.New("storage: bucket is closed")
+// ErrClosed is returned by the operations of a bucket after its Close
+// (code FailedPrecondition).
+var ErrClosed error = &backend.Error{Code: backend.FailedPrecondition, Err: errors.New("storage: bucket is closed")}
 
 // Object describes one stored object.
 type Object struct {
@@ -126,6 +129,13 @@ func Exists(ctx context.Context, b Bucket, key string) (bool, error) {
 	}
 }
 
+// driverImports says, for the schemes of storage/gocloud, what to import.
+var driverImports = map[string]string{
+	"gs":     `add import _ "github.com/goray-dev/goray/storage/gocloud" and _ "gocloud.dev/blob/gcsblob" (Google Cloud Storage)`,
+	"s3":     `add import _ "github.com/goray-dev/goray/storage/gocloud" and _ "gocloud.dev/blob/s3blob" (Amazon S3)`,
+	"azblob": `add import _ "github.com/goray-dev/goray/storage/gocloud" and _ "gocloud.dev/blob/azureblob" (Azure Blob Storage)`,
+}
+
 // Opener opens the bucket a URL names; see [Register].
 type Opener func(ctx context.Context, u *url.URL) (Bucket, error)
 
@@ -181,31 +191,35 @@ func Open(ctx context.Context, rawURL string) (Bucket, error) {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("storage: open %q: %w", rawURL, err)
+		return nil, errf(backend.InvalidArgument, "storage: open %q: %w", rawURL, err)
 	}
 	switch u.Scheme {
 	case "file":
 		if u.Host != "" && u.Host != "localhost" {
-			return nil, fmt.Errorf("storage: open %q: a file URL names an absolute path, file:///dir (host %q is not allowed)", rawURL, u.Host)
+			return nil, errf(backend.InvalidArgument, "storage: open %q: a file URL names an absolute path, file:///dir (host %q is not allowed)", rawURL, u.Host)
 		}
 		if u.Path == "" {
-			return nil, fmt.Errorf("storage: open %q: a file URL needs an absolute path, file:///dir", rawURL)
+			return nil, errf(backend.InvalidArgument, "storage: open %q: a file URL needs an absolute path, file:///dir", rawURL)
 		}
 		return Dir(u.Path)
 	case "mem":
 		return NewMem(), nil
 	case "":
-		return nil, fmt.Errorf("storage: open %q: neither a URL nor an absolute path; use /abs/dir, file:///abs/dir, mem:// or one of the schemes %v", rawURL, Schemes())
+		return nil, errf(backend.InvalidArgument, "storage: open %q: neither a URL nor an absolute path; use /abs/dir, file:///abs/dir, mem:// or one of the schemes %v", rawURL, Schemes())
 	}
 	openersMu.RLock()
 	open := openers[u.Scheme]
 	openersMu.RUnlock()
 	if open == nil {
-		return nil, fmt.Errorf("storage: open %q: no bucket driver for scheme %q (registered: %v); for gs://, s3:// and azblob:// import github.com/goray-dev/goray/storage/gocloud and the gocloud.dev/blob driver, e.g. gocloud.dev/blob/gcsblob", rawURL, u.Scheme, Schemes())
+		if hint, ok := driverImports[u.Scheme]; ok {
+			// A valid URL whose driver this program does not link in.
+			return nil, errf(backend.FailedPrecondition, "storage: open %q: no bucket driver for scheme %q in this program (registered: %v): %s", rawURL, u.Scheme, Schemes(), hint)
+		}
+		return nil, errf(backend.InvalidArgument, "storage: open %q: no bucket driver for scheme %q (registered: %v); for gs://, s3:// and azblob:// import github.com/goray-dev/goray/storage/gocloud and the gocloud.dev/blob driver, e.g. gocloud.dev/blob/gcsblob", rawURL, u.Scheme, Schemes())
 	}
 	b, err := open(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("storage: open %q: %w", rawURL, err)
+		return nil, wrapf("storage: open %q: %w", rawURL, err)
 	}
 	return b, nil
 }
@@ -215,14 +229,14 @@ func Open(ctx context.Context, rawURL string) (Bucket, error) {
 // segments, or NUL bytes. The built-in buckets reject other keys.
 func ValidKey(key string) error {
 	if key == "" {
-		return errors.New("storage: empty key")
+		return errf(backend.InvalidArgument, "storage: empty key")
 	}
 	if strings.ContainsRune(key, 0) {
-		return fmt.Errorf("storage: key %q contains a NUL byte", key)
+		return errf(backend.InvalidArgument, "storage: key %q contains a NUL byte", key)
 	}
 	for seg := range strings.SplitSeq(key, "/") {
 		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("storage: invalid key %q: keys are slash-separated names without empty, \".\" or \"..\" segments or a leading or trailing slash", key)
+			return errf(backend.InvalidArgument, "storage: invalid key %q: keys are slash-separated names without empty, \".\" or \"..\" segments or a leading or trailing slash", key)
 		}
 	}
 	return nil

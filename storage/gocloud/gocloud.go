@@ -21,6 +21,7 @@
 package gocloud
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,7 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/storage"
 )
 
@@ -51,9 +53,12 @@ func Open(ctx context.Context, u *url.URL) (storage.Bucket, error) {
 	prefix := strings.Trim(u.Path, "/")
 	v := *u
 	v.Path = ""
+	if !blob.DefaultURLMux().ValidBucketScheme(u.Scheme) {
+		return nil, backend.Errorf(backend.FailedPrecondition, "", "no gocloud.dev driver for scheme %q in this program: add import _ %q", u.Scheme, cmp.Or(drivers[u.Scheme], "gocloud.dev/blob/<driver>"))
+	}
 	b, err := blob.OpenBucket(ctx, v.String())
 	if err != nil {
-		return nil, err
+		return nil, &backend.Error{Code: codeOf(err), Err: err}
 	}
 	if prefix != "" {
 		b = blob.PrefixedBucket(b, prefix+"/")
@@ -70,16 +75,50 @@ type bucket struct {
 	own bool
 }
 
-// wrap maps gocloud.dev's NotFound to storage.ErrNotExist.
+// wrap gives err the goray code of its gocloud.dev code (codeOf) and maps
+// NotFound to storage.ErrNotExist.
 func wrap(op, key string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if gcerrors.Code(err) == gcerrors.NotFound {
-		return fmt.Errorf("storage: %s %q: %w: %w", op, key, storage.ErrNotExist, err)
+		return &backend.Error{Code: backend.NotFound, Err: fmt.Errorf("storage: %s %q: %w: %w", op, key, storage.ErrNotExist, err)}
 	}
-	return fmt.Errorf("storage: %s %q: %w", op, key, err)
+	return &backend.Error{Code: codeOf(err), Err: fmt.Errorf("storage: %s %q: %w", op, key, err)}
 }
+
+// codeOf maps gocloud.dev's error codes to goray's closed set; a context
+// error keeps its code, and what gocloud.dev cannot classify (Unknown) is
+// Unavailable, a failure of the store.
+func codeOf(err error) backend.Code {
+	if c := backend.CodeOf(err); c != backend.Unknown {
+		return c
+	}
+	switch gcerrors.Code(err) {
+	case gcerrors.NotFound:
+		return backend.NotFound
+	case gcerrors.AlreadyExists:
+		return backend.AlreadyExists
+	case gcerrors.InvalidArgument:
+		return backend.InvalidArgument
+	case gcerrors.FailedPrecondition, gcerrors.PermissionDenied:
+		return backend.FailedPrecondition
+	case gcerrors.ResourceExhausted:
+		return backend.ResourceExhausted
+	case gcerrors.Unimplemented:
+		return backend.Unimplemented
+	case gcerrors.Canceled:
+		return backend.Canceled
+	case gcerrors.DeadlineExceeded:
+		return backend.DeadlineExceeded
+	case gcerrors.Internal:
+		return backend.Internal
+	}
+	return backend.Unavailable
+}
+
+// drivers names the gocloud.dev driver package of each scheme.
+var drivers = map[string]string{"gs": "gocloud.dev/blob/gcsblob", "s3": "gocloud.dev/blob/s3blob", "azblob": "gocloud.dev/blob/azureblob"}
 
 func (b *bucket) NewRangeReader(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
 	if err := storage.ValidKey(key); err != nil {
@@ -111,7 +150,10 @@ type writer struct {
 	key string
 }
 
-func (w *writer) Write(p []byte) (int, error) { return w.w.Write(p) }
+func (w *writer) Write(p []byte) (int, error) {
+	n, err := w.w.Write(p)
+	return n, wrap("write", w.key, err)
+}
 
 func (w *writer) Close() error {
 	err := w.w.Close()
@@ -163,7 +205,7 @@ func (b *bucket) Delete(ctx context.Context, key string) error {
 		// Some drivers report a key that names a folder, not an object,
 		// with another code (fileblob: "directory not empty").
 		if ok, xerr := b.b.Exists(ctx, key); xerr == nil && !ok {
-			return fmt.Errorf("storage: delete %q: %w: %w", key, storage.ErrNotExist, err)
+			return &backend.Error{Code: backend.NotFound, Err: fmt.Errorf("storage: delete %q: %w: %w", key, storage.ErrNotExist, err)}
 		}
 	}
 	return wrap("delete", key, err)

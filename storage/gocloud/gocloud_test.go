@@ -15,6 +15,7 @@ import (
 	"gocloud.dev/blob/fileblob"
 	"gocloud.dev/blob/memblob"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/storage"
 	"github.com/goray-dev/goray/storage/gocloud"
 	"github.com/goray-dev/goray/storage/storagetest"
@@ -44,11 +45,14 @@ func TestSchemesRegistered(t *testing.T) {
 	for _, s := range gocloud.Schemes {
 		is.True(slices.Contains(storage.Schemes(), s))
 	}
-	// Without the gocloud.dev driver imported, the error says so.
+	// Without the gocloud.dev driver imported, the error says so: which
+	// import to add, with a code (FailedPrecondition: the URL is fine, the
+	// program lacks the driver).
 	_, err := storage.Open(context.Background(), "gs://some-bucket")
 	is.True(err != nil)
 	t.Log(err)
-	is.True(strings.Contains(err.Error(), "gs"))
+	is.True(strings.Contains(err.Error(), `add import _ "gocloud.dev/blob/gcsblob"`))
+	is.Equal(backend.CodeOf(err), backend.FailedPrecondition)
 }
 
 // dirOpener opens a fileblob bucket on one directory for every URL,

@@ -1,6 +1,9 @@
 // Package storagetest is the conformance suite for implementations of
 // storage.Bucket: the built-in file:// and mem:// buckets run it, and so
-// does the gocloud.dev/blob adapter; run it on your own store too.
+// does the gocloud.dev/blob adapter; run it on your own store too. It
+// checks error codes as well (backend.CodeOf: NotFound for a missing key,
+// InvalidArgument for an invalid one), so that code branching on
+// ray.Code works on every store.
 package storagetest
 
 import (
@@ -15,6 +18,7 @@ import (
 
 	"github.com/matryer/is"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/storage"
 )
 
@@ -94,14 +98,32 @@ func Run(t *testing.T, open func(t *testing.T) storage.Bucket) {
 		is.NoErr(storage.WriteAll(ctx, b, "dir/present", []byte("x")))
 		for _, key := range []string{"missing", "dir/missing", "dir"} {
 			_, err := b.NewRangeReader(ctx, key, 0, -1)
-			is.True(errors.Is(err, storage.ErrNotExist)) // read of a missing key
+			is.True(errors.Is(err, storage.ErrNotExist))    // read of a missing key
+			is.Equal(backend.CodeOf(err), backend.NotFound) // its code
 			_, err = b.Stat(ctx, key)
-			is.True(errors.Is(err, storage.ErrNotExist)) // stat of a missing key
+			is.True(errors.Is(err, storage.ErrNotExist))    // stat of a missing key
+			is.Equal(backend.CodeOf(err), backend.NotFound) // its code
 			err = b.Delete(ctx, key)
-			is.True(errors.Is(err, storage.ErrNotExist)) // delete of a missing key
+			is.True(errors.Is(err, storage.ErrNotExist))    // delete of a missing key
+			is.Equal(backend.CodeOf(err), backend.NotFound) // its code
 			ok, err := storage.Exists(ctx, b, key)
 			is.NoErr(err)
 			is.True(!ok)
+		}
+	})
+
+	t.Run("InvalidKeysAreInvalidArgument", func(t *testing.T) {
+		b := fresh(t)
+		for _, key := range []string{"", "/abs", "trailing/", "a//b", "a/../b", "./a"} {
+			is := is.New(t)
+			_, err := b.NewRangeReader(ctx, key, 0, -1)
+			is.Equal(backend.CodeOf(err), backend.InvalidArgument) // read of an invalid key
+			_, err = b.NewWriter(ctx, key)
+			is.Equal(backend.CodeOf(err), backend.InvalidArgument) // write of an invalid key
+			_, err = b.Stat(ctx, key)
+			is.Equal(backend.CodeOf(err), backend.InvalidArgument) // stat of an invalid key
+			err = b.Delete(ctx, key)
+			is.Equal(backend.CodeOf(err), backend.InvalidArgument) // delete of an invalid key
 		}
 	})
 

@@ -28,7 +28,7 @@ type row struct {
 	Xs    []int64   `parquet:"xs,list"`
 	UID   string    `parquet:"uid,uuid"`
 	// Ys, a list of nullable elements next to the date column, once
-	// failed to write (issue 38).
+	// failed to write (parquet-go panicked on its *int64 elements).
 	Ys []*int64 `parquet:"ys,list"`
 }
 
