@@ -199,7 +199,7 @@ func sortKeyed[T any, K cmp.Ordered](d *Dataset[T], name string, opts []Option, 
 		}
 		return startAllToAll(r, name, opts, func(o *opState, cfg *config, area *spillArea, out *rowOut[T]) error {
 			key, desc := keyOf(cfg)
-			s := newExtSorter(r.ctx, o, area, cfg.memBudget, byKey[K, T](desc))
+			s := newKeyedSorter[K, T](r.ctx, o, area, cfg.memBudget, desc)
 			if err := eachRow(r.ctx, o, in, func(row T) error { return s.add(keyed[K, T]{key(row), row}) }); err != nil {
 				return err
 			}

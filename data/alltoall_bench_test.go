@@ -1,6 +1,7 @@
 package data_test
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"slices"
@@ -41,6 +42,20 @@ func BenchmarkSort(b *testing.B) {
 	}
 	b.Run("data", func(b *testing.B) { run(b) })
 	b.Run("data_spill_budget_0.1x", func(b *testing.B) { run(b, data.MemoryBudget(sortRows*8/10)) })
+	b.Run("hand_sortfunc", func(b *testing.B) {
+		for b.Loop() {
+			ys := slices.Clone(xs)
+			slices.SortFunc(ys, func(a, b int) int { return cmp.Compare(id(a), id(b)) })
+			n := 0
+			for range ys {
+				n++
+			}
+			if n != sortRows {
+				b.Fatal(n)
+			}
+		}
+		b.ReportMetric(float64(sortRows*b.N)/b.Elapsed().Seconds(), "rows/s")
+	})
 	b.Run("hand", func(b *testing.B) {
 		for b.Loop() {
 			ys := slices.Clone(xs)

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"reflect"
@@ -11,7 +12,9 @@ import (
 
 // extSorter is an external merge sort under a memory budget: rows are
 // collected in memory until the next would pass the budget, then sorted
-// (stably) and spilled as a run, a spill file of gob-encoded chunks; at
+// (stably: each row is held with its index in the input, which breaks
+// ties, so that pdqsort's slices.SortFunc does the sorting, not a stable
+// merge sort, which is O(n log² n) in place) and spilled as a run, a spill file of gob-encoded chunks; at
 // the end the runs, and the rows still in memory, are merged. More runs
 // than can be merged at once (fanIn) are first merged into fewer. With a
 // nil cmp it is a spool: rows come back in the order they were added.
@@ -30,7 +33,10 @@ type extSorter[E any] struct {
 	fanIn  int
 	share  int64 // bytes of one chunk, and of one I/O buffer
 
-	buf      []E
+	// sortBuf, when set, sorts the rows held as cmp and then their index
+	// order them, without calling cmp (a direct comparison of keys).
+	sortBuf  func([]ranked[E])
+	buf      []ranked[E]
 	bufBytes int64
 	runs     []*spillFile
 	checked  bool
@@ -45,33 +51,79 @@ func newExtSorter[E any](ctx context.Context, o *opState, area *spillArea, budge
 	}
 }
 
+// ranked is a row held by an extSorter and its index in the input.
+type ranked[E any] struct {
+	e E
+	i int64
+}
+
 // add takes one row, spilling what is held first if it would pass the
 // budget.
 func (s *extSorter[E]) add(e E) error {
-	sz := s.size.val(e)
+	sz := s.size.val(e) // the index is not counted: 8 bytes a row
 	if len(s.buf) > 0 && s.bufBytes+sz > s.budget {
 		if err := s.spill(); err != nil {
 			return err
 		}
 	}
-	s.buf = append(s.buf, e)
+	if len(s.buf) == cap(s.buf) && len(s.buf) >= 1024 {
+		// Double, where append grows large slices by a quarter: fewer
+		// copies of what is held.
+		s.buf = slices.Grow(s.buf, len(s.buf))
+	}
+	s.buf = append(s.buf, ranked[E]{e, s.n})
 	s.bufBytes += sz
 	s.n++
 	s.o.mem.hold(1, sz)
 	return nil
 }
 
+// sortHeld sorts the rows held, stably (ties in input order).
+func (s *extSorter[E]) sortHeld() {
+	if s.cmp == nil {
+		return // a spool: rows are in input order
+	}
+	if s.sortBuf != nil {
+		s.sortBuf(s.buf)
+		return
+	}
+	c := s.cmp
+	slices.SortFunc(s.buf, func(a, b ranked[E]) int {
+		if r := c(a.e, b.e); r != 0 {
+			return r
+		}
+		return cmp.Compare(a.i, b.i)
+	})
+}
+
 // spill sorts the rows held and writes them as a run.
 func (s *extSorter[E]) spill() error {
-	if s.cmp != nil {
-		slices.SortStableFunc(s.buf, s.cmp)
+	s.sortHeld()
+	err := s.writeRun(len(s.buf), func(i int) *E { return &s.buf[i].e })
+	if err != nil {
+		return err
 	}
-	return s.spillSorted(s.buf, s.bufBytes)
+	clear(s.buf)
+	s.buf = s.buf[:0]
+	s.o.mem.free(0, s.bufBytes) // the rows were freed by writeRun
+	s.bufBytes = 0
+	return nil
 }
 
 // spillSorted writes rows, already in order, as a run and lets them go.
 // bytes is what they hold in the accounts.
 func (s *extSorter[E]) spillSorted(rows []E, bytes int64) error {
+	if err := s.writeRun(len(rows), func(i int) *E { return &rows[i] }); err != nil {
+		return err
+	}
+	s.o.mem.free(0, bytes)
+	return nil
+}
+
+// writeRun writes n rows, already in order (row i at at(i)), as a run,
+// and frees them from the row count of the accounts (the caller frees
+// their bytes).
+func (s *extSorter[E]) writeRun(n int, at func(i int) *E) error {
 	if !s.checked {
 		s.checked = true
 		if err := spillable(reflect.TypeFor[E]()); err != nil {
@@ -82,30 +134,27 @@ func (s *extSorter[E]) spillSorted(rows []E, bytes int64) error {
 	if err != nil {
 		return err
 	}
-	abort := func(err error) error {
-		w.w.Close()
-		return err
-	}
-	for len(rows) > 0 {
-		k, b := 0, int64(0)
-		for k < len(rows) && (k == 0 || b+s.size.of(&rows[k]) <= s.share) {
-			b += s.size.of(&rows[k])
-			k++
+	var out []E
+	for i := 0; i < n; {
+		out = out[:0]
+		var b int64
+		for i < n && (len(out) == 0 || b+s.size.of(at(i)) <= s.share) {
+			b += s.size.of(at(i))
+			out = append(out, *at(i))
+			i++
 		}
-		if err := w.write(rows[:k], b); err != nil {
-			return abort(err)
+		if err := w.write(out, b); err != nil {
+			w.w.Close()
+			return err
 		}
-		rows = rows[k:]
+		clear(out)
 	}
 	f, err := w.close()
 	if err != nil {
 		return err
 	}
 	s.runs = append(s.runs, f)
-	clear(s.buf)
-	s.buf = s.buf[:0]
-	s.o.mem.free(int64(f.rows), bytes)
-	s.bufBytes = 0
+	s.o.mem.free(int64(f.rows), 0)
 	return nil
 }
 
@@ -120,25 +169,26 @@ type source[E any] interface {
 // it goes.
 type memSource[E any] struct {
 	s    *extSorter[E]
-	rows []E
+	rows []ranked[E]
 	i    int
 }
 
 func (m *memSource[E]) next() (E, bool, error) {
-	var zero E
 	if m.i >= len(m.rows) {
+		var zero E
 		return zero, false, nil
 	}
-	m.s.o.mem.free(1, m.s.size.of(&m.rows[m.i]))
-	e := m.rows[m.i]
-	m.rows[m.i] = zero
+	r := &m.rows[m.i]
+	m.s.o.mem.free(1, m.s.size.of(&r.e))
+	e := r.e
+	*r = ranked[E]{}
 	m.i++
 	return e, true, nil
 }
 
 func (m *memSource[E]) close() error {
 	for i := m.i; i < len(m.rows); i++ {
-		m.s.o.mem.free(1, m.s.size.of(&m.rows[i]))
+		m.s.o.mem.free(1, m.s.size.of(&m.rows[i].e))
 	}
 	m.rows = nil
 	return nil
@@ -296,9 +346,7 @@ func (m *merger[E]) close() error {
 // pull from; the caller closes it.
 func (s *extSorter[E]) sorted() (source[E], error) {
 	if len(s.runs) == 0 {
-		if s.cmp != nil {
-			slices.SortStableFunc(s.buf, s.cmp)
-		}
+		s.sortHeld()
 		rows := s.buf
 		s.buf = nil
 		return &memSource[E]{s: s, rows: rows}, nil
@@ -331,9 +379,7 @@ func (s *extSorter[E]) sorted() (source[E], error) {
 	}
 	s.runs = nil
 	if len(s.buf) > 0 {
-		if s.cmp != nil {
-			slices.SortStableFunc(s.buf, s.cmp)
-		}
+		s.sortHeld()
 		srcs = append(srcs, &memSource[E]{s: s, rows: s.buf})
 		s.buf = nil
 	}
@@ -409,4 +455,34 @@ func (s *extSorter[E]) mergeRuns() error {
 	s.o.mem.spilledRows.Add(-f.rows) // the same rows, spilled again: count them once
 	s.runs = append([]*spillFile{f}, s.runs[s.fanIn:]...)
 	return nil
+}
+
+// sortKeyedRows sorts rows held by key (cmp.Compare's order, reversed
+// when desc), ties in input order: the sortBuf of keyed sorts.
+func sortKeyedRows[K cmp.Ordered, V any](desc bool) func([]ranked[keyed[K, V]]) {
+	if desc {
+		return func(rows []ranked[keyed[K, V]]) {
+			slices.SortFunc(rows, func(a, b ranked[keyed[K, V]]) int {
+				if c := cmp.Compare(b.e.K, a.e.K); c != 0 {
+					return c
+				}
+				return cmp.Compare(a.i, b.i)
+			})
+		}
+	}
+	return func(rows []ranked[keyed[K, V]]) {
+		slices.SortFunc(rows, func(a, b ranked[keyed[K, V]]) int {
+			if c := cmp.Compare(a.e.K, b.e.K); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.i, b.i)
+		})
+	}
+}
+
+// newKeyedSorter is an extSorter of rows with a key, by key.
+func newKeyedSorter[K cmp.Ordered, V any](ctx context.Context, o *opState, area *spillArea, budget int64, desc bool) *extSorter[keyed[K, V]] {
+	s := newExtSorter(ctx, o, area, budget, byKey[K, V](desc))
+	s.sortBuf = sortKeyedRows[K, V](desc)
+	return s
 }

@@ -163,7 +163,7 @@ func GroupBy[T any, K cmp.Ordered, A, R any](d *Dataset[T], key func(T) K, agg A
 			return stream[Group[K, R]]{}, err
 		}
 		return startAllToAll(r, "group_by", opts, func(o *opState, cfg *config, area *spillArea, out *rowOut[Group[K, R]]) error {
-			s := newExtSorter(r.ctx, o, area, cfg.memBudget, byKey[K, A](cfg.descending))
+			s := newKeyedSorter[K, A](r.ctx, o, area, cfg.memBudget, cfg.descending)
 			sizeK, sizeA := newSizer[K](), newSizer[A]()
 			flatA := sizeA.flat > 0
 			states := map[K]A{}
@@ -209,9 +209,9 @@ func GroupBy[T any, K cmp.Ordered, A, R any](d *Dataset[T], key func(T) K, agg A
 				return err
 			}
 			// What the map holds becomes the sorter's rows in memory.
-			entries := make([]keyed[K, A], 0, len(states))
+			entries := make([]ranked[keyed[K, A]], 0, len(states))
 			for k, a := range states {
-				entries = append(entries, keyed[K, A]{k, a})
+				entries = append(entries, ranked[keyed[K, A]]{keyed[K, A]{k, a}, int64(len(entries))})
 			}
 			states = nil
 			s.buf, s.bufBytes = entries, held
@@ -269,7 +269,7 @@ func MapGroups[T any, K cmp.Ordered, O any](d *Dataset[T], key func(T) K, fn fun
 			return stream[O]{}, err
 		}
 		return startAllToAll(r, "map_groups", opts, func(o *opState, cfg *config, area *spillArea, out *rowOut[O]) error {
-			s := newExtSorter(r.ctx, o, area, cfg.memBudget, byKey[K, T](cfg.descending))
+			s := newKeyedSorter[K, T](r.ctx, o, area, cfg.memBudget, cfg.descending)
 			if err := eachRow(r.ctx, o, in, func(row T) error { return s.add(keyed[K, T]{key(row), row}) }); err != nil {
 				return err
 			}
