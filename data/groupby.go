@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"unsafe"
 )
 
 // Agg is an aggregation of the rows of a group into a value of type R,
@@ -166,25 +167,27 @@ func GroupBy[T any, K cmp.Ordered, A, R any](d *Dataset[T], key func(T) K, agg A
 			s := newKeyedSorter[K, A](r.ctx, o, area, cfg.memBudget, cfg.descending)
 			sizeK, sizeA := newSizer[K](), newSizer[A]()
 			flatA := sizeA.flat > 0
-			states := map[K]A{}
+			// The states: index maps each key to its state in vals, so
+			// a row costs one map lookup.
+			index := map[K]int{}
+			var vals []keyed[K, A]
 			var held int64
 			spill := func() error {
-				entries := make([]keyed[K, A], 0, len(states))
-				for k, a := range states {
-					entries = append(entries, keyed[K, A]{k, a})
-				}
+				entries := vals
 				slices.SortFunc(entries, s.cmp) // keys are distinct: stable or not is the same
-				states = map[K]A{}
+				index, vals = map[K]int{}, nil
 				err := s.spillSorted(entries, held)
 				held = 0
 				return err
 			}
 			if err := eachRow(r.ctx, o, in, func(row T) error {
 				k := key(row)
-				a, ok := states[k]
+				i, ok := index[k]
 				if !ok {
-					a = agg.init()
-					sz := sizeK.val(k) + sizeA.val(a) + mapEntryBytes
+					a := agg.init()
+					// The key is held twice (map and vals; a string's
+					// bytes once), with the index.
+					sz := sizeK.val(k) + sizeA.val(a) + mapEntryBytes + int64(unsafe.Sizeof(k)) + 8
 					if held > 0 && held+sz > cfg.memBudget {
 						if err := spill(); err != nil {
 							return err
@@ -192,14 +195,18 @@ func GroupBy[T any, K cmp.Ordered, A, R any](d *Dataset[T], key func(T) K, agg A
 					}
 					held += sz
 					o.mem.hold(1, sz)
+					i = len(vals)
+					index[k] = i
+					vals = append(vals, keyed[K, A]{k, a})
 				}
+				st := &vals[i].V
 				if flatA {
-					states[k] = agg.Add(a, row)
+					*st = agg.Add(*st, row)
 					return nil
 				}
-				before := sizeA.val(a)
-				a = agg.Add(a, row)
-				states[k] = a
+				before := sizeA.val(*st)
+				a := agg.Add(*st, row)
+				*st = a
 				if d := sizeA.val(a) - before; d != 0 {
 					held += d
 					o.mem.hold(0, d)
@@ -209,11 +216,11 @@ func GroupBy[T any, K cmp.Ordered, A, R any](d *Dataset[T], key func(T) K, agg A
 				return err
 			}
 			// What the map holds becomes the sorter's rows in memory.
-			entries := make([]ranked[keyed[K, A]], 0, len(states))
-			for k, a := range states {
-				entries = append(entries, ranked[keyed[K, A]]{keyed[K, A]{k, a}, int64(len(entries))})
+			entries := make([]ranked[keyed[K, A]], 0, len(vals))
+			for i, e := range vals {
+				entries = append(entries, ranked[keyed[K, A]]{e, int64(i)})
 			}
-			states = nil
+			index, vals = nil, nil
 			s.buf, s.bufBytes = entries, held
 			src, err := s.sorted()
 			if err != nil {
