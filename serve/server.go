@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/tpu"
 )
@@ -200,15 +201,21 @@ type deployment struct {
 }
 
 // Deploy validates d, starts its MinReplicas replicas and waits until they
-// are ready. When ctx ends first, Deploy returns an error wrapping
+// are ready. A wrong field is an InvalidArgument error naming it; MinReplicas
+// whole-slice replicas the cluster can never hold (fewer slices of the
+// shape than that, counting what the backend can provision) fail at once
+// with Infeasible. When ctx ends first, Deploy returns an error wrapping
 // ctx.Err() that says how many replicas were ready, what the others wait
-// for and how the cluster's slices of their shape stand, and the
-// deployment keeps starting in the background. A deployment whose replicas
-// cannot start at all (a shape the cluster does not have, an actor
-// constructor that fails) is removed, and Deploy returns the reason.
+// for and how the cluster's slices of their shape stand. A deployment whose
+// replicas cannot start at all (a shape the cluster does not have, an
+// actor constructor that fails) fails with the reason. Whenever Deploy
+// returns an error, the deployment was removed and holds no slice.
 func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 	spec, err := d.normalize()
 	if err != nil {
+		return err
+	}
+	if err := s.checkFeasible(ctx, spec); err != nil {
 		return err
 	}
 	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -258,7 +265,57 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 		dep.shutdown(context.WithoutCancel(ctx))
 		return fmt.Errorf("serve: deploy %q: %w", spec.Name, err)
 	}
-	return fmt.Errorf("serve: deploy %q: %s; it keeps starting in the background: %w", spec.Name, s.waitedFor(ctx, spec), err)
+	// Nothing is left behind a failed Deploy: the replicas that started
+	// and the slices they hold are released before it returns.
+	waited := s.waitedFor(ctx, spec)
+	s.mu.Lock()
+	if s.deployments[spec.Name] == dep {
+		delete(s.deployments, spec.Name)
+	}
+	s.mu.Unlock()
+	dep.shutdown(context.WithoutCancel(ctx))
+	s.notify()
+	return fmt.Errorf("serve: deploy %q: %s; the deployment was removed and holds nothing: %w", spec.Name, waited, err)
+}
+
+// checkFeasible fails with Infeasible when the cluster can never hold the
+// deployment's MinReplicas whole-slice replicas: when it has fewer slices
+// of the shape than that (busy ones count: they may be freed), the backend
+// is asked whether MinReplicas slices could ever be reserved at once, so
+// that what capacity on demand can make counts where the backend
+// provisions. A backend without slices, or a deployment of chips
+// (ChipsPerReplica), is left to its replicas' own reservations.
+func (s *Server) checkFeasible(ctx context.Context, spec Deployment) error {
+	if spec.ChipsPerReplica != 0 || spec.MinReplicas < 2 {
+		return nil // one replica's own reservation fails at once with Infeasible
+	}
+	states, err := ray.TPUSlices(ctx, s.c)
+	if err != nil {
+		return nil
+	}
+	shape, _ := spec.shape() // validated by normalize
+	have := 0
+	for _, st := range states {
+		if g, err := tpu.ParseGeneration(st.Generation); err == nil && g == shape.Generation && st.Topology == spec.Topology && st.ChipsPerHost == shape.ChipsPerHost {
+			have++
+		}
+	}
+	if have >= spec.MinReplicas {
+		return nil
+	}
+	probe := spec.sliceSpec(spec.Name + "-feasibility")
+	probe.NumSlices, probe.Timeout = spec.MinReplicas, time.Millisecond
+	spg, err := ray.NewSlicePlacementGroup(ctx, s.c, probe)
+	if err == nil {
+		_ = spg.Release(context.WithoutCancel(ctx)) // made on demand in time: feasible
+		return nil
+	}
+	if ray.Code(err) != ray.Infeasible {
+		return nil
+	}
+	return &backend.Error{Code: backend.Infeasible, Op: fmt.Sprintf("serve: deploy %q", spec.Name),
+		Err: fmt.Errorf("Deployment.MinReplicas %d can never be held: each replica holds a %s %s slice, and the cluster has %d of that shape (%w); lower MinReplicas to at most %d, or add slices",
+			spec.MinReplicas, spec.Accelerator, spec.Topology, have, err, have)}
 }
 
 // waitedFor says what a Deploy whose context ended was waiting for: how
