@@ -103,3 +103,23 @@ func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(string(b))
 	return len(b), nil
 }
+
+// TestStagingRemovedAfterFailedRun: a program that stages a checkpoint
+// directory and fails before reporting it leaves nothing in the run's
+// storage once Fit has returned.
+func TestStagingRemovedAfterFailedRun(t *testing.T) {
+	needPython(t)
+	is := is.New(t)
+	_, c := newCluster(t, "4x4", 1, false)
+	dir := t.TempDir()
+	script := `import goray_train, os; d = goray_train.staging_dir(); open(os.path.join(d, "x"), "w").write("1"); raise SystemExit(3)`
+	tr, err := train.NewProgram(c, train.Program{Path: "python3", Args: []string{"-c", script}},
+		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4"},
+		train.RunConfig{Name: "staged", Storage: "file://" + dir, Progress: train.ProgressOff, Output: testWriter{t}})
+	is.NoErr(err)
+	_, err = tr.Fit(context.Background())
+	is.True(err != nil) // exit status 3
+	is.Equal(ray.Code(err), ray.TaskFailed)
+	_, err = os.Stat(filepath.Join(dir, "staged", "staging"))
+	is.True(os.IsNotExist(err))
+}

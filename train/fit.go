@@ -163,6 +163,12 @@ func (t *Trainer) fit(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	defer closeStore()
+	if t.program != nil {
+		// Directories programs staged and never committed (a program that
+		// failed between writing and reporting) go with the run, passed
+		// or failed.
+		defer st.clearStaging(context.WithoutCancel(ctx)) //nolint:errcheck // best effort: the next run's first attempt clears them too
+	}
 	prog := newProgress(t.run)
 	defer prog.finish()
 	sink := &reportSink{progress: prog, onReport: t.run.OnReport}

@@ -27,7 +27,10 @@
 //
 // Because a submission returns only once its work is over, code that
 // submits work and only then lets it finish (closes a channel the task waits
-// on, say) blocks on the fake where an asynchronous backend would not. Work
+// on, say) blocks on the fake where an asynchronous backend would not.
+// Work that must run at the same time is submitted from goroutines of
+// its own: package train does so for the ranks of a run, which meet at a
+// rendezvous, so train.Fit runs on the fake with any number of workers. Work
 // runs with a context of its own, which carries none of the submitter's
 // values and is cancelled when the submitter's context ends (the submitter
 // is blocked on the work), when the backend closes, or when the work's actor

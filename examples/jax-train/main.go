@@ -43,6 +43,7 @@ var (
 // Options are the example's settings.
 type Options struct {
 	Python  string // the interpreter
+	Program string // train.py; empty means the one next to this file
 	Steps   int
 	Every   int // steps between checkpoints
 	KillAt  int // the step at which a host dies (0: none)
@@ -63,6 +64,7 @@ type Outcome struct {
 func main() {
 	o := Options{Progress: train.ProgressAuto, Output: os.Stderr}
 	flag.StringVar(&o.Python, "python", "python3", "the Python interpreter (JAX is used when it imports)")
+	flag.StringVar(&o.Program, "program", "", "the training program (default: train.py of this example's source directory)")
 	flag.IntVar(&o.Steps, "steps", 80, "training steps")
 	flag.IntVar(&o.Every, "every", 10, "steps between checkpoints")
 	flag.IntVar(&o.KillAt, "kill-at", 35, "the step at which a host of the slice dies (0: none)")
@@ -94,8 +96,11 @@ func main() {
 
 // Run trains, killing a host at o.KillAt.
 func Run(ctx context.Context, b *local.Backend, c *ray.Cluster, o Options) (*Outcome, error) {
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "train.py")
+	script := o.Program
+	if script == "" {
+		_, file, _, _ := runtime.Caller(0) // go run: the source directory
+		script = filepath.Join(filepath.Dir(file), "train.py")
+	}
 	var killErr error
 	onReport := func(r train.Report) {
 		// Rank 0's report waits for this: its process is alive while its
