@@ -247,13 +247,15 @@ type ActorInstance interface {
 // implements it calls StartTask instead of RunTask.
 //
 // StartTask must not block for long (it may wait for a connection's send
-// buffer, not for the work). done is called exactly once, on any
-// goroutine, possibly before StartTask returns, but never on the goroutine
-// calling StartTask while it runs; it must not block for long either.
-// Cancelling ctx cancels the work and, as RunTask returns, calls done with
-// ctx.Err() at once.
+// buffer, not for the work). When it cannot start the task so (its
+// worker is not connected yet), it returns false without calling done, and
+// the backend runs the task with RunTask instead. When it returns true,
+// done is called exactly once, on any goroutine, possibly before
+// StartTask returns, but never on the goroutine calling StartTask while it
+// runs; it must not block for long either. Cancelling ctx cancels the
+// work and, as RunTask returns, calls done with ctx.Err() at once.
 type TaskStarter interface {
-	StartTask(ctx context.Context, name string, arg Value, info *RuntimeInfo, done TaskDone)
+	StartTask(ctx context.Context, name string, arg Value, info *RuntimeInfo, done TaskDone) bool
 }
 
 // TaskDone receives the result of a task started with a [TaskStarter].

@@ -484,10 +484,11 @@ type afterFuncer interface {
 // worker and returns; done receives the result from the connection's
 // reader goroutine. No goroutine waits per task in flight, and the sends
 // of many tasks go out in few writes.
-func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo, done backend.TaskDone) {
+// It always returns true: a failure to send is reported through done.
+func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo, done backend.TaskDone) bool {
 	if err := ctx.Err(); err != nil {
 		go done.TaskDone(backend.Value{}, err)
-		return
+		return true
 	}
 	m := message{typ: msgRunTask, name: name, info: info, value: arg, id: c.nextID.Add(1)}
 	p := &pendingCall{typ: m.typ, name: name, done: done}
@@ -496,7 +497,7 @@ func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, 
 		err := c.lost
 		c.pmu.Unlock()
 		go done.TaskDone(backend.Value{}, c.callError(m.typ, name, err))
-		return
+		return true
 	}
 	c.pending[m.id] = p
 	// The watch is set before the send, under pmu, so that the reply
@@ -514,7 +515,7 @@ func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, 
 		delete(c.pending, m.id)
 		c.pmu.Unlock()
 		if !mine {
-			return // the reader or the cancellation delivered it
+			return true // the reader or the cancellation delivered it
 		}
 		if p.stop != nil {
 			p.stop()
@@ -525,10 +526,11 @@ func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, 
 				<-c.readEnd // OnLost has run
 				done.TaskDone(backend.Value{}, c.callError(m.typ, name, c.Err()))
 			}()
-			return
+			return true
 		}
 		go done.TaskDone(backend.Value{}, c.callError(m.typ, name, err))
 	}
+	return true
 }
 
 // cancelStarted cancels a call of StartTask whose context ended: the

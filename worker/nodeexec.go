@@ -23,10 +23,10 @@ type NodeExecutor struct {
 	Worker func(ctx context.Context, node string) (c *Client, done func(), err error)
 	// Connected, if set, returns the worker of node when it is connected
 	// now, without waiting, and nil otherwise; done, if not nil, is as
-	// Worker's (nil when the work need not say it is over). With
-	// it, StartTask sends a task to a connected worker from the calling
-	// goroutine; without it (or when it returns nil), StartTask runs the
-	// task on a goroutine of its own, as RunTask.
+	// Worker's (nil when the work need not say it is over). With it,
+	// StartTask sends a task to a connected worker from the calling
+	// goroutine; without it (or when it returns nil), StartTask returns
+	// false and the backend calls RunTask.
 	Connected func(node string) (c *Client, done func())
 }
 
@@ -37,19 +37,20 @@ var (
 )
 
 // StartTask implements backend.TaskStarter: the task is sent to its
-// node's worker when that is connected (see Connected); otherwise a
-// goroutine of its own runs it as RunTask does.
-func (x NodeExecutor) StartTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo, done backend.TaskDone) {
-	if x.Connected != nil {
-		if c, release := x.Connected(nodeOf(info)); c != nil {
-			if release != nil {
-				done = releasing{done, release}
-			}
-			c.StartTask(ctx, name, arg, info, done)
-			return
-		}
+// node's worker when that is connected (see Connected); otherwise it
+// returns false, and the backend runs the task with RunTask.
+func (x NodeExecutor) StartTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo, done backend.TaskDone) bool {
+	if x.Connected == nil {
+		return false
 	}
-	go func() { done.TaskDone(x.RunTask(ctx, name, arg, info)) }()
+	c, release := x.Connected(nodeOf(info))
+	if c == nil {
+		return false
+	}
+	if release != nil {
+		done = releasing{done, release}
+	}
+	return c.StartTask(ctx, name, arg, info, done)
 }
 
 // releasing calls release once the task is done, then done.

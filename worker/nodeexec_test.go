@@ -40,53 +40,41 @@ func TestNodeExecutor(t *testing.T) {
 }
 
 // TestNodeExecutorStartTask: StartTask sends to the node's connected worker
-// (releasing it when the task is done) and, when none is connected, runs
-// the task as RunTask does, on a goroutine of its own.
+// (releasing it when the task is done); when none is connected, or
+// without Connected, it returns false without calling done, for the
+// backend to use RunTask.
 func TestNodeExecutorStartTask(t *testing.T) {
 	is := is.New(t)
 	addr, _ := startServer(t, nil)
 	c := dialTest(t, addr, nil)
 	released := make(chan string, 2)
-	refused := errors.New("no worker")
 	x := NodeExecutor{Local: describing{},
 		Worker: func(ctx context.Context, node string) (*Client, func(), error) {
-			if node == "up" {
-				return c, func() { released <- "worker " + node }, nil
-			}
-			return nil, nil, refused
+			return nil, nil, errors.New("StartTask must not wait for a worker")
 		},
 		Connected: func(node string) (*Client, func()) {
 			if node == "connected" {
-				return c, func() { released <- "connected " + node }
+				return c, func() { released <- node }
 			}
 			return nil, nil
 		},
 	}
-	for _, tc := range []struct {
-		node, released string
-		err            error
-	}{
-		{"connected", "connected connected", nil}, // sent from the calling goroutine
-		{"up", "worker up", nil},                  // started on a goroutine of its own
-		{"down", "", refused},
-	} {
-		var res <-chan startResult
-		returned := make(chan struct{})
-		r := make(chan startResult, 2)
-		x.StartTask(t.Context(), "echo", backend.Value{Data: []byte("hi")}, &backend.RuntimeInfo{Node: tc.node},
-			doneFunc(func(v backend.Value, err error) {
-				<-returned
-				r <- startResult{v, err}
-			}))
-		close(returned)
-		res = r
-		got := <-res
-		if tc.err != nil {
-			is.True(errors.Is(got.err, tc.err))
-			continue
-		}
-		is.NoErr(got.err)
-		is.Equal(string(got.v.Data), "hi")
-		is.Equal(<-released, tc.released)
-	}
+	res := make(chan startResult, 2)
+	returned := make(chan struct{})
+	done := doneFunc(func(v backend.Value, err error) {
+		<-returned
+		res <- startResult{v, err}
+	})
+	is.True(x.StartTask(t.Context(), "echo", backend.Value{Data: []byte("hi")}, &backend.RuntimeInfo{Node: "connected"}, done))
+	close(returned)
+	got := <-res
+	is.NoErr(got.err)
+	is.Equal(string(got.v.Data), "hi")
+	is.Equal(<-released, "connected")
+
+	is.True(!x.StartTask(t.Context(), "echo", backend.Value{}, &backend.RuntimeInfo{Node: "starting"}, done))
+	x.Connected = nil
+	is.True(!x.StartTask(t.Context(), "echo", backend.Value{}, &backend.RuntimeInfo{Node: "connected"}, done))
+	is.Equal(len(res), 0) // done was not called
+	is.Equal(len(released), 0)
 }

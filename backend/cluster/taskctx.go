@@ -68,11 +68,10 @@ func (c *taskCtx) String() string { return "goray task context" }
 // It then runs, on the same goroutine, the queued tasks that finishing
 // this one lets start.
 //
-// When the executor is a backend.TaskStarter, run only starts the task:
-// its TaskDone finishes it.
+// When the executor is a backend.TaskStarter that starts the task, run
+// only starts it: its TaskDone finishes it.
 func (c *taskCtx) run() {
-	if s := c.b.starter; s != nil {
-		s.StartTask(c, c.t.spec.Name, c.t.arg, &c.info, c)
+	if s := c.b.starter; s != nil && s.StartTask(c, c.t.spec.Name, c.t.arg, &c.info, c) {
 		return
 	}
 	for c != nil {
@@ -87,8 +86,8 @@ func (c *taskCtx) run() {
 // connection's reader), sparing a hand-off per task.
 func (c *taskCtx) TaskDone(v backend.Value, err error) {
 	next := c.b.finishTask(c.t, c.attempt, v, err)
-	if next != nil {
-		next.b.starter.StartTask(next, next.t.spec.Name, next.t.arg, &next.info, next)
+	if next != nil && !next.b.starter.StartTask(next, next.t.spec.Name, next.t.arg, &next.info, next) {
+		next.b.pool.run(next) // to be run with RunTask, on a goroutine that may wait
 	}
 }
 
