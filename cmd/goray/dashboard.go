@@ -51,7 +51,7 @@ shape (as reservation "demo") for PERIOD, releases it for PERIOD, and
 again, so the page shows slices changing.
 
 ` + dashboardKubernetes,
-		Example: `  goray dashboard --cluster testdata/tpu-cluster.json   # the sample in cmd/goray of a clone --demo 3s
+		Example: `  goray dashboard --cluster testdata/tpu-cluster.json --demo 3s   # the sample in cmd/goray of a clone
   goray dashboard --cluster cluster.json --addr 127.0.0.1:9000
   goray dashboard --driver 10.0.0.7:8265 --token "$(cat token)"`,
 		Args: noArgs,

@@ -4,15 +4,19 @@
 
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
-// Reservations get colours from a categorical palette (Tableau 10), in
-// the order of their groups, so two reservations on screen never look
-// alike; beyond ten, hues spaced by the golden angle.
-const palette = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+// Reservations get colours from a categorical palette, in the order of
+// their groups, so two reservations on screen never look alike: Tableau
+// 10 without its red and pink (red means a dead host: --dead in app.css)
+// and its grey (close to busy chips), with three more hues; beyond ten,
+// hues spaced by the golden angle, skipping the reds.
+// dashboard's TestReservationColours checks the distances.
+const palette = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#6b4c9a", "#e377c2", "#ffbe7d"];
+const hueAfterPalette = (i) => { const h = (i * 137.508) % 360; return h > 320 || h < 30 ? (h + 70) % 360 : h; };
 let colourIndex = new Map();
 const groupColour = (g) => {
   const i = colourIndex.get(g);
   if (i === undefined) return "#8a94a6";
-  return i < palette.length ? palette[i] : `hsl(${(i * 137.508) % 360}, 60%, 45%)`;
+  return i < palette.length ? palette[i] : `hsl(${hueAfterPalette(i)}, 60%, 45%)`;
 };
 const natural = new Intl.Collator(undefined, { numeric: true }).compare;
 const fmtRes = (r, skipZero) => Object.keys(r || {}).sort().filter((k) => !skipZero || r[k] !== 0).map((k) => `${k}: ${fmtNum(k, r[k])}`).join(", ");
