@@ -156,6 +156,9 @@ func WriteStatus(w io.Writer, v *View) error {
 				state = "finished"
 			}
 			p("  %s\t%s, attempt %d, iteration %d, slices %s\n", r.Name, state, r.Attempt, r.Iteration, strings.Join(r.Slices, ", "))
+			if len(r.Profilers) > 0 {
+				p("  \tprofilers (rank order): %s\n", strings.Join(r.Profilers, " "))
+			}
 		}
 	}
 	if len(v.Serve) > 0 {

@@ -32,6 +32,7 @@ type TrainRun struct {
 	checkpoints []int
 	restarts    []Restart
 	failures    []RunFailure
+	profilers   []string
 	done        bool
 	err         string
 }
@@ -80,6 +81,10 @@ type RunStatus struct {
 	Failures    []RunFailure `json:"failures"`
 	Done        bool         `json:"done"`
 	Error       string       `json:"error,omitempty"`
+	// Profilers are each rank's profiler address (host:port) when the run
+	// gives its ranks one (train.RunConfig.ProfilerPort): what TensorBoard's
+	// "Capture profile" asks for.
+	Profilers []string `json:"profilers,omitempty"`
 }
 
 // NewTrainRun returns a run named name, started now.
@@ -99,6 +104,7 @@ func (r *TrainRun) OnReport(rep train.Report) {
 	}
 	r.reported, r.attempt, r.iteration = true, rep.Attempt, rep.Iteration
 	r.slices = slices.Clone(rep.Slices)
+	r.profilers = slices.Clone(rep.Profilers)
 	r.metrics = maps.Clone(rep.Metrics)
 	r.points = append(r.points, Point{Iteration: rep.Iteration, Attempt: rep.Attempt, Time: now, Metrics: r.metrics})
 	if len(r.points) > maxPoints {
@@ -153,6 +159,6 @@ func (r *TrainRun) Status() RunStatus {
 		Name: r.name, Started: r.started, Attempt: r.attempt, Iteration: r.iteration,
 		Slices: slices.Clone(r.slices), Metrics: maps.Clone(r.metrics), Points: slices.Clone(r.points),
 		Checkpoints: slices.Clone(r.checkpoints), Restarts: slices.Clone(r.restarts),
-		Failures: slices.Clone(r.failures), Done: r.done, Error: r.err,
+		Failures: slices.Clone(r.failures), Done: r.done, Error: r.err, Profilers: slices.Clone(r.profilers),
 	}
 }

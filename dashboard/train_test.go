@@ -1,7 +1,9 @@
 package dashboard_test
 
 import (
+	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,4 +100,17 @@ func TestTrackRun(t *testing.T) {
 	is.Equal(len(v.Train), 1)
 	is.Equal(v.Train[0].Name, "tracked")
 	is.Equal(v.Train[0].Iteration, 7)
+}
+
+// A run whose ranks have profiler ports (train.RunConfig.ProfilerPort)
+// shows each rank's address, in the view and in goray status.
+func TestTrainRunProfilers(t *testing.T) {
+	is := is.New(t)
+	run := dashboard.NewTrainRun("pretrain")
+	run.OnReport(train.Report{Iteration: 1, Slices: []string{"s0"}, Profilers: []string{"h0:9400", "h1:9401"}})
+	st := run.Status()
+	is.Equal(st.Profilers, []string{"h0:9400", "h1:9401"})
+	var buf bytes.Buffer
+	is.NoErr(dashboard.WriteStatus(&buf, &dashboard.View{Train: []dashboard.RunStatus{st}}))
+	is.True(strings.Contains(buf.String(), "profilers (rank order): h0:9400 h1:9401"))
 }

@@ -153,6 +153,11 @@ type RunConfig struct {
 	// StopGrace bounds the wait for workers to stop after the run ends or
 	// fails; 0 means 10s.
 	StopGrace time.Duration
+	// ProfilerPort, if set, gives each rank a profiler port in its env
+	// (ProfilerPortEnv: ProfilerPort + rank) and each report the ranks'
+	// addresses (Report.Profilers), which the dashboard lists; 0 means
+	// none.
+	ProfilerPort int
 	// Datasets are datasets the workers read, each its own shard, with
 	// DatasetShard (Ray Train's datasets= and get_dataset_shard). They run
 	// in the driver, once per epoch, and reach the workers through the
@@ -170,6 +175,9 @@ type Report struct {
 	Slices []string
 	// Checkpoint is true when rank 0 saved data with the report.
 	Checkpoint bool
+	// Profilers are each rank's profiler address, host:port, when
+	// RunConfig.ProfilerPort is set.
+	Profilers []string
 }
 
 var runName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)

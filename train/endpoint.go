@@ -34,6 +34,7 @@ type runInfo struct {
 	perSlice  int
 	numSlices int
 	log       *slog.Logger
+	profilers []string // each rank's profiler address (profiler.go)
 }
 
 // maxReportBody bounds a request's body.

@@ -82,6 +82,9 @@ func newTrainer(c *ray.Cluster, scaling ScalingConfig, run RunConfig, set func(*
 		return nil, invalid(err)
 	}
 	run, err = run.withDefaults()
+	if err == nil {
+		err = checkProfilerPort(run.ProfilerPort, p.workers)
+	}
 	if err != nil {
 		return nil, invalid(err)
 	}
@@ -395,7 +398,8 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 		}
 	}
 	rz, err := newRendezvous(addr, hex.EncodeToString(token), attempt, workers, st, spg.SliceNames(), t.run.FailureVerdict, sink, &lineSink{w: out}, feed,
-		runInfo{run: t.run.Name, resume: resume, perSlice: p.hostsPerSlice * p.procsPerHost, numSlices: nSlices, log: t.run.Logger})
+		runInfo{run: t.run.Name, resume: resume, perSlice: p.hostsPerSlice * p.procsPerHost, numSlices: nSlices, log: t.run.Logger,
+			profilers: profilerAddrs(ctx, t.c, spg, workers, t.run.ProfilerPort)})
 	if err != nil {
 		return nil, err
 	}
@@ -423,7 +427,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 			Run: t.run.Name, Loop: t.loop, Config: t.config, Program: t.program,
 			Rendezvous: rz.addr(), Token: rz.token, Attempt: attempt,
 			Rank: i, WorldSize: workers, SliceIndex: i / perSlice, NumSlices: nSlices,
-			Env: spg.WorkerEnv(i), Resume: resume, Verdict: t.run.FailureVerdict,
+			Env: profilerEnv(spg.WorkerEnv(i), t.run.ProfilerPort, i), Resume: resume, Verdict: t.run.FailureVerdict,
 		}
 		if len(t.run.Datasets) > 0 {
 			in.Datasets = make(map[string]shardInput, len(t.run.Datasets))

@@ -248,7 +248,7 @@ func (r *rendezvous) report(rank int, m *ctrlMsg) error {
 		}
 	}
 	if rank == 0 {
-		r.sink.report(Report{Attempt: r.attempt, Iteration: m.Iteration, Metrics: m.Metrics, Slices: r.slices, Checkpoint: m.HasData || m.dir != ""})
+		r.sink.report(Report{Attempt: r.attempt, Iteration: m.Iteration, Metrics: m.Metrics, Slices: r.slices, Checkpoint: m.HasData || m.dir != "", Profilers: r.http.info.profilers})
 	}
 	r.mu.Lock()
 	st := r.iters[m.Iteration]

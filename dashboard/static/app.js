@@ -175,6 +175,7 @@ function renderRuns(runs) {
     `attempt ${r.attempt}, iteration ${r.iteration}, slices ${(r.slices || []).map(esc).join(", ") || "—"}` +
     `<div class="cols">${Object.keys(r.metrics || {}).sort().slice(0, 4).map((k) => chart(r.points || [], k)).join("")}</div>` +
     `<div>Checkpoints at iterations: ${(r.checkpoints || []).slice(-10).join(", ") || "none"}</div>` +
+    ((r.profilers || []).length ? `<div class="profilers">Profilers (TensorBoard, Capture profile): ${r.profilers.map((a, i) => `<span title="rank ${i}">rank ${i} <code>${esc(a)}</code></span>`).join(", ")}</div>` : "") +
     ((r.restarts || []).length ? `<div>Restarts: ${r.restarts.map((x) => `attempt ${x.attempt} from iteration ${x.iteration}`).join("; ")}</div>` : "") +
     ((r.failures || []).length ? `<table><tr><th>Attempt</th><th>Rank</th><th>Host</th><th>Slice</th><th>Cause</th></tr>` +
       r.failures.map((f) => `<tr><td>${f.attempt}</td><td>${f.rank}</td><td>${esc(f.host)}</td><td>${esc(f.slice)}</td><td>${esc(f.cause)}</td></tr>`).join("") + `</table>` : "") +
