@@ -28,10 +28,10 @@ function render(v) {
   colourIndex = new Map([...groups.keys()].sort((a, b) => a - b).map((g, i) => [g, i]));
   $("problems").innerHTML = (v.problems || []).map((p) => `<div class="problem">${esc(p)}</div>`).join("");
   renderReservations(v.reservations || []);
-  renderPending(v.pending || []);
+  renderPending(v.pending || [], v.time);
   renderShapes(v.shapes || [], groups);
   renderNodes(v.nodes || []);
-  renderWork(v.work || {});
+  renderWork(v.work || {}, v.counters);
   renderRuns(v.train || []);
   renderServe(v.serve || []);
   $("status").textContent = "updated " + new Date(v.time).toLocaleTimeString();
@@ -46,9 +46,11 @@ function renderReservations(rs) {
       `${r.slices.length} slice${r.slices.length === 1 ? "" : "s"} — ${r.slices.map(esc).join(", ")}</div>`).join("");
 }
 
-function renderPending(ps) {
-  $("pending").innerHTML = ps.length === 0 ? "" : `<h3>Waiting for slices</h3><table><tr><th>Name</th><th>Shape</th><th>Slices</th><th>Since</th></tr>` +
-    ps.map((p) => `<tr><td>${esc(p.Name || "—")}</td><td>${esc(p.Generation)} ${esc(p.Topology)}</td><td>${p.NumSlices}</td><td>${new Date(p.Since).toLocaleTimeString()}</td></tr>`).join("") + `</table>`;
+function renderPending(ps, now) {
+  const waited = (since) => Math.max(0, Math.round((new Date(now) - new Date(since)) / 1000)) + " s";
+  $("pending").innerHTML = ps.length === 0 ? "" : `<h3>Waiting for slices</h3><table><tr><th>Name</th><th>Shape</th><th>Slices</th><th>Since</th><th>Waited</th></tr>` +
+    ps.map((p) => `<tr data-pending="${esc(p.Name)}"><td>${esc(p.Name || "—")}</td><td>${esc(p.Generation)} ${esc(p.Topology)}</td><td>${p.NumSlices}</td>` +
+      `<td>${new Date(p.Since).toLocaleTimeString()}</td><td class="waited">${waited(p.Since)}</td></tr>`).join("") + `</table>`;
 }
 
 function renderShapes(shapes, groups) {
@@ -121,12 +123,18 @@ function labels(node, ls) {
   return `<details data-labels="${esc(node)}"${openLabels.has(node) ? " open" : ""}><summary>${keys.length} label${keys.length === 1 ? "" : "s"}</summary>${keys.map((k) => esc(k + "=" + ls[k])).join("<br>")}</details>`;
 }
 
-function renderWork(w) {
+function renderWork(w, counters) {
   $("work-summary").className = "";
   $("work-summary").textContent = `${w.running || 0} tasks running, ${w.queued || 0} waiting (tasks, calls and actors).`;
   const tasks = w.tasks || [], actors = w.actors || [], pgs = w.placementGroups || [];
-  $("tasks").innerHTML = `<tr><th>Task</th><th>Running</th><th>Queued</th></tr>` +
-    tasks.map((t) => `<tr data-task="${esc(t.name)}"><td>${esc(t.name)}</td><td>${t.running}</td><td>${t.queued}</td></tr>`).join("");
+  // Names with running or queued work first, then those with counts only.
+  const counted = new Map(((counters || {}).Work || []).map((c) => [c.Name, c]));
+  const rows = tasks.map((t) => ({ name: t.name, running: t.running, queued: t.queued }));
+  for (const name of [...counted.keys()].sort()) if (!rows.some((r) => r.name === name)) rows.push({ name, running: 0, queued: 0 });
+  const count = (name, k) => counted.has(name) ? counted.get(name)[k] : "—";
+  $("tasks").innerHTML = `<tr><th>Task</th><th>Running</th><th>Queued</th><th>Submitted</th><th>Finished</th><th>Failed</th></tr>` +
+    rows.map((t) => `<tr data-task="${esc(t.name)}"><td>${esc(t.name)}</td><td>${t.running}</td><td>${t.queued}</td>` +
+      `<td>${count(t.name, "Submitted")}</td><td>${count(t.name, "Finished")}</td><td>${count(t.name, "Failed")}</td></tr>`).join("");
   const failures = w.failures || [];
   $("failures").innerHTML = failures.length === 0 ? `<p class="muted">No failed tasks.</p>` :
     `<table><tr><th>Time</th><th>Task</th><th>Attempt</th><th>Node</th><th>Error</th></tr>` +
