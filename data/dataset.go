@@ -61,7 +61,7 @@ func sourceOf[T any](name string, opts []Option, parallel int, list func(ctx con
 					if i >= len(parts) {
 						return nil
 					}
-					w := &blockWriter[T]{ctx: r.ctx, r: r, o: o, size: int(min(int64(cfg.blockRows), cfg.maxRows)), maxLine: cfg.maxLine, out: out}
+					w := &blockWriter[T]{ctx: r.ctx, r: r, o: o, size: int(min(int64(cfg.blockRows), cfg.maxRows)), maxLine: cfg.maxLine, maxFile: cfg.maxFile, out: out}
 					if err := recovered("source "+o.name, func() error { return parts[i].read(r.ctx, w) }); err != nil {
 						return err
 					}
@@ -83,7 +83,8 @@ type blockWriter[T any] struct {
 	r       *run
 	o       *opState
 	size    int
-	maxLine int // MaxLineBytes, for text sources
+	maxLine int   // MaxLineBytes, for text sources
+	maxFile int64 // MaxFileBytes, for ReadBinaryFiles
 	out     chan<- block[T]
 	cur     block[T]
 }

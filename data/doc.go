@@ -19,7 +19,8 @@
 //
 // # Sources
 //
-// [FromItems] and [Range] read memory. [ReadJSONL] and [ReadCSV] read
+// [FromItems] and [Range] read memory. [ReadJSONL], [ReadCSV], [ReadText]
+// (lines) and [ReadBinaryFiles] (whole files with their names) read
 // files named by [Files]: a file, a folder or a glob, on the local disk
 // ([LocalFiles]), in a bucket of package storage ([InBucket]: file:// and
 // mem:// built in; gs://, s3:// and azblob:// through the adapter module

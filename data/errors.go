@@ -134,6 +134,9 @@ func recovered(op string, f func() error) (err error) {
 // ResourceExhausted.
 var errTooLong = errors.New("longer than MaxLineBytes")
 
+// errFileTooLarge is errTooLong for a whole file ([MaxFileBytes]).
+var errFileTooLarge = errors.New("file larger than MaxFileBytes")
+
 // coded gives err a code from the closed set (ray.Code, errors.Is with
 // ray.ErrInvalidArgument and the other sentinels) when it has none yet,
 // keeping its message and chain: every error that package data returns
@@ -142,7 +145,7 @@ var errTooLong = errors.New("longer than MaxLineBytes")
 //   - bad input: a row a source cannot decode, a bad option or argument,
 //     a file that is not of its format: InvalidArgument;
 //   - a file, folder or glob that names nothing: NotFound;
-//   - a row, line or record over its size limit: ResourceExhausted;
+//   - a row, line, record or file over its size limit: ResourceExhausted;
 //   - an unreadable file (permissions): FailedPrecondition;
 //   - an I/O error reading or writing: Unavailable;
 //   - a row a function failed on, a panic: TaskFailed;
@@ -166,7 +169,7 @@ func codeFor(err error) backend.Code {
 		errno syscall.Errno
 	)
 	switch {
-	case errors.Is(err, errTooLong) || errors.Is(err, errRecordTooLong):
+	case errors.Is(err, errTooLong) || errors.Is(err, errRecordTooLong) || errors.Is(err, errFileTooLarge):
 		return backend.ResourceExhausted
 	case errors.Is(err, fs.ErrNotExist):
 		return backend.NotFound

@@ -9,6 +9,7 @@ import (
 	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/data"
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/storage"
 )
 
 func Example() {
@@ -95,4 +96,24 @@ func ExampleApplyPool() {
 	// [0 10 20 30 40] <nil>
 	// v6e-4-0 reserved: false
 	// v6e-4-1 reserved: false
+}
+
+func ExampleReadText() {
+	ctx := context.Background()
+	logs := storage.NewMem()
+	defer logs.Close()
+	_ = storage.WriteAll(ctx, logs, "logs/a.txt", []byte("boot\r\n\nready\n"))
+	_ = storage.WriteAll(ctx, logs, "logs/b.txt", []byte("done"))
+	lines, err := data.Take(ctx, data.ReadText(data.InBucket(logs, "logs/*.txt")), 10)
+	fmt.Println(lines, err)
+	files, err := data.Take(ctx, data.ReadBinaryFiles(data.InBucket(logs, "logs")), 10)
+	for _, f := range files {
+		fmt.Println(f.Path, len(f.Bytes))
+	}
+	fmt.Println(err)
+	// Output:
+	// [boot ready done] <nil>
+	// logs/a.txt 13
+	// logs/b.txt 4
+	// <nil>
 }

@@ -34,7 +34,8 @@ type config struct {
 	stats     *Stats
 	logger    *slog.Logger
 	blockRows int
-	maxLine   int // longest line or CSV record a text source reads
+	maxLine   int   // longest line or CSV record a text source reads
+	maxFile   int64 // largest file ReadBinaryFiles reads
 	errs      []error
 	// all-to-all operators (Sort, GroupBy, Join, ...) and Split
 	memBudget  int64          // estimated bytes an all-to-all operator holds before it spills
@@ -52,7 +53,7 @@ const (
 )
 
 func defaultConfig() config {
-	return config{maxRows: 16384, concurrency: runtime.GOMAXPROCS(0), blockRows: 1024, maxLine: DefaultMaxLineBytes, memBudget: DefaultMemoryBudget}
+	return config{maxRows: 16384, concurrency: runtime.GOMAXPROCS(0), blockRows: 1024, maxLine: DefaultMaxLineBytes, maxFile: DefaultMaxFileBytes, memBudget: DefaultMemoryBudget}
 }
 
 func (c *config) with(opts []Option) *config {
