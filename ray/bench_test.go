@@ -252,62 +252,75 @@ func BenchmarkBaselineGoroutineAsync(b *testing.B) {
 	rate(b, b.N*len(outs), "tasks/s")
 }
 
-// BenchmarkTasksVsGoroutines alternates, in each iteration, a task
-// workload (codec=json) with its bare-goroutine baseline and reports their
-// ratio (x-goroutine) besides each one's time: on a loaded machine two
-// benchmarks run one after the other see different loads, the alternation
-// the same. sync is a task round trip against spawning a goroutine and
-// waiting for it; async is 1000 tasks submitted then Get against 1000
-// goroutines spawned then waited for.
+// BenchmarkTasksVsGoroutines alternates a task workload (codec=json) with
+// its bare-goroutine baseline, a block of each per iteration, and reports
+// their ratio (x-goroutine) besides each one's time per task: run one
+// after the other, two benchmarks see different loads of a shared
+// machine, alternated the same. cpu-x-goroutine is the ratio of the
+// process's CPU time (getrusage) over the blocks, which time spent
+// waiting for a CPU does not inflate. sync is a task round trip against
+// spawning a goroutine and waiting for it (blocks of 100); async is 1000
+// tasks submitted then Get against 1000 goroutines spawned then waited
+// for.
 func BenchmarkTasksVsGoroutines(b *testing.B) {
 	b.Run("mode=sync", func(b *testing.B) {
 		c, ctx := benchCluster(b, nil), context.Background()
-		var tasks, gos time.Duration
 		var out string
-		for b.Loop() {
-			t0 := time.Now()
-			var wg sync.WaitGroup
-			wg.Go(func() { out = "ok" })
-			wg.Wait()
-			t1 := time.Now()
-			if _, err := benchNoop.Remote(ctx, c, struct{}{}).Get(ctx); err != nil {
-				b.Fatal(err)
+		const block = 100
+		vsLoop(b, block, func() {
+			for range block {
+				var wg sync.WaitGroup
+				wg.Go(func() { out = "ok" })
+				wg.Wait()
 			}
-			gos += t1.Sub(t0)
-			tasks += time.Since(t1)
-		}
+		}, func() {
+			for range block {
+				if _, err := benchNoop.Remote(ctx, c, struct{}{}).Get(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 		_ = out
-		vsReport(b, tasks, gos, 1)
 	})
 	b.Run("mode=async", func(b *testing.B) {
 		c, ctx := benchCluster(b, nil), context.Background()
 		refs := make([]ray.ObjectRef[string], 1000)
 		outs := make([]string, len(refs))
-		var tasks, gos time.Duration
-		for b.Loop() {
-			t0 := time.Now()
+		vsLoop(b, len(refs), func() {
 			var wg sync.WaitGroup
 			for i := range outs {
 				wg.Go(func() { outs[i] = "ok" })
 			}
 			wg.Wait()
-			t1 := time.Now()
+		}, func() {
 			for i := range refs {
 				refs[i] = benchNoop.Remote(ctx, c, struct{}{})
 			}
 			if _, err := ray.GetAll(ctx, refs); err != nil {
 				b.Fatal(err)
 			}
-			gos += t1.Sub(t0)
-			tasks += time.Since(t1)
-		}
-		vsReport(b, tasks, gos, len(refs))
+		})
 	})
 }
 
-func vsReport(b *testing.B, tasks, gos time.Duration, per int) {
+// vsLoop runs baseline and work alternately, each doing per operations,
+// and reports their times per operation and ratios, by the clock and by
+// the process's CPU time.
+func vsLoop(b *testing.B, per int, baseline, work func()) {
+	var wall, cpu [2]time.Duration
+	for b.Loop() {
+		for i, f := range []func(){baseline, work} {
+			t0, c0 := time.Now(), cpuTime()
+			f()
+			wall[i] += time.Since(t0)
+			cpu[i] += cpuTime() - c0
+		}
+	}
 	n := float64(b.N * per)
-	b.ReportMetric(float64(tasks.Nanoseconds())/n, "task-ns")
-	b.ReportMetric(float64(gos.Nanoseconds())/n, "goroutine-ns")
-	b.ReportMetric(float64(tasks)/float64(gos), "x-goroutine")
+	b.ReportMetric(float64(wall[1].Nanoseconds())/n, "task-ns")
+	b.ReportMetric(float64(wall[0].Nanoseconds())/n, "goroutine-ns")
+	b.ReportMetric(float64(wall[1])/float64(wall[0]), "x-goroutine")
+	if cpu[0] > 0 {
+		b.ReportMetric(float64(cpu[1])/float64(cpu[0]), "cpu-x-goroutine")
+	}
 }

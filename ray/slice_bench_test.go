@@ -31,6 +31,7 @@ func BenchmarkSliceReserveRelease(b *testing.B) {
 			defer c.Close()
 			spec := ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e"}
 			b.ReportAllocs()
+			c0 := cpuTime()
 			for b.Loop() {
 				spg, err := ray.NewSlicePlacementGroup(ctx, c, spec)
 				if err != nil {
@@ -41,6 +42,9 @@ func BenchmarkSliceReserveRelease(b *testing.B) {
 				}
 			}
 			rate(b, b.N, "reservations/s")
+			// The process's CPU time per op, which time spent waiting for
+			// a CPU on a loaded machine does not inflate.
+			b.ReportMetric(float64((cpuTime()-c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
@@ -49,7 +53,8 @@ func BenchmarkSliceReserveRelease(b *testing.B) {
 // reservation and release on a cluster of 64 hosts and one on a cluster of
 // 8,192 hosts, and reports the ratio of their times (x-64-hosts), which
 // must stay near 1: run one after the other, the two sizes see different
-// loads of a shared machine, alternated the same. Both clusters live in
+// loads of a shared machine, alternated the same; cpu-x-64-hosts is the
+// ratio of the process's CPU time. Both clusters live in
 // the one process, so the garbage collector's work on the larger heap is
 // shared by both; BenchmarkSliceReserveRelease measures each size alone.
 func BenchmarkSliceReserveReleaseFlat(b *testing.B) {
@@ -68,11 +73,11 @@ func BenchmarkSliceReserveReleaseFlat(b *testing.B) {
 		defer c.Close()
 		clusters[i] = c
 	}
-	var took [2]time.Duration
+	var took, cpu [2]time.Duration
 	b.ReportAllocs()
 	for b.Loop() {
 		for i, c := range clusters {
-			t0 := time.Now()
+			t0, c0 := time.Now(), cpuTime()
 			spg, err := ray.NewSlicePlacementGroup(ctx, c, spec)
 			if err != nil {
 				b.Fatal(err)
@@ -81,11 +86,15 @@ func BenchmarkSliceReserveReleaseFlat(b *testing.B) {
 				b.Fatal(err)
 			}
 			took[i] += time.Since(t0)
+			cpu[i] += cpuTime() - c0
 		}
 	}
 	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "64-hosts-ns")
 	b.ReportMetric(float64(took[1].Nanoseconds())/float64(b.N), "8192-hosts-ns")
 	b.ReportMetric(float64(took[1])/float64(took[0]), "x-64-hosts")
+	if cpu[0] > 0 {
+		b.ReportMetric(float64(cpu[1])/float64(cpu[0]), "cpu-x-64-hosts")
+	}
 }
 
 // BenchmarkSliceContention has 64 goroutines reserve and release slices of
