@@ -57,6 +57,8 @@ type Dashboard struct {
 	mux      *http.ServeMux
 	token    []byte // Options.Token, or nil
 
+	chips chipCache // the last read of the nodes' chip metrics (chips.go)
+
 	mu      sync.Mutex
 	runs    []*TrainRun
 	servers []StatusSource

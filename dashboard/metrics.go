@@ -41,6 +41,10 @@ var metricFamilies = []struct{ name, typ, help string }{
 	{"goray_slice_reservations_waiting", "gauge", "TPU slice reservations waiting for slices, by shape."},
 	{"goray_slice_reservation_oldest_wait_seconds", "gauge", "How long the oldest waiting TPU slice reservation of a shape has waited."},
 	{"goray_slice_reservation_wait_seconds", "histogram", "How long granted TPU slice reservations waited, from request to grant."},
+	{"goray_tpu_chip_duty_cycle_percent", "gauge", "Percent of time a TPU chip was actively processing, as its node reports it (GKE TPU device plugin: duty_cycle_node)."},
+	{"goray_tpu_chip_tensorcore_utilization_percent", "gauge", "A TPU chip's tensor-core utilisation (GKE TPU device plugin: tensorcore_utilization_node)."},
+	{"goray_tpu_chip_hbm_used_bytes", "gauge", "A TPU chip's HBM in use (GKE TPU device plugin: memory_used_node)."},
+	{"goray_tpu_chip_hbm_total_bytes", "gauge", "A TPU chip's HBM in all (GKE TPU device plugin: memory_total_node)."},
 	{"goray_worker_restarts_total", "counter", "Workers (processes or pods) the runner restarted after they died."},
 	{"goray_view_problems", "gauge", "Parts of the cluster's state that could not be read for this scrape."},
 }
@@ -167,6 +171,26 @@ func viewMetrics(v *View) map[string][]sample {
 		l := shapeLabels(k.gen, k.topo, k.chips)
 		add("goray_slice_reservations_waiting", float64(n), l...)
 		add("goray_slice_reservation_oldest_wait_seconds", max(oldest[k].Seconds(), 0), l...)
+	}
+	for _, sh := range v.Shapes {
+		for _, s := range sh.Slices {
+			for _, c := range s.Chips {
+				if c.Metrics == nil || c.Worker < 0 || c.Worker >= len(s.Hosts) {
+					continue
+				}
+				l := []string{"device", strconv.Itoa(c.Metrics.Device), "node", s.Hosts[c.Worker].Node, "slice", s.Name}
+				for name, val := range map[string]float64{
+					"goray_tpu_chip_duty_cycle_percent":             c.Metrics.DutyCycle,
+					"goray_tpu_chip_tensorcore_utilization_percent": c.Metrics.TensorCoreUtilization,
+					"goray_tpu_chip_hbm_used_bytes":                 c.Metrics.HBMUsed,
+					"goray_tpu_chip_hbm_total_bytes":                c.Metrics.HBMTotal,
+				} {
+					if val >= 0 { // -1: not reported
+						add(name, val, l...)
+					}
+				}
+			}
+		}
 	}
 	add("goray_view_problems", float64(len(v.Problems)))
 	return m

@@ -47,6 +47,13 @@ func WriteStatus(w io.Writer, v *View) error {
 				sh.Generation, sh.Topology, sh.ChipsPerHost, sh.Total, plural(sh.Total, "slice", "slices"),
 				states[StateFree], states[StateBusy], states[StateReserved], states[StatePartial], states[StateBroken])
 		}
+		for _, sh := range v.Shapes {
+			for _, s := range sh.Slices {
+				if line := chipUsageLine(s); line != "" {
+					p("    %s\t%s\n", s.Name, line)
+				}
+			}
+		}
 	}
 	if len(v.Reservations) > 0 {
 		p("\nReservations\n")
@@ -218,4 +225,44 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// chipUsageLine summarises the chip metrics of slice s: the mean duty
+// cycle and tensor-core utilisation of the chips that report them, the
+// busiest chip, and the HBM in use; "" when no chip reports any.
+func chipUsageLine(s Slice) string {
+	var duty, tc, used, total float64
+	var nDuty, nTC, nHBM int
+	busiest := -1.0
+	for _, c := range s.Chips {
+		m := c.Metrics
+		if m == nil {
+			continue
+		}
+		if m.DutyCycle >= 0 {
+			duty += m.DutyCycle
+			nDuty++
+			busiest = max(busiest, m.DutyCycle)
+		}
+		if m.TensorCoreUtilization >= 0 {
+			tc += m.TensorCoreUtilization
+			nTC++
+		}
+		if m.HBMUsed >= 0 && m.HBMTotal > 0 {
+			used += m.HBMUsed
+			total += m.HBMTotal
+			nHBM++
+		}
+	}
+	var parts []string
+	if nDuty > 0 {
+		parts = append(parts, fmt.Sprintf("duty cycle %.0f%% (busiest chip %.0f%%)", duty/float64(nDuty), busiest))
+	}
+	if nTC > 0 {
+		parts = append(parts, fmt.Sprintf("tensor cores %.0f%%", tc/float64(nTC)))
+	}
+	if nHBM > 0 {
+		parts = append(parts, fmt.Sprintf("HBM %.1f/%.1f GiB", used/(1<<30), total/(1<<30)))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -113,6 +113,10 @@ type Chip struct {
 	// Group is the reservation holding the chip (the slice's or a
 	// sub-slice's), or 0.
 	Group uint64 `json:"group,omitempty"`
+	// Metrics are the chip's utilisation as its node reports it (on
+	// Kubernetes, the GKE TPU device plugin's duty cycle, tensor-core
+	// utilisation and HBM), or nil.
+	Metrics *tpu.ChipMetrics `json:"metrics,omitempty"`
 }
 
 // Reservation is one slice reservation with all of its slices.
@@ -193,6 +197,11 @@ func (d *Dashboard) buildView(ctx context.Context) *View {
 				v.Reservations[i].Name = v.Work.PlacementGroups[j].Name
 			}
 		}
+	}
+	if nodes, err := d.chipMetrics(ctx); err != nil {
+		v.Problems = append(v.Problems, fmt.Sprintf("TPU chip metrics: %v", err))
+	} else if len(nodes) > 0 {
+		addChipMetrics(v, nodes)
 	}
 	if pending, err := ray.PendingSliceRequests(ctx, d.c); err != nil {
 		v.Problems = append(v.Problems, fmt.Sprintf("pending slice requests: %v", err))

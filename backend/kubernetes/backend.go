@@ -29,6 +29,9 @@ type Backend struct {
 	id     ClusterID
 	// driverHost is Config.DriverHost.
 	driverHost string
+	// chipMetricsPort is Config.ChipMetricsPort with its default
+	// (chipmetrics.go).
+	chipMetricsPort int
 }
 
 // New builds the backend for cfg by hand: the client (kubeconfig or
@@ -83,7 +86,7 @@ func NewFromParts(cfg Config, id ClusterID, src *Source, r *Runner) (*Backend, e
 	if err != nil {
 		return nil, backend.Wrap(backend.CodeOf(err), "create Kubernetes backend", err)
 	}
-	return &Backend{Runtime: rt, source: src, runner: r, id: id, driverHost: cfg.DriverHost}, nil
+	return &Backend{Runtime: rt, source: src, runner: r, id: id, driverHost: cfg.DriverHost, chipMetricsPort: chipMetricsPort(cfg.ChipMetricsPort)}, nil
 }
 
 // ClusterID is the value of LabelCluster on every object of this handle:

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/tpu"
 	"github.com/goray-dev/goray/worker"
 )
 
@@ -90,6 +91,10 @@ type Config struct {
 	// why goes to Logger (then again with backoff); 0 means 10s, negative
 	// turns the warnings off (cluster.Options.WaitWarning).
 	WaitWarning time.Duration
+	// ChipMetricsPort is the port of the TPU device plugin's metrics on
+	// each TPU node, which Backend.ChipMetrics reads; 0 means GKE's,
+	// tpu.DevicePluginMetricsPort (2112).
+	ChipMetricsPort int
 }
 
 // WorkerConfig describes the worker pods: the user's own program, built
@@ -321,6 +326,9 @@ func (c Config) Validate() error {
 	errs = append(errs, c.Provision.validate()...)
 	if c.Worker.StartTimeout < 0 || c.Worker.IdleTimeout < 0 || c.Worker.HostIdle < 0 {
 		bad("Worker.StartTimeout %v, Worker.IdleTimeout %v and Worker.HostIdle %v: want >= 0 (0 means the default)", c.Worker.StartTimeout, c.Worker.IdleTimeout, c.Worker.HostIdle)
+	}
+	if c.ChipMetricsPort < 0 || c.ChipMetricsPort > 65535 {
+		bad("ChipMetricsPort %d: want a port, 1-65535 (0 means %d, the GKE TPU device plugin's)", c.ChipMetricsPort, tpu.DevicePluginMetricsPort)
 	}
 	if c.Worker.CertValidity < time.Minute {
 		bad("Worker.CertValidity %v: want at least 1m (0 means %v)", c.Worker.CertValidity, worker.DefaultCertValidity)

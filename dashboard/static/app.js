@@ -83,9 +83,15 @@ function renderSlice(sl, groups) {
         const c = sl.chips[x + y * nx + z * nx * ny];
         const host = sl.hosts[c.worker] || {};
         const style = c.state === "reserved" ? ` style="background:${groupColour(c.group)}"` : "";
+        const m = c.metrics;
         const title = `${host.Node || "?"} (worker ${c.worker}), chip ${x},${y}${nz > 1 ? "," + z : ""}: ${c.state}` +
-          (c.group ? " by " + ((groups.get(c.group) || {}).name || "pg-" + c.group) : "");
-        cells += `<div class="chip ${c.state}" data-state="${c.state}" data-worker="${c.worker}" title="${esc(title)}"${style}>${c.state === "dead" ? "" : c.worker}</div>`;
+          (c.group ? " by " + ((groups.get(c.group) || {}).name || "pg-" + c.group) : "") +
+          (m ? `; device ${m.device}` + (m.dutyCycle >= 0 ? `, duty cycle ${m.dutyCycle}%` : "") +
+            (m.tensorCoreUtilization >= 0 ? `, tensor cores ${m.tensorCoreUtilization}%` : "") +
+            (m.hbmUsed >= 0 && m.hbmTotal > 0 ? `, HBM ${(m.hbmUsed / 2 ** 30).toFixed(1)}/${(m.hbmTotal / 2 ** 30).toFixed(1)} GiB` : "") : "");
+        // A chip's duty cycle is a bar along its bottom edge.
+        const duty = m && m.dutyCycle >= 0 ? `<i class="duty" style="width:${Math.min(100, m.dutyCycle)}%"></i>` : "";
+        cells += `<div class="chip ${c.state}" data-state="${c.state}" data-worker="${c.worker}"${m && m.dutyCycle >= 0 ? ` data-duty="${m.dutyCycle}"` : ""} title="${esc(title)}"${style}>${c.state === "dead" ? "" : c.worker}${duty}</div>`;
       }
     }
     layers += `<div>${nz > 1 ? `<div class="layer-label">z=${z}</div>` : ""}<div class="layer" style="grid-template-columns:repeat(${nx}, 22px)">${cells}</div></div>`;
