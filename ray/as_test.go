@@ -27,7 +27,7 @@ func (w wrapper) As(target any) bool {
 func TestAs(t *testing.T) {
 	t.Run("concrete backend and capabilities", func(t *testing.T) {
 		is := is.New(t)
-		c := localCluster(t, []local.NodeSpec{{Name: "a", Resources: local.Resources{ray.CPU: 1}}})
+		c := localCluster(t, []local.NodeSpec{{Name: "a", Resources: ray.Resources{ray.CPU: 1}}})
 		lb, ok := ray.As[*local.Backend](c)
 		is.True(ok)
 		is.True(lb != nil)
@@ -38,7 +38,7 @@ func TestAs(t *testing.T) {
 	})
 	t.Run("a wrapper exposes what it wraps", func(t *testing.T) {
 		is := is.New(t)
-		lb, err := local.New(local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "a", Resources: local.Resources{ray.CPU: 1}}}}, nil)
+		lb, err := local.New(local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "a", Resources: ray.Resources{ray.CPU: 1}}}}, nil)
 		is.NoErr(err)
 		c, err := ray.NewCluster(t.Context(), wrapper{lb}, nil)
 		is.NoErr(err)

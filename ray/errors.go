@@ -2,8 +2,14 @@ package ray
 
 import "github.com/goray-dev/goray/backend"
 
-// ErrorCode is the closed set of error codes; [Code] reads the code of
-// any error.
+// ErrorCode is the closed set of error codes (backend.Code); [CodeOf]
+// reads the code of any error.
+//
+// One name per thing: goray's error code type is Code and its lookup
+// CodeOf, in package backend and, once the deprecated function [Code]
+// is removed before the first release, in this package too (as gRPC's
+// codes.Code, with a lookup that cannot be mistaken for the type). Until
+// then the type is named ErrorCode here.
 type ErrorCode = backend.Code
 
 // The error codes. See package backend for their meaning.
@@ -25,8 +31,15 @@ const (
 	Internal           = backend.Internal
 )
 
-// Code returns the code of err: OK for nil, Canceled or DeadlineExceeded for
-// context errors, the code of a goray error, Unknown otherwise.
+// CodeOf returns the code of err: OK for nil, Canceled or DeadlineExceeded
+// for context errors, the code of a goray error (of the libraries train,
+// serve, data and storage too), Unknown otherwise.
+func CodeOf(err error) ErrorCode { return backend.CodeOf(err) }
+
+// Code returns the code of err, as [CodeOf] does.
+//
+// Deprecated: use CodeOf, the name package backend uses too; this name
+// is to be the type's (see [ErrorCode]).
 func Code(err error) ErrorCode { return backend.CodeOf(err) }
 
 // Sentinels for errors.Is. Every goray error matches the sentinel of its code.

@@ -66,7 +66,7 @@ func exampleCluster(ctx context.Context, spec local.ClusterSpec) *ray.Cluster {
 	return c
 }
 
-var exampleCPUs = local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "cpu", Count: 2, Resources: local.Resources{ray.CPU: 4}}}}
+var exampleCPUs = local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "cpu", Count: 2, Resources: ray.Resources{ray.CPU: 4}}}}
 
 func ExampleNewTask() {
 	ctx := context.Background()
@@ -199,7 +199,7 @@ func ExampleNewPlacementGroup() {
 }
 
 var exampleSlices = local.ClusterSpec{
-	Nodes:     []local.NodeSpec{{Name: "head", Resources: local.Resources{ray.CPU: 4}}},
+	Nodes:     []local.NodeSpec{{Name: "head", Resources: ray.Resources{ray.CPU: 4}}},
 	TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "4x4"}},
 }
 

@@ -1,6 +1,7 @@
 package ray_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/goray-dev/goray/ray"
 )
+
+var nilTestEcho = ray.NewTask("niltest.echo", func(ctx context.Context, x int) (int, error) { return x, nil })
 
 // TestNilInputsAreErrors: a nil *Task, *StreamTask or slice placement group
 // and a negative SliceSpec.Timeout are InvalidArgument errors that say what
@@ -53,11 +56,15 @@ func TestNilInputsAreErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			is := is.New(t)
 			err := tc.run()
-			is.Equal(ray.Code(err), ray.InvalidArgument)
+			is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 			is.True(strings.Contains(err.Error(), tc.want)) // says what to do
 		})
 	}
 	is := is.New(t)
+	ref := nilTestEcho.Remote(ctx, c, 1)
+	_, err := ref.Get(ctx)
+	is.NoErr(err)
+	is.NoErr(ref.Cancel(ctx, nil)) // a nil option is ignored (it panicked when options were funcs)
 	is.Equal(nilTask.Name(), "")
 	is.Equal(nilStream.Name(), "")
 	assertAllFree(t, c) // nothing was left reserved or running

@@ -142,7 +142,9 @@ func (r ObjectRef[T]) Cancel(ctx context.Context, opts ...CancelOption) error {
 	}
 	var o backend.CancelOptions
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt.applyCancel(&o)
+		}
 	}
 	err := tc.CancelTask(ctx, r.s.id, o)
 	if backend.CodeOf(err) == backend.NotFound {
@@ -151,12 +153,18 @@ func (r ObjectRef[T]) Cancel(ctx context.Context, opts ...CancelOption) error {
 	return err
 }
 
-// CancelOption configures [ObjectRef.Cancel].
-type CancelOption func(*backend.CancelOptions)
+// CancelOption configures [ObjectRef.Cancel]; [Force] is one. It is an
+// interface of typed values, as [TaskOption] and [ActorOption] are (one
+// style for per-call options; a nil option is ignored).
+type CancelOption interface{ applyCancel(*backend.CancelOptions) }
+
+type forceOption struct{}
+
+func (forceOption) applyCancel(o *backend.CancelOptions) { o.Force = true }
 
 // Force makes [ObjectRef.Cancel] end the worker process that runs the
 // task, as Ray's ray.cancel(ref, force=True).
-func Force() CancelOption { return func(o *backend.CancelOptions) { o.Force = true } }
+func Force() CancelOption { return forceOption{} }
 
 // Ref is any object ref, whatever its type; [Wait] takes refs of mixed types
 // through it.

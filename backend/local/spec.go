@@ -27,9 +27,12 @@ type ClusterSpec struct {
 	TPUSlices []TPUSliceSpec `json:"tpuSlices,omitempty"`
 }
 
-// Resources maps resource names (ray.CPU, ray.Memory, ray.TPU or any custom
-// name) to amounts: a node's capacity. It is package backend's type, named
-// here so that a program needs only ray and this package.
+// Resources is backend.Resources.
+//
+// Deprecated: write a node's capacity as ray.Resources{ray.CPU: 8}, the
+// type a program already uses for what its work asks for ([NodeSpec]'s
+// Resources takes it, and backend.Resources too). One name per thing:
+// ray.Resources in programs, backend.Resources in backends.
 type Resources = backend.Resources
 
 // NodeSpec describes one node, or Count identical nodes.
@@ -39,8 +42,11 @@ type NodeSpec struct {
 	Name string `json:"name"`
 	// Count replicates the node; 0 means 1.
 	Count int `json:"count,omitempty"`
-	// Resources is the node's capacity.
-	Resources Resources `json:"-"`
+	// Resources is the node's capacity: resource names (ray.CPU,
+	// ray.Memory, ray.TPU or any custom name) to amounts. Write it as
+	// ray.Resources{...} (a backend may pass backend.Resources); the field
+	// is a plain map so that either assigns to it.
+	Resources map[string]float64 `json:"-"`
 	// Labels are the node's labels, matched by selectors.
 	Labels map[string]string `json:"labels,omitempty"`
 	// Env is added to the runtime env of all work on the node.
@@ -173,7 +179,7 @@ func (s ClusterSpec) expand() ([]nodeDef, error) {
 			return nil, backend.Errorf(backend.InvalidArgument, op, "node %q: count %d of a TPU host (label %s): each host of a slice is a node of its own", n.Name, n.Count, tpu.LabelSliceName)
 		}
 		if n.Count <= 1 {
-			res := n.Resources.Clone()
+			res := backend.Resources(n.Resources).Clone()
 			if host != nil && res == nil {
 				res = backend.Resources{}
 			}
@@ -193,7 +199,7 @@ func (s ClusterSpec) expand() ([]nodeDef, error) {
 			continue
 		}
 		for i := range n.Count {
-			if err := add(nodeDef{name: fmt.Sprintf("%s-%d", n.Name, i), resources: n.Resources.Clone(), labels: maps.Clone(n.Labels), env: maps.Clone(n.Env)}); err != nil {
+			if err := add(nodeDef{name: fmt.Sprintf("%s-%d", n.Name, i), resources: backend.Resources(n.Resources).Clone(), labels: maps.Clone(n.Labels), env: maps.Clone(n.Env)}); err != nil {
 				return nil, err
 			}
 		}

@@ -39,12 +39,12 @@ func TestParseClusterSpec(t *testing.T) {
 	cpu := s.Nodes[0]
 	is.Equal(cpu.Name, "cpu")
 	is.Equal(cpu.Count, 2)
-	is.Equal(cpu.Resources, backend.Resources{"CPU": 8, "memory": 32 << 30}) // quantity strings parse
+	is.Equal(cpu.Resources, map[string]float64{"CPU": 8, "memory": 32 << 30}) // quantity strings parse
 	is.Equal(cpu.Labels, map[string]string{"pool": "cpu"})
 
 	big := s.Nodes[1]
 	is.Equal(big.Count, 0)
-	is.Equal(big.Resources, backend.Resources{"CPU": 64.5, "memory": 128 << 30, "scratch": 512 << 20, "GPU": 2})
+	is.Equal(big.Resources, map[string]float64{"CPU": 64.5, "memory": 128 << 30, "scratch": 512 << 20, "GPU": 2})
 	is.Equal(big.Labels, map[string]string{"pool": "big", "zone": "a"})
 	is.Equal(big.Env, map[string]string{"ROLE": "big"})
 

@@ -30,8 +30,8 @@ var Square = ray.NewTask("faults.square", func(ctx context.Context, x int) (int,
 func clusterSpec() local.ClusterSpec {
 	return local.ClusterSpec{
 		Nodes: []local.NodeSpec{
-			{Name: "cpu-a", Resources: local.Resources{ray.CPU: 4}, Labels: map[string]string{"zone": "a"}},
-			{Name: "cpu-b", Resources: local.Resources{ray.CPU: 4}, Labels: map[string]string{"zone": "b"}},
+			{Name: "cpu-a", Resources: ray.Resources{ray.CPU: 4}, Labels: map[string]string{"zone": "a"}},
+			{Name: "cpu-b", Resources: ray.Resources{ray.CPU: 4}, Labels: map[string]string{"zone": "b"}},
 		},
 		TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "4x4"}},
 	}
@@ -69,10 +69,10 @@ func run(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 	// MaxRestarts.
 	inZoneA := ray.NodeSelector{"zone": "a"}
 	_, err := Square.Remote(ctx, c, 4, inZoneA).Get(ctx)
-	if ray.Code(err) != ray.Infeasible {
+	if ray.CodeOf(err) != ray.Infeasible {
 		return fmt.Errorf("zone a with cpu-a dead: want an Infeasible error, got %v", err)
 	}
-	fmt.Fprintf(w, "expected error, cpu-a is dead: %v\n  %v\n", ray.Code(err), err)
+	fmt.Fprintf(w, "expected error, cpu-a is dead: %v\n  %v\n", ray.CodeOf(err), err)
 	if err := fi.RestartNode(ctx, "cpu-a"); err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ var Square = ray.NewTask("hellowire.square", func(ctx context.Context, x int) (i
 
 // clusterSpec is two 4-CPU nodes.
 func clusterSpec() local.ClusterSpec {
-	return local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "cpu", Count: 2, Resources: local.Resources{ray.CPU: 4}}}}
+	return local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "cpu", Count: 2, Resources: ray.Resources{ray.CPU: 4}}}}
 }
 
 func main() {

@@ -55,7 +55,7 @@ func clusterSpec() local.ClusterSpec {
 	for i, zone := range []string{"a", "b", "c"} {
 		spec.Nodes = append(spec.Nodes, local.NodeSpec{
 			Name:      fmt.Sprintf("node-%d", i),
-			Resources: local.Resources{ray.CPU: 4, ray.Memory: 16 << 30},
+			Resources: ray.Resources{ray.CPU: 4, ray.Memory: 16 << 30},
 			Labels:    map[string]string{"zone": zone},
 		})
 	}
@@ -158,9 +158,9 @@ func run(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 	// Asking for more than any node has fails at once, saying why. This
 	// error is the point of the demo, so it is printed, not returned.
 	_, err = Square.Remote(ctx, c, 1, ray.Resources{ray.CPU: 64}).Get(ctx)
-	if ray.Code(err) != ray.Infeasible {
+	if ray.CodeOf(err) != ray.Infeasible {
 		return fmt.Errorf("64 CPUs on 4-CPU nodes: want an Infeasible error, got %v", err)
 	}
-	fmt.Fprintf(w, "expected error, asking for 64 CPUs: %v\n  %v\n", ray.Code(err), err)
+	fmt.Fprintf(w, "expected error, asking for 64 CPUs: %v\n  %v\n", ray.CodeOf(err), err)
 	return nil
 }

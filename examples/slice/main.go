@@ -59,7 +59,7 @@ var Report = ray.NewTask("slice.report", func(ctx context.Context, _ struct{}) (
 // nodes.
 func clusterSpec() local.ClusterSpec {
 	return local.ClusterSpec{
-		Nodes: []local.NodeSpec{{Name: "cpu", Count: 4, Resources: local.Resources{ray.CPU: 16, ray.Memory: 64 << 30}}},
+		Nodes: []local.NodeSpec{{Name: "cpu", Count: 4, Resources: ray.Resources{ray.CPU: 16, ray.Memory: 64 << 30}}},
 		TPUSlices: []local.TPUSliceSpec{
 			{Generation: "v6e", Topology: "4x4", Count: 3},
 			{Generation: "v5p", Topology: "2x2x2", Count: 1},
@@ -140,16 +140,16 @@ func run(ctx context.Context, c *ray.Cluster, w io.Writer) error {
 	// The errors below are the point of the demo, so they are printed, not
 	// returned. A fourth v6e 4x4 does not exist: the request fails at once.
 	_, err = ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: 4})
-	if ray.Code(err) != ray.Infeasible {
+	if ray.CodeOf(err) != ray.Infeasible {
 		return fmt.Errorf("4 of 3 slices: want an Infeasible error, got %v", err)
 	}
-	fmt.Fprintf(w, "\nexpected error, asking for 4 slices: %v\n  %v\n", ray.Code(err), err)
+	fmt.Fprintf(w, "\nexpected error, asking for 4 slices: %v\n  %v\n", ray.CodeOf(err), err)
 	// A topology v6e does not have: the error lists the valid ones.
 	_, err = ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x5", AcceleratorVersion: "v6e"})
-	if ray.Code(err) != ray.InvalidArgument {
+	if ray.CodeOf(err) != ray.InvalidArgument {
 		return fmt.Errorf("v6e 4x5: want an InvalidArgument error, got %v", err)
 	}
-	fmt.Fprintf(w, "expected error, asking for v6e 4x5: %v\n  %v\n", ray.Code(err), err)
+	fmt.Fprintf(w, "expected error, asking for v6e 4x5: %v\n  %v\n", ray.CodeOf(err), err)
 	return nil
 }
 

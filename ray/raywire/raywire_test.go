@@ -30,10 +30,10 @@ func TestProvideCluster(t *testing.T) {
 	is.Equal(v, 42)
 	cleanup()
 	_, err = double.Remote(ctx, c, 1).Get(ctx)
-	is.Equal(ray.Code(err), ray.FailedPrecondition) // closed by the cleanup
+	is.Equal(ray.CodeOf(err), ray.FailedPrecondition) // closed by the cleanup
 
 	c, cleanup, err = raywire.ProvideCluster(ctx, nil, nil)
 	is.True(err != nil)
-	is.Equal(ray.Code(err), ray.InvalidArgument)
+	is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	is.True(c == nil && cleanup == nil)
 }
