@@ -382,7 +382,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sc := &serverConn{
 		conn: newConn(nc, brw.Reader, limit, hb, s.log), s: s, exec: exec, remote: r.RemoteAddr,
-		running: map[uint64]context.CancelFunc{}, labels: map[uint64]workLabel{}, actors: map[uint64]*actorSlot{},
+		running: map[uint64]runEntry{}, actors: map[uint64]*actorSlot{},
 		output: hello.Output, idle: make(chan *job),
 	}
 	sc.ctx, sc.cancel = context.WithCancel(context.Background())
@@ -446,15 +446,20 @@ type serverConn struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	running map[uint64]context.CancelFunc
-	labels  map[uint64]workLabel // the running work, by request ID
-	output  bool                 // the driver asked for the worker's output
+	running map[uint64]runEntry // the running work, by request ID
+	output  bool                // the driver asked for the worker's output
 	actors  map[uint64]*actorSlot
 	work    sync.WaitGroup
 	// idle hands work to the connection's idle runner goroutines
 	// (spawn); nIdle counts them.
 	idle  chan *job
 	nIdle atomic.Int32
+}
+
+// runEntry is running work: its cancellation and its output label.
+type runEntry struct {
+	cancel context.CancelFunc
+	lbl    workLabel
 }
 
 // actorSlot is an actor created through the connection. inst is nil while
@@ -472,6 +477,11 @@ func (sc *serverConn) serve() {
 	<-sc.done // a goodbye is flushed, or times out, before the connection closes
 	cause := sc.conn.cause
 	sc.cancel()
+	sc.mu.Lock()
+	for _, e := range sc.running {
+		e.cancel() // tasks' contexts do not derive from sc.ctx
+	}
+	sc.mu.Unlock()
 	sc.work.Wait()
 	sc.wg.Wait()
 	sc.s.mu.Lock()
@@ -494,13 +504,13 @@ func (sc *serverConn) handle(m *message) error {
 			sc.replyError(m.id, backend.Errorf(backend.NotFound, "run task "+m.name, "task %q is not registered in this worker", m.name))
 			return nil
 		}
-		ctx, ok := sc.begin(m.id, sc.ctx)
+		// A task's context has no parent: serve cancels the running
+		// tasks one by one when the connection ends, which spares a
+		// registration with the connection's context per task.
+		ctx, ok := sc.begin(m.id, context.Background(), workLabel{name: m.name, node: nodeOf(m.info), task: true})
 		if !ok {
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
-		sc.mu.Lock()
-		sc.labels[m.id] = workLabel{name: m.name, node: nodeOf(m.info), task: true}
-		sc.mu.Unlock()
 		sc.spawn(&job{ctx: ctx, id: m.id, name: m.name, arg: m.value, info: m.info})
 	case msgNewActor:
 		if !sc.exec.HasActorMethod(m.name, "") {
@@ -518,8 +528,8 @@ func (sc *serverConn) handle(m *message) error {
 		}
 		ctx, cancel := context.WithCancel(sc.ctx)
 		sc.actors[m.actor] = &actorSlot{class: m.name, ctx: ctx, cancel: cancel}
-		sc.running[m.id] = cancel // cancelling the creation drops the actor
-		sc.labels[m.id] = workLabel{name: m.name, node: nodeOf(m.info)}
+		// Cancelling the creation drops the actor.
+		sc.running[m.id] = runEntry{cancel: cancel, lbl: workLabel{name: m.name, node: nodeOf(m.info)}}
 		sc.mu.Unlock()
 		sc.work.Add(1)
 		go sc.newActor(ctx, m.id, m.actor, m.name, m.value, m.info)
@@ -540,24 +550,22 @@ func (sc *serverConn) handle(m *message) error {
 			sc.replyError(m.id, backend.Errorf(backend.NotFound, op, "method %q of actor class %q is not registered in this worker", m.name, a.class))
 			return nil
 		}
-		ctx, ok := sc.begin(m.id, a.ctx)
+		ctx, ok := sc.begin(m.id, a.ctx, workLabel{name: a.class, method: m.name, node: nodeOf(m.info)})
 		if !ok {
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
-		sc.mu.Lock()
-		sc.labels[m.id] = workLabel{name: a.class, method: m.name, node: nodeOf(m.info)}
-		sc.mu.Unlock()
 		sc.spawn(&job{ctx: ctx, id: m.id, name: m.name, arg: m.value, info: m.info, inst: inst})
 	case msgCancel:
 		sc.mu.Lock()
-		cancel := sc.running[m.id]
+		cancel := sc.running[m.id].cancel
 		sc.mu.Unlock()
 		if cancel != nil {
 			cancel()
 		}
 	case msgKill:
 		sc.mu.Lock()
-		cancel, lbl := sc.running[m.id], sc.labels[m.id]
+		e := sc.running[m.id]
+		cancel, lbl := e.cancel, e.lbl
 		sc.mu.Unlock()
 		switch {
 		case cancel == nil || !lbl.task: // finished, or not a task
@@ -581,8 +589,9 @@ func (sc *serverConn) handle(m *message) error {
 	return nil
 }
 
-// begin registers a running request and returns its context.
-func (sc *serverConn) begin(id uint64, parent context.Context) (context.Context, bool) {
+// begin registers a running request, labelled lbl, and returns its
+// context.
+func (sc *serverConn) begin(id uint64, parent context.Context, lbl workLabel) (context.Context, bool) {
 	ctx, cancel := context.WithCancel(parent)
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
@@ -590,23 +599,21 @@ func (sc *serverConn) begin(id uint64, parent context.Context) (context.Context,
 		cancel()
 		return nil, false
 	}
-	sc.running[id] = cancel
+	sc.running[id] = runEntry{cancel: cancel, lbl: lbl}
 	return ctx, true
 }
 
 func (sc *serverConn) end(id uint64) {
 	sc.mu.Lock()
-	cancel := sc.running[id]
+	e, labelled := sc.running[id]
 	delete(sc.running, id)
-	lbl, labelled := sc.labels[id]
-	delete(sc.labels, id)
-	alone := len(sc.labels) == 0 // on this connection; ended checks the others
+	alone := len(sc.running) == 0 // on this connection; ended checks the others
 	sc.mu.Unlock()
 	if labelled && alone && sc.output {
-		sc.s.ended(lbl)
+		sc.s.ended(e.lbl)
 	}
-	if cancel != nil {
-		cancel()
+	if e.cancel != nil {
+		e.cancel()
 	}
 }
 
@@ -672,7 +679,6 @@ func (sc *serverConn) newActor(ctx context.Context, id, key uint64, class string
 	inst, err := sc.exec.NewActor(ctx, class, arg, info)
 	sc.mu.Lock()
 	delete(sc.running, id)
-	delete(sc.labels, id)
 	a := sc.actors[key]
 	switch {
 	case a == nil || ctx.Err() != nil:
@@ -765,8 +771,8 @@ func (s *Server) outputLabel(conns []*serverConn) workLabel {
 	n := 0
 	for _, sc := range conns {
 		sc.mu.Lock()
-		for _, l := range sc.labels {
-			lbl = l
+		for _, e := range sc.running {
+			lbl = e.lbl
 			n++
 		}
 		sc.mu.Unlock()
@@ -792,7 +798,7 @@ func (s *Server) ended(lbl workLabel) {
 	defer s.mu.Unlock()
 	for sc := range s.conns {
 		sc.mu.Lock()
-		n := len(sc.labels)
+		n := len(sc.running)
 		sc.mu.Unlock()
 		if n > 0 {
 			s.lastAlone, s.lastAloneAt = workLabel{}, time.Time{}
