@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding"
+	"encoding/binary"
 	"encoding/gob"
 	"errors"
 	"fmt"
@@ -349,13 +350,28 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// runWriter writes chunks to a spill file.
+// runWriter writes chunks to a spill file: with gob, or, for rows of a
+// flat type (no pointers, strings, slices, maps or interfaces), as their
+// bytes in memory (the file is read back by the same process), which is
+// several times faster.
 type runWriter[E any] struct {
 	f   *spillFile
 	w   io.WriteCloser
 	cw  *countingWriter
 	bw  *bufio.Writer
 	enc *gob.Encoder
+	raw bool
+}
+
+// rawRows says whether rows of type E are spilled as their bytes.
+func rawRows[E any]() bool { return flat(reflect.TypeFor[E]()) }
+
+// rowBytes is the memory of rows, for rows of a flat type.
+func rowBytes[E any](rows []E) []byte {
+	if len(rows) == 0 || unsafe.Sizeof(rows[0]) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&rows[0])), len(rows)*int(unsafe.Sizeof(rows[0])))
 }
 
 func newRunWriter[E any](ctx context.Context, a *spillArea, bufSize int) (*runWriter[E], error) {
@@ -369,14 +385,24 @@ func newRunWriter[E any](ctx context.Context, a *spillArea, bufSize int) (*runWr
 	}
 	cw := &countingWriter{w: w}
 	bw := bufio.NewWriterSize(cw, bufSize)
-	return &runWriter[E]{f: f, w: w, cw: cw, bw: bw, enc: gob.NewEncoder(bw)}, nil
+	return &runWriter[E]{f: f, w: w, cw: cw, bw: bw, enc: gob.NewEncoder(bw), raw: rawRows[E]()}, nil
 }
 
 func (w *runWriter[E]) write(rows []E, bytes int64) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	if err := w.enc.Encode(&chunk[E]{Bytes: bytes, Rows: rows}); err != nil {
+	if w.raw {
+		var h [16]byte
+		binary.LittleEndian.PutUint64(h[:8], uint64(bytes))
+		binary.LittleEndian.PutUint64(h[8:], uint64(len(rows)))
+		if _, err := w.bw.Write(h[:]); err != nil {
+			return fmt.Errorf("data: %s: spill: %w", w.f.a.o.name, err)
+		}
+		if _, err := w.bw.Write(rowBytes(rows)); err != nil {
+			return fmt.Errorf("data: %s: spill: %w", w.f.a.o.name, err)
+		}
+	} else if err := w.enc.Encode(&chunk[E]{Bytes: bytes, Rows: rows}); err != nil {
 		return fmt.Errorf("data: %s: spilling rows of %T: %w", w.f.a.o.name, rows[0], err)
 	}
 	w.f.rows += int64(len(rows))
@@ -403,7 +429,9 @@ func (w *runWriter[E]) close() (*spillFile, error) {
 type runReader[E any] struct {
 	f   *spillFile
 	rc  io.ReadCloser
+	br  *bufio.Reader
 	dec *gob.Decoder
+	raw bool
 }
 
 func openRun[E any](ctx context.Context, f *spillFile, bufSize int) (*runReader[E], error) {
@@ -411,12 +439,28 @@ func openRun[E any](ctx context.Context, f *spillFile, bufSize int) (*runReader[
 	if err != nil {
 		return nil, fmt.Errorf("data: %s: reading spill file: %w", f.a.o.name, err)
 	}
-	return &runReader[E]{f: f, rc: rc, dec: gob.NewDecoder(bufio.NewReaderSize(rc, bufSize))}, nil
+	br := bufio.NewReaderSize(rc, bufSize)
+	return &runReader[E]{f: f, rc: rc, br: br, dec: gob.NewDecoder(br), raw: rawRows[E]()}, nil
 }
 
 // next reads the next chunk; io.EOF at the end.
 func (r *runReader[E]) next() (chunk[E], error) {
 	var c chunk[E] // gob merges into what is there: decode into a new value
+	if r.raw {
+		var h [16]byte
+		if _, err := io.ReadFull(r.br, h[:]); err != nil {
+			if err == io.EOF {
+				return c, io.EOF
+			}
+			return c, fmt.Errorf("data: %s: reading spill file %s: %w", r.f.a.o.name, r.f.key, err)
+		}
+		c.Bytes = int64(binary.LittleEndian.Uint64(h[:8]))
+		c.Rows = make([]E, binary.LittleEndian.Uint64(h[8:]))
+		if _, err := io.ReadFull(r.br, rowBytes(c.Rows)); err != nil {
+			return c, fmt.Errorf("data: %s: reading spill file %s: %w", r.f.a.o.name, r.f.key, err)
+		}
+		return c, nil
+	}
 	err := r.dec.Decode(&c)
 	if err == io.EOF {
 		return c, io.EOF
