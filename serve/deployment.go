@@ -3,6 +3,8 @@ package serve
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -45,6 +47,16 @@ type Deployment struct {
 	// ray_actor_options {"resources": {"TPU": 1}} get: four replicas of
 	// one chip fill a v6e 2x2 host. 0 means whole slices.
 	ChipsPerReplica int
+	// Resources, when set, makes each replica hold these resources of one
+	// node instead of TPU chips (a CPU deployment: a tokenizer, a router
+	// or embedding model, a guard model next to the TPU replicas), as Ray
+	// Serve's ray_actor_options {"num_cpus": 2, "memory": ...}: a placement
+	// group of one bundle of them, which the replica's actor or process
+	// runs in, with the same router, autoscaling, health checks, retries
+	// and metrics. Accelerator, Topology, ChipsPerVM and ChipsPerReplica
+	// must then be unset; TPU is not a resource of these (use
+	// ChipsPerReplica).
+	Resources ray.Resources
 
 	// MinReplicas and MaxReplicas bound the number of replicas (slices).
 	// MinReplicas 0 means 1; MaxReplicas 0 means MinReplicas.
@@ -128,24 +140,44 @@ func (d Deployment) normalize() (Deployment, error) {
 	if d.Replica == nil {
 		return bad("Replica", "nil; use serve.Actor or serve.Process")
 	}
-	if d.Accelerator == "" {
-		return bad("Accelerator", "empty; name the TPU generation of a replica's slice, such as \"v6e\"")
-	}
-	if d.Topology == "" {
-		return bad("Topology", "empty; name the topology of a replica's slice, such as \"2x4\"")
-	}
-	if _, err := tpu.ParseGeneration(d.Accelerator); err != nil {
-		return bad("Accelerator", "%v", err)
-	}
-	if d.ChipsPerVM < 0 {
-		return bad("ChipsPerVM", "%d is negative: use 0 (the shape's default) or the chips of one VM", d.ChipsPerVM)
-	}
-	if _, err := d.shape(); err != nil {
-		field := "Topology"
-		if errors.Is(err, tpu.ErrInvalidChipsPerHost) {
-			field = "ChipsPerVM"
+	if len(d.Resources) > 0 {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"Accelerator", d.Accelerator != ""}, {"Topology", d.Topology != ""}, {"ChipsPerVM", d.ChipsPerVM != 0}, {"ChipsPerReplica", d.ChipsPerReplica != 0}} {
+			if f.set {
+				return bad(f.name, "is set with Resources: a replica holds either resources of a node (Resources) or TPU chips (Accelerator, Topology); unset one")
+			}
 		}
-		return bad(field, "%v", err)
+		for _, k := range slices.Sorted(maps.Keys(d.Resources)) {
+			v := d.Resources[k]
+			switch {
+			case k == ray.TPU:
+				return bad("Resources", "asks for %v TPU: TPU chips are held with Accelerator, Topology and ChipsPerReplica, not Resources", v)
+			case v < 0 || math.IsNaN(v) || math.IsInf(v, 0):
+				return bad("Resources", "%s %v is not a count: use 0 or more", k, v)
+			}
+		}
+	} else {
+		if d.Accelerator == "" {
+			return bad("Accelerator", "empty; name the TPU generation of a replica's slice, such as \"v6e\" (or give Resources for a replica without TPU)")
+		}
+		if d.Topology == "" {
+			return bad("Topology", "empty; name the topology of a replica's slice, such as \"2x4\"")
+		}
+		if _, err := tpu.ParseGeneration(d.Accelerator); err != nil {
+			return bad("Accelerator", "%v", err)
+		}
+		if d.ChipsPerVM < 0 {
+			return bad("ChipsPerVM", "%d is negative: use 0 (the shape's default) or the chips of one VM", d.ChipsPerVM)
+		}
+		if _, err := d.shape(); err != nil {
+			field := "Topology"
+			if errors.Is(err, tpu.ErrInvalidChipsPerHost) {
+				field = "ChipsPerVM"
+			}
+			return bad(field, "%v", err)
+		}
 	}
 	for _, f := range []struct {
 		name string
@@ -242,7 +274,7 @@ func (d Deployment) normalize() (Deployment, error) {
 	if err := d.Replica.validate(); err != nil {
 		return bad("Replica", "%v", err)
 	}
-	if d.ChipsPerReplica != 0 {
+	if d.ChipsPerReplica != 0 && len(d.Resources) == 0 {
 		shape, _ := d.shape() // checked above
 		switch {
 		case shape.Hosts() != 1:

@@ -352,7 +352,7 @@ func reservedSlices(t testing.TB, c *ray.Cluster) int {
 // runTestServer is the external HTTP server of the Process tests: this
 // test binary, started by a replica with SERVE_TEST_SERVER set.
 func runTestServer(mode string) {
-	if os.Getenv("TPU_WORKER_ID") != "0" {
+	if id := os.Getenv("TPU_WORKER_ID"); id != "" && id != "0" {
 		// A worker host's process: it runs until the replica stops it.
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()

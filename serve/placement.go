@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/tpu"
@@ -88,3 +89,42 @@ func (p *chipPlacement) SliceNames() []string {
 }
 
 func (p *chipPlacement) Release(ctx context.Context) error { return p.pg.Remove(ctx) }
+
+// cpuPlacement holds a replica's Deployment.Resources on one node: a
+// placement group of one bundle of them, with no TPU.
+type cpuPlacement struct {
+	pg   *ray.PlacementGroup
+	host string
+}
+
+// reserveResources places a cpuPlacement for replica, waiting within ctx;
+// on any failure nothing is left held. A bundle no node can hold fails at
+// once with Infeasible.
+func reserveResources(ctx context.Context, c *ray.Cluster, d *Deployment, replica string) (_ *cpuPlacement, err error) {
+	pg, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Name: replica, Strategy: ray.StrictPack, Bundles: []ray.Bundle{{
+		Resources: maps.Clone(d.Resources),
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			pg.Remove(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := pg.Ready(ctx); err != nil {
+		return nil, err
+	}
+	where, err := bundleHost.Remote(ctx, c, struct{}{}, ray.InBundle(pg, 0), ray.Resources{ray.CPU: 0}, ray.Retries(0)).Get(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("find the node of the replica's resources: %w", err)
+	}
+	return &cpuPlacement{pg: pg, host: where[0]}, nil
+}
+
+func (p *cpuPlacement) PlacementGroup() *ray.PlacementGroup { return p.pg }
+func (p *cpuPlacement) BundlesPerHost() int                 { return 1 }
+func (p *cpuPlacement) NumHosts() int                       { return 1 }
+func (p *cpuPlacement) Hosts() []string                     { return []string{p.host} }
+func (p *cpuPlacement) SliceNames() []string                { return nil }
+func (p *cpuPlacement) Release(ctx context.Context) error   { return p.pg.Remove(ctx) }

@@ -154,7 +154,13 @@ func (d *deployment) drainLocked(r *replica, reason string) {
 func (d *deployment) runReplica(r *replica) {
 	var spg placement
 	var err error
-	if d.spec.ChipsPerReplica > 0 {
+	if len(d.spec.Resources) > 0 {
+		spg, err = reserveResources(r.ctx, d.s.c, &d.spec, r.id)
+		if err != nil {
+			d.startFailed(r, fmt.Errorf("reserve %v on one node: %w", d.spec.Resources, err))
+			return
+		}
+	} else if d.spec.ChipsPerReplica > 0 {
 		spg, err = reserveChips(r.ctx, d.s.c, &d.spec, r.id)
 		if err != nil {
 			d.startFailed(r, fmt.Errorf("reserve %d chips of a %s %s host: %w", d.spec.ChipsPerReplica, d.spec.Accelerator, d.spec.Topology, err))

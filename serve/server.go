@@ -286,7 +286,7 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 // provisions. A backend without slices, or a deployment of chips
 // (ChipsPerReplica), is left to its replicas' own reservations.
 func (s *Server) checkFeasible(ctx context.Context, spec Deployment) error {
-	if spec.ChipsPerReplica != 0 || spec.MinReplicas < 2 {
+	if spec.ChipsPerReplica != 0 || len(spec.Resources) > 0 || spec.MinReplicas < 2 {
 		return nil // one replica's own reservation fails at once with Infeasible
 	}
 	states, err := ray.TPUSlices(ctx, s.c)
@@ -304,7 +304,7 @@ func (s *Server) checkFeasible(ctx context.Context, spec Deployment) error {
 		return nil
 	}
 	probe := spec.sliceSpec(spec.Name + "-feasibility")
-	probe.NumSlices, probe.Timeout = spec.MinReplicas, time.Millisecond
+	probe.NumSlices, probe.Timeout = spec.MinReplicas, time.Second // bounds the wait only when feasible (ReserveSlices says Infeasible before it waits)
 	spg, err := ray.NewSlicePlacementGroup(ctx, s.c, probe)
 	if err == nil {
 		_ = spg.Release(context.WithoutCancel(ctx)) // made on demand in time: feasible
@@ -331,6 +331,13 @@ func (s *Server) waitedFor(ctx context.Context, spec Deployment) string {
 	}
 	if spec.ChipsPerReplica > 0 {
 		return s.waitedForChips(ctx, spec, ds, starting)
+	}
+	if len(spec.Resources) > 0 {
+		msg := fmt.Sprintf("%d of %d replicas (MinReplicas) ready, %d starting, each waiting for %v on one node", ds.Ready, spec.MinReplicas, starting, spec.Resources)
+		if ds.LastError != "" {
+			msg += "; last start error: " + ds.LastError
+		}
+		return msg
 	}
 	msg := fmt.Sprintf("%d of %d replicas (MinReplicas) ready, %d starting, each waiting for a %s %s slice",
 		ds.Ready, spec.MinReplicas, starting, spec.Accelerator, spec.Topology)
