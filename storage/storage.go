@@ -20,6 +20,29 @@
 // and OpenTelemetry dependencies. Any other store can be plugged in the same
 // way, by implementing [Bucket] (package storagetest checks an
 // implementation) and calling [Register].
+//
+// # Errors
+//
+// Every error of this package's buckets and of [Open] carries a code of
+// goray's closed set (backend.Code; ray.CodeOf reads it), so that code can
+// branch on what went wrong without matching messages:
+//
+//   - NotFound: no object at the key (errors.Is(err, ErrNotExist) also
+//     holds);
+//   - InvalidArgument: a bad key, prefix, offset or URL, a URL scheme no
+//     driver exists for, a path that is a file, not a directory;
+//   - FailedPrecondition: the bucket is closed (errors.Is(err, ErrClosed)),
+//     a writer used after its Close, a scheme whose driver is not linked
+//     in (gs://, s3://, azblob:// without importing storage/gocloud: the
+//     message names the imports to add), permission denied;
+//   - AlreadyExists: an object where a write needs a directory ("a/b"
+//     when "a" is an object);
+//   - ResourceExhausted: the disk is full;
+//   - Canceled and DeadlineExceeded: the context ended;
+//   - Unavailable: any other I/O failure of the underlying store.
+//
+// The code rides on the error; its message says what was wrong and, where
+// it can, what to do (the import to add, the valid key syntax).
 package storage
 
 import (
