@@ -87,7 +87,7 @@
 //
 // # Errors
 //
-// Every error has a code from a closed set, read with [Code]; errors.Is
+// Every error has a code from a closed set, read with [CodeOf]; errors.Is
 // matches the sentinel of each code ([ErrInfeasible], [ErrUnavailable],
 // [ErrTaskFailed], ...) and the narrower [ErrClosed] and
 // [ErrPlacementGroupRemoved]. Errors of package tpu, returned by its
