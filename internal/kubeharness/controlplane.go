@@ -77,6 +77,9 @@ type ControlPlane struct {
 	ips    *ipAllocator
 	agent  *nodeAgent
 	net    *podNetwork // NetworkIsolated only
+	// plugins serve the TPU device plugin's metrics of the agent's TPU
+	// nodes (chipmetrics.go).
+	plugins pluginServers
 
 	apiURL       string
 	apiPort      int
@@ -492,6 +495,7 @@ func (cp *ControlPlane) stop() {
 		if cp.agent != nil {
 			cp.agent.stop()
 		}
+		cp.plugins.close()
 		cp.mu.Lock()
 		cp.down = true
 		procs := append([]*process(nil), cp.procs...)

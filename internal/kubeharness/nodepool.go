@@ -257,6 +257,9 @@ func (cp *ControlPlane) addNodes(ctx context.Context, spec nodeSpec) ([]*corev1.
 			}
 			if !spec.kwok {
 				cp.agent.adoptNode(created)
+				if err := cp.plugins.serve(created); err != nil {
+					return err
+				}
 			}
 			nodes[i] = created
 			return nil
