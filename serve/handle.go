@@ -424,6 +424,11 @@ func (h *DeploymentHandle[I, O]) UnmarshalJSON(b []byte) error {
 func (s *Server) target(name string, in, out typeInfo) (*deployment, *CallError) {
 	s.mu.RLock()
 	d := s.deployments[name]
+	if d != nil && d.deleting {
+		s.mu.RUnlock()
+		return nil, &CallError{Deployment: name, Code: http.StatusServiceUnavailable, kind: kindShutdown,
+			Message: fmt.Sprintf("deployment %q is being deleted; retry later", name)}
+	}
 	var names []string
 	if d == nil {
 		for n := range s.deployments {

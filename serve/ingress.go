@@ -101,6 +101,11 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 		jsonError(w, http.StatusNotFound, fmt.Sprintf("no deployment %q; see GET /-/status", name))
 		return
 	}
+	if d.deleting {
+		s.mu.RUnlock()
+		jsonError(w, http.StatusServiceUnavailable, fmt.Sprintf("deployment %q is being deleted; retry later", name))
+		return
+	}
 	s.requests.Add(1)
 	s.mu.RUnlock()
 	defer s.requests.Done()

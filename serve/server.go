@@ -198,6 +198,8 @@ type deployment struct {
 	retryTimer  *time.Timer
 	lastScaleUp time.Duration
 	deployed    bool // the initial replicas were asked for
+
+	deleting bool // Delete is removing it; guarded by s.mu
 }
 
 // Deploy validates d, starts its MinReplicas replicas and waits until they
@@ -316,6 +318,42 @@ func (s *Server) checkFeasible(ctx context.Context, spec Deployment) error {
 	return &backend.Error{Code: backend.Infeasible, Op: fmt.Sprintf("serve: deploy %q", spec.Name),
 		Err: fmt.Errorf("Deployment.MinReplicas %d can never be held: each replica holds a %s %s slice, and the cluster has %d of that shape (%w); lower MinReplicas to at most %d, or add slices",
 			spec.MinReplicas, spec.Accelerator, spec.Topology, have, err, have)}
+}
+
+// Delete removes the deployment name: new requests for it are answered
+// 503 with Retry-After while it goes (handle calls fail with
+// ErrShuttingDown) and 404 once it is gone; queued requests get 503; the
+// requests its replicas are handling finish (each replica waits at most
+// DrainTimeout), then its replicas stop and their slices, chips or
+// resources are released. When ctx ends first, the rest is stopped at
+// once, still releasing everything, and Delete returns ctx.Err(). Delete of
+// a name the server does not have is a NotFound error; of one being
+// deleted, FailedPrecondition.
+func (s *Server) Delete(ctx context.Context, name string) error {
+	s.mu.Lock()
+	d := s.deployments[name]
+	switch {
+	case d == nil:
+		s.mu.Unlock()
+		return codeErr(ray.NotFound, "serve: delete %q: no such deployment (see Status)", name)
+	case d.deleting:
+		s.mu.Unlock()
+		return codeErr(ray.FailedPrecondition, "serve: delete %q: it is being deleted already", name)
+	}
+	d.deleting = true
+	s.mu.Unlock()
+	s.notify()
+	d.shutdown(ctx)
+	s.mu.Lock()
+	if s.deployments[name] == d {
+		delete(s.deployments, name)
+	}
+	s.mu.Unlock()
+	s.notify()
+	if err := ctx.Err(); err != nil {
+		return codeErr(ray.Code(err), "serve: delete %q: stopped its replicas at once: %w", name, err)
+	}
+	return nil
 }
 
 // waitedFor says what a Deploy whose context ended was waiting for: how
