@@ -57,14 +57,13 @@ type ScalingConfig struct {
 	// attempt of an elastic run; 0 means 1 minute.
 	ElasticWait time.Duration
 	// GrowAtCheckpoint lets an elastic run that holds fewer than
-	// NumSlices grow at a checkpoint: after a complete checkpoint the
-	// driver asks for the missing slices (a reservation, which on a
-	// backend with capacity on demand asks the cluster for them), waiting
-	// up to ElasticWait, and again after a later checkpoint until it gets
-	// them; once it holds them, at the next complete checkpoint it stops
-	// the attempt and restarts from that checkpoint on NumSlices (a
-	// restart that is not a failure). Without it, a run grows only at its
-	// next restart.
+	// NumSlices grow at a checkpoint: after the attempt's first complete
+	// checkpoint the driver asks for the missing slices (a reservation,
+	// which on a backend with capacity on demand asks the cluster for
+	// them) and waits for them while the attempt runs; once it holds
+	// them, at the next complete checkpoint it stops the attempt and
+	// restarts from that checkpoint on NumSlices (a restart that is not a
+	// failure). Without it, a run grows only at its next restart.
 	GrowAtCheckpoint bool
 }
 

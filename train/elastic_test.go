@@ -3,6 +3,7 @@ package train_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/matryer/is"
 
+	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/storage"
 	"github.com/goray-dev/goray/train"
 )
@@ -82,7 +84,22 @@ func TestElasticSlices(t *testing.T) {
 			injectErr = b.KillNode(ctx, killed)
 		case len(r.Slices) == 1 && r.Iteration >= 9 && !restarted:
 			restarted = true
-			injectErr = b.RestartNode(ctx, killed) // capacity is back
+			if injectErr = b.RestartNode(ctx, killed); injectErr != nil { // capacity is back
+				return
+			}
+			// Hold rank 0's report (and so the next checkpoint) until the
+			// run's reservation of the missing slice, pending since the
+			// attempt's first checkpoint, holds it: a condition polled, up
+			// to a minute, so that the run cannot end first.
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+				if growing(t, c) {
+					break
+				}
+				if time.Now().After(deadline) {
+					injectErr = errors.New("no slice reserved for growing within a minute")
+					break
+				}
+			}
 		}
 	}
 	const iters, samples = 16, 64
@@ -106,4 +123,20 @@ func TestElasticSlices(t *testing.T) {
 		is.Equal(m["hosts"], 4.0)                // TPU_WORKER_HOSTNAMES: the hosts of the worker's slice
 	}
 	assertReleased(t, c)
+}
+
+// growing reports whether a slice is held by a run's reservation for
+// growing ("<run>-attempt-<n>-grow").
+func growing(t testing.TB, c *ray.Cluster) bool {
+	states, err := ray.TPUSlices(context.Background(), c)
+	if err != nil {
+		t.Error(err)
+		return true
+	}
+	for _, s := range states {
+		if strings.HasSuffix(s.ReservedName, "-grow") {
+			return true
+		}
+	}
+	return false
 }

@@ -554,13 +554,14 @@ func (t *Trainer) reserve(ctx context.Context, attempt int) (*ray.SlicePlacement
 }
 
 // grower makes an elastic attempt that runs on fewer than NumSlices grow:
-// after a complete checkpoint it asks for the missing slices (a
+// after its first complete checkpoint it asks for the missing slices (a
 // reservation that, on a backend with capacity on demand, asks the cluster
-// for them), waiting up to ElasticWait, and asks again after a later
-// checkpoint if they did not come. Once it holds them, at the next
-// complete checkpoint it gives them back and stops the attempt, which
-// restarts from that checkpoint on NumSlices: no step is done twice. One
-// such reservation at a time; the attempt's end cancels or releases it.
+// for them) and waits for them as long as the attempt runs (a reservation
+// that fails at once is asked again after a later checkpoint). Once it
+// holds them, at the next complete checkpoint it gives them back and stops
+// the attempt, which restarts from that checkpoint on NumSlices: no step
+// is done twice. One such reservation at a time; the attempt's end
+// cancels or releases it.
 type grower struct {
 	t       *Trainer
 	ctx     context.Context
@@ -604,8 +605,7 @@ func (g *grower) checkpoint(it int) {
 		spg, err := ray.NewSlicePlacementGroup(ctx, g.t.c, ray.SliceSpec{
 			Topology: p.shape.Topology.String(), AcceleratorVersion: p.shape.Generation.String(), ChipsPerVM: g.t.scaling.ChipsPerHost,
 			NumSlices: missing, ResourcesPerBundle: p.resources, Name: fmt.Sprintf("%s-attempt-%d-grow", g.t.run.Name, g.attempt),
-			Timeout: p.elasticWait,
-		})
+		}) // no Timeout: as long as the attempt runs
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		g.probing = false

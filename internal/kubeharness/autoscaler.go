@@ -137,6 +137,25 @@ func (a *Autoscaler) Stop() {
 	<-a.done
 }
 
+// SetQuota changes the quota of TPU chips of accel (as a project's quota
+// raised, or taken by other work); a negative chips removes the cap. It
+// applies to the next scale-up.
+func (a *Autoscaler) SetQuota(accel string, chips int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	q := maps.Clone(a.opts.Quota)
+	if q == nil {
+		q = map[string]int{}
+	}
+	if chips < 0 {
+		delete(q, accel)
+	} else {
+		q[accel] = chips
+	}
+	a.opts.Quota = q
+	a.note("quota %s set to %d", accel, chips)
+}
+
 // Pools returns the names of the pools it made that exist now.
 func (a *Autoscaler) Pools() []string {
 	a.mu.Lock()
