@@ -78,7 +78,7 @@ func NewFromParts(cfg Config, id ClusterID, src *Source, r *Runner) (*Backend, e
 	if !cfg.KeepKlog {
 		RouteKlog(cfg.withDefaults().Logger)
 	}
-	r.gone = src.WorkerGone
+	r.gone, r.leaseLost = src.WorkerGone, src.PodLost
 	// Capacity pods are worker pods in waiting, which the runner adopts
 	// (ProvisionConfig.Placeholders).
 	src.workerPod, r.adoptions, r.dropAdoptions = r.pt.pod, src.adoptionsOf, src.dropAdoptions

@@ -33,6 +33,9 @@ const deadDriverLease = 6 * time.Second
 // slice, runs a task on each host (so its worker pods hold the slice's
 // chips), prints "ready <cluster id>" and waits to be killed.
 func runDriverProcess(kubeconfig string) {
+	if m := os.Getenv(envDriverProvision); m != "" {
+		runProvisioningDriverProcess(kubeconfig, ProvisionMode(m))
+	}
 	ctx := context.Background()
 	fail := func(err error) {
 		fmt.Println("driver failed:", err)

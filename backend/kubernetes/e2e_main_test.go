@@ -118,7 +118,12 @@ func applyManifests(t testing.TB, cp *kubeharness.ControlPlane, manifest []byte)
 // for a driver that runs as its own process.
 func driverKubeconfig(t testing.TB, cp *kubeharness.ControlPlane) string {
 	t.Helper()
-	rc := driverConfig(t, cp)
+	return kubeconfigOf(t, driverConfig(t, cp))
+}
+
+// kubeconfigOf writes a kubeconfig for the token of rc.
+func kubeconfigOf(t testing.TB, rc *rest.Config) string {
+	t.Helper()
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["harness"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData}
 	cfg.AuthInfos["goray-driver"] = &clientcmdapi.AuthInfo{Token: rc.BearerToken}

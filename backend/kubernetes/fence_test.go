@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -31,11 +32,46 @@ func partition(client interface {
 	return func() { mu.Lock(); cut = false; mu.Unlock() }
 }
 
-// TestLeasesFenceBeforeExpiry: a driver that cannot renew a Lease stops
-// using its slice once it can no longer be sure it holds it, before the
-// Lease can expire (fenceAfter = 10 s of the 15 s default; here 6.67 s of
-// 10 s), with an error that says the Lease was lost and why.
-func TestLeasesFenceBeforeExpiry(t *testing.T) {
+// TestLeasesOutageKeepsLease: a driver that cannot renew a Lease (the
+// API server does not answer) keeps it, for longer than the Lease
+// duration: nobody else could take it over through an API server that does
+// not answer. When the API server answers again, the renewal with the
+// resourceVersion this driver read succeeds, which proves that nobody took
+// it meanwhile. Renewals are retried every retryEvery while they fail.
+func TestLeasesOutageKeepsLease(t *testing.T) {
+	is := is.New(t)
+	client := checkVersions(newFakeClient())
+	clk := &clock{t: time.Unix(1e9, 0)}
+	a := newTestLeases(t, client, "driver-a", clk)
+	a.onLost = func(slice string, cause error) { t.Errorf("lost %s: %v", slice, cause) }
+	is.NoErr(a.Claim(t.Context(), "pg", []string{"s1"}))
+	is.Equal(a.nextRenewal(), a.renew)
+
+	heal := partition(client)
+	for range 4 {
+		clk.advance(a.renew)
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		a.RenewAll(ctx) // fails: the API server does not answer
+		cancel()
+		is.Equal(a.nextRenewal(), a.retryEvery()) // tried again soon
+	}
+	is.True(4*a.renew > a.duration)    // past the Lease's expiry
+	is.Equal(a.Held(), []string{"s1"}) // still held
+	heal()
+	a.RenewAll(t.Context())
+	is.Equal(a.nextRenewal(), a.renew)
+	is.Equal(a.Held(), []string{"s1"})
+	l, err := getLease(t, client, "s1")
+	is.NoErr(err)
+	is.True(l.Spec.RenewTime.Time.Equal(clk.now()))
+}
+
+// TestLeasesPodLossAfterOutageIsLeaseLoss: worker pods lost while the
+// Lease has gone unrenewed past lostAfter mean the Lease is lost (another
+// driver may have taken it over and deleted them): the slice is reported
+// lost with an error that says so. Before lostAfter, a lost pod is only a
+// lost pod.
+func TestLeasesPodLossAfterOutageIsLeaseLoss(t *testing.T) {
 	is := is.New(t)
 	client := checkVersions(newFakeClient())
 	clk := &clock{t: time.Unix(1e9, 0)}
@@ -43,55 +79,75 @@ func TestLeasesFenceBeforeExpiry(t *testing.T) {
 	var lost []string
 	a.onLost = func(slice string, cause error) { lost = append(lost, slice+": "+cause.Error()) }
 	is.NoErr(a.Claim(t.Context(), "pg", []string{"s1"}))
-	f := a.fenceAfter()
+	f := a.lostAfter()
 	is.True(a.renew < f && f < a.duration) // after a missed renewal, before the expiry
 
 	partition(client)
 	clk.advance(a.renew)
-	a.RenewAll(t.Context()) // fails: the API server does not answer
-	a.Fence()
-	is.Equal(len(lost), 0) // one failed renewal is tolerated
-	clk.advance(a.fenceAfter() - a.renew - time.Millisecond)
-	a.Fence()
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	a.RenewAll(ctx)
+	cancel()
+	is.NoErr(a.LostOnPodLoss("s1", errors.New("worker pod p1 was deleted"))) // nobody can have taken it yet
 	is.Equal(len(lost), 0)
-	clk.advance(time.Millisecond)
-	a.Fence()
+	clk.advance(f - a.renew)
+	err := a.LostOnPodLoss("s1", errors.New("worker pod p1 was deleted"))
+	is.True(err != nil)
 	is.Equal(len(lost), 1)
-	is.True(strings.Contains(lost[0], `s1: lost the Lease default/goray-slice-s1 of TPU slice "s1": not renewed for 6.667s`))
+	is.True(strings.Contains(lost[0], `s1: lost the Lease default/goray-slice-s1 of TPU slice "s1": its worker pods are gone (worker pod p1 was deleted) while the Lease could not be renewed for 6.667s`))
 	is.True(strings.Contains(lost[0], "last error: "))
-	is.True(a.fenceAfter() < a.duration) // before anyone may take it over
 	is.Equal(a.Held(), []string(nil))
+	is.NoErr(a.LostOnPodLoss("s2", errors.New("not held"))) // a slice not held: nothing to say
 }
 
-// TestLeasesFenceInRenewLoop: the renewal loop fences on its own, while a
-// renewal hangs or fails, so a partitioned driver's work on the slice
-// fails within fenceAfter.
-func TestLeasesFenceInRenewLoop(t *testing.T) {
+// TestLeasesRenewLoopRetriesPromptly: while renewals fail the loop tries
+// again every retryEvery, so a Lease is renewed within moments of the API
+// server answering again, not at the next RenewEvery.
+func TestLeasesRenewLoopRetriesPromptly(t *testing.T) {
 	is := is.New(t)
 	client := checkVersions(newFakeClient())
 	cfg := testConfig()
 	cfg.Identity = "driver-a"
-	cfg.Lease.Duration = time.Second
+	cfg.Lease.Duration = 2 * time.Second
 	a, err := NewLeases(client, cfg)
 	is.NoErr(err)
-	a.backoff.Duration = time.Millisecond
-	lost := make(chan error, 1)
-	a.onLost = func(slice string, cause error) { lost <- cause }
+	a.onLost = func(slice string, cause error) { t.Errorf("lost %s: %v", slice, cause) }
 	is.NoErr(a.Claim(t.Context(), "pg", []string{"s1"}))
-	partition(client)
+	heal := partition(client)
+	var mu sync.Mutex
+	updates := 0
+	// Counts the renewals tried (ahead of the partition's reactor).
+	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		updates++
+		mu.Unlock()
+		return false, nil, nil
+	})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { a.renewLoop(ctx); close(done) }()
-	start := time.Now()
-	select {
-	case err := <-lost:
-		is.True(strings.Contains(err.Error(), "lost the Lease"))
-		is.True(time.Since(start) < a.duration) // before the Lease could expire
-	case <-time.After(5 * time.Second):
-		t.Fatal("the renewal loop never fenced the partitioned Lease")
+	// Wait until renewals have failed for longer than the Lease.
+	for {
+		mu.Lock()
+		n := updates
+		mu.Unlock()
+		if n > int(a.duration/a.retryEvery()) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	is.Equal(a.Held(), []string{"s1"}) // kept through the outage
+	heal()
+	for {
+		l, err := getLease(t, client, "s1")
+		is.NoErr(err)
+		if time.Since(l.Spec.RenewTime.Time) < a.duration/2 {
+			break // renewed again
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
 	<-done
+	is.Equal(a.Held(), []string{"s1"})
 }
 
 // TestLeasesRenewedNotFenced: renewals that succeed keep the Lease.
@@ -105,8 +161,7 @@ func TestLeasesRenewedNotFenced(t *testing.T) {
 	for range 10 {
 		clk.advance(a.renew)
 		a.RenewAll(t.Context())
-		a.Fence()
+		is.NoErr(a.LostOnPodLoss("s1", errors.New("pod gone")))
 	}
 	is.Equal(a.Held(), []string{"s1"})
-
 }

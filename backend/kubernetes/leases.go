@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
@@ -67,6 +64,14 @@ type Leases struct {
 	// subOps serializes the sub-slice claims and releases of a slice
 	// (leases_subslice.go); one per slice ever sub-sliced.
 	subOps map[string]*sync.Mutex
+	// handle is this handle's own Lease once it provisions capacity
+	// (handles.go), renewed with the slice Leases.
+	handle *coordv1.Lease
+	// seenExpired holds other handles' Leases seen expired (handles.go).
+	seenExpired map[string]expiredSeen
+	// failing is set while the last round of renewals had an error
+	// (renewLoop retries every retryEvery then).
+	failing bool
 }
 
 // NewLeases returns the slice claimer of one driver for cfg (its
@@ -80,11 +85,12 @@ func NewLeases(client kubernetes.Interface, cfg Config) (*Leases, error) {
 		client: client, ns: cfg.Namespace, identity: cfg.Identity,
 		duration: cfg.Lease.Duration, renew: cfg.Lease.RenewEvery,
 		log: cfg.Logger, now: time.Now,
-		backoff:  wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 2 * time.Second},
-		held:     map[string]*coordv1.Lease{},
-		renewErr: map[string]error{},
-		subs:     map[string]map[string]bool{},
-		subOps:   map[string]*sync.Mutex{},
+		backoff:     wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 2 * time.Second},
+		held:        map[string]*coordv1.Lease{},
+		renewErr:    map[string]error{},
+		subs:        map[string]map[string]bool{},
+		subOps:      map[string]*sync.Mutex{},
+		seenExpired: map[string]expiredSeen{},
 	}, nil
 }
 
@@ -249,15 +255,26 @@ func (l *Leases) collectExpired(ctx context.Context, slice string, old *coordv1.
 	} else {
 		log.Info("deleted the expired holder's worker pods on the slice")
 	}
+	if l.collectIfNoLiveLease(ctx, dead, holder, log) {
+		log.Info("collected the objects of a handle that holds no live Lease", "secret", dnsName("goray", dead))
+	}
+}
+
+// collectIfNoLiveLease deletes the token Secret (the owner of every other
+// object of the handle, which the garbage collector then removes) and the
+// Service of the handle of cluster dead, unless it still holds a live
+// Lease (a slice's, or its handle Lease), by holder if holder is set. It
+// reports whether the handle held none.
+func (l *Leases) collectIfNoLiveLease(ctx context.Context, dead, holder string, log *slog.Logger) bool {
 	list, err := l.client.CoordinationV1().Leases(l.ns).List(ctx, metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedBy})
 	if err != nil {
-		log.Warn("list Leases to see whether the expired holder holds others", "err", err)
-		return
+		log.Warn("list Leases to see whether a gone holder holds others", "err", err)
+		return false
 	}
 	for i := range list.Items {
 		o := &list.Items[i]
-		if o.Annotations[annotationCluster] == dead && deref(o.Spec.HolderIdentity) == holder && !l.expired(o) {
-			return // alive elsewhere: only this slice was given up
+		if o.Annotations[annotationCluster] == dead && (holder == "" || deref(o.Spec.HolderIdentity) == holder) && !l.expired(o) {
+			return false // alive elsewhere: only this slice was given up
 		}
 	}
 	name := dnsName("goray", dead)
@@ -266,10 +283,10 @@ func (l *Leases) collectExpired(ctx context.Context, slice string, old *coordv1.
 		"Service": l.client.CoreV1().Services(l.ns).Delete,
 	} {
 		if err := del(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			log.Warn("delete the expired holder's "+kind, "name", name, "err", err)
+			log.Warn("delete the gone holder's "+kind, "name", name, "err", err)
 		}
 	}
-	log.Info("collected the objects of a handle that holds no live Lease", "secret", name)
+	return true
 }
 
 // annotationClaim holds the reservation a Lease was claimed for, and
@@ -372,86 +389,104 @@ func (l *Leases) deleteIfOurs(ctx context.Context, slice string) error {
 	})
 }
 
-// renewLoop renews every held Lease each RenewEvery until ctx ends, and
-// fences: between renewals it drops, as lost, every Lease it could not
-// renew for fenceAfter (Fence), so a driver cut off from the API server
-// stops using its slices before another driver may take them. A round of
-// renewals runs on its own goroutine, bounded by RenewEvery, so a hung
-// API call never delays the fence.
+// renewLoop renews every held Lease (and the handle Lease) each
+// RenewEvery until ctx ends; while a renewal fails (the API server does not
+// answer: an outage, a partition) it tries again every retryEvery, so that
+// the Leases are renewed within moments of the API server answering again.
+// A Lease that is not renewed is not given up for that alone: only its
+// being seen held by another driver (or deleted), or its slice's worker
+// pods being gone while it went unrenewed (LostOnPodLoss), ends this
+// driver's use of the slice (see docs/kubernetes.md, Outages and
+// partitions). When ctx ends the handle Lease is deleted.
 func (l *Leases) renewLoop(ctx context.Context) {
-	renew := time.NewTicker(l.renew)
-	defer renew.Stop()
-	fence := time.NewTicker(max(l.renew/4, 10*time.Millisecond))
-	defer fence.Stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	var running atomic.Bool
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*l.duration)
+		defer cancel()
+		l.releaseHandle(dctx)
+	}()
+	t := time.NewTimer(l.renew)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-renew.C:
-			if running.CompareAndSwap(false, true) {
-				wg.Go(func() {
-					defer running.Store(false)
-					rctx, cancel := context.WithTimeout(ctx, l.renew)
-					defer cancel()
-					l.RenewAll(rctx)
-				})
-			}
-		case <-fence.C:
-			l.Fence()
+		case <-t.C:
 		}
+		rctx, cancel := context.WithTimeout(ctx, l.renew)
+		l.RenewAll(rctx)
+		cancel()
+		t.Reset(l.nextRenewal())
 	}
 }
 
-// fenceAfter is how long a Lease may go unrenewed before this driver
-// stops using its slice: halfway between a renewal period and the Lease's
-// expiry (10 s of the default 15 s), so one failed renewal is tolerated
-// and the rest is a margin for clock skew and for stopping the work.
-func (l *Leases) fenceAfter() time.Duration { return l.renew + (l.duration-l.renew)/2 }
-
-// Fence drops every held Lease last renewed (by this driver's clock)
-// fenceAfter ago or more and reports it lost (OnLost) with an error that
-// says the Lease was lost and why: the work on its slice fails at once,
-// before another driver may take the slice over at the Lease's expiry.
-func (l *Leases) Fence() {
-	now := l.now()
-	type stale struct {
-		slice string
-		age   time.Duration
-		err   error
-	}
-	var lost []stale
+// nextRenewal is how long renewLoop waits for the next round: RenewEvery,
+// or retryEvery while renewals fail.
+func (l *Leases) nextRenewal() time.Duration {
 	l.mu.Lock()
-	for s, lease := range l.held {
-		if lease.Spec.RenewTime == nil {
-			continue
-		}
-		if age := now.Sub(lease.Spec.RenewTime.Time); age >= l.fenceAfter() {
-			lost = append(lost, stale{s, age, l.renewErr[s]})
-			delete(l.held, s)
-		}
+	defer l.mu.Unlock()
+	if l.failing {
+		return l.retryEvery()
 	}
-	l.mu.Unlock()
-	slices.SortFunc(lost, func(a, b stale) int { return strings.Compare(a.slice, b.slice) })
-	for _, x := range lost {
-		why := "no renewal succeeded"
-		if x.err != nil {
-			why = "last error: " + x.err.Error()
-		}
-		cause := fmt.Errorf("lost the Lease %s/%s of TPU slice %q: not renewed for %v (%s); this driver stops using the slice before the Lease expires (%v after its last renewal) and another driver may take it",
-			l.ns, LeaseName(x.slice), x.slice, x.age.Round(time.Millisecond), why, l.duration)
-		l.log.Warn("slice lease lost: not renewed in time", "slice", x.slice, "cause", cause)
-		if l.onLost != nil {
-			l.onLost(x.slice, cause)
-		}
-	}
+	return l.renew
 }
 
-// RenewAll renews every held Lease once. A Lease found held by another
-// driver, or deleted, is dropped and reported through OnLost; other
-// errors are logged and retried at the next renewal.
+// retryEvery is how often a renewal that fails is tried again: a tenth of
+// RenewEvery, at most 200 ms.
+func (l *Leases) retryEvery() time.Duration {
+	return max(min(l.renew/10, 200*time.Millisecond), time.Millisecond)
+}
+
+// renewBackoff retries a renewal every retryEvery within its round.
+func (l *Leases) renewBackoff() wait.Backoff {
+	return wait.Backoff{Duration: l.retryEvery(), Factor: 1, Jitter: 0.1, Steps: int(l.renew/l.retryEvery()) + 1}
+}
+
+// lostAfter is how long a Lease may go unrenewed before the loss of its
+// slice's worker pods is taken for its loss (LostOnPodLoss): halfway
+// between a renewal period and the Lease's expiry (10 s of the default
+// 15 s). Before that nobody can have taken the Lease over, so a lost pod
+// is only a lost pod; after it another driver may have, and a takeover
+// deletes this driver's pods on the slice.
+func (l *Leases) lostAfter() time.Duration { return l.renew + (l.duration-l.renew)/2 }
+
+// LostOnPodLoss is told that a worker pod of this driver on slice was
+// lost. If slice's Lease has not been renewed for lostAfter, it is taken
+// for lost (another driver may have taken it over after it expired, and
+// deleted this driver's pods): it is dropped, its slice reported lost
+// (OnLost), and the error saying so returned. Otherwise it returns nil.
+func (l *Leases) LostOnPodLoss(slice string, podCause error) error {
+	now := l.now()
+	l.mu.Lock()
+	lease := l.held[slice]
+	if lease == nil || lease.Spec.RenewTime == nil {
+		l.mu.Unlock()
+		return nil
+	}
+	age := now.Sub(lease.Spec.RenewTime.Time)
+	if age < l.lostAfter() {
+		l.mu.Unlock()
+		return nil
+	}
+	why := "no renewal succeeded"
+	if err := l.renewErr[slice]; err != nil {
+		why = "last error: " + err.Error()
+	}
+	delete(l.held, slice)
+	delete(l.renewErr, slice)
+	l.mu.Unlock()
+	cause := fmt.Errorf("lost the Lease %s/%s of TPU slice %q: its worker pods are gone (%v) while the Lease could not be renewed for %v (%s), past the point where another driver may take it over (%v after its last renewal) and delete this driver's pods; this driver stops using the slice",
+		l.ns, LeaseName(slice), slice, podCause, age.Round(time.Millisecond), why, l.duration)
+	l.log.Warn("slice lease lost: worker pods gone while it went unrenewed", "slice", slice, "cause", cause)
+	if l.onLost != nil {
+		l.onLost(slice, cause)
+	}
+	return cause
+}
+
+// RenewAll renews every held Lease once, retrying failures every
+// retryEvery until ctx ends. A Lease found held by another driver, or
+// deleted, is dropped and reported through OnLost; other errors are
+// logged and retried at the next round.
 func (l *Leases) RenewAll(ctx context.Context) {
 	l.mu.Lock()
 	held := make(map[string]*coordv1.Lease, len(l.held))
@@ -459,6 +494,16 @@ func (l *Leases) RenewAll(ctx context.Context) {
 		held[s] = lease
 	}
 	l.mu.Unlock()
+	failing := false
+	l.mu.Lock()
+	wasFailing := l.failing
+	l.mu.Unlock()
+	if err := l.renewHandle(ctx); err != nil {
+		failing = true
+		if !wasFailing {
+			l.log.Warn("renew the handle lease", "err", err)
+		}
+	}
 	for _, s := range sortedKeys(held) {
 		lost, err := l.renewOne(ctx, s, held[s])
 		if lost != nil {
@@ -472,22 +517,33 @@ func (l *Leases) RenewAll(ctx context.Context) {
 			}
 		}
 		l.mu.Lock()
+		first := l.renewErr[s] == nil
 		if err != nil {
 			l.renewErr[s] = err
+			failing = true
 		} else {
 			delete(l.renewErr, s)
 		}
 		l.mu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			l.log.Warn("renew slice lease", "slice", s, "err", err)
+		switch {
+		case err != nil && first:
+			l.log.Warn("renew slice lease: retrying until the API server answers; the slice stays in use meanwhile", "slice", s, "err", err)
+		case err != nil:
+			l.log.Debug("renew slice lease", "slice", s, "err", err)
 		}
 	}
+	l.mu.Lock()
+	l.failing = failing
+	l.mu.Unlock()
 }
 
 func (l *Leases) renewOne(ctx context.Context, slice string, last *coordv1.Lease) (lost, err error) {
 	leases := l.client.CoordinationV1().Leases(l.ns)
 	cur := last.DeepCopy()
-	err = retry.OnError(l.backoff, retriable, func() error {
+	err = retry.OnError(l.renewBackoff(), func(err error) bool { return ctx.Err() == nil && retriable(err) }, func() error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		now := metav1.NewMicroTime(l.now())
 		cur.Spec.RenewTime = &now
 		updated, err := leases.Update(ctx, cur, metav1.UpdateOptions{})

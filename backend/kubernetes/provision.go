@@ -206,6 +206,15 @@ func (s *Source) Provision(ctx context.Context, req cluster.ProvisionRequest) (c
 		// A label value (≤ 63 characters) and a prefix of pod names.
 		pv.groups = append(pv.groups, dnsName(append(base, strconv.Itoa(k))...))
 	}
+	if s.leases != nil {
+		// This handle's Lease first: capacity of a handle without one is
+		// a gone driver's. And what gone drivers left is removed, so that
+		// their pending pods stop asking for capacity.
+		if err := s.leases.ensureHandle(ctx); err != nil {
+			return nil, backend.Wrap(apiCode(errors.Unwrap(err)), op, err)
+		}
+		s.sweepGone(ctx)
+	}
 	if s.prov.Mode == ProvisionRequest {
 		if err := pv.createRequest(ctx, dnsName(base...), req.NumSlices*pv.hosts); err != nil {
 			return nil, err
@@ -488,15 +497,31 @@ func (s *Source) capacityCheck(ctx context.Context, c cluster.Claim) error {
 	}
 	var held []string
 	holder := ""
+	gone := map[string]bool{} // by handle: its requester is gone (handles.go)
+	checked := map[string]bool{}
+	isGone := func(p *corev1.Pod) bool {
+		id := p.Labels[LabelCluster]
+		if !checked[id] {
+			checked[id] = true
+			maps.Copy(gone, s.goneHandles(ctx, []corev1.Pod{*p}))
+		}
+		return gone[id]
+	}
 	for _, name := range c.Slices {
 		hosts, shape, newest := s.sliceNodes(name)
+		fresh := time.Since(newest) < freshGrace
 		for _, p := range pods.Items {
 			if p.Labels[LabelCluster] == s.cluster || p.DeletionTimestamp != nil {
 				continue
 			}
+			// A capacity pod that ended holds no chips: it keeps the slice
+			// for its requester only while the slice is fresh.
+			if finished(&p) && !fresh {
+				continue
+			}
 			onHost := p.Spec.NodeName != "" && slices.Contains(hosts, p.Spec.NodeName)
-			waiting := p.Spec.NodeName == "" && time.Since(newest) < freshGrace && selectsShape(&p, shape)
-			if onHost || waiting {
+			waiting := p.Spec.NodeName == "" && fresh && selectsShape(&p, shape)
+			if (onHost || waiting) && !isGone(&p) {
 				held = append(held, name)
 				holder = "the driver whose capacity pods are " + p.Labels[labelCapacity]
 				break

@@ -68,11 +68,15 @@ type Runner struct {
 	lost   cluster.LostFunc
 	// gone is told when a lost worker's pod has been deleted (the
 	// backend sets it to Source.WorkerGone).
-	gone    func(node string)
-	pods    listersv1.PodLister
-	factory informers.SharedInformerFactory
-	stop    context.CancelFunc
-	bg      sync.WaitGroup
+	gone func(node string)
+	// leaseLost is asked, before a lost worker's node is reported, whether
+	// the loss means its slice's Lease was lost (Source.PodLost): then the
+	// node is reported lost with that error, for good.
+	leaseLost func(node string, cause error) error
+	pods      listersv1.PodLister
+	factory   informers.SharedInformerFactory
+	stop      context.CancelFunc
+	bg        sync.WaitGroup
 	// runCtx ends when Close starts: pod starts in flight give up.
 	runCtx    context.Context
 	cancelRun context.CancelFunc
@@ -271,8 +275,14 @@ func (r *Runner) workerLost(w *podWorker, cause error) {
 		closed := r.closed
 		r.mu.Unlock()
 		r.log.Warn("worker pod lost", "pod", w.name, "node", w.node, "cause", cause)
+		var leaseErr error
+		if r.leaseLost != nil && !closed {
+			leaseErr = r.leaseLost(w.node, cause)
+		}
 		if r.lost != nil {
-			if !closed {
+			if leaseErr != nil {
+				cause = leaseErr
+			} else if !closed {
 				// The pod is replaced below if its node is fine (the
 				// source decides, after WorkerGone): work only this node
 				// can hold waits for it meanwhile.

@@ -624,6 +624,32 @@ func (s *Source) ReleaseSlices(ctx context.Context, c cluster.Claim) error {
 	return errors.Join(err, adoptErr)
 }
 
+// PodLost is told by the runner that the worker pod of runtime node
+// name was lost with cause. When the node is a host of a slice whose
+// Lease this driver has not renewed for long enough that another driver
+// may have taken it over (an API server it cannot reach), the slice is
+// taken for lost (Leases.LostOnPodLoss) and the error saying so returned;
+// else nil, and the pod's loss is only that.
+func (s *Source) PodLost(name string, cause error) error {
+	if s.leases == nil {
+		return nil
+	}
+	s.mu.Lock()
+	k := s.kubeOf(name)
+	slice := ""
+	for pool, st := range s.slices {
+		if slices.Contains(st.hosts, k) {
+			slice = pool
+			break
+		}
+	}
+	s.mu.Unlock()
+	if slice == "" {
+		return nil
+	}
+	return s.leases.LostOnPodLoss(slice, cause)
+}
+
 // claimLost is called by the Leases when another driver took (or
 // someone deleted) the Lease of a slice this driver holds: its hosts are
 // reported lost, so the work there fails and is retried elsewhere.

@@ -89,8 +89,12 @@ type ControlPlane struct {
 
 	mu    sync.Mutex
 	procs []*process // in start order; stopped in reverse
-	kwok  *process
-	down  bool
+	// api and apiArgs are the running kube-apiserver (nil while
+	// StopAPIServer has it stopped) and its flags.
+	api     *process
+	apiArgs []string
+	kwok    *process
+	down    bool
 
 	kwokMu   sync.Mutex
 	stopOnce sync.Once
@@ -274,10 +278,14 @@ func (cp *ControlPlane) start() error {
 		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
 		"--allow-privileged=true", "--profiling=false",
 	}
-	api, err := cp.run("kube-apiserver", append(apiArgs, cp.opts.APIServerArgs...)...)
+	cp.apiArgs = append(apiArgs, cp.opts.APIServerArgs...)
+	api, err := cp.run("kube-apiserver", cp.apiArgs...)
 	if err != nil {
 		return err
 	}
+	cp.mu.Lock()
+	cp.api = api
+	cp.mu.Unlock()
 	if err := cp.waitCA(api, filepath.Join(certs, "apiserver.crt")); err != nil {
 		return err
 	}
@@ -364,6 +372,50 @@ clientConnection: {kubeconfig: %q, qps: 500, burst: 1000}
 		cp.apiURL, s.Total.Round(time.Millisecond), s.Etcd.Round(time.Millisecond), s.APIServer.Round(time.Millisecond),
 		s.Scheduler.Round(time.Millisecond), s.ControllerManager.Round(time.Millisecond), s.DNS.Round(time.Millisecond),
 		s.Agent.Round(time.Millisecond), cp.runDir)
+	return nil
+}
+
+// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 3 s)
+// and returns once it has exited: every client's connection to it is
+// closed and new ones are refused, as during a control-plane outage or a
+// GKE control-plane upgrade. Pods keep running; nothing reaches the API
+// until StartAPIServer. It is an error to stop it twice.
+func (cp *ControlPlane) StopAPIServer() error {
+	cp.mu.Lock()
+	p := cp.api
+	if p == nil || cp.down {
+		cp.mu.Unlock()
+		return errors.New("stop kube-apiserver: it is not running")
+	}
+	cp.api = nil
+	cp.mu.Unlock()
+	p.stop(3 * time.Second)
+	cp.tb.Logf("kubeharness: kube-apiserver stopped")
+	return nil
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, with the
+// same flags, address and certificates (etcd kept every object), and
+// returns once it is ready.
+func (cp *ControlPlane) StartAPIServer() error {
+	cp.mu.Lock()
+	running := cp.api != nil
+	cp.mu.Unlock()
+	if running {
+		return errors.New("start kube-apiserver: it is running")
+	}
+	t := time.Now()
+	api, err := cp.run("kube-apiserver", cp.apiArgs...)
+	if err != nil {
+		return err
+	}
+	if err := cp.waitAPIServerReady(api); err != nil {
+		return err
+	}
+	cp.mu.Lock()
+	cp.api = api
+	cp.mu.Unlock()
+	cp.tb.Logf("kubeharness: kube-apiserver started again, ready in %v", time.Since(t).Round(time.Millisecond))
 	return nil
 }
 
