@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -38,7 +39,8 @@ grid, coloured by state, and follows the cluster live.
 The dashboard is read-only and listens on loopback (127.0.0.1:8265) by
 default. Binding another address exposes node names, labels and task names
 to whoever can reach it: prefer an SSH tunnel (ssh -L
-8265:127.0.0.1:8265 HOST) to --addr 0.0.0.0:8265. See docs/dashboard.md.
+8265:127.0.0.1:8265 HOST) to --addr 0.0.0.0:8265, which needs --token
+(every request must then send it as a bearer token). See docs/dashboard.md.
 
 With --driver ADDR it starts no simulator: it shows the live page of a
 running driver that serves its status endpoint there (host:port or URL),
@@ -77,13 +79,17 @@ again, so the page shows slices changing.
 				return err
 			}
 			defer c.Close()
-			d, err := dashboard.New(c, &dashboard.Options{Interval: interval})
+			d, err := dashboard.New(c, &dashboard.Options{Interval: interval, Token: token})
 			if err != nil {
 				return err
 			}
 			ln, err := dashboard.Listen(addr)
 			if err != nil {
 				return err
+			}
+			if tcp, ok := ln.Addr().(*net.TCPAddr); token == "" && (!ok || !tcp.IP.IsLoopback()) {
+				ln.Close()
+				return usagef("--addr %s is not a loopback address: give --token TOKEN, which every request must then send as a bearer token, or keep the default and tunnel to it", addr)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "goray dashboard: serving http://%s/ (Ctrl-C to stop)\n", ln.Addr())
 			ctx, cancel := context.WithCancel(ctx)
@@ -104,7 +110,7 @@ again, so the page shows slices changing.
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "how often the page is updated")
 	cmd.Flags().DurationVar(&demo, "demo", 0, "reserve and release a slice every PERIOD, to watch the page change (0: off)")
 	cmd.Flags().StringVar(&driver, "driver", "", "show the live page of the driver serving its status on this host:port or URL (instead of --cluster)")
-	cmd.Flags().StringVar(&token, "token", "", "with --driver, the driver's status token (default $"+tokenEnv+")")
+	cmd.Flags().StringVar(&token, "token", "", "with --driver, the driver's status token (default $"+tokenEnv+"); with --cluster, the token the page requires (needed off loopback)")
 	return cmd
 }
 

@@ -91,6 +91,7 @@ func TestCommands(t *testing.T) {
 		{"dashboard with a bad duration", []string{"dashboard", "--cluster", clusterFile, "--demo", "soon"}, exitUsage, nil, []string{"--demo"}},
 		{"dashboard on a bad address", []string{"dashboard", "--cluster", clusterFile, "--addr", "127.0.0.1:99999"}, exitError, nil, []string{"listen on 127.0.0.1:99999"}},
 		{"dashboard help says how to expose it", []string{"dashboard", "--help"}, exitOK, []string{"read-only", "ssh -L"}, nil},
+		{"dashboard off loopback without a token", []string{"dashboard", "--cluster", clusterFile, "--addr", "0.0.0.0:0"}, exitUsage, nil, []string{"--addr 0.0.0.0:0 is not a loopback address: give --token TOKEN"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
