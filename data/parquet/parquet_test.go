@@ -383,3 +383,30 @@ func TestWriteDateWithNullableList(t *testing.T) {
 		}
 	}
 }
+
+type embeddedID struct {
+	ID int32 `parquet:"id"`
+}
+
+// datedEmbedded embeds a struct: the date is written by deconstructing
+// rows (a run-time mirror type cannot embed), still as days.
+type datedEmbedded struct {
+	embeddedID
+	Day time.Time `parquet:"day,date"`
+}
+
+type datedEmbeddedRaw struct {
+	ID  int32 `parquet:"id"`
+	Day int32 `parquet:"day,date"`
+}
+
+func TestWriteDateEmbedded(t *testing.T) {
+	is := is.New(t)
+	ctx := context.Background()
+	out := data.LocalFiles(filepath.Join(t.TempDir(), "e.parquet"))
+	day := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	is.NoErr(parquet.Write(ctx, data.FromItems([]datedEmbedded{{embeddedID{7}, day}}), out))
+	raw, err := data.Take(ctx, parquet.Read[datedEmbeddedRaw](out), 10)
+	is.NoErr(err)
+	is.Equal(raw, []datedEmbeddedRaw{{ID: 7, Day: 20455}})
+}
