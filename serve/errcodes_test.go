@@ -88,7 +88,6 @@ func TestErrorCodes(t *testing.T) {
 		err  error
 		code ray.ErrorCode
 	}{
-		{"Deploy of a name deployed", srv.Deploy(context.Background(), valid()), ray.AlreadyExists},
 		{"Handle: nil Routes", second(serve.Handle[EchoIn, EchoOut](nil, "ok")), ray.InvalidArgument},
 		{"Handle: no such deployment", second(serve.Handle[EchoIn, EchoOut](srv, "nope")), ray.NotFound},
 		{"Handle: wrong types", second(serve.Handle[string, EchoOut](srv, "ok")), ray.InvalidArgument},

@@ -345,7 +345,7 @@ func Handle[I, O any](r Routes, deployment string) (DeploymentHandle[I, O], erro
 	}
 	if rt.s != nil {
 		in, out := describeType(reflect.TypeFor[I]()), describeType(reflect.TypeFor[O]())
-		if _, e := rt.s.target(deployment, in, out); e != nil {
+		if _, e := rt.s.target(deployment, in, out, false); e != nil {
 			return zero, e
 		}
 	} else if !nameRE.MatchString(deployment) {
@@ -421,13 +421,23 @@ func (h *DeploymentHandle[I, O]) UnmarshalJSON(b []byte) error {
 
 // target returns the deployment a call to name with types in and out goes
 // to, or the CallError that says why none does.
-func (s *Server) target(name string, in, out typeInfo) (*deployment, *CallError) {
+func (s *Server) target(name string, in, out typeInfo, use bool) (_ *deployment, ce *CallError) {
 	s.mu.RLock()
 	d := s.deployments[name]
 	if d != nil && d.deleting {
 		s.mu.RUnlock()
 		return nil, &CallError{Deployment: name, Code: http.StatusServiceUnavailable, kind: kindShutdown,
 			Message: fmt.Sprintf("deployment %q is being deleted; retry later", name)}
+	}
+	if d != nil && use {
+		// With use, a deployment returned counts the caller among its
+		// users until it calls d.users.Done.
+		d.users.Add(1)
+		defer func() {
+			if ce != nil {
+				d.users.Done()
+			}
+		}()
 	}
 	var names []string
 	if d == nil {
@@ -465,10 +475,11 @@ func (s *Server) target(name string, in, out typeInfo) (*deployment, *CallError)
 
 // call is a handle call in the server's process.
 func (s *Server) call(ctx context.Context, req *callRequest) ([]byte, *CallError) {
-	d, e := s.target(req.Deployment, req.In, req.Out)
+	d, e := s.target(req.Deployment, req.In, req.Out, true)
 	if e != nil {
 		return nil, e
 	}
+	defer d.users.Done()
 	if !s.beginCall() {
 		return nil, &CallError{Deployment: req.Deployment, Code: http.StatusServiceUnavailable, kind: kindShutdown,
 			Message: fmt.Sprintf("deployment %q: the server is shutting down", req.Deployment)}

@@ -107,8 +107,10 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 		return
 	}
 	s.requests.Add(1)
+	d.users.Add(1)
 	s.mu.RUnlock()
 	defer s.requests.Done()
+	defer d.users.Done()
 	if seg, ok := dotSegment(r); ok {
 		d.fail(w, time.Now(), http.StatusBadRequest, fmt.Sprintf("path %q has the dot-segment %q (percent-encoded dots are dots, RFC 3986 §6.2.2): send the path without it", r.URL.EscapedPath(), seg))
 		return

@@ -98,7 +98,11 @@ func (d *deployment) startReplicaLocked() {
 	ctx, cancel := context.WithCancel(d.ctx)
 	// The time to first request is measured for scale-ups and
 	// replacements, not for the replicas a deployment starts with.
-	r := &replica{id: fmt.Sprintf("%s-%d", d.spec.Name, d.seq), created: time.Now(), ctx: ctx, cancel: cancel, firstReq: !d.deployed}
+	id := fmt.Sprintf("%s-%d", d.spec.Name, d.seq)
+	if d.version > 1 {
+		id = fmt.Sprintf("%s-v%d-%d", d.spec.Name, d.version, d.seq) // beside the old version's while they overlap
+	}
+	r := &replica{id: id, created: time.Now(), ctx: ctx, cancel: cancel, firstReq: !d.deployed}
 	d.replicas = append(d.replicas, r)
 	d.wg.Go(func() { d.runReplica(r) })
 }

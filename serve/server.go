@@ -200,6 +200,12 @@ type deployment struct {
 	deployed    bool // the initial replicas were asked for
 
 	deleting bool // Delete is removing it; guarded by s.mu
+	updating bool // a Deploy of its name is starting a new version; guarded by s.mu
+	version  int  // 1, then one more at every update
+	// users counts the requests and handle calls that found the
+	// deployment under s.mu and have not finished: an update waits for
+	// them before it stops the old version.
+	users sync.WaitGroup
 }
 
 // Deploy validates d, starts its MinReplicas replicas and waits until they
@@ -212,6 +218,11 @@ type deployment struct {
 // replicas cannot start at all (a shape the cluster does not have, an
 // actor constructor that fails) fails with the reason. Whenever Deploy
 // returns an error, the deployment was removed and holds no slice.
+//
+// A Deploy of a name the server has updates that deployment: the new
+// version starts beside the old one, takes the requests once its
+// MinReplicas are ready, and the old one then drains and stops (see
+// docs/serve.md); if the new version cannot start, the old one serves on.
 func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 	spec, err := d.normalize()
 	if err != nil {
@@ -222,7 +233,7 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 	}
 	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	dep := &deployment{
-		s: s, spec: spec, ctx: dctx, cancel: cancel, forced: make(chan struct{}),
+		s: s, spec: spec, ctx: dctx, cancel: cancel, forced: make(chan struct{}), version: 1,
 		window: newWindow(10 * time.Second), target: spec.MinReplicas, reserved: make(chan struct{}),
 	}
 	if a := spec.Autoscaling; a != nil {
@@ -234,12 +245,29 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 		cancel()
 		return codeErr(ray.FailedPrecondition, "serve: deploy %q: the server is shut down: %w", d.Name, ray.ErrClosed)
 	}
-	if _, dup := s.deployments[spec.Name]; dup {
+	old := s.deployments[spec.Name]
+	switch {
+	case old == nil:
+		s.deployments[spec.Name] = dep
+	case old.deleting:
 		s.mu.Unlock()
 		cancel()
-		return codeErr(ray.AlreadyExists, "serve: deploy %q: a deployment of that name exists", spec.Name)
+		return codeErr(ray.FailedPrecondition, "serve: deploy %q: the deployment of that name is being deleted; deploy again once Delete returned", spec.Name)
+	case old.updating:
+		s.mu.Unlock()
+		cancel()
+		return codeErr(ray.FailedPrecondition, "serve: deploy %q: another Deploy of that name is updating it; deploy again once it returned", spec.Name)
+	default:
+		// An update: the new version starts beside the old one, which
+		// serves until the new one is ready (see update).
+		old.updating = true
+		dep.version = old.version + 1
+		defer func() {
+			s.mu.Lock()
+			old.updating = false
+			s.mu.Unlock()
+		}()
 	}
-	s.deployments[spec.Name] = dep
 	s.mu.Unlock()
 
 	dep.mu.Lock()
@@ -252,24 +280,32 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 	if spec.Autoscaling != nil {
 		dep.loops.Go(func() { dep.autoscale(lctx) })
 	}
-	err = s.WaitStatus(ctx, func(st Status) bool {
-		ds, _ := st.Deployment(spec.Name)
-		return ds.Ready >= spec.MinReplicas || permanent(dep.startErr())
+	err = s.WaitStatus(ctx, func(Status) bool {
+		return dep.readyCount() >= spec.MinReplicas || permanent(dep.startErr())
 	})
 	if err == nil {
 		err = dep.startErr()
 		if !permanent(err) {
+			if old != nil {
+				return s.update(ctx, old, dep)
+			}
 			return nil
 		}
 		s.mu.Lock()
-		delete(s.deployments, spec.Name)
+		if s.deployments[spec.Name] == dep {
+			delete(s.deployments, spec.Name)
+		}
 		s.mu.Unlock()
 		dep.shutdown(context.WithoutCancel(ctx))
 		return fmt.Errorf("serve: deploy %q: %w", spec.Name, err)
 	}
 	// Nothing is left behind a failed Deploy: the replicas that started
-	// and the slices they hold are released before it returns.
-	waited := s.waitedFor(ctx, spec)
+	// and the slices they hold are released before it returns (an update's
+	// old version serves on).
+	dep.mu.Lock()
+	ds := dep.statusLocked(time.Now())
+	dep.mu.Unlock()
+	waited := s.waitedFor(ctx, spec, ds)
 	s.mu.Lock()
 	if s.deployments[spec.Name] == dep {
 		delete(s.deployments, spec.Name)
@@ -277,6 +313,9 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 	s.mu.Unlock()
 	dep.shutdown(context.WithoutCancel(ctx))
 	s.notify()
+	if old != nil {
+		return fmt.Errorf("serve: deploy %q: the new version: %s; it was removed and holds nothing, and the version deployed before serves on: %w", spec.Name, waited, err)
+	}
 	return fmt.Errorf("serve: deploy %q: %s; the deployment was removed and holds nothing: %w", spec.Name, waited, err)
 }
 
@@ -320,6 +359,40 @@ func (s *Server) checkFeasible(ctx context.Context, spec Deployment) error {
 			spec.MinReplicas, spec.Accelerator, spec.Topology, have, err, have)}
 }
 
+// readyCount is the number of d's ready replicas.
+func (d *deployment) readyCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, r := range d.replicas {
+		if r.state == stateReady {
+			n++
+		}
+	}
+	return n
+}
+
+// update replaces old by nd, whose MinReplicas are ready: requests that
+// look the name up from now on reach nd; those that reached old before
+// (handling, queued, or between the two) finish on old, whose replicas
+// then drain and stop. No request fails for the update.
+func (s *Server) update(ctx context.Context, old, nd *deployment) error {
+	name := nd.spec.Name
+	s.mu.Lock()
+	if s.closing || old.deleting || s.deployments[name] != old {
+		s.mu.Unlock()
+		nd.shutdown(context.WithoutCancel(ctx))
+		return codeErr(ray.FailedPrecondition, "serve: deploy %q: the deployment was deleted (or the server shut down) while its new version started; the new version was removed", name)
+	}
+	s.deployments[name] = nd
+	s.mu.Unlock()
+	s.notify()
+	old.users.Wait() // no new user can find old now
+	old.shutdown(ctx)
+	s.log.Info("serve: deployment updated", "deployment", name)
+	return nil
+}
+
 // Delete removes the deployment name: new requests for it are answered
 // 503 with Retry-After while it goes (handle calls fail with
 // ErrShuttingDown) and 404 once it is gone; queued requests get 503; the
@@ -359,8 +432,7 @@ func (s *Server) Delete(ctx context.Context, name string) error {
 // waitedFor says what a Deploy whose context ended was waiting for: how
 // many replicas were ready, how many were waiting for a slice, how the
 // cluster's slices of the replicas' shape stood, and the last start error.
-func (s *Server) waitedFor(ctx context.Context, spec Deployment) string {
-	ds, _ := s.Status().Deployment(spec.Name)
+func (s *Server) waitedFor(ctx context.Context, spec Deployment, ds DeploymentStatus) string {
 	starting := 0
 	for _, r := range ds.Replicas {
 		if r.State == "STARTING" {
