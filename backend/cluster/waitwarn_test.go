@@ -114,7 +114,7 @@ func TestWaitWarningSliceReservation(t *testing.T) {
 	const state = "of the cluster's 1 slices of that shape 0 free, 1 busy, 0 broken"
 	is.Equal(w1.reason, state+`; reserved by "first"`)
 	w2 := nextWaitWarning(t, recs, `slice reservation "second"`)
-	is.True(w2.waited >= 2*w1.waited) // backoff: the next one at twice the age
+	is.True(w2.waited >= 2*w1.waited-time.Millisecond) // backoff: the next one at twice the age (logged rounded to 1ms)
 
 	cancel()
 	err = <-errc
