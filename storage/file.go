@@ -157,7 +157,12 @@ func (b *fileBucket) NewWriter(ctx context.Context, key string) (io.WriteCloser,
 		// left empty, such as the one made here a moment ago, before the
 		// temporary file is in it: make it again whenever the open finds
 		// no directory.
-		if err := root.MkdirAll(dir, 0o755); err != nil {
+		// MkdirAll itself meets the same removal when a parent it has
+		// just made is removed before its child is: start again.
+		if err = root.MkdirAll(dir, 0o755); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
 			return nil, wrapf("storage: write %q in %s: %w", key, b, err)
 		}
 		// The writer's PID in the name tells RemoveDebris whether the
