@@ -138,6 +138,20 @@ var (
 		}
 		return nil
 	})
+	// echoHTTP answers with what it saw of the request (201 for a POST);
+	// /missing is serve.Error 404.
+	echoHTTP = ray.NewMethod(echoClass, "http", func(ctx context.Context, e *echo, req serve.Request) (serve.Response, error) {
+		if req.Path == "/missing" {
+			return serve.Response{}, serve.Error(http.StatusNotFound, "no such item")
+		}
+		b, err := json.Marshal(map[string]any{"method": req.Method, "path": req.Path, "query": req.Query,
+			"token": req.Header.Get("X-Token"), "hop": req.Header.Get("X-Hop"), "body": string(req.Body)})
+		status := http.StatusOK
+		if req.Method == http.MethodPost {
+			status = http.StatusCreated
+		}
+		return serve.Response{Status: status, Header: http.Header{"Content-Type": {"application/json"}, "X-Served-By": {e.prefix}}, Body: b}, err
+	})
 	echoCheck = ray.NewMethod(echoClass, "check", func(ctx context.Context, e *echo, _ struct{}) (struct{}, error) {
 		rc, _ := ray.Runtime(ctx)
 		if _, bad := unhealthy.Load(rc.NodeName()); bad {

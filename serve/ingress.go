@@ -141,7 +141,13 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 	// since a retried stream sends the body again.
 	release := sync.OnceFunc(func() { s.releaseBody(int64(len(body))) })
 	defer release()
+	hasHTTP := d.hasHTTP()
+	ep := d.endpoints()
 	switch {
+	case hasHTTP && !(rest == "" && r.Method == http.MethodPost && ep.unary) && !(rest == "/stream" && r.Method == http.MethodPost && ep.stream):
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		d.serveHTTPMethod(ctx, &releaseOnResponse{ResponseWriter: w, release: release}, r, rest, body, start)
 	case rest == "" && r.Method == http.MethodPost:
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()

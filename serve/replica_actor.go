@@ -39,6 +39,7 @@ type actorInstance interface {
 	stream(ctx context.Context, body []byte, emit func([]byte) error) error
 	hasUnary() bool
 	hasStream() bool
+	serveHTTP(ctx context.Context, req Request) (Response, error)
 }
 
 // badRequest is an error in the client's request: it is answered with 400
@@ -70,6 +71,7 @@ type actorEndpoints[A any] struct {
 	unaryEP endpointInfo
 	stream  func(ctx context.Context, h *ray.ActorHandle[A], body []byte, emit func([]byte) error) error
 	check   func(ctx context.Context, h *ray.ActorHandle[A]) error
+	http    func(ctx context.Context, h *ray.ActorHandle[A], req Request) (Response, error)
 }
 
 // lenientKey marks the context of a call to a deployment with
@@ -241,13 +243,19 @@ func (r *actorReplica[A, CI]) validate() error {
 	if r.class == nil {
 		return errors.New("serve.Actor: nil actor class")
 	}
-	if r.eps.unary == nil && r.eps.stream == nil {
-		return fmt.Errorf("serve.Actor %s: no endpoint: pass serve.Unary (or serve.Batched) and/or serve.Streaming", r.class.Name())
+	if r.eps.unary == nil && r.eps.stream == nil && r.eps.http == nil {
+		return fmt.Errorf("serve.Actor %s: no endpoint: pass serve.Unary (or serve.Batched), serve.Streaming and/or serve.HTTP", r.class.Name())
 	}
 	if r.eps.unaryCount > 1 {
 		return fmt.Errorf("serve.Actor %s: %d endpoints serve POST /<deployment> (serve.Unary, serve.Batched); pass one", r.class.Name(), r.eps.unaryCount)
 	}
 	return nil
+}
+
+func (r *actorReplica[A, CI]) hasHTTP() bool { return r.eps.http != nil }
+
+func (r *actorReplica[A, CI]) endpointSet() endpointSet {
+	return endpointSet{unary: r.eps.unary != nil, stream: r.eps.stream != nil}
 }
 
 // endpoint describes the request endpoint handles call, if any.
@@ -281,6 +289,13 @@ type actorReplicaInstance[A any] struct {
 
 func (a *actorReplicaInstance[A]) hasUnary() bool  { return a.eps.unary != nil }
 func (a *actorReplicaInstance[A]) hasStream() bool { return a.eps.stream != nil }
+
+func (a *actorReplicaInstance[A]) serveHTTP(ctx context.Context, req Request) (Response, error) {
+	if a.eps.http == nil {
+		return Response{}, badRequest{fmt.Errorf("no HTTP endpoint")}
+	}
+	return a.eps.http(ctx, a.hosts[0], req)
+}
 
 func (a *actorReplicaInstance[A]) unary(ctx context.Context, body []byte) ([]byte, error) {
 	return a.eps.unary(ctx, a.hosts[0], body)
