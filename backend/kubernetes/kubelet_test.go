@@ -109,7 +109,7 @@ func (k *fakeKubelet) stop() {
 
 func (k *fakeKubelet) run(ctx context.Context, t *testing.T, p *corev1.Pod) {
 	pods := k.client.CoreV1().Pods(k.ns)
-	if p.Spec.Containers[0].Image == "unschedulable" {
+	if p.Spec.Containers[0].Image == "unschedulable" || len(p.Spec.SchedulingGates) > 0 {
 		return // stays Pending, bound to no node, as a pod kube-scheduler cannot place
 	}
 	if p.Spec.Containers[0].Image == "bad" {

@@ -488,6 +488,9 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod, en
 	ip, err := r.waitRunning(ctx, w)
 	if err != nil {
 		r.deleteWorkers([]*podWorker{w})
+		if backend.CodeOf(err) == backend.FailedPrecondition {
+			return nil, err // a gate that will not lift: not worth a retry
+		}
 		if ctx.Err() != nil {
 			return nil, backend.Errorf(backend.Unavailable, op, "not running within %v (is the node short of google.com/tpu, or the image slow to pull?): %w", r.cfg.Worker.StartTimeout, err)
 		}
@@ -542,6 +545,15 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod, en
 	return c, nil
 }
 
+// kueueGate is the scheduling gate Kueue's pod webhook puts on the pods
+// it manages until their workload is admitted.
+const kueueGate = "kueue.x-k8s.io/admission"
+
+// kueueGated reports whether Kueue holds pod p back.
+func kueueGated(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == kueueGate })
+}
+
 // dialStep and dialFast: a worker is dialled every dialStep for dialFast
 // after its pod runs, then with a backoff (startPod).
 const (
@@ -562,6 +574,11 @@ func (r *Runner) waitRunning(ctx context.Context, w *podWorker) (string, error) 
 		if p, err := r.pods.Pods(r.cfg.Namespace).Get(w.name); err == nil {
 			if why := podProblem(p); why != "" {
 				return "", errors.New(why)
+			}
+			if kueueGated(p) {
+				return "", backend.Errorf(backend.FailedPrecondition, "start worker pod "+r.cfg.Namespace+"/"+w.name,
+					"the pod is held by the scheduling gate %s: Kueue manages the pods of namespace %s (its manageJobsWithoutQueueName with the pod integration on) and lets them run only once a workload of a LocalQueue admits them, which goray does not ask for; run the driver in a namespace Kueue does not manage (leave it out of Kueue's managedJobsNamespaceSelector)",
+					kueueGate, r.cfg.Namespace)
 			}
 			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
 				return p.Status.PodIP, nil

@@ -442,3 +442,26 @@ func TestRunnerStartFailsAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestRunnerKueueGateFailsAtOnce: in a namespace where Kueue gates every
+// pod (its webhook adds the scheduling gate kueue.x-k8s.io/admission), a
+// reservation's pods would wait for ever: the reservation fails at once
+// with FailedPrecondition naming the gate, and leaves no pod.
+func TestRunnerKueueGateFailsAtOnce(t *testing.T) {
+	is := is.New(t)
+	r, _, client, _ := startRunner(t, "example.com/app")
+	client.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		p := a.(clienttesting.CreateAction).GetObject().(*corev1.Pod)
+		p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: kueueGate})
+		return false, nil, nil // the webhook's mutation; the tracker stores it
+	})
+	ctx := t.Context()
+	hosts := v6eHosts(r, t, "a")
+	err := r.Reserved(ctx, cluster.Claim{ID: "pg-1", Slices: []string{"a"}, Hosts: [][]string{hosts}}, hostEnv(hosts))
+	is.True(err != nil)
+	is.Equal(backend.CodeOf(err), backend.FailedPrecondition)
+	is.True(strings.Contains(err.Error(), "scheduling gate kueue.x-k8s.io/admission"))
+	pods, lerr := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	is.NoErr(lerr)
+	is.Equal(len(pods.Items), 0) // nothing left behind
+}
