@@ -96,12 +96,33 @@ func series(name string, labels ...string) string {
 		}
 		b = append(b, labels[i]...)
 		b = append(b, '=')
-		b = strconv.AppendQuote(b, labels[i+1])
+		b = appendLabelValue(b, labels[i+1])
 	}
 	if len(labels) > 0 {
 		b = append(b, '}')
 	}
 	return string(b)
+}
+
+// appendLabelValue appends v quoted as the Prometheus text format quotes a
+// label value: only backslash, double quote and line feed are escaped
+// (Go's quoting would also escape tabs and non-printable runes in forms the
+// format does not define).
+func appendLabelValue(b []byte, v string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; c {
+		case '\\':
+			b = append(b, '\\', '\\')
+		case '"':
+			b = append(b, '\\', '"')
+		case '\n':
+			b = append(b, '\\', 'n')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
 }
 
 func (m *metrics) dep(name string) *depMetrics {
