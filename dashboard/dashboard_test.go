@@ -254,7 +254,7 @@ func TestAPIWork(t *testing.T) {
 
 	for _, msg := range []string{"shard 6 missing", "shard 7 missing"} {
 		_, err = failing.Remote(ctx, c, msg, ray.Name("loader")).Get(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 	}
 	started, release := make(chan struct{}, 3), make(chan struct{})
 	blockStarted, blockRelease = started, release

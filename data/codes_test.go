@@ -177,7 +177,7 @@ func TestErrorCodes(t *testing.T) {
 			err := c.run()
 			is.True(err != nil)
 			t.Log(err)
-			is.Equal(ray.Code(err).String(), c.code.String())
+			is.Equal(ray.CodeOf(err).String(), c.code.String())
 			if c.code != ray.Canceled {
 				is.True(errors.Is(err, sentinel(c.code)))
 			}

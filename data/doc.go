@@ -107,7 +107,7 @@
 // only when the run succeeds.
 //
 // Every error a sink returns carries a code from goray's closed set
-// (ray.Code(err), errors.Is(err, ray.ErrNotFound), ...), its message and
+// (ray.CodeOf(err), errors.Is(err, ray.ErrNotFound), ...), its message and
 // chain kept: InvalidArgument for bad input (a row a source cannot
 // decode, a bad option or argument, a nil context or dataset, a file not
 // of its format, a row a format cannot encode); NotFound for a file,

@@ -137,7 +137,7 @@ var errTooLong = errors.New("longer than MaxLineBytes")
 // errFileTooLarge is errTooLong for a whole file ([MaxFileBytes]).
 var errFileTooLarge = errors.New("file larger than MaxFileBytes")
 
-// coded gives err a code from the closed set (ray.Code, errors.Is with
+// coded gives err a code from the closed set (ray.CodeOf, errors.Is with
 // ray.ErrInvalidArgument and the other sentinels) when it has none yet,
 // keeping its message and chain: every error that package data returns
 // goes through it.

@@ -283,7 +283,7 @@ func emit[O any](ctx context.Context, o *opState, ordered bool, done <-chan bloc
 // (its rows are bad rows) rather than from the cluster (an actor that
 // died, a cluster that closed), which fails the run.
 func userError(err error) bool {
-	switch ray.Code(err) {
+	switch ray.CodeOf(err) {
 	case ray.Unknown, ray.TaskFailed:
 		return true
 	default:

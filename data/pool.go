@@ -486,7 +486,7 @@ func (p *actorPool[A, CI]) grow() {
 // next waiting call, or idles.
 func (p *actorPool[A, CI]) put(m *member[A], callErr error) {
 	p.mu.Lock()
-	if ray.Code(callErr) == ray.ActorDied {
+	if ray.CodeOf(callErr) == ray.ActorDied {
 		p.remove(m)
 		if p.size < p.spec.Min && !p.growing && p.ctx.Err() == nil {
 			p.startGrow()

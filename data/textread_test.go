@@ -62,7 +62,7 @@ func TestReadTextLongLine(t *testing.T) {
 	is.True(errors.As(err, &re))
 	is.Equal(re.Pos.Source, p)
 	is.Equal(re.Pos.Line, int64(2))
-	is.Equal(ray.Code(err), ray.ResourceExhausted)
+	is.Equal(ray.CodeOf(err), ray.ResourceExhausted)
 	is.True(strings.Contains(err.Error(), "long.txt:2"))
 
 	var st data.Stats
@@ -123,7 +123,7 @@ func TestReadBinaryFiles(t *testing.T) {
 
 	// Too large: a bad row naming the file, skippable.
 	_, err = data.Count(ctx, data.ReadBinaryFiles(data.LocalFiles(filepath.Join(dir, "*.bin")), data.MaxFileBytes(999)))
-	is.Equal(ray.Code(err), ray.ResourceExhausted)
+	is.Equal(ray.CodeOf(err), ray.ResourceExhausted)
 	is.True(strings.Contains(err.Error(), "c.bin"))
 	is.True(strings.Contains(err.Error(), "MaxFileBytes (999 bytes)"))
 	n, err = data.Count(ctx, data.ReadBinaryFiles(data.LocalFiles(filepath.Join(dir, "*.bin")), data.MaxFileBytes(999)), data.SkipBadRows(1))
@@ -135,18 +135,18 @@ func TestReadBinaryFiles(t *testing.T) {
 		return nil, &fs.PathError{Op: "open", Path: "secret.bin", Err: syscall.EACCES}
 	})
 	_, err = data.Count(ctx, data.ReadBinaryFiles(denied))
-	is.Equal(ray.Code(err), ray.FailedPrecondition)
+	is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 	var se *data.SourceError
 	is.True(errors.As(err, &se))
 	is.Equal(se.Pos.Source, "secret.bin")
 	_, err = data.Count(ctx, data.ReadText(denied))
-	is.Equal(ray.Code(err), ray.FailedPrecondition)
+	is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 	_, err = data.Count(ctx, data.ReadBinaryFiles(data.LocalFiles(filepath.Join(dir, "*.png"))))
-	is.Equal(ray.Code(err), ray.NotFound)
+	is.Equal(ray.CodeOf(err), ray.NotFound)
 	is.True(strings.Contains(err.Error(), "*.png"))
 	_, err = data.Count(ctx, data.ReadText(data.InBucket(mem, "nothing/here/*.txt")))
-	is.Equal(ray.Code(err), ray.NotFound)
+	is.Equal(ray.CodeOf(err), ray.NotFound)
 	is.True(strings.Contains(err.Error(), "nothing/here/*.txt"))
 	_, err = data.Count(ctx, data.ReadBinaryFiles(data.LocalFiles(dir), data.MaxFileBytes(0)))
-	is.Equal(ray.Code(err), ray.InvalidArgument)
+	is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 }

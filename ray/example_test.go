@@ -105,7 +105,7 @@ func ExampleTask_RemoteRef() {
 	// A failed input fails the dependent task, which never runs.
 	bad := exampleSqrt.Remote(ctx, c, -4)
 	_, err = exampleAddOne.RemoteRef(ctx, c, bad).Get(ctx)
-	fmt.Println(ray.Code(err))
+	fmt.Println(ray.CodeOf(err))
 	fmt.Println(err)
 	// Output:
 	// 10 <nil>
@@ -130,7 +130,7 @@ func ExampleNewActorClass() {
 		log.Fatal(err)
 	}
 	_, err = exampleCounterAdd.Remote(ctx, h, 1).Get(ctx)
-	fmt.Println(ray.Code(err), errors.Is(err, ray.ErrActorDied))
+	fmt.Println(ray.CodeOf(err), errors.Is(err, ray.ErrActorDied))
 	// Output:
 	// 15 <nil>
 	// ActorDied true
@@ -190,7 +190,7 @@ func ExampleNewPlacementGroup() {
 		Strategy: ray.StrictSpread,
 		Bundles:  []ray.Bundle{{Resources: ray.Resources{ray.CPU: 1}}, {Resources: ray.Resources{ray.CPU: 1}}, {Resources: ray.Resources{ray.CPU: 1}}},
 	})
-	fmt.Println(ray.Code(err))
+	fmt.Println(ray.CodeOf(err))
 	// Output:
 	// bundle 0, {CPU: 1} <nil>
 	// bundle 1, {CPU: 1} <nil>
@@ -256,7 +256,7 @@ func ExampleRunOnSlice() {
 	// The first host to fail is named ("host 2 of 4: ..."); every host
 	// fails here, so which one is first varies.
 	_, err = ray.RunOnSlice(ctx, spg, exampleSqrt, -1)
-	fmt.Println(ray.Code(err))
+	fmt.Println(ray.CodeOf(err))
 	var te *ray.TaskError
 	if errors.As(err, &te) {
 		fmt.Println(te.Message)
@@ -274,21 +274,21 @@ func ExampleCode() {
 
 	// No node has a TPU: the request fails at once, never queues.
 	_, err := exampleSquare.Remote(ctx, c, 2, ray.Resources{ray.TPU: 4}).Get(ctx)
-	fmt.Println(ray.Code(err), errors.Is(err, ray.ErrInfeasible))
+	fmt.Println(ray.CodeOf(err), errors.Is(err, ray.ErrInfeasible))
 	fmt.Println(err)
 
 	// Neither does any node have 16 CPUs.
 	err = exampleSquare.Remote(ctx, c, 2, ray.Resources{ray.CPU: 16}).Err()
-	fmt.Println(ray.Code(err), errors.Is(err, ray.ErrInfeasible))
+	fmt.Println(ray.CodeOf(err), errors.Is(err, ray.ErrInfeasible))
 
 	// A topology v6e does not have is an invalid argument, listing the valid ones.
 	_, err = ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x5", AcceleratorVersion: "v6e"})
-	fmt.Println(ray.Code(err), errors.Is(err, ray.ErrInvalidArgument))
+	fmt.Println(ray.CodeOf(err), errors.Is(err, ray.ErrInvalidArgument))
 	fmt.Println(err)
 
 	// Success has code OK.
 	_, err = exampleSquare.Remote(ctx, c, 2).Get(ctx)
-	fmt.Println(ray.Code(err))
+	fmt.Println(ray.CodeOf(err))
 	// Output:
 	// Infeasible true
 	// submit task example.square: no live node can ever hold {CPU: 1, TPU: 4}: the most any of the 2 live nodes has is {CPU: 4}
@@ -346,7 +346,7 @@ func ExampleObjectRef_Cancel() {
 		log.Fatal(err)
 	}
 	_, err := ref.Get(ctx)
-	fmt.Println(ray.Code(err))
+	fmt.Println(ray.CodeOf(err))
 	// Output:
 	// Canceled
 }

@@ -16,10 +16,10 @@ import (
 func TestZeroObjectRef(t *testing.T) {
 	is := is.New(t)
 	var r ray.ObjectRef[int]
-	is.Equal(ray.Code(r.Err()), ray.InvalidArgument)
+	is.Equal(ray.CodeOf(r.Err()), ray.InvalidArgument)
 	v, err := r.Get(context.Background())
 	is.Equal(v, 0)
-	is.Equal(ray.Code(err), ray.InvalidArgument)
+	is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	is.True(strings.Contains(err.Error(), "zero ObjectRef"))
 	is.Equal(r.ID(), backend.ObjectID(0))
 	is.Equal(r.String(), "ObjectRef(invalid)")
@@ -39,17 +39,17 @@ func TestObjectRefRelease(t *testing.T) {
 		r.Release()
 		r.Release() // idempotent
 		_, err = cp.Get(ctx)
-		is.Equal(ray.Code(err), ray.FailedPrecondition)
+		is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 		is.True(errors.Is(err, ray.ErrFailedPrecondition))
 		is.True(strings.Contains(err.Error(), "released"))
-		is.Equal(ray.Code(r.Err()), ray.FailedPrecondition)
+		is.Equal(ray.CodeOf(r.Err()), ray.FailedPrecondition)
 	})
 	t.Run("released ref as a task input", func(t *testing.T) {
 		is := is.New(t)
 		r := ray.Put(ctx, c, 3)
 		r.Release()
 		out := regSquare.RemoteRef(ctx, c, r)
-		is.Equal(ray.Code(out.Err()), ray.FailedPrecondition)
+		is.Equal(ray.CodeOf(out.Err()), ray.FailedPrecondition)
 		is.True(strings.Contains(out.Err().Error(), "input ref"))
 	})
 	t.Run("released ref counts as ready", func(t *testing.T) {
@@ -71,7 +71,7 @@ func TestWait(t *testing.T) {
 		is := is.New(t)
 		refs := []ray.ObjectRef[int]{ray.Put(ctx, c1, 1), ray.Put(ctx, c2, 2)}
 		_, _, err := ray.Wait(ctx, refs, 2)
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), "different clusters"))
 	})
 	t.Run("refs of mixed types", func(t *testing.T) {
@@ -134,7 +134,7 @@ func TestGetAll(t *testing.T) {
 		refs := []ray.ObjectRef[int]{regCheck.Remote(ctx, c, 1), regCheck.Remote(ctx, c, -2), regCheck.Remote(ctx, c, -3)}
 		got, err := ray.GetAll(ctx, refs)
 		is.True(got == nil)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		is.True(strings.HasPrefix(err.Error(), "get objects: ref 1 of 3: ")) // the first failure in input order
 		is.True(strings.Contains(err.Error(), "negative input -2"))
 		var te *ray.TaskError
@@ -146,7 +146,7 @@ func TestGetAll(t *testing.T) {
 	t.Run("zero ref", func(t *testing.T) {
 		is := is.New(t)
 		_, err := ray.GetAll(ctx, []ray.ObjectRef[int]{ray.Put(ctx, c, 1), {}})
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), "ref 1 of 2"))
 	})
 	t.Run("context error is returned as is", func(t *testing.T) {
@@ -170,7 +170,7 @@ func TestUnencodableValues(t *testing.T) {
 	t.Run("Put", func(t *testing.T) {
 		is := is.New(t)
 		r := ray.Put(ctx, c, make(chan int))
-		is.Equal(ray.Code(r.Err()), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(r.Err()), ray.InvalidArgument)
 		is.True(strings.Contains(r.Err().Error(), "chan int"))
 		is.True(strings.Contains(r.Err().Error(), "json"))
 		_, err := r.Get(ctx)
@@ -180,14 +180,14 @@ func TestUnencodableValues(t *testing.T) {
 	t.Run("task input", func(t *testing.T) {
 		is := is.New(t)
 		r := regAny.Remote(ctx, c, func() {})
-		is.Equal(ray.Code(r.Err()), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(r.Err()), ray.InvalidArgument)
 		is.True(strings.Contains(r.Err().Error(), "submit task registrytest.any"))
 		is.True(strings.Contains(r.Err().Error(), "input"))
 	})
 	t.Run("task output", func(t *testing.T) {
 		is := is.New(t)
 		_, err := regBadOutput.Remote(ctx, c, 0).Get(ctx)
-		is.Equal(ray.Code(err), ray.InvalidArgument) // a codec failure, not the user's TaskFailed
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument) // a codec failure, not the user's TaskFailed
 		is.True(strings.Contains(err.Error(), "output"))
 	})
 	t.Run("without the codec, values stay native", func(t *testing.T) {
@@ -205,8 +205,8 @@ func TestClosedAndNilCluster(t *testing.T) {
 	t.Run("nil cluster", func(t *testing.T) {
 		is := is.New(t)
 		var c *ray.Cluster
-		is.Equal(ray.Code(regSquare.Remote(ctx, c, 1).Err()), ray.InvalidArgument)
-		is.Equal(ray.Code(ray.Put(ctx, c, 1).Err()), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(regSquare.Remote(ctx, c, 1).Err()), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(ray.Put(ctx, c, 1).Err()), ray.InvalidArgument)
 		is.NoErr(c.Close())
 		is.True(c.Backend() == nil)
 	})
@@ -221,7 +221,7 @@ func TestClosedAndNilCluster(t *testing.T) {
 			ray.Put(ctx, c, 1).Err(),
 			func() error { _, err := before.Get(ctx); return err }(),
 		} {
-			is.Equal(ray.Code(err), ray.FailedPrecondition)
+			is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 			is.True(errors.Is(err, ray.ErrClosed))
 		}
 	})
@@ -262,23 +262,23 @@ func TestResourceOptionsMerge(t *testing.T) {
 	t.Run("negative amount", func(t *testing.T) {
 		is := is.New(t)
 		err := regResources.Remote(ctx, c, 0, ray.Resources{ray.TPU: -1}).Err()
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), `"TPU"`))
 	})
 	t.Run("TPU chip counts as in Ray", func(t *testing.T) {
 		is := is.New(t)
 		for _, bad := range []float64{0.5, 3, 6, 16} {
 			err := regResources.Remote(ctx, c, 0, ray.Resources{ray.TPU: bad}).Err()
-			is.Equal(ray.Code(err), ray.InvalidArgument)
+			is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 			is.True(strings.Contains(err.Error(), "valid: 1, 2, 4 or 8 chips of one host")) // says what is valid
 			err = benchActorClass.Remote(ctx, c, struct{}{}, ray.Resources{ray.TPU: bad}).Ready(ctx)
-			is.Equal(ray.Code(err), ray.InvalidArgument) // actors too
+			is.Equal(ray.CodeOf(err), ray.InvalidArgument) // actors too
 		}
 	})
 	t.Run("unknown resource is infeasible", func(t *testing.T) {
 		is := is.New(t)
 		err := regResources.Remote(ctx, c, 0, ray.Resources{"GPU": 1}).Err()
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 		is.True(strings.Contains(err.Error(), `"GPU"`))
 	})
 }

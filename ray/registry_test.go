@@ -182,7 +182,7 @@ func TestLookupTask(t *testing.T) {
 		is := is.New(t)
 		task, err := ray.LookupTask[int, int]("registrytest.nope")
 		is.True(task == nil)
-		is.Equal(ray.Code(err), ray.NotFound)
+		is.Equal(ray.CodeOf(err), ray.NotFound)
 		is.True(errors.Is(err, ray.ErrNotFound))
 		is.True(strings.Contains(err.Error(), `"registrytest.nope"`))
 		is.True(strings.Contains(err.Error(), "registrytest.square")) // says what is registered
@@ -191,19 +191,19 @@ func TestLookupTask(t *testing.T) {
 		is := is.New(t)
 		task, err := ray.LookupTask[string, int]("registrytest.square")
 		is.True(task == nil)
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), "func(int) int"))
 		is.True(strings.Contains(err.Error(), "not func(string) int"))
 	})
 	t.Run("output type mismatch", func(t *testing.T) {
 		is := is.New(t)
 		_, err := ray.LookupTask[int, int64]("registrytest.square")
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	})
 	t.Run("an actor class is not a task", func(t *testing.T) {
 		is := is.New(t)
 		_, err := ray.LookupTask[int, int]("registrytest.counter")
-		is.Equal(ray.Code(err), ray.NotFound)
+		is.Equal(ray.CodeOf(err), ray.NotFound)
 	})
 }
 
@@ -274,7 +274,7 @@ func TestNewCluster(t *testing.T) {
 		is := is.New(t)
 		c, err := ray.NewCluster(ctx, nil, nil)
 		is.True(c == nil)
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), "nil backend"))
 	})
 	t.Run("DisableCodec without NativeValues", func(t *testing.T) {
@@ -282,7 +282,7 @@ func TestNewCluster(t *testing.T) {
 		b := &startOnly{}
 		c, err := ray.NewCluster(ctx, b, &ray.Options{DisableCodec: true})
 		is.True(c == nil)
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), "DisableCodec"))
 		is.True(strings.Contains(err.Error(), "*ray_test.startOnly")) // names the backend
 		is.True(!b.started)                                           // fails before starting the backend
@@ -290,7 +290,7 @@ func TestNewCluster(t *testing.T) {
 	t.Run("DisableCodec when NativeValues says no", func(t *testing.T) {
 		is := is.New(t)
 		_, err := ray.NewCluster(ctx, &noNative{}, &ray.Options{DisableCodec: true})
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	})
 	t.Run("DisableCodec on the fake backend", func(t *testing.T) {
 		is := is.New(t)
@@ -306,14 +306,14 @@ func TestNewCluster(t *testing.T) {
 		is.True(b.started)
 		is.Equal(c.Backend(), backend.Backend(b))
 		_, err = c.Snapshot(ctx)
-		is.Equal(ray.Code(err), ray.Unimplemented) // no Snapshotter
+		is.Equal(ray.CodeOf(err), ray.Unimplemented) // no Snapshotter
 		_, err = ray.TPUSlices(ctx, c)
-		is.Equal(ray.Code(err), ray.Unimplemented) // no SliceReserver
+		is.Equal(ray.CodeOf(err), ray.Unimplemented) // no SliceReserver
 	})
 	t.Run("Start error keeps its code", func(t *testing.T) {
 		is := is.New(t)
 		_, err := ray.NewCluster(ctx, &startOnly{err: backend.Errorf(backend.Unavailable, "dial", "connection refused")}, nil)
-		is.Equal(ray.Code(err), ray.Unavailable)
+		is.Equal(ray.CodeOf(err), ray.Unavailable)
 		is.True(strings.HasPrefix(err.Error(), "create cluster: "))
 		is.True(strings.Contains(err.Error(), "connection refused"))
 	})

@@ -66,7 +66,7 @@ func TestPendingSliceRequestsErrors(t *testing.T) {
 			is.NoErr(err)
 			defer c.Close()
 			_, err = ray.PendingSliceRequests(t.Context(), c)
-			is.Equal(ray.Code(err), tc.code)
+			is.Equal(ray.CodeOf(err), tc.code)
 		})
 	}
 	t.Run("closed", func(t *testing.T) {
@@ -75,6 +75,6 @@ func TestPendingSliceRequestsErrors(t *testing.T) {
 		is.NoErr(c.Close())
 		_, err := ray.PendingSliceRequests(t.Context(), c)
 		is.True(err != nil)
-		is.Equal(ray.Code(err), ray.FailedPrecondition)
+		is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 	})
 }

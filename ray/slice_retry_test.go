@@ -38,7 +38,7 @@ func TestRunOnSliceRetries(t *testing.T) {
 			defer c.Close()
 			fb.FailNext(sliceWorker.Name(), 1, tt.fail)
 			out, err := ray.Dispatch(ctx, c, spec4x4, sliceWorker, struct{}{}, tt.opts...)
-			is.Equal(ray.Code(err), tt.wantCode)
+			is.Equal(ray.CodeOf(err), tt.wantCode)
 			if tt.wantCode == ray.OK {
 				is.Equal(len(out), 4)
 			}

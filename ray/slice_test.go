@@ -173,7 +173,7 @@ func TestSliceBundles(t *testing.T) {
 	t.Run("Indivisible", func(t *testing.T) {
 		is := is.New(t)
 		_, err := ray.NewSlicePlacementGroup(within(t, time.Second), c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", ResourcesPerBundle: ray.Resources{ray.TPU: 3}})
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), "divide"))
 	})
 	t.Run("ChipsPerVM", func(t *testing.T) {
@@ -182,7 +182,7 @@ func TestSliceBundles(t *testing.T) {
 		// v6e 2x4 is one 8-chip VM by default, which this cluster lacks;
 		// with ChipsPerVM 4 it is two 4-chip hosts.
 		_, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "2x4", AcceleratorVersion: "v6e"})
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 		spg, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "2x4", AcceleratorVersion: "v6e", ChipsPerVM: 4})
 		is.NoErr(err)
 		defer spg.Release(ctx)
@@ -215,7 +215,7 @@ func TestSliceErrors(t *testing.T) {
 			is := is.New(t)
 			start := time.Now()
 			_, err := ray.NewSlicePlacementGroup(within(t, 10*time.Second), c, tc.spec)
-			is.Equal(ray.Code(err), tc.code)
+			is.Equal(ray.CodeOf(err), tc.code)
 			is.True(strings.Contains(err.Error(), tc.msg))
 			is.True(time.Since(start) < 5*time.Second) // failed at once, not after a wait
 		})
@@ -234,9 +234,9 @@ func TestSliceErrors(t *testing.T) {
 		is.NoErr(err)
 		defer nc.Close()
 		_, err = ray.NewSlicePlacementGroup(context.Background(), nc, spec4x4)
-		is.Equal(ray.Code(err), ray.Unimplemented)
+		is.Equal(ray.CodeOf(err), ray.Unimplemented)
 		_, err = ray.TPUSlices(context.Background(), nc)
-		is.Equal(ray.Code(err), ray.Unimplemented)
+		is.Equal(ray.CodeOf(err), ray.Unimplemented)
 	})
 	assertAllFree(t, c)
 }
@@ -252,7 +252,7 @@ func TestSliceBusyWaitsThenTimesOut(t *testing.T) {
 	is.NoErr(err)
 	_, err = ray.NewSlicePlacementGroup(within(t, 30*time.Millisecond), c, spec4x4)
 	is.True(errors.Is(err, context.DeadlineExceeded))
-	is.Equal(ray.Code(err), ray.DeadlineExceeded)
+	is.Equal(ray.CodeOf(err), ray.DeadlineExceeded)
 	// The error says what was asked and how the slices of that shape stand.
 	is.True(strings.Contains(err.Error(), "reserve TPU slices: gave up after "))
 	is.True(strings.Contains(err.Error(), "waiting for 1 × v6e 4x4: of the cluster's 1 slices of that shape 0 free, 1 busy, 0 broken: context deadline exceeded"))
@@ -498,7 +498,7 @@ func TestSliceHostDeath(t *testing.T) {
 	<-h.started
 	is.NoErr(fi.KillNode(ctx, hosts[2]))
 	_, err = running.Get(ctx)
-	is.Equal(ray.Code(err), ray.Unavailable)
+	is.Equal(ray.CodeOf(err), ray.Unavailable)
 	t.Log(err)
 	is.True(strings.Contains(err.Error(), "was lost (node "+hosts[2]+" was killed)")) // and why: the cause the backend gave
 	sums := ray.SummarizeSlices(must(ray.TPUSlices(ctx, c)))
@@ -531,7 +531,7 @@ func TestDispatch(t *testing.T) {
 	}
 	assertAllFree(t, c) // released after the run
 	_, err = ray.Dispatch(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: 2}, sliceWorker, struct{}{})
-	is.Equal(ray.Code(err), ray.Infeasible)
+	is.Equal(ray.CodeOf(err), ray.Infeasible)
 }
 
 func TestFormatSlices(t *testing.T) {
@@ -572,13 +572,13 @@ func TestSlicePreempted(t *testing.T) {
 	<-h.started
 	is.NoErr(be.PreemptSlice(ctx, spg.SliceNames()[0]))
 	_, err = ref.Get(ctx)
-	is.Equal(ray.Code(err), ray.Unavailable)
+	is.Equal(ray.CodeOf(err), ray.Unavailable)
 	states := must(ray.TPUSlices(ctx, c))
 	is.True(!states[0].Intact)
 	for _, hs := range states[0].Hosts {
 		is.True(!hs.Alive)
 	}
-	is.Equal(ray.Code(be.PreemptSlice(ctx, "nope")), ray.NotFound)
+	is.Equal(ray.CodeOf(be.PreemptSlice(ctx, "nope")), ray.NotFound)
 }
 
 // TestSliceCancelRaces: reservations whose contexts end at random moments,

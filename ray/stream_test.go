@@ -76,7 +76,7 @@ func TestStreamTask(t *testing.T) {
 					is.Equal(v, i)
 				}
 				_, err := s.Next(ctx)
-				is.Equal(ray.Code(err), ray.TaskFailed)
+				is.Equal(ray.CodeOf(err), ray.TaskFailed)
 				var te *ray.TaskError
 				is.True(errors.As(err, &te))
 				is.Equal(te.Task, "ray_test.count_to")
@@ -123,7 +123,7 @@ func TestStreamTask(t *testing.T) {
 				}
 				select {
 				case err := <-closedSeen:
-					is.Equal(ray.Code(err), ray.Canceled) // yield failed: the caller has gone
+					is.Equal(ray.CodeOf(err), ray.Canceled) // yield failed: the caller has gone
 				case <-time.After(10 * time.Second):
 					t.Fatal("the task did not see its stream closed")
 				}
@@ -164,21 +164,21 @@ func TestStreamBadInput(t *testing.T) {
 	ctx := context.Background()
 	c := localCluster(t, nil)
 	_, err := countTo.Remote(ctx, c, countArgs{N: 1}, ray.StreamBuffer(0)).Next(ctx)
-	is.Equal(ray.Code(err), ray.InvalidArgument)
+	is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	is.True(strings.Contains(err.Error(), "StreamBuffer(0): must be at least 1"))
 	_, err = countTo.Remote(ctx, c, countArgs{N: 1}, ray.Resources{ray.CPU: 64}).Next(ctx)
-	is.Equal(ray.Code(err), ray.Infeasible)
+	is.Equal(ray.CodeOf(err), ray.Infeasible)
 	s := countTo.Remote(ctx, c, countArgs{N: 5})
 	s.Close()
 	_, err = s.Next(ctx)
-	is.Equal(ray.Code(err), ray.FailedPrecondition)
+	is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 	plain, err := ray.LookupTask[countArgs, int]("ray_test.count_to")
 	is.NoErr(err) // a streaming task's name is a task name
 	_, err = plain.Remote(ctx, c, countArgs{N: 1}).Get(ctx)
-	is.Equal(ray.Code(err), ray.InvalidArgument)
+	is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	is.True(strings.Contains(err.Error(), `"ray_test.count_to" is a streaming task; call it with its StreamTask's Remote`))
 	_, err = plain.Remote(ctx, c, countArgs{N: 1}, ray.StreamBuffer(4)).Get(ctx)
-	is.Equal(ray.Code(err), ray.InvalidArgument) // not silently ignored
+	is.Equal(ray.CodeOf(err), ray.InvalidArgument) // not silently ignored
 	is.True(strings.Contains(err.Error(), "StreamBuffer applies to streaming tasks and methods"))
 }
 
@@ -248,7 +248,7 @@ func TestStreamMethod(t *testing.T) {
 				got = append(got, v)
 			}
 			is.Equal(got, []int{121, 122})
-			is.Equal(ray.Code(last), ray.TaskFailed)
+			is.Equal(ray.CodeOf(last), ray.TaskFailed)
 			is.True(strings.Contains(last.Error(), "tick 123 failed"))
 			is.True(strings.Contains(last.Error(), "ray_test.ticker.tick"))
 

@@ -61,7 +61,7 @@ func TestSubsliceGroupBadSpec(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			is := is.New(t)
 			_, err := ray.NewSlicePlacementGroup(within(t, 5*time.Second), c, tc.spec)
-			is.Equal(ray.Code(err), ray.InvalidArgument)
+			is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 			testkit.ErrContains(t, err, tc.want)
 		})
 	}

@@ -146,7 +146,7 @@ func TestCPUDeployment(t *testing.T) {
 		defer cancel()
 		err := srv.Deploy(ctx, d)
 		t.Log(err)
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 		is.True(ctx.Err() == nil) // at once
 		_, found := srv.Status().Deployment("huge")
 		is.True(!found)

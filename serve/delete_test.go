@@ -49,9 +49,9 @@ func TestDelete(t *testing.T) {
 	}
 	h, err := serve.Handle[EchoIn, EchoOut](srv, "a")
 	is.True(err != nil)
-	is.Equal(ray.Code(err), ray.Unavailable)
+	is.Equal(ray.CodeOf(err), ray.Unavailable)
 	is.True(h.Deployment() == "")
-	is.Equal(ray.Code(srv.Delete(context.Background(), "a")), ray.FailedPrecondition) // being deleted
+	is.Equal(ray.CodeOf(srv.Delete(context.Background(), "a")), ray.FailedPrecondition) // being deleted
 
 	gates.release(g)
 	wg.Wait()
@@ -65,7 +65,7 @@ func TestDelete(t *testing.T) {
 	_, found := srv.Status().Deployment("a")
 	is.True(!found)
 	is.Equal(reservedSlices(t, c), 1) // b's only
-	is.Equal(ray.Code(srv.Delete(context.Background(), "a")), ray.NotFound)
+	is.Equal(ray.CodeOf(srv.Delete(context.Background(), "a")), ray.NotFound)
 	// The name can be deployed again.
 	is.NoErr(srv.Deploy(context.Background(), deployment("a")))
 }

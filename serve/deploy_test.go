@@ -32,7 +32,7 @@ func TestDeploySaysWhatItWaitedFor(t *testing.T) {
 	defer cancel()
 	err = srv.Deploy(ctx, d)
 	is.True(errors.Is(err, context.DeadlineExceeded))
-	is.Equal(ray.Code(err), ray.DeadlineExceeded)
+	is.Equal(ray.CodeOf(err), ray.DeadlineExceeded)
 	t.Log(err)
 	// Typically "1 of 2 replicas (MinReplicas) ready, 1 starting, each
 	// waiting for a v6e 2x4 slice (the cluster has 2 slices of that shape:
@@ -61,7 +61,7 @@ func TestDeployInfeasible(t *testing.T) {
 	err := srv.Deploy(ctx, d)
 	t.Log(err)
 	is.True(err != nil)
-	is.Equal(ray.Code(err), ray.Infeasible)
+	is.Equal(ray.CodeOf(err), ray.Infeasible)
 	is.True(errors.Is(err, ray.ErrInfeasible))
 	is.True(ctx.Err() == nil) // at once, not when the guard ended
 	is.True(strings.Contains(err.Error(), "Deployment.MinReplicas 5 can never be held"))

@@ -67,7 +67,7 @@ func TestErrorCodes(t *testing.T) {
 			err := srv.Deploy(context.Background(), d)
 			t.Log(err)
 			is.True(err != nil)
-			is.Equal(ray.Code(err), ray.InvalidArgument)
+			is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 			is.True(errors.Is(err, ray.ErrInvalidArgument))
 			var fe *serve.FieldError
 			is.True(errors.As(err, &fe))
@@ -115,12 +115,12 @@ func TestErrorCodes(t *testing.T) {
 			is := is.New(t)
 			t.Log(o.err)
 			is.True(o.err != nil)
-			is.Equal(ray.Code(o.err), o.code)
+			is.Equal(ray.CodeOf(o.err), o.code)
 		})
 	}
 	is.NoErr(srv.Shutdown(context.Background()))
 	err = srv.Deploy(context.Background(), valid())
-	is.Equal(ray.Code(err), ray.FailedPrecondition)
+	is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 	is.True(errors.Is(err, ray.ErrClosed))
 }
 

@@ -21,7 +21,7 @@ import (
 // still counts when the method wraps it (fmt.Errorf("...: %w", err)).
 //
 // A StatusError has the goray code of its status (see [StatusOf]), or the
-// one given to CodeError, for ray.Code and errors.Is.
+// one given to CodeError, for ray.CodeOf and errors.Is.
 type StatusError struct {
 	// Status is the HTTP status, 400 to 599.
 	Status int
@@ -48,7 +48,7 @@ func CodeError(code ray.ErrorCode, msg string) error {
 
 func (e *StatusError) Error() string { return e.Message + " [HTTP " + strconv.Itoa(e.Status) + "]" }
 
-// Unwrap returns the error's goray code, for ray.Code and errors.Is.
+// Unwrap returns the error's goray code, for ray.CodeOf and errors.Is.
 func (e *StatusError) Unwrap() error { return &backend.Error{Code: e.code, Err: errors.New(e.Message)} }
 
 // StatusOf is the HTTP status the ingress answers an error of the goray

@@ -96,7 +96,7 @@ func (e *CallError) Error() string {
 	return fmt.Sprintf("serve: %s (status %d)", msg, e.Code)
 }
 
-// Unwrap returns the error's goray code, for ray.Code and errors.Is: the
+// Unwrap returns the error's goray code, for ray.CodeOf and errors.Is: the
 // code of its status (see [StatusOf]) for a method's error that chose one,
 // TaskFailed for another method error, ResourceExhausted when the
 // deployment is overloaded, Unavailable when it is shutting down, its

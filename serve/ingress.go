@@ -271,7 +271,7 @@ func (d *deployment) fail(w http.ResponseWriter, start time.Time, code int, msg 
 // failed: its actor or host died, its slice went away, or its server
 // stopped answering.
 func lostReplica(err error) bool {
-	switch ray.Code(err) {
+	switch ray.CodeOf(err) {
 	case ray.ActorDied, ray.Unavailable:
 		return true
 	}
@@ -352,13 +352,13 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 				continue
 			}
 			return fail(http.StatusServiceUnavailable, kindLost, fmt.Sprintf("deployment %q: replica %s was lost: %v", d.spec.Name, rep.id, err))
-		case ray.Code(err) == ray.TaskFailed:
+		case ray.CodeOf(err) == ray.TaskFailed:
 			// The method's own error: the status it chose (StatusError),
 			// or 500.
 			code, msg := methodError(err)
 			return fail(code, kindFailed, fmt.Sprintf("deployment %q: %s", d.spec.Name, msg))
 		default:
-			code := StatusOf(ray.Code(err))
+			code := StatusOf(ray.CodeOf(err))
 			if code == http.StatusTooManyRequests {
 				code = http.StatusServiceUnavailable // the cluster's resources, not the client's rate
 			}

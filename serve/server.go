@@ -351,7 +351,7 @@ func (s *Server) checkFeasible(ctx context.Context, spec Deployment) error {
 		_ = spg.Release(context.WithoutCancel(ctx)) // made on demand in time: feasible
 		return nil
 	}
-	if ray.Code(err) != ray.Infeasible {
+	if ray.CodeOf(err) != ray.Infeasible {
 		return nil
 	}
 	return &backend.Error{Code: backend.Infeasible, Op: fmt.Sprintf("serve: deploy %q", spec.Name),
@@ -424,7 +424,7 @@ func (s *Server) Delete(ctx context.Context, name string) error {
 	s.mu.Unlock()
 	s.notify()
 	if err := ctx.Err(); err != nil {
-		return codeErr(ray.Code(err), "serve: delete %q: stopped its replicas at once: %w", name, err)
+		return codeErr(ray.CodeOf(err), "serve: delete %q: stopped its replicas at once: %w", name, err)
 	}
 	return nil
 }
@@ -521,7 +521,7 @@ func (d *deployment) startErr() error {
 
 // permanent reports a start failure that retrying cannot fix.
 func permanent(err error) bool {
-	switch ray.Code(err) {
+	switch ray.CodeOf(err) {
 	case ray.InvalidArgument, ray.Infeasible, ray.NotFound, ray.ActorDied, ray.TaskFailed:
 		return true
 	}

@@ -82,10 +82,10 @@ func TestStatusCodes(t *testing.T) {
 		var ce *serve.CallError
 		is.True(errors.As(err, &ce))
 		is.Equal(ce.Code, http.StatusNotFound)
-		is.Equal(ray.Code(err), ray.NotFound)
+		is.Equal(ray.CodeOf(err), ray.NotFound)
 		is.True(errors.Is(err, ray.ErrNotFound))
 		_, err = h.Call(t.Context(), EchoIn{Status: 429})
-		is.Equal(ray.Code(err), ray.ResourceExhausted)
+		is.Equal(ray.CodeOf(err), ray.ResourceExhausted)
 	})
 	t.Run("serve.Error in process", func(t *testing.T) {
 		is := is.New(t)
@@ -93,8 +93,8 @@ func TestStatusCodes(t *testing.T) {
 		var se *serve.StatusError
 		is.True(errors.As(err, &se))
 		is.Equal(se.Status, http.StatusConflict)
-		is.Equal(ray.Code(err), ray.AlreadyExists)
-		is.Equal(ray.Code(serve.CodeError(ray.NotFound, "x")), ray.NotFound)
+		is.Equal(ray.CodeOf(err), ray.AlreadyExists)
+		is.Equal(ray.CodeOf(serve.CodeError(ray.NotFound, "x")), ray.NotFound)
 		is.Equal(serve.StatusOf(ray.ResourceExhausted), http.StatusTooManyRequests)
 	})
 

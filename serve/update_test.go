@@ -82,7 +82,7 @@ func TestRedeployUpdatesWithoutFailures(t *testing.T) {
 	defer cancel()
 	err = srv.Deploy(ctx, v3)
 	t.Log(err)
-	is.Equal(ray.Code(err), ray.DeadlineExceeded)
+	is.Equal(ray.CodeOf(err), ray.DeadlineExceeded)
 	code, _, b = post(t, client, base+"/m", EchoIn{Text: "z"})
 	is.Equal(code, http.StatusOK)
 	is.True(strings.Contains(string(b), `"Text":"v2:z"`))

@@ -8,7 +8,7 @@ import (
 	"github.com/goray-dev/goray/storage"
 )
 
-// Every error train returns carries a code of the closed set (ray.Code):
+// Every error train returns carries a code of the closed set (ray.CodeOf):
 // InvalidArgument for a bad configuration or argument, NotFound for a
 // name or a checkpoint that does not exist, FailedPrecondition for a call
 // out of place (or storage in a bad state), Unavailable for a lost worker,
@@ -17,7 +17,7 @@ import (
 // or program's own failure, and the code of the cluster's error where
 // one is the cause. withCode gives err the code when it has none.
 func withCode(code backend.Code, err error) error {
-	if err == nil || ray.Code(err) != ray.Unknown {
+	if err == nil || ray.CodeOf(err) != ray.Unknown {
 		return err
 	}
 	return &backend.Error{Code: code, Err: err}
@@ -28,7 +28,7 @@ func withCode(code backend.Code, err error) error {
 // InvalidArgument for a bad key, Unavailable otherwise (I/O).
 func storageErr(err error) error {
 	switch {
-	case err == nil || ray.Code(err) != ray.Unknown:
+	case err == nil || ray.CodeOf(err) != ray.Unknown:
 		return err
 	case errors.Is(err, storage.ErrNotExist):
 		return withCode(backend.NotFound, err)

@@ -42,7 +42,7 @@ var badArgs = train.NewLoop("train_test.badargs", func(ctx context.Context, w *t
 var unencodable = train.NewLoop("train_test.unencodable", func(context.Context, *train.Worker, chan int) error { return nil })
 
 // TestErrorCodes: every error train returns carries a code of the closed
-// set (ray.Code), never Unknown.
+// set (ray.CodeOf), never Unknown.
 func TestErrorCodes(t *testing.T) {
 	is := is.New(t)
 	ctx := context.Background()
@@ -126,7 +126,7 @@ func TestErrorCodes(t *testing.T) {
 			is := is.New(t)
 			is.True(tc.err != nil)
 			t.Log(tc.err)
-			is.Equal(ray.Code(tc.err).String(), tc.want.String())
+			is.Equal(ray.CodeOf(tc.err).String(), tc.want.String())
 		})
 	}
 	is.True(errors.Is(&train.WorkerFailedError{}, train.ErrWorkerFailed)) // still matches its sentinel

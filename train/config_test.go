@@ -43,7 +43,7 @@ func TestScalingConfig(t *testing.T) {
 			if tc.err != "" {
 				is.True(err != nil)
 				is.True(strings.Contains(err.Error(), tc.err)) // the message says what is wrong and what is valid
-				is.Equal(ray.Code(err), ray.InvalidArgument)   // a configuration error, not Unknown
+				is.Equal(ray.CodeOf(err), ray.InvalidArgument) // a configuration error, not Unknown
 				return
 			}
 			is.NoErr(err)

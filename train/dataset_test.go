@@ -496,7 +496,7 @@ func TestDatasetShardBadInput(t *testing.T) {
 	_, err = train.NewProgram(c, train.Program{Path: "python3"}, scaling, train.RunConfig{Datasets: sets})
 	t.Log(err)
 	is.True(strings.Contains(err.Error(), `RunConfig.Datasets ("extra", "train") are read by Go loops`))
-	is.Equal(ray.Code(err), ray.InvalidArgument)
+	is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	_, err = train.New(c, badShards, struct{}{}, scaling, train.RunConfig{Datasets: train.Datasets{"train": nil}})
 	is.Equal(err.Error(), `train: RunConfig.Datasets["train"] is nil; make it with train.Data or train.EpochData`)
 	_, err = train.New(c, badShards, struct{}{}, scaling, train.RunConfig{Datasets: train.Datasets{"train": train.Data[int](nil)}})
@@ -625,7 +625,7 @@ func TestDatasetShardResumeFromPositions(t *testing.T) {
 		t.Log(err)
 		is.True(err != nil)
 		is.True(strings.Contains(err.Error(), `checkpoint 3 was taken mid-epoch in dataset "train" by 8 workers (epochs [0 0 0 0 0 0 0 0], rows [3 3 3 3 3 3 3 3]), and this run has 4: resume it with 8 workers, or from a checkpoint taken between epochs`))
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		assertReleased(t, c)
 	})
 }

@@ -39,7 +39,7 @@ func TestRendezvousWhereWorkersReachIt(t *testing.T) {
 	is.NoErr(err)
 	_, err = tr.Fit(t.Context())
 	testkit.ErrContains(t, err, "Set RunConfig.Rendezvous: find the driver's address for its workers: the driver runs outside the cluster")
-	is.Equal(ray.Code(err), ray.FailedPrecondition)
+	is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 	is.True(!errors.Is(err, context.DeadlineExceeded))
 
 	host, err := ray.DriverHost(t.Context(), c)

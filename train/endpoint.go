@@ -249,7 +249,7 @@ func (e *endpoint) report(w http.ResponseWriter, req *http.Request) {
 
 // statusOf maps an error's code to an HTTP status.
 func statusOf(err error) int {
-	switch ray.Code(err) {
+	switch ray.CodeOf(err) {
 	case backend.InvalidArgument, backend.NotFound:
 		return http.StatusBadRequest
 	case backend.FailedPrecondition:

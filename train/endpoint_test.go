@@ -68,7 +68,7 @@ func testPythonProgramReports(t *testing.T, procs bool) {
 	is.NoErr(err)
 	is.NoErr(injectErr)
 	is.Equal(res.Attempts, 2)
-	is.Equal(ray.Code(res.Failures[0].Err), ray.Unavailable)
+	is.Equal(ray.CodeOf(res.Failures[0].Err), ray.Unavailable)
 	resumed := res.Failures[0].ResumeFrom
 	is.Equal(resumed, 4) // the latest complete checkpoint
 	is.Equal(res.Iteration, steps)
@@ -119,7 +119,7 @@ func TestStagingRemovedAfterFailedRun(t *testing.T) {
 	is.NoErr(err)
 	_, err = tr.Fit(context.Background())
 	is.True(err != nil) // exit status 3
-	is.Equal(ray.Code(err), ray.TaskFailed)
+	is.Equal(ray.CodeOf(err), ray.TaskFailed)
 	_, err = os.Stat(filepath.Join(dir, "staged", "staging"))
 	is.True(os.IsNotExist(err))
 }

@@ -26,6 +26,6 @@ func (e *WorkerFailedError) Error() string {
 // Is reports whether target is [ErrWorkerFailed].
 func (e *WorkerFailedError) Is(target error) bool { return target == ErrWorkerFailed }
 
-// Unwrap gives the error its code, Unavailable (ray.Code): another
+// Unwrap gives the error its code, Unavailable (ray.CodeOf): another
 // worker was lost, and the run restarts.
 func (e *WorkerFailedError) Unwrap() error { return workerFailedCode }

@@ -105,8 +105,8 @@ func TestHostLoss(t *testing.T) {
 			is.Equal(len(res.Failures), 1)
 			f := res.Failures[0]
 			is.Equal(f.Slice, killed)
-			is.Equal(ray.Code(f.Err), ray.Unavailable) // the host died
-			is.True(f.ResumeFrom >= 4)                 // every rank had reported iteration 4 before rank 0 reported 5
+			is.Equal(ray.CodeOf(f.Err), ray.Unavailable) // the host died
+			is.True(f.ResumeFrom >= 4)                   // every rank had reported iteration 4 before rank 0 reported 5
 			is.Equal(res.Checkpoint.Iteration, iters)
 			is.Equal(len(res.Checkpoints), 2) // KeepCheckpoints
 			data, err := res.Checkpoint.Load(ctx, 0)
@@ -266,7 +266,7 @@ func TestWaitForFreshSlice(t *testing.T) {
 			is.NoErr(err)
 			res, err := tr.Fit(ctx)
 			is.Equal(len(res.Failures), 1)
-			is.Equal(ray.Code(res.Failures[0].Err), ray.Unavailable)
+			is.Equal(ray.CodeOf(res.Failures[0].Err), ray.Unavailable)
 			if tc.restart {
 				is.NoErr(err)
 				is.Equal(res.Metrics["value"], 200.0)

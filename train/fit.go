@@ -65,9 +65,9 @@ func NewProgram(c *ray.Cluster, prog Program, scaling ScalingConfig, run RunConf
 }
 
 // invalid gives a configuration error the code InvalidArgument
-// (ray.Code), keeping its message.
+// (ray.CodeOf), keeping its message.
 func invalid(err error) error {
-	if ray.Code(err) != ray.Unknown {
+	if ray.CodeOf(err) != ray.Unknown {
 		return err
 	}
 	return &backend.Error{Code: backend.InvalidArgument, Err: err}
@@ -107,7 +107,7 @@ type Failure struct {
 	Rank        int
 	Host, Slice string
 	// Cause says why, and Err is the task's error when the failure came
-	// from one (read its code with ray.Code: Unavailable for a lost host).
+	// from one (read its code with ray.CodeOf: Unavailable for a lost host).
 	Cause string
 	Err   error
 	// ResumeFrom is the iteration of the checkpoint the next attempt
@@ -443,7 +443,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 			ref := workerTask.Remote(ctx, t.c, in, ray.InBundle(spg.PlacementGroup(), i), ray.Retries(0), p.resources,
 				ray.Name(fmt.Sprintf("%s/attempt-%d/rank-%d", t.run.Name, attempt, i)))
 			if _, err := ref.Get(ctx); err != nil {
-				rz.setFailure(i, workerCause(err), err, ray.Code(err), false)
+				rz.setFailure(i, workerCause(err), err, ray.CodeOf(err), false)
 				return
 			}
 			okMu.Lock()
@@ -493,7 +493,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 	if f.rank >= 0 && f.rank < len(hosts) {
 		fl.Host, fl.Slice = hosts[f.rank], sliceNames[f.rank/perSlice]
 	}
-	if ray.Code(f.err) == ray.Unavailable {
+	if ray.CodeOf(f.err) == ray.Unavailable {
 		// A lost host fails the work of every host of the reservation at
 		// once, so the rank that reported first need not be the one whose
 		// host died: name the dead host itself.
@@ -501,7 +501,7 @@ func (t *Trainer) attempt(ctx context.Context, attempt int, st *store, resume *C
 			fl.Rank, fl.Host, fl.Slice = rank, hosts[rank], sliceNames[rank/perSlice]
 		}
 	}
-	if code := ray.Code(f.err); f.err != nil && !errors.Is(f.err, ray.ErrPlacementGroupRemoved) && (code == ray.InvalidArgument || code == ray.FailedPrecondition || code == ray.NotFound) {
+	if code := ray.CodeOf(f.err); f.err != nil && !errors.Is(f.err, ray.ErrPlacementGroupRemoved) && (code == ray.InvalidArgument || code == ray.FailedPrecondition || code == ray.NotFound) {
 		return nil, fmt.Errorf("train: run %s: rank %d cannot run: %w", t.run.Name, f.rank, f.err)
 	}
 	return fl, nil
@@ -545,7 +545,7 @@ func (t *Trainer) reserve(ctx context.Context, attempt int) (*ray.SlicePlacement
 			}
 			return spg, n, nil
 		}
-		code := ray.Code(err)
+		code := ray.CodeOf(err)
 		if n == p.minSlices || ctx.Err() != nil || (code != ray.DeadlineExceeded && code != ray.Infeasible && code != ray.ResourceExhausted) {
 			return nil, 0, fmt.Errorf("train: run %s attempt %d: reserve %d × %s: %w", t.run.Name, attempt, n, p.shape, err)
 		}

@@ -54,7 +54,7 @@ func TestFitOnFake(t *testing.T) {
 			is.Equal(res.Iteration, iters)
 			is.Equal(res.Attempts, 2)
 			is.Equal(len(res.Failures), 1)
-			is.Equal(ray.Code(res.Failures[0].Err), ray.Unavailable)
+			is.Equal(ray.CodeOf(res.Failures[0].Err), ray.Unavailable)
 		})
 	}
 }
@@ -85,7 +85,7 @@ func TestRanksThatNeverJoin(t *testing.T) {
 			res, err := tr.Fit(context.Background())
 			is.True(err != nil)
 			is.True(strings.Contains(err.Error(), "ranks 1, 3 of 4 never joined the run's rendezvous within 1s (RunConfig.StartTimeout)")) // names them all
-			is.Equal(ray.Code(err), ray.DeadlineExceeded)
+			is.Equal(ray.CodeOf(err), ray.DeadlineExceeded)
 			is.Equal(len(res.Failures), 1)
 			is.Equal(res.Failures[0].Rank, 1)
 			assertReleased(t, c)

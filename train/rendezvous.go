@@ -170,14 +170,14 @@ func (r *rendezvous) serve(cc *ctrlConn) {
 		switch m.Type {
 		case msgReport:
 			if err := r.report(rank, m); err != nil {
-				cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error(), Code: int(ray.Code(err))}) //nolint:errcheck // see the reader
+				cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error(), Code: int(ray.CodeOf(err))}) //nolint:errcheck // see the reader
 			} else {
 				cc.send(&ctrlMsg{Type: msgAck, ID: m.ID}) //nolint:errcheck // see the reader
 			}
 		case msgLoad:
 			data, err := r.store.read(context.Background(), m.Iteration, m.Rank)
 			if err != nil {
-				cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error(), Code: int(ray.Code(err))}) //nolint:errcheck // see the reader
+				cc.send(&ctrlMsg{Type: msgError, ID: m.ID, Err: err.Error(), Code: int(ray.CodeOf(err))}) //nolint:errcheck // see the reader
 			} else {
 				cc.send(&ctrlMsg{Type: msgData, ID: m.ID, Data: data}) //nolint:errcheck // see the reader
 			}

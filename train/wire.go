@@ -44,7 +44,7 @@ type ctrlMsg struct {
 	HasData   bool     `json:"has_data,omitempty"`
 	Line      string   `json:"line,omitempty"`
 	Err       string   `json:"err,omitempty"`
-	// Code is an error's code (ray.Code), in an error reply.
+	// Code is an error's code (ray.CodeOf), in an error reply.
 	Code     int  `json:"code,omitempty"`
 	Canceled bool `json:"canceled,omitempty"`
 	// Positions are, in a report, where the worker is in each dataset of

@@ -81,17 +81,17 @@ func (s *suite) testActors(t *testing.T) {
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, -1)
 		err := h.Ready(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
 		is.True(strings.Contains(err.Error(), "negative start -1"))
 		_, err = counterAdd.Remote(ctx, h, 1).Get(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
 	})
 	t.Run("MethodPanic", func(t *testing.T) {
 		is := is.New(t)
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		h := counterClass.Remote(ctx, c, 1)
 		_, err := counterPanic.Remote(ctx, h, "method boom").Get(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		var te *ray.TaskError
 		is.True(errors.As(err, &te))
 		is.True(te.Panicked)
@@ -108,7 +108,7 @@ func (s *suite) testActors(t *testing.T) {
 		is.NoErr(h.Kill(ctx))
 		is.NoErr(h.Kill(ctx)) // killing a dead actor is fine
 		_, err := counterAdd.Remote(ctx, h, 1).Get(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
 		is.True(errors.Is(err, ray.ErrActorDied))
 		// The error names the class and the method called.
 		is.True(strings.Contains(err.Error(), "backendtest.counter"))
@@ -127,9 +127,9 @@ func (s *suite) testActors(t *testing.T) {
 		s.waitChan(t, g.arrivedCh, "running call")
 		is.NoErr(h.Kill(ctx))
 		_, err := running.Get(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
 		_, err = queued.Get(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
 		s.waitChan(t, g.cancelCh, "the running call's context to be cancelled")
 	})
 	t.Run("Named", func(t *testing.T) {
@@ -143,11 +143,11 @@ func (s *suite) testActors(t *testing.T) {
 		is.NoErr(err)
 		is.Equal(v, 4)
 		dup := counterClass.Remote(ctx, c, 0, ray.Name("the-counter"))
-		is.Equal(ray.Code(dup.Err()), ray.AlreadyExists)
+		is.Equal(ray.CodeOf(dup.Err()), ray.AlreadyExists)
 		_, err = ray.GetActor(ctx, c, counterClass, "nobody")
-		is.Equal(ray.Code(err), ray.NotFound)
+		is.Equal(ray.CodeOf(err), ray.NotFound)
 		_, err = ray.GetActor(ctx, c, otherCounterClass, "the-counter")
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	})
 	t.Run("WrongClass", func(t *testing.T) {
 		is := is.New(t)
@@ -156,7 +156,7 @@ func (s *suite) testActors(t *testing.T) {
 		// tell them apart; the backend must.
 		h := otherCounterClass.Remote(ctx, c, 0)
 		_, err := counterAdd.Remote(ctx, h, 1).Get(ctx)
-		is.Equal(ray.Code(err), ray.NotFound)
+		is.Equal(ray.CodeOf(err), ray.NotFound)
 		is.True(strings.Contains(err.Error(), "backendtest.otherCounter"))
 	})
 	t.Run("RuntimeContext", func(t *testing.T) {

@@ -157,7 +157,7 @@ func (s *suite) testTasks(t *testing.T) {
 		is.NoErr(err)
 		is.Equal(v, 2) // succeeded on attempt 2
 		_, err = failUntil.Remote(ctx, c, 2, ray.Retries(1), ray.RetryOnError(true)).Get(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		var te *ray.TaskError
 		is.True(errors.As(err, &te))
 		is.Equal(te.Attempt, 1)
@@ -187,7 +187,7 @@ func (s *suite) testErrors(t *testing.T) {
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := fail.Remote(ctx, c, "bad input 42").Get(ctx)
 		is.True(err != nil)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		is.True(errors.Is(err, ray.ErrTaskFailed))
 		var te *ray.TaskError
 		is.True(errors.As(err, &te))
@@ -200,7 +200,7 @@ func (s *suite) testErrors(t *testing.T) {
 		is := is.New(t)
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := boom.Remote(ctx, c, "kaboom").Get(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		var te *ray.TaskError
 		is.True(errors.As(err, &te))
 		is.True(te.Panicked)
@@ -216,7 +216,7 @@ func (s *suite) testErrors(t *testing.T) {
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		bad := fail.Remote(ctx, c, "upstream")
 		_, err := add1.RemoteRef(ctx, c, bad).Get(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		is.True(strings.Contains(err.Error(), "upstream"))
 	})
 	t.Run("UnencodableValue", func(t *testing.T) {
@@ -224,17 +224,17 @@ func (s *suite) testErrors(t *testing.T) {
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := anyOut.Remote(ctx, c, 1).Get(ctx)
 		is.True(err != nil)
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		ref := ray.Put(ctx, c, func() {})
-		is.Equal(ray.Code(ref.Err()), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(ref.Err()), ray.InvalidArgument)
 	})
 	t.Run("UnregisteredName", func(t *testing.T) {
 		is := is.New(t)
 		_, err := ray.LookupTask[int, int]("backendtest.nope")
-		is.Equal(ray.Code(err), ray.NotFound)
+		is.Equal(ray.CodeOf(err), ray.NotFound)
 		is.True(strings.Contains(err.Error(), "backendtest.nope"))
 		_, err = ray.LookupTask[string, int]("backendtest.add1")
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		tk, err := ray.LookupTask[int, int]("backendtest.add1")
 		is.NoErr(err)
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
@@ -246,9 +246,9 @@ func (s *suite) testErrors(t *testing.T) {
 		is := is.New(t)
 		ctx := s.ctxT(t)
 		_, err := add1.Remote(ctx, nil, 1).Get(ctx)
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		_, err = ray.NewCluster(ctx, nil, nil)
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	})
 	t.Run("ClosedCluster", func(t *testing.T) {
 		is := is.New(t)
@@ -260,7 +260,7 @@ func (s *suite) testErrors(t *testing.T) {
 		is.NoErr(c.Close()) // idempotent
 		_, err = ref.Get(ctx)
 		is.True(errors.Is(err, ray.ErrClosed))
-		is.Equal(ray.Code(err), ray.FailedPrecondition)
+		is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 		_, err = add1.Remote(ctx, c, 1).Get(ctx)
 		is.True(errors.Is(err, ray.ErrClosed))
 	})
@@ -271,30 +271,30 @@ func (s *suite) testErrors(t *testing.T) {
 		cancel()
 		_, err := add1.Remote(ctx, c, 1).Get(context.Background())
 		is.Equal(err, context.Canceled) // returned as is, not wrapped
-		is.Equal(ray.Code(err), ray.Canceled)
+		is.Equal(ray.CodeOf(err), ray.Canceled)
 	})
 	t.Run("NegativeResources", func(t *testing.T) {
 		is := is.New(t)
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := add1.Remote(ctx, c, 1, ray.Resources{ray.CPU: -1}).Get(ctx)
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), "CPU"))
 		_, err = ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Bundles: []ray.Bundle{{Resources: ray.Resources{ray.CPU: -2}}}})
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	})
 	t.Run("BadSelector", func(t *testing.T) {
 		is := is.New(t)
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := add1.Remote(ctx, c, 1, ray.NodeSelector{"zone": "in(a,"}).Get(ctx)
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	})
 	t.Run("BadPlacementGroup", func(t *testing.T) {
 		is := is.New(t)
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{})
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		_, err = ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Strategy: 42, Bundles: []ray.Bundle{{Resources: ray.Resources{ray.CPU: 1}}}})
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), "STRICT_SPREAD")) // lists the valid strategies
 	})
 }
@@ -318,7 +318,7 @@ func (s *suite) testObjects(t *testing.T) {
 		ref.Release()
 		ref.Release()
 		_, err := ref.Get(ctx)
-		is.Equal(ray.Code(err), ray.FailedPrecondition)
+		is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 	})
 	t.Run("Wait", func(t *testing.T) {
 		is := is.New(t)
@@ -395,12 +395,12 @@ func (s *suite) testCancel(t *testing.T) {
 
 	is.NoErr(waiting.Cancel(ctx))
 	_, err := waiting.Get(ctx)
-	is.Equal(ray.Code(err), ray.Canceled)
+	is.Equal(ray.CodeOf(err), ray.Canceled)
 	is.Equal(queued.count(), 0) // it never ran
 
 	is.NoErr(ref.Cancel(ctx))
 	_, err = ref.Get(ctx)
-	is.Equal(ray.Code(err), ray.Canceled)
+	is.Equal(ray.CodeOf(err), ray.Canceled)
 	select {
 	case <-running.cancelCh: // its context ended
 	case <-ctx.Done():
@@ -418,7 +418,7 @@ func (s *suite) testCancel(t *testing.T) {
 	is.Equal(v, "after")
 
 	put := ray.Put(ctx, c, 1)
-	is.Equal(ray.Code(put.Cancel(ctx)), ray.InvalidArgument)
+	is.Equal(ray.CodeOf(put.Cancel(ctx)), ray.InvalidArgument)
 
 	t.Run("ActorCalls", func(t *testing.T) {
 		// A running call's context ends, a queued call never runs, both
@@ -430,13 +430,13 @@ func (s *suite) testCancel(t *testing.T) {
 		running := counterBlock.Remote(ctx, h, name)
 		s.waitChan(t, g.arrivedCh, "running call")
 		queued := counterAdd.Remote(ctx, h, 100)
-		is.Equal(ray.Code(running.Cancel(ctx, ray.Force())), ray.InvalidArgument) // it would end the actor
+		is.Equal(ray.CodeOf(running.Cancel(ctx, ray.Force())), ray.InvalidArgument) // it would end the actor
 		is.NoErr(queued.Cancel(ctx))
 		is.NoErr(running.Cancel(ctx))
 		_, err := running.Get(ctx)
-		is.Equal(ray.Code(err), ray.Canceled)
+		is.Equal(ray.CodeOf(err), ray.Canceled)
 		_, err = queued.Get(ctx)
-		is.Equal(ray.Code(err), ray.Canceled)
+		is.Equal(ray.CodeOf(err), ray.Canceled)
 		s.waitChan(t, g.cancelCh, "the running call's context to be cancelled")
 		v, err := counterAdd.Remote(ctx, h, 10).Get(ctx)
 		is.NoErr(err)
@@ -454,7 +454,7 @@ func (s *suite) testCancel(t *testing.T) {
 		s.waitChan(t, g.arrivedCh, "stubborn task")
 		is.NoErr(ref.Cancel(ctx, ray.Force()))
 		_, err := ref.Get(ctx)
-		is.Equal(ray.Code(err), ray.Canceled)
+		is.Equal(ray.CodeOf(err), ray.Canceled)
 		v, err := echo.Remote(ctx, c, "next", ray.Resources{ray.CPU: 1}, ray.Retries(3)).Get(ctx)
 		is.NoErr(err)
 		is.Equal(v, "next")

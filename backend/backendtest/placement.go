@@ -40,7 +40,7 @@ func (s *suite) testPlacementGroups(t *testing.T) {
 		_, err = add1.Remote(ctx, c, 1, ray.InBundle(pg, 0)).Get(ctx)
 		is.True(errors.Is(err, ray.ErrPlacementGroupRemoved))
 		_, err = counterAdd.Remote(ctx, h, 1).Get(ctx) // actors in it were killed
-		is.Equal(ray.Code(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
 	})
 	t.Run("BadBundleIndex", func(t *testing.T) {
 		is := is.New(t)
@@ -49,7 +49,7 @@ func (s *suite) testPlacementGroups(t *testing.T) {
 		is.NoErr(err)
 		defer pg.Remove(ctx)
 		_, err = add1.Remote(ctx, c, 1, ray.InBundle(pg, 3)).Get(ctx)
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	})
 	t.Run("RemoveRunning", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.Concurrent, "Concurrent")
@@ -94,7 +94,7 @@ func (s *suite) testPlacementGroups(t *testing.T) {
 				}
 				pg, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Strategy: tc.strategy, Bundles: bundles})
 				if !tc.feasible {
-					is.Equal(ray.Code(err), ray.Infeasible)
+					is.Equal(ray.CodeOf(err), ray.Infeasible)
 					is.True(strings.Contains(err.Error(), tc.strategy.String()))
 					return
 				}
@@ -146,10 +146,10 @@ func (s *suite) testPlacementGroups(t *testing.T) {
 		is := is.New(t)
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Bundles: []ray.Bundle{{Resources: ray.Resources{ray.CPU: 1}}, {Resources: ray.Resources{ray.CPU: 64}}}})
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 		is.True(errors.Is(err, ray.ErrInfeasible))
 		is.True(strings.Contains(err.Error(), "bundle 1"))
 		_, err = ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Bundles: []ray.Bundle{{Resources: ray.Resources{ray.CPU: 1}, LabelSelector: ray.NodeSelector{"zone": "mars"}}}})
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 	})
 }

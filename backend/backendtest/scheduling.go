@@ -40,13 +40,13 @@ func (s *suite) testScheduling(t *testing.T) {
 		is := is.New(t)
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := add1.Remote(ctx, c, 1, ray.Resources{ray.CPU: 5}).Get(ctx)
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 		is.True(strings.Contains(err.Error(), "CPU: 5"))
 		_, err = add1.Remote(ctx, c, 1, ray.Resources{"unicorn": 1}).Get(ctx)
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 		is.True(strings.Contains(err.Error(), "unicorn"))
 		h := counterClass.Remote(ctx, c, 0, ray.Resources{ray.TPU: 8})
-		is.Equal(ray.Code(h.Err()), ray.Infeasible)
+		is.Equal(ray.CodeOf(h.Err()), ray.Infeasible)
 	})
 	t.Run("CustomResource", func(t *testing.T) {
 		s.need(t, s.h.Capabilities.ResourceAccounting, "ResourceAccounting")
@@ -70,7 +70,7 @@ func (s *suite) testScheduling(t *testing.T) {
 			is.Equal(w.Node, "node-2")
 		}
 		_, err := add1.Remote(ctx, c, 1, ray.NodeSelector{"zone": "mars"}).Get(ctx)
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 		is.True(strings.Contains(err.Error(), "zone=mars"))
 	})
 	t.Run("DependencyHoldsNoResources", func(t *testing.T) {
@@ -177,12 +177,12 @@ func (s *suite) testFaults(t *testing.T) {
 		s.waitChan(t, g.arrivedCh, "task start")
 		kill(t, c, "node-2")
 		_, err := ref.Get(ctx)
-		is.Equal(ray.Code(err), ray.Unavailable)
+		is.Equal(ray.CodeOf(err), ray.Unavailable)
 		is.True(errors.Is(err, ray.ErrUnavailable))
 		is.True(strings.Contains(err.Error(), "node-2"))
 		// The node is gone: work only it could run is now infeasible.
 		_, err = add1.Remote(ctx, c, 1, ray.NodeSelector{"zone": "c"}).Get(ctx)
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 	})
 	t.Run("ActorRestarts", func(t *testing.T) {
 		is := is.New(t)
@@ -200,7 +200,7 @@ func (s *suite) testFaults(t *testing.T) {
 		is.True(w2.Node != w.Node)
 		kill(t, c, w2.Node) // out of restarts
 		_, err = counterAdd.Remote(ctx, h, 1).Get(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
 	})
 	t.Run("PlacementGroupRescheduled", func(t *testing.T) {
 		is := is.New(t)

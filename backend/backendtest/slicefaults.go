@@ -47,7 +47,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 	}
 	unavailableNaming := func(is *is.I, err error, host string) {
 		is.Helper()
-		is.Equal(ray.Code(err), ray.Unavailable)                   // lost host gives Unavailable
+		is.Equal(ray.CodeOf(err), ray.Unavailable)                 // lost host gives Unavailable
 		is.True(err != nil && strings.Contains(err.Error(), host)) // the error names the lost host
 	}
 	t.Run("HostLossFailsAllPinnedWorkAtOnce", func(t *testing.T) {
@@ -69,7 +69,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 		lost := spg.Hosts()[2]
 		is.NoErr(faults(t, c).KillNode(ctx, lost))
 		_, err = counterAdd.Remote(ctx, actor, 1).Get(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied) // not restarted on a broken slice
+		is.Equal(ray.CodeOf(err), ray.ActorDied) // not restarted on a broken slice
 		is.True(strings.Contains(err.Error(), lost))
 		for _, r := range refs {
 			_, err := r.Get(ctx)
@@ -146,7 +146,7 @@ func (s *suite) testSliceFaults(t *testing.T) {
 		fail.release()
 		select {
 		case err := <-done:
-			is.Equal(ray.Code(err), ray.TaskFailed)
+			is.Equal(ray.CodeOf(err), ray.TaskFailed)
 			is.True(strings.Contains(err.Error(), "worker 0 fails"))
 		case <-time.After(patience):
 			t.Fatalf("RunOnSlice did not return within %v of a host's failure", patience)

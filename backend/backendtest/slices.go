@@ -148,7 +148,7 @@ func (s *suite) testSlices(t *testing.T) {
 			is.Equal(env["NODE"], hosts[0]) // the head resource is worker 0's
 		}
 		_, err = tpuEnv.Remote(ctx, c, struct{}{}, ray.Resources{states[0].Name: 2}).Get(ctx)
-		is.Equal(ray.Code(err), ray.Infeasible) // one unit per host
+		is.Equal(ray.CodeOf(err), ray.Infeasible) // one unit per host
 		allFree(t, c)
 	})
 	t.Run("SubHostChips", func(t *testing.T) {
@@ -164,10 +164,10 @@ func (s *suite) testSlices(t *testing.T) {
 			// The backend's workers outside reservations hold no chips:
 			// TPU work there is refused, saying to reserve a slice.
 			_, err := tpuEnv.Remote(ctx, c, struct{}{}, ray.Resources{ray.TPU: 1}).Get(ctx)
-			is.Equal(ray.Code(err), ray.Infeasible)
+			is.Equal(ray.CodeOf(err), ray.Infeasible)
 			is.True(strings.Contains(err.Error(), "outside a slice reservation"))
 			err = counterClass.Remote(ctx, c, 0, ray.Resources{ray.TPU: 2}).Ready(ctx)
-			is.Equal(ray.Code(err), ray.Infeasible)
+			is.Equal(ray.CodeOf(err), ray.Infeasible)
 			return
 		}
 		host := func(w int) ray.NodeSelector {
@@ -251,7 +251,7 @@ func (s *suite) testSlices(t *testing.T) {
 		// One slice is free, two are asked for: wait, then nothing held.
 		_, err = ray.NewSlicePlacementGroup(timeout(t, ctx, 50*time.Millisecond), c, two)
 		is.True(errors.Is(err, context.DeadlineExceeded))
-		is.Equal(ray.Code(err), ray.DeadlineExceeded)
+		is.Equal(ray.CodeOf(err), ray.DeadlineExceeded)
 		// The error says what was asked and how the slices of that shape
 		// stood when the wait ended.
 		is.True(strings.Contains(err.Error(), "2 × v6e 4x4"))
@@ -276,11 +276,11 @@ func (s *suite) testSlices(t *testing.T) {
 		is := is.New(t)
 		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
 		_, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: 3})
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 		_, err = ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "8x8", AcceleratorVersion: "v6e"})
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 		_, err = ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x5", AcceleratorVersion: "v6e"})
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), "4x4"))
 		allFree(t, c)
 	})

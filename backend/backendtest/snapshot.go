@@ -72,7 +72,7 @@ func (s *suite) testSnapshot(t *testing.T) {
 		is := is.New(t)
 		c, ctx := s.cluster(t, nil), s.ctxT(t)
 		_, err := fail.Remote(ctx, c, "snap-broken-input", ray.Name("snap-failing")).Get(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		_, err = add1.Remote(ctx, c, 1).Get(ctx)
 		is.NoErr(err) // a success adds nothing
 
@@ -93,7 +93,7 @@ func (s *suite) testSnapshot(t *testing.T) {
 
 		h := counterClass.Remote(ctx, c, 1)
 		_, err = counterPanic.Remote(ctx, h, "snap-method-boom").Get(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		st, err = c.Snapshot(ctx)
 		is.NoErr(err)
 		last := st.Failures[len(st.Failures)-1]          // the newest is last

@@ -92,7 +92,7 @@ func (s *suite) testStreams(t *testing.T) {
 			is.Equal(v.I, i)
 		}
 		_, err := st.Next(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		is.True(strings.Contains(err.Error(), "no value 3"))
 		is.True(strings.Contains(err.Error(), "backendtest.count_stream"))
 		st.Close()
@@ -112,7 +112,7 @@ func (s *suite) testStreams(t *testing.T) {
 		st.Close()
 		s.waitChan(t, g.cancelCh, "the closed stream's task to see its context end")
 		_, err := st.Next(ctx)
-		is.Equal(ray.Code(err), ray.FailedPrecondition)
+		is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 	})
 	t.Run("Method", func(t *testing.T) {
 		// A streaming method runs in its actor, holding its slot: values
@@ -139,7 +139,7 @@ func (s *suite) testStreams(t *testing.T) {
 			is.Equal(v, 41+i)
 		}
 		_, err = st.Next(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		is.True(strings.Contains(err.Error(), "no value 2"))
 
 		name, g := newGate(1)

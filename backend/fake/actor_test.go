@@ -77,7 +77,7 @@ func TestActors(t *testing.T) {
 		h := counterClass.Remote(ctx, c, -1)
 		is.NoErr(h.Err()) // the creation was accepted
 		err := h.Ready(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
 		is.True(strings.Contains(err.Error(), "negative start"))
 		_, err2 := incr.Remote(ctx, h, 1).Get(ctx)
 		is.True(errors.Is(err2, err))                           // the actor's death,
@@ -93,10 +93,10 @@ func TestActors(t *testing.T) {
 		is.NoErr(h.Kill(ctx))
 		is.NoErr(h.Kill(ctx)) // killing a dead actor is not an error
 		_, err := incr.Remote(ctx, h, 1).Get(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied)
-		is.Equal(ray.Code(h.Ready(ctx)), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(h.Ready(ctx)), ray.ActorDied)
 		_, err = ray.GetActor(ctx, c, counterClass, "k")
-		is.Equal(ray.Code(err), ray.NotFound)
+		is.Equal(ray.CodeOf(err), ray.NotFound)
 		is.NoErr(counterClass.Remote(ctx, c, 0, ray.Name("k")).Err()) // the name is free again
 		s, err := b.Snapshot(ctx)
 		is.NoErr(err)
@@ -116,7 +116,7 @@ func TestActors(t *testing.T) {
 		<-started
 		is.NoErr(h.Kill(ctx)) // cancels the call's context
 		err := <-done
-		is.Equal(ray.Code(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
 	})
 
 	t.Run("named actors", func(t *testing.T) {
@@ -130,7 +130,7 @@ func TestActors(t *testing.T) {
 		is.NoErr(err)
 		is.Equal(v, 6)
 		err = counterClass.Remote(ctx, c, 0, ray.Name("shared")).Err()
-		is.Equal(ray.Code(err), ray.AlreadyExists)
+		is.Equal(ray.CodeOf(err), ray.AlreadyExists)
 	})
 
 	t.Run("a method calling its own actor fails instead of hanging", func(t *testing.T) {
@@ -139,7 +139,7 @@ func TestActors(t *testing.T) {
 		h := counterClass.Remote(ctx, c, 0)
 		selfHandle.Store(h)
 		_, err := selfCall.Remote(ctx, h, 0).Get(ctx)
-		is.Equal(ray.Code(err), ray.Unimplemented)
+		is.Equal(ray.CodeOf(err), ray.Unimplemented)
 		h2 := counterClass.Remote(ctx, c, 0, ray.MaxConcurrency(2)) // a free slot: fine
 		selfHandle.Store(h2)
 		v, err := selfCall.Remote(ctx, h2, 0).Get(ctx)
@@ -152,11 +152,11 @@ func TestActors(t *testing.T) {
 		b, c := newCluster(t, nil, nil)
 		h := counterClass.Remote(ctx, c, 0)
 		_, err := b.CallActor(ctx, &backend.CallSpec{Actor: h.ID(), Class: "faketest.other", Method: "incr"})
-		is.Equal(ray.Code(err), ray.NotFound) // wrong class
+		is.Equal(ray.CodeOf(err), ray.NotFound) // wrong class
 		_, err = b.CallActor(ctx, &backend.CallSpec{Actor: h.ID(), Class: "faketest.counter", Method: "nope"})
-		is.Equal(ray.Code(err), ray.NotFound)
+		is.Equal(ray.CodeOf(err), ray.NotFound)
 		_, err = b.CallActor(ctx, &backend.CallSpec{Actor: h.ID(), Class: "faketest.counter"})
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	})
 
 	t.Run("failed input", func(t *testing.T) {
@@ -194,7 +194,7 @@ func TestActorWaits(t *testing.T) {
 		is.Equal(calls[0].Err, context.DeadlineExceeded)
 		is.True(!calls[0].Ran)
 		is.NoErr(h.Kill(ctx))
-		is.Equal(ray.Code(<-done), ray.ActorDied)
+		is.Equal(ray.CodeOf(<-done), ray.ActorDied)
 	})
 
 	t.Run("a call waiting for a busy actor fails when it dies", func(t *testing.T) {
@@ -212,8 +212,8 @@ func TestActorWaits(t *testing.T) {
 			waiting <- err
 		}()
 		is.NoErr(h.Kill(ctx))
-		is.Equal(ray.Code(<-blocked), ray.ActorDied)
-		is.Equal(ray.Code(<-waiting), ray.ActorDied)
+		is.Equal(ray.CodeOf(<-blocked), ray.ActorDied)
+		is.Equal(ray.CodeOf(<-waiting), ray.ActorDied)
 	})
 }
 

@@ -53,7 +53,7 @@ func ExampleBackend_SetError() {
 
 	b.SetError("faketest.example.fetch", errors.New("permission denied"))
 	_, err = fetch.Remote(ctx, c, 1).Get(ctx)
-	fmt.Println(ray.Code(err))
+	fmt.Println(ray.CodeOf(err))
 	fmt.Println(err)
 	// Output:
 	// TaskFailed
@@ -86,7 +86,7 @@ func ExampleBackend_PrependReactor() {
 	v, err := fetch.Remote(ctx, c, 3).Get(ctx)
 	fmt.Println(v, err)
 	_, err = ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Bundles: []ray.Bundle{{Resources: ray.Resources{ray.TPU: 4}}}})
-	fmt.Println(ray.Code(err), err)
+	fmt.Println(ray.CodeOf(err), err)
 	// Output:
 	// cached-3 <nil>
 	// Infeasible no free v6e 4x4 slice

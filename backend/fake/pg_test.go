@@ -56,7 +56,7 @@ func TestPlacementGroups(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				is := is.New(t)
 				_, err := ray.NewPlacementGroup(ctx, c, tc.spec)
-				is.Equal(ray.Code(err), ray.InvalidArgument)
+				is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 			})
 		}
 	})
@@ -67,11 +67,11 @@ func TestPlacementGroups(t *testing.T) {
 		pg, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Bundles: []ray.Bundle{{Resources: ray.Resources{ray.TPU: 4}}}})
 		is.NoErr(err)
 		err = square.Remote(ctx, c, 1, ray.InBundle(pg, 1)).Err()
-		is.Equal(ray.Code(err), ray.InvalidArgument) // no bundle 1
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument) // no bundle 1
 		err = square.Remote(ctx, c, 1, ray.InBundle(pg, 0)).Err()
-		is.Equal(ray.Code(err), ray.Infeasible) // default CPU: 1, and the bundle has no CPU
+		is.Equal(ray.CodeOf(err), ray.Infeasible) // default CPU: 1, and the bundle has no CPU
 		err = square.Remote(ctx, c, 1, ray.InBundle(pg, 0), ray.Resources{ray.CPU: 0, ray.TPU: 8}).Err()
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 		err = square.Remote(ctx, c, 1, ray.InBundle(pg, 0), ray.Resources{ray.CPU: 0, ray.TPU: 4}).Err()
 		is.NoErr(err)
 		// no accounting: the bundle holds the same work twice
@@ -94,16 +94,16 @@ func TestPlacementGroups(t *testing.T) {
 		<-started
 		is.NoErr(pg.Remove(ctx)) // cancels the running task
 		err = <-done
-		is.Equal(ray.Code(err), ray.FailedPrecondition)
+		is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 		is.True(errors.Is(err, ray.ErrPlacementGroupRemoved))
 		is.NoErr(pg.Remove(ctx)) // idempotent
 		err = pg.Ready(ctx)
 		is.True(errors.Is(err, ray.ErrPlacementGroupRemoved))
 		_, err = incr.Remote(ctx, h, 1).Get(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied) // actors in the group died with it
+		is.Equal(ray.CodeOf(err), ray.ActorDied) // actors in the group died with it
 		is.True(errors.Is(err, ray.ErrPlacementGroupRemoved))
 		err = square.Remote(ctx, c, 1, ray.InBundle(pg, 0)).Err()
-		is.Equal(ray.Code(err), ray.FailedPrecondition)
+		is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 		is.True(errors.Is(err, ray.ErrPlacementGroupRemoved))
 
 		s, err := b.Snapshot(ctx)

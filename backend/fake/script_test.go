@@ -51,7 +51,7 @@ func TestScripts(t *testing.T) {
 		b.SetError("faketest.square", errors.New("quota exceeded")) // replaces the result
 		for range 2 {
 			_, err := square.Remote(ctx, c, 3).Get(ctx)
-			is.Equal(ray.Code(err), ray.TaskFailed)
+			is.Equal(ray.CodeOf(err), ray.TaskFailed)
 			var te *ray.TaskError
 			is.True(errors.As(err, &te))
 			is.Equal(*te, ray.TaskError{Task: "faketest.square", Message: "quota exceeded"})
@@ -71,7 +71,7 @@ func TestScripts(t *testing.T) {
 		is.Equal(err, want)
 		b.SetError("faketest.square", fmt.Errorf("wrapped: %w", backend.ErrResourceExhausted))
 		_, err = square.Remote(ctx, c, 3).Get(ctx)
-		is.Equal(ray.Code(err), ray.ResourceExhausted) // code found in the chain
+		is.Equal(ray.CodeOf(err), ray.ResourceExhausted) // code found in the chain
 	})
 
 	t.Run("FailNext with Unavailable is retried per Retries", func(t *testing.T) {
@@ -93,11 +93,11 @@ func TestScripts(t *testing.T) {
 		b, c := newCluster(t, nil, nil)
 		b.SetError("faketest.square", errNodeLost)
 		_, err := square.Remote(ctx, c, 1).Get(ctx) // default: 3 retries
-		is.Equal(ray.Code(err), ray.Unavailable)
+		is.Equal(ray.CodeOf(err), ray.Unavailable)
 		is.Equal(attempts(b.CallsTo("faketest.square")), []int{0, 1, 2, 3})
 		b.ClearCalls()
 		_, err = square.Remote(ctx, c, 1, ray.Retries(0)).Get(ctx)
-		is.Equal(ray.Code(err), ray.Unavailable)
+		is.Equal(ray.CodeOf(err), ray.Unavailable)
 		is.Equal(attempts(b.CallsTo("faketest.square")), []int{0})
 	})
 
@@ -106,7 +106,7 @@ func TestScripts(t *testing.T) {
 		b, c := newCluster(t, &fake.Options{RetryLimit: 5}, nil)
 		b.SetError("faketest.square", errNodeLost)
 		_, err := square.Remote(ctx, c, 1, ray.Retries(-1)).Get(ctx)
-		is.Equal(ray.Code(err), ray.Unavailable)
+		is.Equal(ray.CodeOf(err), ray.Unavailable)
 		is.Equal(len(b.CallsTo("faketest.square")), 5)
 	})
 
@@ -115,12 +115,12 @@ func TestScripts(t *testing.T) {
 		b, c := newCluster(t, nil, nil)
 		b.FailNext("faketest.square", 3, errors.New("flaky"))
 		_, err := square.Remote(ctx, c, 2).Get(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed) // not retried
+		is.Equal(ray.CodeOf(err), ray.TaskFailed) // not retried
 		is.Equal(attempts(b.CallsTo("faketest.square")), []int{0})
 
 		b.ClearCalls()
 		_, err = square.Remote(ctx, c, 2, ray.RetryOnError(true), ray.Retries(1)).Get(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed) // both queued failures used up
+		is.Equal(ray.CodeOf(err), ray.TaskFailed) // both queued failures used up
 		var te *ray.TaskError
 		is.True(errors.As(err, &te))
 		is.Equal(te.Attempt, 1)
@@ -136,7 +136,7 @@ func TestScripts(t *testing.T) {
 		b, c := newCluster(t, nil, nil)
 		before := runs.fail.Load()
 		_, err := fail.Remote(ctx, c, "always", ray.RetryOnError(true), ray.Retries(2)).Get(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		is.Equal(runs.fail.Load(), before+3)
 		is.Equal(attempts(b.CallsTo("faketest.fail")), []int{0, 1, 2})
 	})
@@ -165,15 +165,15 @@ func TestScripts(t *testing.T) {
 		b.FailNext("faketest.counter", 1, errors.New("no capacity"))
 		h := counterClass.Remote(ctx, c, 0)
 		err := h.Ready(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
 		is.True(strings.Contains(err.Error(), "no capacity"))
 		_, err = incr.Remote(ctx, h, 1).Get(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
 		is.NoErr(counterClass.Remote(ctx, c, 0).Ready(ctx)) // the queue is used up
 
 		b.SetResult("faketest.counter", 1)
 		err = counterClass.Remote(ctx, c, 0).Ready(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
 		is.True(strings.Contains(err.Error(), "use SetError or FailNext"))
 	})
 
@@ -247,17 +247,17 @@ func TestReactors(t *testing.T) {
 			return true, nil, errors.New("store full")
 		})
 		_, err := ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Name: "slices", Bundles: []ray.Bundle{{Resources: ray.Resources{ray.TPU: 4}, LabelSelector: ray.NodeSelector{"topology": "4x4"}}}})
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 		is.Equal(err.Error(), "no v6e slice of topology 4x4")
 		_, err = ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Name: "other", Bundles: []ray.Bundle{{Resources: ray.Resources{ray.TPU: 4}}}})
 		is.NoErr(err)
 		err = ray.Put(ctx, c, 1).Err()
-		is.Equal(ray.Code(err), ray.Unknown)
+		is.Equal(ray.CodeOf(err), ray.Unknown)
 		var e *backend.Error
 		is.True(errors.As(err, &e))
 		calls := b.CallsOf(fake.KindPlacementGroup)
 		is.Equal(len(calls), 2)
-		is.Equal(ray.Code(calls[0].Err), ray.Infeasible)
+		is.Equal(ray.CodeOf(calls[0].Err), ray.Infeasible)
 	})
 
 	t.Run("a reactor may call the fake", func(t *testing.T) {
@@ -356,7 +356,7 @@ func TestScriptEdges(t *testing.T) {
 		b, c := newCluster(t, nil, nil)
 		b.SetError("faketest.square", errNodeLost)
 		_, err := square.Remote(ctx, c, 1, ray.Retries(-1)).Get(ctx)
-		is.Equal(ray.Code(err), ray.Unavailable)
+		is.Equal(ray.CodeOf(err), ray.Unavailable)
 		is.Equal(len(b.CallsTo("faketest.square")), fake.DefaultRetryLimit)
 	})
 
@@ -367,7 +367,7 @@ func TestScriptEdges(t *testing.T) {
 			return true, func() {}, nil
 		})
 		_, err := square.Remote(ctx, c, 1).Get(ctx)
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	})
 
 	t.Run("a raw backend.Value result", func(t *testing.T) {

@@ -50,5 +50,5 @@ func TestPendingSliceRequests(t *testing.T) {
 
 	is.NoErr(c.Close())
 	_, err = ray.PendingSliceRequests(ctx, c)
-	is.Equal(ray.Code(err), ray.FailedPrecondition)
+	is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 }

@@ -59,9 +59,9 @@ func TestSlices(t *testing.T) {
 		is := is.New(t)
 		_, c := open(t)
 		_, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x5", AcceleratorVersion: "v6e"})
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		_, err = ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", ResourcesPerBundle: ray.Resources{ray.TPU: 3}})
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	})
 	t.Run("ScriptedTimeout", func(t *testing.T) {
 		is := is.New(t)

@@ -89,9 +89,9 @@ func TestCancel(t *testing.T) {
 	h := fakeTickerClass.Remote(ctx, c, struct{}{})
 	call := fakeAdd.Remote(ctx, h, 2)
 	is.NoErr(call.Cancel(ctx))
-	is.Equal(ray.Code(call.Cancel(ctx, ray.Force())), ray.InvalidArgument)
+	is.Equal(ray.CodeOf(call.Cancel(ctx, ray.Force())), ray.InvalidArgument)
 	n, err := call.Get(ctx)
 	is.NoErr(err)
 	is.Equal(n, 2)
-	is.Equal(ray.Code(ray.Put(ctx, c, 1).Cancel(ctx)), ray.InvalidArgument) // not a task's result
+	is.Equal(ray.CodeOf(ray.Put(ctx, c, 1).Cancel(ctx)), ray.InvalidArgument) // not a task's result
 }

@@ -61,7 +61,7 @@ func TestTasks(t *testing.T) {
 		_, err := square.RemoteRef(ctx, c, failed).Get(ctx)
 		is.Equal(runs.square.Load(), before) // never ran
 		is.Equal(err, want)                  // the dependency's own error
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		calls := b.CallsTo("faketest.square")
 		is.Equal(len(calls), 1)
 		is.True(!calls[0].Ran)
@@ -72,7 +72,7 @@ func TestTasks(t *testing.T) {
 		is := is.New(t)
 		_, c := newCluster(t, nil, nil)
 		_, err := fail.Remote(ctx, c, "disk full").Get(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		var te *ray.TaskError
 		is.True(errors.As(err, &te))
 		is.Equal(te.Task, "faketest.fail")
@@ -84,7 +84,7 @@ func TestTasks(t *testing.T) {
 		is := is.New(t)
 		_, c := newCluster(t, nil, nil)
 		_, err := boom.Remote(ctx, c, 0).Get(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		var te *ray.TaskError
 		is.True(errors.As(err, &te))
 		is.True(te.Panicked)
@@ -132,7 +132,7 @@ func TestTasks(t *testing.T) {
 		ref := block.Remote(cctx, c, 0) // returns once the task saw the cancellation
 		is.NoErr(ref.Err())
 		_, err = ref.Get(ctx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		is.True(strings.Contains(err.Error(), "context canceled"))
 	})
 
@@ -247,7 +247,7 @@ func TestBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			is := is.New(t)
 			err := tc.err()
-			is.Equal(ray.Code(err), tc.code) // the same code as backend/local
+			is.Equal(ray.CodeOf(err), tc.code) // the same code as backend/local
 			var e *backend.Error
 			is.True(errors.As(err, &e))
 		})
@@ -325,7 +325,7 @@ func TestClose(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				is := is.New(t)
 				err := call()
-				is.Equal(ray.Code(err), ray.FailedPrecondition)
+				is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
 				is.True(errors.Is(err, ray.ErrClosed))
 			})
 		}

@@ -94,7 +94,7 @@ func TestE2EDataPanicInPodFailsTheRun(t *testing.T) {
 	var pe *data.PanicError
 	is.True(errors.As(err, &pe)) // a bug, not a bad row
 	is.Equal(pe.Op, "k8stest.scaler.scale_or_panic")
-	is.Equal(ray.Code(err), ray.TaskFailed)
+	is.Equal(ray.CodeOf(err), ray.TaskFailed)
 	var te *ray.TaskError
 	is.True(errors.As(err, &te))
 	is.True(te.Panicked)

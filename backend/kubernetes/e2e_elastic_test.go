@@ -115,7 +115,7 @@ func TestE2EElasticTrainShrinksAndGrows(t *testing.T) {
 	is.NoErr(injectErr)
 	is.Equal(res.SlicesPerAttempt, []int{2, 1, 2}) // shrank to the slice left, grew back
 	is.Equal(len(res.Failures), 1)                 // the preemption; growing is no failure
-	is.Equal(ray.Code(res.Failures[0].Err), ray.Unavailable)
+	is.Equal(ray.CodeOf(res.Failures[0].Err), ray.Unavailable)
 	is.Equal(res.Metrics["sum"], float64(iters*samples*(samples-1)/2))
 	is.Equal(res.Metrics["world"], 8.0)
 	is.NoErr(c.Close())

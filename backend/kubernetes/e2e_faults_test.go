@@ -107,7 +107,7 @@ func TestE2ENodeLossMidTask(t *testing.T) {
 	setReady(hosts[2].Name, false)
 	select {
 	case err := <-done:
-		is.Equal(ray.Code(err), ray.Unavailable)
+		is.Equal(ray.CodeOf(err), ray.Unavailable)
 		t.Logf("work on the slice: %v", err)
 	case <-time.After(time.Minute):
 		t.Fatal("the work on the slice did not fail")

@@ -260,7 +260,7 @@ func TestE2EProvisionSpotPreemption(t *testing.T) {
 	is.NoErr(as.Preempt(ctx, pool))
 	select {
 	case err := <-done:
-		is.Equal(ray.Code(err), ray.Unavailable)
+		is.Equal(ray.CodeOf(err), ray.Unavailable)
 		t.Logf("work on the preempted slice failed after %v: %v", time.Since(t0), err)
 		is.True(time.Since(t0) < 15*time.Second)
 	case <-time.After(time.Minute):
@@ -547,7 +547,7 @@ func TestE2EProvisionRequestMultislice(t *testing.T) {
 	admin := cp.Client()
 
 	_, err := ray.NewSlicePlacementGroup(ctx, c, ray.SliceSpec{Topology: "4x4", AcceleratorVersion: "v6e", NumSlices: 3, Timeout: 5 * time.Second})
-	is.Equal(ray.Code(err), ray.DeadlineExceeded)
+	is.Equal(ray.CodeOf(err), ray.DeadlineExceeded)
 	t.Log(err)
 	is.True(strings.Contains(err.Error(), "Provisioned=False (QuotaExceeded"))
 	is.Equal(len(as.Pools()), 0) // whole or not at all: no pool for the first two
@@ -610,7 +610,7 @@ func TestE2EProvisionSpotTrainResumes(t *testing.T) {
 	is.Equal(res.Attempts, 2)
 	f := res.Failures[0]
 	is.Equal(f.Slice, preempted)
-	is.Equal(ray.Code(f.Err), ray.Unavailable)
+	is.Equal(ray.CodeOf(f.Err), ray.Unavailable)
 	t.Logf("Spot pool %s preempted at iteration 5: %v; resumed from checkpoint %d; autoscaler: %v", preempted, f.Err, f.ResumeFrom, as.Events())
 	pools := as.Pools()
 	is.True(len(pools) >= 1)

@@ -256,7 +256,7 @@ func TestE2ETrainResumesAfterNodeNotReady(t *testing.T) {
 	is.Equal(len(res.Failures), 1)
 	f := res.Failures[0]
 	is.Equal(f.Slice, lostSlice)
-	is.Equal(ray.Code(f.Err), ray.Unavailable) // the host was lost
+	is.Equal(ray.CodeOf(f.Err), ray.Unavailable) // the host was lost
 	is.True(f.ResumeFrom >= 4)
 	t.Logf("node %s of %s went NotReady at iteration 5: %v; resumed from checkpoint %d on the other slice", lostNode, lostSlice, f.Err, f.ResumeFrom)
 	is.NoErr(setReady(lostNode, true))

@@ -103,15 +103,15 @@ func TestTombstoneWindow(t *testing.T) {
 		is.NoErr(pg.Remove(ctx))
 	}
 	_, err = boundedPing.Remote(ctx, first, 1).Get(ctx)
-	is.Equal(ray.Code(err), ray.ActorDied) // a call on a long-dead actor
-	is.Equal(ray.Code(first.Ready(ctx)), ray.ActorDied)
+	is.Equal(ray.CodeOf(err), ray.ActorDied) // a call on a long-dead actor
+	is.Equal(ray.CodeOf(first.Ready(ctx)), ray.ActorDied)
 	is.NoErr(first.Kill(ctx)) // killing it again is still not an error
 	_, err = boundedAdd.Remote(ctx, c, 1, ray.InBundle(firstPG, 0)).Get(ctx)
 	is.True(errors.Is(err, ray.ErrPlacementGroupRemoved)) // work for a long-removed group
 	is.True(errors.Is(firstPG.Ready(ctx), ray.ErrPlacementGroupRemoved))
 	is.NoErr(firstPG.Remove(ctx))
-	is.Equal(ray.Code(b.ActorReady(ctx, 1<<40)), ray.NotFound) // never issued
-	is.Equal(ray.Code(b.PlacementGroupReady(ctx, 1<<40)), ray.NotFound)
+	is.Equal(ray.CodeOf(b.ActorReady(ctx, 1<<40)), ray.NotFound) // never issued
+	is.Equal(ray.CodeOf(b.PlacementGroupReady(ctx, 1<<40)), ray.NotFound)
 }
 
 // TestNoLiveNode: when every node is dead, an Infeasible error says so
@@ -128,10 +128,10 @@ func TestNoLiveNode(t *testing.T) {
 		is.NoErr(b.KillNode(ctx, "n-"+strconv.Itoa(i)))
 	}
 	_, err = boundedAdd.Remote(ctx, c, 1).Get(ctx)
-	is.Equal(ray.Code(err), ray.Infeasible)
+	is.Equal(ray.CodeOf(err), ray.Infeasible)
 	is.True(strings.Contains(err.Error(), "no live node: 3 dead"))
 	is.True(!strings.Contains(err.Error(), "selector"))
 	_, err = ray.NewPlacementGroup(ctx, c, ray.PlacementGroupSpec{Bundles: []ray.Bundle{{Resources: ray.Resources{ray.CPU: 1}}}})
-	is.Equal(ray.Code(err), ray.Infeasible)
+	is.Equal(ray.CodeOf(err), ray.Infeasible)
 	is.True(strings.Contains(err.Error(), "no live node: 3 dead"))
 }

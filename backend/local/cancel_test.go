@@ -32,10 +32,10 @@ func TestCancelTask(t *testing.T) {
 	is.NoErr(b.CancelTask(ctx, running.ID(), backend.CancelOptions{}))
 	for _, r := range []ray.ObjectRef[int]{running, queued, waiting} {
 		_, err := r.Get(ctx)
-		is.Equal(ray.Code(err), ray.Canceled) // not retried
+		is.Equal(ray.CodeOf(err), ray.Canceled) // not retried
 	}
-	is.Equal(ray.Code(b.CancelTask(ctx, done.ID(), backend.CancelOptions{})), ray.NotFound) // not a task
-	v, err := boundedAdd.Remote(ctx, c, 41).Get(ctx)                                        // the CPU is free again
+	is.Equal(ray.CodeOf(b.CancelTask(ctx, done.ID(), backend.CancelOptions{})), ray.NotFound) // not a task
+	v, err := boundedAdd.Remote(ctx, c, 41).Get(ctx)                                          // the CPU is free again
 	is.NoErr(err)
 	is.Equal(v, 42)
 	finished := boundedAdd.Remote(ctx, c, 1)

@@ -59,7 +59,7 @@ func ExampleParseClusterSpec() {
 		return
 	}
 	_, err = local.New(spec, nil)
-	fmt.Println(ray.Code(err))
+	fmt.Println(ray.CodeOf(err))
 	fmt.Println(err)
 	// Output:
 	// parse cluster spec: json: unknown field "cpus"

@@ -45,7 +45,7 @@ func TestSnapshotRecentFailures(t *testing.T) {
 			ctx := context.Background()
 			for i := range tt.failures {
 				_, err := failNumbered.Remote(ctx, c, i).Get(ctx)
-				is.Equal(ray.Code(err), ray.TaskFailed)
+				is.Equal(ray.CodeOf(err), ray.TaskFailed)
 			}
 			snap, err := c.Snapshot(ctx)
 			is.NoErr(err)
@@ -67,7 +67,7 @@ func TestSnapshotRecentFailures(t *testing.T) {
 		<-parkedForKill
 		is.NoErr(b.KillNode(ctx, "n"))
 		_, err := ref.Get(ctx)
-		is.Equal(ray.Code(err), ray.Unavailable)
+		is.Equal(ray.CodeOf(err), ray.Unavailable)
 		snap, err := c.Snapshot(ctx)
 		is.NoErr(err)
 		is.Equal(len(snap.Failures), 1)

@@ -33,7 +33,7 @@ func TestInProcessMessageLimit(t *testing.T) {
 	big := strings.Repeat("x", 100<<10)
 	tooLarge := func(err error, what string) {
 		t.Helper()
-		is.Equal(ray.Code(err), ray.ResourceExhausted)
+		is.Equal(ray.CodeOf(err), ray.ResourceExhausted)
 		is.True(strings.Contains(err.Error(), "exceeds the limit of 64.0 KiB")) // worded as on the wire
 		is.True(strings.Contains(err.Error(), what))                            // names what was too large
 	}

@@ -216,14 +216,14 @@ func TestWorkerProcessKilled(t *testing.T) {
 		watch.wait(t)
 		sigkill(t, b.WorkerPIDs()["node-2"])
 		_, err := ref.Get(ctx)
-		is.Equal(ray.Code(err), ray.Unavailable)
+		is.Equal(ray.CodeOf(err), ray.Unavailable)
 		is.True(errors.Is(err, ray.ErrUnavailable))
 		is.True(strings.Contains(err.Error(), "node-2"))
 		// The node died with its worker and, without restarts, stays
 		// dead: work only it could run is infeasible until it is
 		// restarted...
 		_, err = echoProc.Remote(ctx, c, "x", ray.NodeSelector{"zone": "c"}).Get(ctx)
-		is.Equal(ray.Code(err), ray.Infeasible)
+		is.Equal(ray.CodeOf(err), ray.Infeasible)
 		is.True(strings.Contains(err.Error(), "1 more node is dead"))
 		// ...and a restarted node gets a fresh worker process.
 		fi := c.Backend().(backend.FaultInjector)
@@ -254,7 +254,7 @@ func TestWorkerProcessKilled(t *testing.T) {
 
 		sigkill(t, p2.PID) // out of restarts
 		_, err = tallyAdd.Remote(ctx, h, 1).Get(ctx)
-		is.Equal(ray.Code(err), ray.ActorDied)
+		is.Equal(ray.CodeOf(err), ray.ActorDied)
 	})
 }
 
@@ -298,7 +298,7 @@ func TestWorkerProcessRestartsBounded(t *testing.T) {
 	is.True(p2.PID != p.PID)
 	sigkill(t, p2.PID) // out of restarts
 	_, err = whereProc.Remote(ctx, c, struct{}{}, ray.Retries(-1)).Get(ctx)
-	is.Equal(ray.Code(err), ray.Infeasible)
+	is.Equal(ray.CodeOf(err), ray.Infeasible)
 	is.True(strings.Contains(err.Error(), "no live node: 1 dead"))
 }
 
@@ -401,7 +401,7 @@ func TestWorkerProcessErrors(t *testing.T) {
 		is := is.New(t)
 		b := newProcessLocal(t, backendtest.DefaultNodes(), nil)
 		_, err := ray.NewCluster(context.Background(), b, &ray.Options{DisableCodec: true})
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), "DisableCodec"))
 		is.NoErr(b.Close())
 	})
@@ -410,7 +410,7 @@ func TestWorkerProcessErrors(t *testing.T) {
 		c, _ := processCluster(t, &local.ProcessOptions{Count: 1, MaxMessageSize: 64 << 10})
 		ctx := testCtx(t)
 		_, err := echoProc.Remote(ctx, c, strings.Repeat("x", 100<<10)).Get(ctx)
-		is.Equal(ray.Code(err), ray.ResourceExhausted)
+		is.Equal(ray.CodeOf(err), ray.ResourceExhausted)
 		is.True(strings.Contains(err.Error(), "exceeds the limit of 64.0 KiB"))
 		v, err := echoProc.Remote(ctx, c, "small").Get(ctx) // the worker still serves
 		is.NoErr(err)
@@ -470,7 +470,7 @@ func TestForceCancelEndsTheWorkerProcess(t *testing.T) {
 
 	is.NoErr(ref.Cancel(ctx, ray.Force()))
 	_, err := ref.Get(ctx)
-	is.Equal(ray.Code(err), ray.Canceled)
+	is.Equal(ray.CodeOf(err), ray.Canceled)
 	p, err := neighbour.Get(ctx)
 	is.NoErr(err)
 	is.Equal(p.Attempt, 1) // lost with the process, retried
@@ -489,7 +489,7 @@ func TestForceCancelEndsTheWorkerProcess(t *testing.T) {
 	pid = b.WorkerPIDs()["node-2"]
 	is.NoErr(ref.Cancel(ctx))
 	_, err = ref.Get(ctx)
-	is.Equal(ray.Code(err), ray.Canceled)
+	is.Equal(ray.CodeOf(err), ray.Canceled)
 	q, err := whereProc.Remote(ctx, c, struct{}{}, zoneC).Get(ctx)
 	is.NoErr(err)
 	is.Equal(q.PID, pid)

@@ -85,7 +85,7 @@ func TestParseClusterSpecErrors(t *testing.T) {
 			is := is.New(t)
 			_, err := local.ParseClusterSpec([]byte(tt.json))
 			is.True(err != nil)
-			is.Equal(ray.Code(err), ray.InvalidArgument)
+			is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 			is.True(strings.HasPrefix(err.Error(), "parse cluster spec: "))
 			for _, want := range tt.want {
 				is.True(strings.Contains(err.Error(), want)) // the error says what is wrong
@@ -199,7 +199,7 @@ func TestLoadClusterSpec(t *testing.T) {
 		path := filepath.Join(dir, "missing.json")
 		_, err := local.LoadClusterSpec(path)
 		is.True(err != nil)
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		is.True(errors.Is(err, os.ErrNotExist))
 		is.True(strings.Contains(err.Error(), path)) // names the file
 	})
@@ -208,7 +208,7 @@ func TestLoadClusterSpec(t *testing.T) {
 		path := write(t, "bad.json", `{"nodes": [{"name": "a", "gpus": 1}]}`)
 		_, err := local.LoadClusterSpec(path)
 		is.True(err != nil)
-		is.Equal(ray.Code(err), ray.InvalidArgument)
+		is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 		is.True(strings.Contains(err.Error(), path))
 		is.True(strings.Contains(err.Error(), `unknown field "gpus"`))
 	})
@@ -386,9 +386,9 @@ func TestSelectorClassKeyCollision(t *testing.T) {
 	_, err = specNode.Remote(ctx, c, 0, ray.NodeSelector{"rack": "b", "zone": "a"}).Get(ctx)
 	is.NoErr(err)
 	err = specNode.Remote(ctx, c, 0, ray.NodeSelector{"rack": "b, zone=a"}).Err()
-	is.Equal(ray.Code(err), ray.InvalidArgument) // malformed selector is rejected whatever ran before
+	is.Equal(ray.CodeOf(err), ray.InvalidArgument) // malformed selector is rejected whatever ran before
 	err = specNode.Remote(ctx, c, 0, ray.NodeSelector{"rack=b, zone": "a"}).Err()
-	is.Equal(ray.Code(err), ray.Infeasible) // no node has the label "rack=b, zone"
+	is.Equal(ray.CodeOf(err), ray.Infeasible) // no node has the label "rack=b, zone"
 }
 
 var specNode = ray.NewTask("localspectest.node", func(ctx context.Context, _ int) (string, error) {
@@ -404,6 +404,6 @@ func TestClusterFileCountCapped(t *testing.T) {
 	spec, err := local.ParseClusterSpec([]byte(`{"nodes":[{"name":"n","count":1000000,"resources":{"CPU":1}}]}`))
 	is.NoErr(err)
 	_, err = local.New(spec, nil)
-	is.Equal(ray.Code(err), ray.InvalidArgument)
+	is.Equal(ray.CodeOf(err), ray.InvalidArgument)
 	is.True(strings.Contains(err.Error(), "limit of 10000 nodes")) // names the limit
 }

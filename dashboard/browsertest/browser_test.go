@@ -210,7 +210,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("a failed task's error shows under recent failures", func(t *testing.T) {
 		is := is.New(t)
 		_, err := failing.Remote(opCtx, c, "tokenizer shard 3 is corrupt", ray.Name("preprocess")).Get(opCtx)
-		is.Equal(ray.Code(err), ray.TaskFailed)
+		is.Equal(ray.CodeOf(err), ray.TaskFailed)
 		row := `document.querySelector('#failures tr.failure[data-task="preprocess"]')`
 		text := poll[string](t, ctx, "the failure's row", row+` && `+row+`.textContent`)
 		is.True(strings.Contains(text, "TaskFailed"))

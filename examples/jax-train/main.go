@@ -167,7 +167,7 @@ func Print(w io.Writer, o *Outcome) {
 	fmt.Fprintf(w, "w=%.4f b=%.4f after %d steps, %d attempt(s), final loss %.3g\n", o.Params[:k], o.Params[k], res.Iteration, res.Attempts, res.Metrics["loss"])
 	for _, f := range res.Failures {
 		fmt.Fprintf(w, "attempt %d failed: a host of %s was lost (%v); resumed from the checkpoint of step %d on a fresh slice\n",
-			f.Attempt, f.Slice, ray.Code(f.Err), f.ResumeFrom)
+			f.Attempt, f.Slice, ray.CodeOf(f.Err), f.ResumeFrom)
 	}
 	fmt.Fprintf(w, "known answer: w=%.4f b=%.4f; every parameter within 1e-6: %v\n", TrueW, TrueB, o.MaxError() < 1e-6)
 }

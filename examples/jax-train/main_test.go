@@ -41,7 +41,7 @@ func TestKilledHostResumes(t *testing.T) {
 	res := o.Result
 	is.Equal(res.Attempts, 2)
 	is.Equal(len(res.Failures), 1)
-	is.Equal(ray.Code(res.Failures[0].Err), ray.Unavailable)
+	is.Equal(ray.CodeOf(res.Failures[0].Err), ray.Unavailable)
 	is.Equal(res.Failures[0].ResumeFrom, 30) // every rank had reported step 30 before rank 0 reported 35
 	is.Equal(res.Iteration, 80)
 	is.True(res.Metrics["loss"] < 1e-12)

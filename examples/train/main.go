@@ -223,7 +223,7 @@ func report(out io.Writer, o *Outcome) {
 	fmt.Fprintf(out, "  w=%.4f b=%.4f after %d steps, %d attempt(s)\n", o.W[:k], o.W[k], res.Iteration, res.Attempts)
 	for _, f := range res.Failures {
 		fmt.Fprintf(out, "  attempt %d failed: a host of %s was lost (%v); resumed from the checkpoint of step %d on a fresh slice\n",
-			f.Attempt, f.Slice, ray.Code(f.Err), f.ResumeFrom)
+			f.Attempt, f.Slice, ray.CodeOf(f.Err), f.ResumeFrom)
 	}
 	maxErr := math.Abs(o.W[k] - TrueB)
 	for j, v := range TrueW {

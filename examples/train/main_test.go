@@ -79,7 +79,7 @@ func TestSameAnswerAfterFailure(t *testing.T) {
 			is.NoErr(killErr)
 			is.Equal(failed.Result.Attempts, 2)
 			is.Equal(failed.Result.Failures[0].ResumeFrom, 30) // the last checkpoint before the failure
-			is.Equal(ray.Code(failed.Result.Failures[0].Err), ray.Unavailable)
+			is.Equal(ray.CodeOf(failed.Result.Failures[0].Err), ray.Unavailable)
 			is.Equal(failed.W, clean.W) // bit for bit
 			for j, w := range TrueW {
 				is.True(math.Abs(failed.W[j]-w) < 1e-6)

@@ -3,7 +3,7 @@
 // does the gocloud.dev/blob adapter; run it on your own store too. It
 // checks error codes as well (backend.CodeOf: NotFound for a missing key,
 // InvalidArgument for an invalid one), so that code branching on
-// ray.Code works on every store.
+// ray.CodeOf works on every store.
 package storagetest
 
 import (
