@@ -32,7 +32,7 @@ func (jsonCodec) Marshal(v any) ([]byte, error) {
 }
 
 func (jsonCodec) Unmarshal(data []byte, v any) error {
-	if fastUnmarshal(data, v) {
+	if fastUnmarshal(data, v, false) {
 		return nil
 	}
 	return json.Unmarshal(data, v)
@@ -71,7 +71,10 @@ func decode[T any](c Codec, v backend.Value) (T, error) {
 		}
 		return t, nil
 	}
-	if _, ok := c.(jsonCodec); ok && fastUnmarshal(v.Data, &out) {
+	// A backend's Data is never modified once made (every Get of the
+	// object reads the same bytes), so a string decoded from it may share
+	// its bytes: it keeps only the encoded value alive.
+	if _, ok := c.(jsonCodec); ok && fastUnmarshal(v.Data, &out, true) {
 		return out, nil
 	}
 	return decodeSlow[T](c, v.Data)

@@ -1,6 +1,9 @@
 package ray
 
-import "strconv"
+import (
+	"strconv"
+	"unsafe"
+)
 
 // emptyObject is the encoding of struct{}; shared, and never modified by
 // backends or decoders.
@@ -68,7 +71,9 @@ func plainString(s string) bool {
 	return true
 }
 
-func fastUnmarshal(data []byte, v any) bool {
+// fastUnmarshal decodes the small values of fastMarshal into v. With
+// shared, data is never modified, and a string may share its bytes.
+func fastUnmarshal(data []byte, v any, shared bool) bool {
 	switch p := v.(type) {
 	case *string:
 		n := len(data)
@@ -80,7 +85,11 @@ func fastUnmarshal(data []byte, v any) bool {
 				return false
 			}
 		}
-		*p = string(data[1 : n-1])
+		if shared && n > 2 {
+			*p = unsafe.String(&data[1], n-2)
+		} else {
+			*p = string(data[1 : n-1])
+		}
 		return true
 	case *int:
 		x, ok := jsonInt(data)

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"math"
 	"testing"
+	"unsafe"
 
 	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/backend"
 )
 
 // TestJSONFastPathsMatchEncodingJSON checks that the codec's fast paths
@@ -95,4 +98,26 @@ func TestEncodeFastPathMatchesEncodingJSON(t *testing.T) {
 	b, err := encode(JSON, true)
 	is.NoErr(err)
 	is.Equal(string(b.Data), "true")
+}
+
+// TestDecodeSharesStringBytes: a string result decoded from a backend
+// value (whose bytes are never modified) shares them instead of copying,
+// while the JSON codec's own Unmarshal, whose caller owns the bytes,
+// copies.
+func TestDecodeSharesStringBytes(t *testing.T) {
+	is := is.New(t)
+	data := []byte(`"shared"`)
+	s, err := decode[string](JSON, backend.Value{Data: data})
+	is.NoErr(err)
+	is.Equal(s, "shared")
+	is.True(unsafe.StringData(s) == &data[1]) // no copy
+	var own string
+	is.NoErr(JSON.Unmarshal(data, &own))
+	is.Equal(own, "shared")
+	is.True(unsafe.StringData(own) != &data[1]) // a copy
+	data[1] = 'S'
+	is.Equal(own, "shared")
+	empty, err := decode[string](JSON, backend.Value{Data: []byte(`""`)})
+	is.NoErr(err)
+	is.Equal(empty, "")
 }

@@ -51,19 +51,26 @@ type refAllocator struct {
 // newState returns a fresh state for a ref to object id.
 func (a *refAllocator) newState(c *Cluster, id backend.ObjectID) *refState {
 	cur, _ := a.cursors.Get().(*refCursor)
-	if cur == nil || cur.next == refsPerBlock {
-		cur = &refCursor{block: new(refBlock), led: &refLedger{r: a.reap}}
-		runtime.AddCleanup(cur.block, freeBlock, cur.led)
+	if cur == nil {
+		cur = new(refCursor)
+		a.fresh(cur)
 	}
 	i := cur.next
 	cur.next++
 	s := &cur.block.states[i]
 	s.c, s.id, s.led, s.slot = c, id, cur.led, uint8(i)
 	cur.led.ids[i].Store(uint64(id))
-	if cur.next < refsPerBlock {
-		a.cursors.Put(cur)
+	if cur.next == refsPerBlock {
+		a.fresh(cur) // the cursor goes on with a new block
 	}
+	a.cursors.Put(cur)
 	return s
+}
+
+// fresh points cur at a new block.
+func (a *refAllocator) fresh(cur *refCursor) {
+	cur.block, cur.led, cur.next = new(refBlock), &refLedger{r: a.reap}, 0
+	runtime.AddCleanup(cur.block, freeBlock, cur.led)
 }
 
 // freeBlock is a block's cleanup: it queues the Free of the objects of its

@@ -120,7 +120,23 @@ func registerMethod(class string, m *methodEntry) {
 	c.methods[m.name] = m
 }
 
+// lastTask is the entry lookupTask found last: tasks run in runs of one
+// name, and comparing the name (usually the very same string) costs less
+// than hashing it. Entries are never removed, so it never goes stale.
+var lastTask atomic.Pointer[taskEntry]
+
 func lookupTask(name string) *taskEntry {
+	if e := lastTask.Load(); e != nil && e.name == name {
+		return e
+	}
+	e := lookupTaskView(name)
+	if e != nil {
+		lastTask.Store(e)
+	}
+	return e
+}
+
+func lookupTaskView(name string) *taskEntry {
 	if view := registry.taskView.Load(); view != nil {
 		return (*view)[name]
 	}

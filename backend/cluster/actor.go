@@ -221,7 +221,7 @@ func (rt *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backe
 		return 0, backend.Errorf(backend.NotFound, op, "method %q of actor class %q is not registered", spec.Method, spec.Class)
 	}
 	cl := &call{obj: rt.newObject(), spec: spec, arg: spec.Arg.Value}
-	cl.obj.call = cl
+	cl.obj.call, cl.obj.work = cl, workCall
 	if a.state == actorDead {
 		rt.counters.submitted(workKey{name: spec.Class, method: spec.Method})
 		rt.completeLocked(cl.obj, backend.Value{}, callDeathErr(a, cl))

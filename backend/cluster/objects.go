@@ -7,9 +7,8 @@ import (
 	"github.com/goray-dev/goray/backend"
 )
 
-// object is an entry of the object store.
-//
-// Objects of tasks are stored in the task, so the fields are ordered to
+// object is an entry of the object store. Objects live in the pages of
+// the object table (objtable.go), by value, so the fields are ordered to
 // leave no padding.
 type object struct {
 	id  backend.ObjectID
@@ -24,15 +23,27 @@ type object struct {
 	// chPooled: ch came from waitChans for a single waiter, and
 	// completion sends to it instead of closing it.
 	chPooled bool
+	// work says whose result this is: a task's or an actor call's (task
+	// or call is set until it is done, and dropped then, so that the
+	// finished record is garbage at once), or neither (Put).
+	work workKind
 	// wait holds the work and the Wait calls waiting for the object; nil
 	// while there are none, as for most objects, which keeps the object
 	// (and the task it is stored in) small.
 	wait *objWait
-	// task is the task whose result this is, or nil.
+	// task is the task whose result this is, or nil; nil once done.
 	task *task
-	// call is the actor call whose result this is, or nil.
+	// call is the actor call whose result this is, or nil; nil once done.
 	call *call
 }
+
+type workKind uint8
+
+const (
+	workNone workKind = iota
+	workTask
+	workCall
+)
 
 type objWait struct {
 	// dependents run when the object is done.
@@ -59,19 +70,23 @@ type waiter struct {
 	ch   chan struct{}
 }
 
+// newObject makes an object owned by the caller's ref. rt.mu must be held.
 func (rt *Runtime) newObject() *object {
-	o := &object{id: backend.ObjectID(rt.newID()), owner: true}
-	rt.objects.put(o)
+	o := rt.objects.add(backend.ObjectID(rt.newID()))
+	o.owner = true
 	return o
 }
 
-// completeLocked records an object's result and wakes whoever waits for it.
+// completeLocked records an object's result and wakes whoever waits for
+// it. A deleted object (id 0: freed before its work finished) is left
+// alone.
 func (rt *Runtime) completeLocked(o *object, v backend.Value, err error) {
-	if o.done {
+	if o.done || o.id == 0 {
 		return
 	}
 	o.done, o.val, o.err = true, v, err
 	rt.counters.objectDone(o, err)
+	o.task, o.call = nil, nil // the work's record is no longer needed
 	if o.ch != nil {
 		if o.chPooled {
 			o.ch <- struct{}{} // its one waiter's; buffered, never blocks
@@ -144,7 +159,7 @@ func (rt *Runtime) Get(ctx context.Context, id backend.ObjectID) (backend.Value,
 		ch := waitChans.Get().(chan struct{})
 		o.ch, o.chPooled = ch, true
 		rt.mu.Unlock()
-		return rt.waitPooled(ctx, o, ch)
+		return rt.waitPooled(ctx, o, id, ch)
 	}
 	if o.chPooled {
 		// A second waiter: the channel will be closed, not sent to (and
@@ -155,10 +170,22 @@ func (rt *Runtime) Get(ctx context.Context, id backend.ObjectID) (backend.Value,
 	rt.mu.Unlock()
 	select {
 	case <-ch:
-		return o.val, o.err
+		return rt.result(o, id)
 	case <-ctx.Done():
 		return backend.Value{}, ctx.Err()
 	}
+}
+
+// result returns the result of the done object o, which was id: a Free
+// racing with the wait may have deleted it (and cleared its slot) since
+// it was done, so it is read under rt.mu.
+func (rt *Runtime) result(o *object, id backend.ObjectID) (backend.Value, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if o.id != id {
+		return backend.Value{}, backend.Errorf(backend.NotFound, "get object", "object %s was freed while waiting for it", id)
+	}
+	return o.val, o.err
 }
 
 // waitChans holds the one-token channels of single waiters (Get).
@@ -167,18 +194,18 @@ var waitChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 // waitPooled waits for o as its first waiter, on ch from waitChans, and
 // returns ch to the pool if completion sent to it rather than closed it
 // (a second waiter came).
-func (rt *Runtime) waitPooled(ctx context.Context, o *object, ch chan struct{}) (backend.Value, error) {
+func (rt *Runtime) waitPooled(ctx context.Context, o *object, id backend.ObjectID, ch chan struct{}) (backend.Value, error) {
 	if done := ctx.Done(); done != nil {
 		select {
 		case _, sent := <-ch:
 			if sent {
 				waitChans.Put(ch)
 			}
-			return o.val, o.err
+			return rt.result(o, id)
 		case <-done:
 		}
 		rt.mu.Lock()
-		if !o.done {
+		if o.id == id && !o.done {
 			if o.ch == ch && o.chPooled {
 				o.ch, o.chPooled = nil, false
 				waitChans.Put(ch) // nothing was sent to it
@@ -192,7 +219,7 @@ func (rt *Runtime) waitPooled(ctx context.Context, o *object, ch chan struct{}) 
 	if _, sent := <-ch; sent {
 		waitChans.Put(ch)
 	}
-	return o.val, o.err
+	return rt.result(o, id)
 }
 
 // Wait implements backend.Backend.
@@ -236,7 +263,8 @@ func (rt *Runtime) Wait(ctx context.Context, ids []backend.ObjectID, n int) ([]b
 	}
 	rt.mu.Lock()
 	for i, o := range objs {
-		ready[i] = o.done
+		// A deleted object (freed meanwhile) was done: deletion needs it.
+		ready[i] = o.done || o.id != ids[i]
 		if w != nil && !o.done && o.wait != nil {
 			for j, x := range o.wait.waiters {
 				if x == w {

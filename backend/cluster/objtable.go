@@ -7,14 +7,18 @@ import (
 	"github.com/goray-dev/goray/backend"
 )
 
-// objTable is the object store's index from ID to object. IDs come from one
-// counter, so the objects alive at a time sit in a few runs of nearby IDs:
-// the table keeps pages of objPageSize consecutive IDs, found through a
-// map, with the last page used kept at hand. A submission, Get and Free then
-// touch a page array instead of a hash table that every submission grows
-// and every Free shrinks (whose deletions lengthen probe sequences until
-// the next rehash). A page goes when its last object does; the cost of a
-// long-lived object is at most one page of pointers.
+// objTable is the object store: objects by ID. IDs come from one counter,
+// so the objects alive at a time sit in a few runs of nearby IDs: the table
+// keeps pages of objPageSize consecutive IDs, found through a map, with the
+// last page used kept at hand. A submission, Get and Free then touch a page
+// array instead of a hash table that every submission grows and every Free
+// shrinks (whose deletions lengthen probe sequences until the next rehash).
+//
+// The objects live in the pages by value: a task's result does not keep
+// the task's record, which is garbage as soon as the task finishes, and one
+// allocation holds 64 objects. A page goes when its last object does; the
+// cost of a long-lived object is at most one page of objects (a deleted
+// slot is cleared, so it keeps no value).
 type objTable struct {
 	pages map[uint64]*objPage
 	last  *objPage // the page used last, or nil
@@ -26,8 +30,8 @@ const objPageSize = 1 << objPageBits
 
 type objPage struct {
 	base  uint64 // the page's number: ID >> objPageBits
-	slots [objPageSize]*object
 	live  int
+	slots [objPageSize]object // a free slot's id is 0
 }
 
 func (t *objTable) page(id backend.ObjectID) *objPage {
@@ -44,42 +48,47 @@ func (t *objTable) page(id backend.ObjectID) *objPage {
 
 // get returns the object id, or nil.
 func (t *objTable) get(id backend.ObjectID) *object {
-	if p := t.page(id); p != nil {
-		return p.slots[uint64(id)&(objPageSize-1)]
+	if p := t.page(id); p != nil && id != 0 {
+		if o := &p.slots[uint64(id)&(objPageSize-1)]; o.id == id {
+			return o
+		}
 	}
 	return nil
 }
 
-// put adds o under o.id.
-func (t *objTable) put(o *object) {
-	p := t.page(o.id)
+// add makes object id, which must not exist (IDs are never reused), and
+// returns it. The object stays at that address until deleted.
+func (t *objTable) add(id backend.ObjectID) *object {
+	p := t.page(id)
 	if p == nil {
 		if t.pages == nil {
 			t.pages = map[uint64]*objPage{}
 		}
-		p = &objPage{base: uint64(o.id) >> objPageBits}
+		p = &objPage{base: uint64(id) >> objPageBits}
 		t.pages[p.base] = p
 		t.last = p
 	}
-	s := &p.slots[uint64(o.id)&(objPageSize-1)]
-	if *s == nil {
+	o := &p.slots[uint64(id)&(objPageSize-1)]
+	if o.id == 0 {
 		p.live++
 		t.n++
 	}
-	*s = o
+	*o = object{id: id}
+	return o
 }
 
-// del removes id, and its page once empty.
+// del removes id, and its page once empty. The slot is cleared: a pointer
+// to the object that outlives it sees id 0, and no value is kept.
 func (t *objTable) del(id backend.ObjectID) {
 	p := t.page(id)
-	if p == nil {
+	if p == nil || id == 0 {
 		return
 	}
-	s := &p.slots[uint64(id)&(objPageSize-1)]
-	if *s == nil {
+	o := &p.slots[uint64(id)&(objPageSize-1)]
+	if o.id != id {
 		return
 	}
-	*s = nil
+	*o = object{}
 	p.live--
 	t.n--
 	if p.live == 0 {
@@ -94,12 +103,13 @@ func (t *objTable) del(id backend.ObjectID) {
 func (t *objTable) len() int { return t.n }
 
 // all returns every object, in ID order. The caller may delete while it
-// ranges over the result.
+// ranges over the result: a deleted object's id is then 0.
 func (t *objTable) all() []*object {
 	var out []*object
 	for _, n := range slices.Sorted(maps.Keys(t.pages)) {
-		for _, o := range t.pages[n].slots {
-			if o != nil {
+		p := t.pages[n]
+		for i := range p.slots {
+			if o := &p.slots[i]; o.id != 0 {
 				out = append(out, o)
 			}
 		}

@@ -28,13 +28,17 @@ func TestObjTable(t *testing.T) {
 			var tab objTable
 			want := map[backend.ObjectID]*object{}
 			for _, id := range tc.put {
-				o := &object{id: backend.ObjectID(id)}
-				tab.put(o)
+				o := tab.add(backend.ObjectID(id))
+				is.Equal(o.id, backend.ObjectID(id))
 				want[o.id] = o
 			}
 			for _, id := range tc.del {
+				o := tab.get(backend.ObjectID(id))
 				tab.del(backend.ObjectID(id))
 				delete(want, backend.ObjectID(id))
+				if o != nil {
+					is.True(o.id == 0 && o.val.Data == nil && o.err == nil && o.task == nil) // cleared: keeps no value
+				}
 			}
 			is.Equal(tab.len(), len(want))
 			for id, o := range want {

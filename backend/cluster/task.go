@@ -18,14 +18,13 @@ const (
 // task is a request for resources: a task, or an actor's (re)creation when
 // actor is set.
 type task struct {
-	obj     *object // result; nil for actor creation
-	objData object  // storage of obj, saving an allocation
-	spec    *backend.TaskSpec
-	actor   *actor
-	arg     backend.Value
-	dep     *object // unresolved input
-	cls     *class
-	seq     uint64
+	obj   *object // result (in the object table); nil for actor creation
+	spec  *backend.TaskSpec
+	actor *actor
+	arg   backend.Value
+	dep   *object // unresolved input
+	cls   *class
+	seq   uint64
 
 	attempt int
 	node    *node
@@ -181,11 +180,10 @@ func (rt *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attem
 	}
 }
 
-// newTaskObject makes t's result object inside t. b.mu must be held.
+// newTaskObject makes t's result object. b.mu must be held.
 func (rt *Runtime) newTaskObject(t *task) *object {
-	o := &t.objData
-	*o = object{id: backend.ObjectID(rt.newID()), owner: true, task: t}
-	rt.objects.put(o)
+	o := rt.newObject()
+	o.task, o.work = t, workTask
 	rt.counters.submitted(workKey{name: t.spec.Name})
 	return o
 }
@@ -271,11 +269,11 @@ func (rt *Runtime) CancelTask(ctx context.Context, id backend.ObjectID, opts bac
 		return err
 	}
 	o := rt.objects.get(id)
-	if o == nil || (o.task == nil && o.call == nil) {
+	if o == nil || o.work == workNone {
 		return backend.Errorf(backend.NotFound, "cancel task", "%s is not the result of a live task or actor call", id)
 	}
-	if o.call != nil {
-		return rt.cancelCall(o.call, opts)
+	if o.work == workCall {
+		return rt.cancelCall(o.call, o.id, opts)
 	}
 	if o.done {
 		return nil
@@ -300,14 +298,19 @@ func (rt *Runtime) CancelTask(ctx context.Context, id backend.ObjectID, opts bac
 // skips it), a running one has its context cancelled and keeps its slot
 // of the actor's concurrency until it returns. Its result is Canceled at
 // once either way. rt.mu must be held.
-func (rt *Runtime) cancelCall(cl *call, opts backend.CancelOptions) error {
-	op := rt.op("call ", cl.spec.Class, cl.spec.Method)
+// cl is nil once the call is done (its record is dropped then).
+func (rt *Runtime) cancelCall(cl *call, id backend.ObjectID, opts backend.CancelOptions) error {
 	if opts.Force {
+		op := "call producing " + id.String()
+		if cl != nil {
+			op = rt.op("call ", cl.spec.Class, cl.spec.Method)
+		}
 		return backend.Errorf(backend.InvalidArgument, op, "an actor call cannot be cancelled with Force, which would end the actor's worker process and every other call of the actor (as in Ray); cancel it without Force, or kill the actor with its handle's Kill")
 	}
-	if cl.done {
+	if cl == nil || cl.done {
 		return nil
 	}
+	op := rt.op("call ", cl.spec.Class, cl.spec.Method)
 	if cl.run != nil {
 		cl.run.cancel(context.Canceled)
 	}
