@@ -63,6 +63,11 @@ func (d *deployment) autoscale(ctx context.Context) {
 				ongoing += r.ongoing
 			}
 		}
+		if d.rolling {
+			// A rolling update sets the target until it is done.
+			d.mu.Unlock()
+			continue
+		}
 		if n := d.scaler.decide(time.Now(), ongoing, d.target); n != d.target && !d.closing {
 			d.s.log.Info("serve: autoscale", "deployment", d.spec.Name, "from", d.target, "to", n, "ongoing", ongoing)
 			d.target = n

@@ -96,6 +96,29 @@ type Deployment struct {
 	// DrainTimeout bounds how long a replica being removed waits for its
 	// requests; 0 means RequestTimeout.
 	DrainTimeout time.Duration
+	// RollingUpdate says how a Deploy of this Deployment replaces the
+	// version of the name that is running: how many replicas may be added
+	// beyond MinReplicas while it does, and how many of MinReplicas may be
+	// unavailable. nil means MaxSurge MinReplicas and MaxUnavailable 0:
+	// the whole new version starts beside the old one.
+	RollingUpdate *RollingUpdate
+}
+
+// RollingUpdate bounds a rolling update as a Kubernetes Deployment's
+// rollingUpdate strategy does, in replicas (not percentages), with
+// MinReplicas of the new version as the desired count: the old and new
+// versions' replicas together never hold more than MinReplicas+MaxSurge
+// slices (or chips, or resources), and at least MinReplicas-MaxUnavailable
+// replicas are ready throughout. MaxSurge 1 and MaxUnavailable 0 replace
+// replicas one at a time, so that the cluster needs room for one replica
+// more than the deployment, not for both versions.
+type RollingUpdate struct {
+	// MaxSurge is how many replicas may run above MinReplicas during the
+	// update; 0 means none (then MaxUnavailable must be at least 1).
+	MaxSurge int
+	// MaxUnavailable is how many of MinReplicas may be not ready during
+	// the update; 0 means none (then MaxSurge must be at least 1).
+	MaxUnavailable int
 }
 
 // Autoscaling scales a deployment by whole slices on the requests ongoing
@@ -248,6 +271,20 @@ func (d Deployment) normalize() (Deployment, error) {
 			c.Interval = time.Second
 		}
 		d.Autoscaling = &c
+	}
+	if u := d.RollingUpdate; u != nil {
+		switch {
+		case u.MaxSurge < 0:
+			return bad("RollingUpdate.MaxSurge", "%d is negative: use 0 (no replica above MinReplicas) or more", u.MaxSurge)
+		case u.MaxUnavailable < 0:
+			return bad("RollingUpdate.MaxUnavailable", "%d is negative: use 0 (every replica of MinReplicas ready throughout) or more", u.MaxUnavailable)
+		case u.MaxSurge == 0 && u.MaxUnavailable == 0:
+			return bad("RollingUpdate", "MaxSurge and MaxUnavailable are both 0, so no replica could be replaced: set MaxSurge 1 (one replica at a time beside the old ones) or MaxUnavailable 1 (one at a time in place of an old one), or leave RollingUpdate nil (the whole new version beside the old)")
+		}
+		c := *u
+		d.RollingUpdate = &c
+	} else {
+		d.RollingUpdate = &RollingUpdate{MaxSurge: d.MinReplicas}
 	}
 	h := HealthCheck{}
 	if d.Health != nil {

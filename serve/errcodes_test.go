@@ -55,10 +55,15 @@ func TestErrorCodes(t *testing.T) {
 		{"Health.Period", func(d *serve.Deployment) { d.Health = &serve.HealthCheck{Period: -1} }},
 		{"Health.Timeout", func(d *serve.Deployment) { d.Health = &serve.HealthCheck{Timeout: -1} }},
 		{"Health.FailureThreshold", func(d *serve.Deployment) { d.Health = &serve.HealthCheck{FailureThreshold: -1} }},
+		{"RollingUpdate.MaxSurge", func(d *serve.Deployment) { d.RollingUpdate = &serve.RollingUpdate{MaxSurge: -1} }},
+		{"RollingUpdate.MaxUnavailable", func(d *serve.Deployment) {
+			d.RollingUpdate = &serve.RollingUpdate{MaxSurge: 1, MaxUnavailable: -1}
+		}},
+		{"RollingUpdate", func(d *serve.Deployment) { d.RollingUpdate = &serve.RollingUpdate{} }},
 	}
 	all := []string{"Name", "Replica", "Accelerator", "Topology", "ChipsPerVM", "MinReplicas", "MaxReplicas", "MaxConcurrentRequests",
 		"MaxRetries", "RequestTimeout", "DrainTimeout", "ChipsPerReplica", "TargetOngoingRequests", "UpscaleDelay", "DownscaleDelay",
-		"Interval", "Period", "Health.Timeout", "FailureThreshold"}
+		"Interval", "Period", "Health.Timeout", "FailureThreshold", "RollingUpdate.MaxSurge", "RollingUpdate.MaxUnavailable"}
 	for _, f := range fields {
 		t.Run("Deployment."+f.field, func(t *testing.T) {
 			is := is.New(t)

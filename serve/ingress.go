@@ -329,7 +329,7 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 			// response began: retried where the request may be.
 			lost := lostReplica(up.err)
 			if lost {
-				d.lost(rep, fmt.Sprintf("request failed: %v", up.err), false)
+				rep.d.lost(rep, fmt.Sprintf("request failed: %v", up.err), false)
 			}
 			// A lost replica is replaced, so a retry waits for one; a
 			// replica that is up but failed this request is retried
@@ -345,7 +345,7 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 			}
 			return fail(http.StatusBadGateway, kindLost, fmt.Sprintf("deployment %q: replica %s: %v", d.spec.Name, rep.id, up))
 		case lostReplica(err):
-			d.lost(rep, fmt.Sprintf("request failed: %v", err), false)
+			rep.d.lost(rep, fmt.Sprintf("request failed: %v", err), false)
 			if d.spec.Idempotent && n < d.spec.MaxRetries {
 				tried = append(tried, rep)
 				d.s.metrics.dep(d.spec.Name).retries.Inc()

@@ -33,6 +33,7 @@ func (s replicaState) String() string { return replicaStateNames[s] }
 // replica is one slice-owning replica. Fields below mu are guarded by
 // its deployment's mu.
 type replica struct {
+	d       *deployment // the version it belongs to
 	id      string
 	created time.Time // when the scale decision asked for it
 	ctx     context.Context
@@ -102,7 +103,7 @@ func (d *deployment) startReplicaLocked() {
 	if d.version > 1 {
 		id = fmt.Sprintf("%s-v%d-%d", d.spec.Name, d.version, d.seq) // beside the old version's while they overlap
 	}
-	r := &replica{id: id, created: time.Now(), ctx: ctx, cancel: cancel, firstReq: !d.deployed}
+	r := &replica{d: d, id: id, created: time.Now(), ctx: ctx, cancel: cancel, firstReq: !d.deployed}
 	d.replicas = append(d.replicas, r)
 	d.wg.Go(func() { d.runReplica(r) })
 }
@@ -200,7 +201,9 @@ func (d *deployment) runReplica(r *replica) {
 	d.retryAt, d.backoff, d.lastErr = time.Time{}, 0, nil
 	d.dispatchLocked()
 	d.changedLocked()
+	prev := d.prev
 	d.mu.Unlock()
+	prev.dispatch() // the version before d queues for d's replicas too
 	d.s.log.Info("serve: replica ready", "replica", r.id, "slices", r.slices, "hosts", r.hosts, "after", time.Since(r.created))
 	pg, per := spg.PlacementGroup(), spg.BundlesPerHost()
 	for i, host := range r.hosts {

@@ -42,8 +42,7 @@ func (d *deployment) acquire(ctx context.Context, exclude []*replica) (*replica,
 		return nil, ErrShuttingDown
 	}
 	if len(d.waiters) == 0 {
-		if r := d.pickLocked(exclude); r != nil {
-			d.takeLocked(r)
+		if r := d.pickTakeLocked(exclude); r != nil {
 			d.mu.Unlock()
 			return r, nil
 		}
@@ -80,17 +79,31 @@ func (d *deployment) acquire(ctx context.Context, exclude []*replica) (*replica,
 	return nil, ctx.Err()
 }
 
-// release gives back a slot taken by acquire.
+// release gives back a slot taken by acquire. The slot is one of r's own
+// deployment, which during a rolling update may be the version after d.
 func (d *deployment) release(r *replica) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	o := r.d
+	o.mu.Lock()
 	r.ongoing--
 	r.served++
 	if r.ongoing == 0 {
-		d.closeDrainedLocked(r)
+		o.closeDrainedLocked(r)
 	}
+	o.dispatchLocked()
+	o.changedLocked()
+	prev := o.prev
+	o.mu.Unlock()
+	prev.dispatch() // the version before o queues for o's replicas too
+}
+
+// dispatch hands free slots to d's queued requests; d may be nil.
+func (d *deployment) dispatch() {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
 	d.dispatchLocked()
-	d.changedLocked()
+	d.mu.Unlock()
 }
 
 // closeDrainedLocked ends a drain wait on r. d.mu must be held.
@@ -101,7 +114,28 @@ func (d *deployment) closeDrainedLocked(r *replica) {
 	}
 }
 
-// takeLocked counts a request routed to r. d.mu must be held.
+// pickTakeLocked picks a replica with a free slot for a request of d and
+// takes the slot, or returns nil. During a rolling update (d.next set)
+// the new version's ready replicas take d's requests too: the less loaded
+// of d's pick and the next version's wins. d.mu must be held; it takes
+// d.next.mu (locks go from a version to the one after it, never back).
+func (d *deployment) pickTakeLocked(exclude []*replica) *replica {
+	r := d.pickLocked(exclude)
+	if n := d.next; n != nil {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if nr := n.pickLocked(exclude); nr != nil && (r == nil || nr.ongoing < r.ongoing || (nr.ongoing == r.ongoing && rand.IntN(2) == 0)) {
+			r = nr
+		}
+	}
+	if r != nil {
+		r.d.takeLocked(r)
+	}
+	return r
+}
+
+// takeLocked counts a request routed to r, one of d's replicas. d.mu must
+// be held.
 func (d *deployment) takeLocked(r *replica) {
 	r.ongoing++
 	d.changedLocked()
@@ -118,7 +152,7 @@ func (d *deployment) takeLocked(r *replica) {
 func (d *deployment) dispatchLocked() {
 	for i := 0; i < len(d.waiters); {
 		w := d.waiters[i]
-		r := d.pickLocked(w.exclude)
+		r := d.pickTakeLocked(w.exclude)
 		if r == nil {
 			if len(w.exclude) == 0 {
 				return // no free slot at all
@@ -126,7 +160,6 @@ func (d *deployment) dispatchLocked() {
 			i++
 			continue
 		}
-		d.takeLocked(r)
 		d.waiters = slices.Delete(d.waiters, i, i+1)
 		w.ch <- r
 	}
@@ -140,14 +173,20 @@ func (d *deployment) closeQueueLocked() {
 	d.waiters = nil
 }
 
-// pickLocked chooses a ready replica below its limit by power of two
-// choices, or nil. d.mu must be held.
 // overloaded reports whether a request would be refused as overloaded now:
 // no replica has a free slot and the queue is full.
 func (d *deployment) overloaded() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.waiters) >= d.spec.MaxQueuedRequests && d.pickLocked(nil) == nil
+	if len(d.waiters) < d.spec.MaxQueuedRequests || d.pickLocked(nil) != nil {
+		return false
+	}
+	if n := d.next; n != nil {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.pickLocked(nil) == nil
+	}
+	return true
 }
 
 // othersReady reports whether a ready replica outside exclude exists (a
@@ -155,11 +194,20 @@ func (d *deployment) overloaded() bool {
 func (d *deployment) othersReady(exclude []*replica) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return slices.ContainsFunc(d.replicas, func(r *replica) bool {
-		return r.state == stateReady && !slices.Contains(exclude, r)
-	})
+	ready := func(r *replica) bool { return r.state == stateReady && !slices.Contains(exclude, r) }
+	if slices.ContainsFunc(d.replicas, ready) {
+		return true
+	}
+	if n := d.next; n != nil {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return slices.ContainsFunc(n.replicas, ready)
+	}
+	return false
 }
 
+// pickLocked chooses one of d's ready replicas below its limit by power of
+// two choices, or nil. d.mu must be held.
 func (d *deployment) pickLocked(exclude []*replica) *replica {
 	ok := func(r *replica) bool {
 		return r.state == stateReady && r.ongoing < d.spec.MaxConcurrentRequests && !slices.Contains(exclude, r)

@@ -19,7 +19,7 @@ func testDeployment(limit, queue int, ongoing ...int) *deployment {
 	d := &deployment{s: s, spec: Deployment{Name: "t", MaxConcurrentRequests: limit, MaxQueuedRequests: queue}, window: newWindow(time.Second)}
 	s.deployments["t"] = d
 	for i, n := range ongoing {
-		d.replicas = append(d.replicas, &replica{id: string(rune('a' + i)), state: stateReady, ongoing: n, firstReq: true})
+		d.replicas = append(d.replicas, &replica{d: d, id: string(rune('a' + i)), state: stateReady, ongoing: n, firstReq: true})
 	}
 	return d
 }

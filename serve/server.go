@@ -202,6 +202,12 @@ type deployment struct {
 	deleting bool // Delete is removing it; guarded by s.mu
 	updating bool // a Deploy of its name is starting a new version; guarded by s.mu
 	version  int  // 1, then one more at every update
+	// During a rolling update (guarded by d.mu): next is the new version
+	// beside the old one d, whose replicas take d's requests too; prev is
+	// the old version beside the new one d, whose queue d's replicas serve;
+	// rolling stops the autoscaler while the update sets the target.
+	next, prev *deployment
+	rolling    bool
 	// users counts the requests and handle calls that found the
 	// deployment under s.mu and have not finished: an update waits for
 	// them before it stops the old version.
@@ -219,10 +225,13 @@ type deployment struct {
 // actor constructor that fails) fails with the reason. Whenever Deploy
 // returns an error, the deployment was removed and holds no slice.
 //
-// A Deploy of a name the server has updates that deployment: the new
-// version starts beside the old one, takes the requests once its
-// MinReplicas are ready, and the old one then drains and stops (see
-// docs/serve.md); if the new version cannot start, the old one serves on.
+// A Deploy of a name the server has updates that deployment, rolling
+// within d.RollingUpdate: the new version's replicas start as MaxSurge
+// leaves room, old ones drain as new ones become ready (keeping
+// MinReplicas-MaxUnavailable ready), requests go to the ready replicas of
+// both meanwhile, and once the new version's MinReplicas are ready the old
+// one drains and stops (see docs/serve.md); if the new version cannot
+// start, it is removed and the old one serves on with its replicas.
 func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 	spec, err := d.normalize()
 	if err != nil {
@@ -271,8 +280,13 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 	s.mu.Unlock()
 
 	dep.mu.Lock()
-	dep.reconcileLocked()
-	dep.deployed = true
+	if old != nil {
+		// The rolling update sets the new version's target (see rollOut).
+		dep.target, dep.rolling, dep.prev = 0, true, old
+	} else {
+		dep.reconcileLocked()
+		dep.deployed = true
+	}
 	dep.mu.Unlock()
 	lctx, stopLoops := context.WithCancel(dctx)
 	dep.stopLoops = stopLoops
@@ -280,15 +294,15 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 	if spec.Autoscaling != nil {
 		dep.loops.Go(func() { dep.autoscale(lctx) })
 	}
+	if old != nil {
+		return s.rollOut(ctx, old, dep)
+	}
 	err = s.WaitStatus(ctx, func(Status) bool {
 		return dep.readyCount() >= spec.MinReplicas || permanent(dep.startErr())
 	})
 	if err == nil {
 		err = dep.startErr()
 		if !permanent(err) {
-			if old != nil {
-				return s.update(ctx, old, dep)
-			}
 			return nil
 		}
 		s.mu.Lock()
@@ -313,9 +327,6 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 	s.mu.Unlock()
 	dep.shutdown(context.WithoutCancel(ctx))
 	s.notify()
-	if old != nil {
-		return fmt.Errorf("serve: deploy %q: the new version: %s; it was removed and holds nothing, and the version deployed before serves on: %w", spec.Name, waited, err)
-	}
 	return fmt.Errorf("serve: deploy %q: %s; the deployment was removed and holds nothing: %w", spec.Name, waited, err)
 }
 
@@ -372,6 +383,109 @@ func (d *deployment) readyCount() int {
 	return n
 }
 
+// rollOut replaces the running version old of a deployment by nd, the new
+// version, replica by replica within nd's RollingUpdate: nd's replicas
+// start as the surge leaves room, old's drain as nd's become ready, and
+// meanwhile old's requests go to the ready replicas of both. Once nd's
+// MinReplicas are ready, update makes nd the deployment. When nd cannot
+// start (ctx ends, its constructor fails), nd is removed, holding
+// nothing, and old gets its replicas back and serves on.
+func (s *Server) rollOut(ctx context.Context, old, nd *deployment) error {
+	old.mu.Lock()
+	before := old.target
+	old.next, old.rolling = nd, true
+	old.mu.Unlock()
+	s.watchers.Add(1)
+	var err error
+	for {
+		s.changeMu.Lock()
+		ch := s.changed
+		s.changeMu.Unlock()
+		var done bool
+		if done, err = rollStep(old, nd); done || err != nil {
+			break
+		}
+		select {
+		case <-ch:
+			continue
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		break
+	}
+	s.watchers.Add(-1)
+	if err == nil {
+		nd.mu.Lock()
+		nd.rolling, nd.deployed = false, true
+		nd.mu.Unlock()
+		err = s.update(ctx, old, nd)
+		nd.mu.Lock()
+		nd.prev = nil
+		nd.mu.Unlock()
+		return err
+	}
+	// The old version serves on with its replicas back.
+	old.mu.Lock()
+	gone := old.closing
+	old.next, old.rolling, old.target = nil, false, max(old.target, before)
+	old.reconcileLocked()
+	old.mu.Unlock()
+	if gone {
+		nd.shutdown(context.WithoutCancel(ctx))
+		return err
+	}
+	nd.mu.Lock()
+	ds := nd.statusLocked(time.Now())
+	nd.mu.Unlock()
+	name := nd.spec.Name
+	if permanent(err) {
+		nd.shutdown(context.WithoutCancel(ctx))
+		return fmt.Errorf("serve: deploy %q: the new version: %w; it was removed and holds nothing, and the version deployed before serves on", name, err)
+	}
+	waited := s.waitedFor(ctx, nd.spec, ds)
+	nd.shutdown(context.WithoutCancel(ctx))
+	s.notify()
+	return fmt.Errorf("serve: deploy %q: the new version: %s; it was removed and holds nothing, and the version deployed before serves on: %w", name, waited, err)
+}
+
+// rollStep moves a rolling update from old to nd one step: nd's target
+// grows as far as MinReplicas+MaxSurge leaves room beside the replicas old
+// still has (draining ones hold their slices until they stop), and old's
+// shrinks as far as the ready replicas of both stay at least
+// MinReplicas-MaxUnavailable. It reports done once nd's MinReplicas are
+// ready, and an error when nd cannot start or old is going away.
+func rollStep(old, nd *deployment) (done bool, err error) {
+	if err := nd.startErr(); permanent(err) {
+		return false, err
+	}
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	if old.closing {
+		return false, codeErr(ray.FailedPrecondition, "serve: deploy %q: the deployment was deleted (or the server shut down) while its new version started", nd.spec.Name)
+	}
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	n, u := nd.spec.MinReplicas, nd.spec.RollingUpdate
+	ready := 0
+	for _, r := range nd.replicas {
+		if r.state == stateReady {
+			ready++
+		}
+	}
+	if ready >= n {
+		return true, nil
+	}
+	if t := min(n, max(nd.target, n+u.MaxSurge-len(old.replicas))); t != nd.target {
+		nd.target = t
+		nd.reconcileLocked()
+	}
+	if t := min(old.target, max(0, n-u.MaxUnavailable-ready)); t != old.target {
+		old.target = t
+		old.reconcileLocked()
+	}
+	return false, nil
+}
+
 // update replaces old by nd, whose MinReplicas are ready: requests that
 // look the name up from now on reach nd; those that reached old before
 // (handling, queued, or between the two) finish on old, whose replicas
@@ -381,6 +495,9 @@ func (s *Server) update(ctx context.Context, old, nd *deployment) error {
 	s.mu.Lock()
 	if s.closing || old.deleting || s.deployments[name] != old {
 		s.mu.Unlock()
+		old.mu.Lock()
+		old.next = nil
+		old.mu.Unlock()
 		nd.shutdown(context.WithoutCancel(ctx))
 		return codeErr(ray.FailedPrecondition, "serve: deploy %q: the deployment was deleted (or the server shut down) while its new version started; the new version was removed", name)
 	}

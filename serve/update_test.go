@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/matryer/is"
 
@@ -69,22 +70,110 @@ func TestRedeployUpdatesWithoutFailures(t *testing.T) {
 	for _, r := range st.Replicas {
 		is.True(strings.HasPrefix(r.ID, "m-v2-")) // the old version's replicas are gone
 	}
-	is.Equal(reservedSlices(t, c), 2)
+	if n := reservedSlices(t, c); n != 2 {
+		b, _ := json.MarshalIndent(srv.Status(), "", " ")
+		t.Fatalf("%d slices reserved; status %s", n, b)
+	}
 	code, _, b := post(t, client, base+"/m", EchoIn{Text: "y"})
 	is.Equal(code, http.StatusOK)
 	is.True(strings.Contains(string(b), `"Text":"v2:y"`))
 
-	// An update the cluster cannot hold beside the old version fails and
-	// leaves the old version serving.
+	// An update that finds no slice for its new replicas (the test holds
+	// the two free ones) fails when its context ends and leaves the old
+	// version serving with its replicas; so does one whose replicas can
+	// never start.
+	held, err := ray.NewSlicePlacementGroup(context.Background(), c, ray.SliceSpec{Topology: "2x4", AcceleratorVersion: "v6e", ChipsPerVM: 4, NumSlices: 2})
+	is.NoErr(err)
 	v3 := v1
-	v3.Replica, v3.MinReplicas, v3.MaxReplicas = echoReplica("v3:"), 3, 3
-	ctx, cancel := context.WithTimeout(context.Background(), 500_000_000)
+	v3.Replica = echoReplica("v3:")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	err = srv.Deploy(ctx, v3)
 	t.Log(err)
 	is.Equal(ray.CodeOf(err), ray.DeadlineExceeded)
+	is.NoErr(held.Release(context.Background()))
+	v3.Topology, v3.MinReplicas = "4x4", 1 // left to the replica's own reservation
+	err = srv.Deploy(context.Background(), v3)
+	t.Log(err)
+	is.Equal(ray.CodeOf(err), ray.Infeasible)
 	code, _, b = post(t, client, base+"/m", EchoIn{Text: "z"})
 	is.Equal(code, http.StatusOK)
 	is.True(strings.Contains(string(b), `"Text":"v2:z"`))
+	is.Equal(dep(srv.Status(), "m").Ready, 2)
 	is.Equal(reservedSlices(t, c), 2)
+}
+
+// A rolling update within RollingUpdate's bounds: with MaxSurge 1 and
+// MaxUnavailable 0 on a cluster with room for one replica more than the
+// deployment (3 slices, 2 replicas), the replicas are replaced one at a
+// time; with MaxSurge 0 and MaxUnavailable 1 on a cluster with no room at
+// all, one old replica makes way for each new one. Either way 50
+// concurrent clients of an idempotent deployment see no failed request,
+// never more than MinReplicas+MaxSurge slices are held, and afterwards
+// only the new version's replicas remain. (The whole new version beside
+// the old, the default, cannot start on these clusters.)
+func TestRollingUpdate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		slices int
+		update serve.RollingUpdate
+	}{
+		{"MaxSurge 1", 3, serve.RollingUpdate{MaxSurge: 1}},
+		{"MaxUnavailable 1", 2, serve.RollingUpdate{MaxUnavailable: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			is := is.New(t)
+			c, _ := newCluster(t, tc.slices)
+			srv := serve.New(c, nil)
+			base, client := startServer(t, srv)
+			v1 := deployment("m")
+			v1.MinReplicas, v1.Idempotent, v1.MaxQueuedRequests = 2, true, 200
+			v1.RollingUpdate = &tc.update
+			is.NoErr(srv.Deploy(context.Background(), v1))
+
+			var stop atomic.Bool
+			var failures, v2seen atomic.Int64
+			var firstFailure sync.Once
+			var wg sync.WaitGroup
+			for range 50 {
+				wg.Go(func() {
+					saw := false
+					for !stop.Load() || !saw {
+						code, _, b := post(t, client, base+"/m", EchoIn{Text: "x"})
+						if code != http.StatusOK {
+							failures.Add(1)
+							firstFailure.Do(func() { t.Errorf("a request failed during the update: %d %s", code, b) })
+							return
+						}
+						var out EchoOut
+						if err := json.Unmarshal(b, &out); err != nil {
+							t.Errorf("answer %q: %v", b, err)
+							return
+						}
+						if strings.HasPrefix(out.Text, "v2:") && !saw {
+							saw = true
+							v2seen.Add(1)
+						}
+					}
+				})
+			}
+			v2 := v1
+			v2.Replica = echoReplica("v2:")
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			err := srv.Deploy(ctx, v2)
+			stop.Store(true)
+			wg.Wait()
+			is.NoErr(err)
+			is.Equal(failures.Load(), int64(0))
+			is.Equal(v2seen.Load(), int64(50)) // every client reached the new version
+
+			st := dep(srv.Status(), "m")
+			is.Equal(st.Ready, 2)
+			for _, r := range st.Replicas {
+				is.True(strings.HasPrefix(r.ID, "m-v2-")) // the old version's replicas are gone
+			}
+			is.Equal(reservedSlices(t, c), 2)
+		})
+	}
 }

@@ -16,10 +16,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/matryer/is"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/goray-dev/goray/ray"
@@ -50,7 +52,7 @@ func runHTTPServer() {
 	mux.HandleFunc("POST /where", func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(map[string]string{
 			"listen": r.Context().Value(http.LocalAddrContextKey).(net.Addr).String(),
-			"podIP":  os.Getenv("POD_IP"), "slice": os.Getenv("TPU_NAME"),
+			"podIP":  os.Getenv("POD_IP"), "slice": os.Getenv("TPU_NAME"), "version": os.Getenv("VERSION"),
 		})
 	})
 	srv := &http.Server{Addr: net.JoinHostPort(os.Getenv("HOST"), os.Getenv("PORT")), Handler: mux}
@@ -236,10 +238,6 @@ func TestE2EServeFailoverAndScaleUp(t *testing.T) {
 // router's base URL. The server shuts down at cleanup.
 func serveProcess(t testing.TB, c *ray.Cluster, edit func(*serve.Deployment)) (*serve.Server, string) {
 	t.Helper()
-	exe, err := osExecutable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := serve.New(c, nil)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -247,17 +245,109 @@ func serveProcess(t testing.TB, c *ray.Cluster, edit func(*serve.Deployment)) (*
 	}
 	go srv.Serve(l)
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	d := serve.Deployment{
-		Name: "proc",
-		Replica: serve.Process(serve.ProcessSpec{
-			Command: []string{exe}, WorkerCommand: []string{exe},
-			Env: map[string]string{"K8STEST_HTTP_SERVER": "1"}, StopTimeout: 5 * time.Second,
-		}),
-		Accelerator: "v6e", Topology: "2x4", ChipsPerVM: 4,
-	}
+	d := procDeployment(t, "")
 	edit(&d)
 	if err := srv.Deploy(t.Context(), d); err != nil {
 		t.Fatal(err)
 	}
 	return srv, "http://" + l.Addr().String()
+}
+
+// procDeployment is the deployment "proc" of the test's external server
+// (runHTTPServer) on v6e 2x4 slices; its /where says version.
+func procDeployment(t testing.TB, version string) serve.Deployment {
+	t.Helper()
+	exe, err := osExecutable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serve.Deployment{
+		Name: "proc",
+		Replica: serve.Process(serve.ProcessSpec{
+			Command: []string{exe}, WorkerCommand: []string{exe},
+			Env: map[string]string{"K8STEST_HTTP_SERVER": "1", "VERSION": version}, StopTimeout: 5 * time.Second,
+		}),
+		Accelerator: "v6e", Topology: "2x4", ChipsPerVM: 4,
+	}
+}
+
+// TestE2EServeRollingUpdate: a serve.Process deployment of two v6e 2x4
+// replicas on a cluster of three slices (room for one replica more) is
+// updated to a new version with RollingUpdate MaxSurge 1, MaxUnavailable 0
+// while 50 concurrent idempotent clients send requests: none fails, every
+// client reaches the new version (its server says so), the replicas are
+// replaced one at a time (the whole new version beside the old would need
+// four slices), the old version's pods are deleted, and once the server
+// shuts down no pod is left.
+func TestE2EServeRollingUpdate(t *testing.T) {
+	is := is.New(t)
+	ctx := t.Context()
+	cp, c := slicesCluster(t, "2x4", []string{"slice-a", "slice-b", "slice-c"}, nil)
+	version := func(v string) serve.Deployment {
+		d := procDeployment(t, v)
+		d.MinReplicas, d.Idempotent, d.MaxConcurrentRequests, d.MaxQueuedRequests = 2, true, 32, 1024
+		d.RollingUpdate = &serve.RollingUpdate{MaxSurge: 1}
+		return d
+	}
+	srv, base := serveProcess(t, c, func(d *serve.Deployment) { *d = version("v1") })
+	oldPods, err := cp.Client().CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: LabelCluster})
+	is.NoErr(err)
+	is.Equal(len(oldPods.Items), 4) // two hosts for each of the two replicas
+
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer client.CloseIdleConnections()
+	var stop atomic.Bool
+	var requests, reachedV2 atomic.Int64
+	var failed sync.Map
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			saw := false
+			for !stop.Load() || !saw {
+				requests.Add(1)
+				resp, err := client.Post(base+"/proc/where", "application/json", strings.NewReader("{}"))
+				if err != nil {
+					failed.Store(i, err.Error())
+					return
+				}
+				var got map[string]string
+				err = json.NewDecoder(resp.Body).Decode(&got)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || err != nil {
+					failed.Store(i, fmt.Sprintf("status %d, %v", resp.StatusCode, err))
+					return
+				}
+				if got["version"] == "v2" && !saw {
+					saw = true
+					reachedV2.Add(1)
+				}
+			}
+		})
+	}
+	start := time.Now()
+	err = srv.Deploy(ctx, version("v2"))
+	took := time.Since(start)
+	stop.Store(true)
+	wg.Wait()
+	is.NoErr(err)
+	failed.Range(func(k, v any) bool {
+		t.Errorf("client %v: a request failed during the update: %v", k, v)
+		return true
+	})
+	t.Logf("update took %v; %d requests, none failed", took, requests.Load())
+	is.Equal(reachedV2.Load(), int64(50)) // every client reached the new version
+
+	st, _ := srv.Status().Deployment("proc")
+	is.Equal(st.Ready, 2)
+	for _, r := range st.Replicas {
+		is.True(strings.HasPrefix(r.ID, "proc-v2-")) // the old version's replicas are gone
+	}
+	is.Equal(st.SlicesHeld, 2)
+	for _, p := range oldPods.Items { // and so are their pods
+		_, err := cp.WaitForPod(ctx, "default", p.Name, func(p *corev1.Pod) bool { return p == nil })
+		is.NoErr(err)
+	}
+	is.NoErr(srv.Shutdown(ctx))
+	is.NoErr(c.Close())
+	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
 }
