@@ -336,6 +336,15 @@ type ArgSubmitter interface {
 	SubmitTaskArg(ctx context.Context, spec *TaskSpec, arg Arg) (ObjectID, error)
 }
 
+// CallArgSubmitter is ArgSubmitter for actor calls: CallActorArg is
+// CallActor of spec with its Arg replaced by arg (spec.Arg is ignored), so
+// that a caller can make many calls of one method of one actor with one
+// immutable spec (package ray keeps one per actor handle and method). The
+// backend may keep spec for the call's life but must not modify it.
+type CallArgSubmitter interface {
+	CallActorArg(ctx context.Context, spec *CallSpec, arg Arg) (ObjectID, error)
+}
+
 // NativeValues is implemented by in-process backends that can carry
 // unencoded Go values in Value.Native. ray.Options.DisableCodec requires it.
 type NativeValues interface {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"sync/atomic"
 
 	"github.com/goray-dev/goray/backend"
 )
@@ -106,6 +107,15 @@ type ActorHandle[A any] struct {
 	class string
 	id    backend.ActorID
 	err   error
+	// calls keeps the spec of the method called last, shared by its
+	// calls through backend.CallArgSubmitter (nil: a spec per call).
+	calls *handleCalls
+}
+
+// handleCalls is an actor handle's spec of the method called last: calls
+// come in runs of one method, and the backend never modifies a spec.
+type handleCalls struct {
+	last atomic.Pointer[backend.CallSpec]
 }
 
 // ID returns the backend's actor ID (0 if creation failed).
@@ -125,7 +135,7 @@ func (h *ActorHandle[A]) Err() error {
 // errors are reported by Ready, Err and every call.
 func (a *ActorClass[A, I]) Remote(ctx context.Context, c *Cluster, in I, opts ...ActorOption) *ActorHandle[A] {
 	op := "create actor " + a.name
-	h := &ActorHandle[A]{c: c, class: a.name}
+	h := &ActorHandle[A]{c: c, class: a.name, calls: new(handleCalls)}
 	if h.err = c.checkCtx(ctx, op); h.err != nil {
 		return h
 	}
@@ -171,7 +181,7 @@ func GetActor[A, I any](ctx context.Context, c *Cluster, class *ActorClass[A, I]
 	if cls != class.name {
 		return nil, backend.Errorf(backend.InvalidArgument, op, "actor %q is of class %q, not %q", name, cls, class.name)
 	}
-	return &ActorHandle[A]{c: c, class: cls, id: id}, nil
+	return &ActorHandle[A]{c: c, class: cls, id: id, calls: new(handleCalls)}, nil
 }
 
 // Ready waits until the actor's constructor has returned, and returns its
@@ -240,7 +250,18 @@ func (m *Method[A, I, O]) RemoteRef(ctx context.Context, h *ActorHandle[A], in O
 }
 
 func (m *Method[A, I, O]) call(ctx context.Context, h *ActorHandle[A], arg backend.Arg) ObjectRef[O] {
-	id, err := h.c.b.CallActor(ctx, &backend.CallSpec{Actor: h.id, Class: m.class, Method: m.name, Arg: arg})
+	var id backend.ObjectID
+	var err error
+	if sub := h.c.callSub; sub != nil && h.calls != nil {
+		spec := h.calls.last.Load()
+		if spec == nil || spec.Method != m.name || spec.Class != m.class {
+			spec = &backend.CallSpec{Actor: h.id, Class: m.class, Method: m.name}
+			h.calls.last.Store(spec)
+		}
+		id, err = sub.CallActorArg(ctx, spec, arg)
+	} else {
+		id, err = h.c.b.CallActor(ctx, &backend.CallSpec{Actor: h.id, Class: m.class, Method: m.name, Arg: arg})
+	}
 	if err != nil {
 		return errRef[O](h.c, err)
 	}

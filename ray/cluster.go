@@ -30,13 +30,14 @@ type Options struct {
 // A Cluster is safe for concurrent use. Its zero value is not usable; a nil
 // *Cluster makes every call fail with InvalidArgument.
 type Cluster struct {
-	b      backend.Backend
-	argSub backend.ArgSubmitter // b, when it takes a task's input beside its spec
-	codec  Codec                // nil when the codec is disabled
-	log    *slog.Logger
-	closed atomic.Bool
-	reap   *reaper
-	refs   refAllocator
+	b       backend.Backend
+	argSub  backend.ArgSubmitter     // b, when it takes a task's input beside its spec
+	callSub backend.CallArgSubmitter // b, when it takes a call's input beside its spec
+	codec   Codec                    // nil when the codec is disabled
+	log     *slog.Logger
+	closed  atomic.Bool
+	reap    *reaper
+	refs    refAllocator
 }
 
 // NewCluster starts b and returns a cluster on it. The cluster owns b:
@@ -54,6 +55,7 @@ func NewCluster(ctx context.Context, b Backend, opts *Options) (*Cluster, error)
 	}
 	c := &Cluster{b: b, codec: opts.Codec, log: opts.Logger}
 	c.argSub, _ = b.(backend.ArgSubmitter)
+	c.callSub, _ = b.(backend.CallArgSubmitter)
 	if c.codec == nil {
 		c.codec = JSON
 	}

@@ -282,12 +282,22 @@ type actorInstance struct {
 	codec Codec
 	class *classEntry
 	actor any
+	// last is the method called last: calls come in runs of one method,
+	// and comparing its name costs less than the registry's lock and map.
+	// Methods are never unregistered, so it never goes stale.
+	last atomic.Pointer[methodEntry]
 }
 
 func (a *actorInstance) Call(ctx context.Context, method string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
-	registry.RLock()
-	m := a.class.methods[method]
-	registry.RUnlock()
+	m := a.last.Load()
+	if m == nil || m.name != method {
+		registry.RLock()
+		m = a.class.methods[method]
+		registry.RUnlock()
+		if m != nil {
+			a.last.Store(m)
+		}
+	}
 	if m == nil {
 		return backend.Value{}, backend.Errorf(backend.NotFound, "call actor", "method %q of actor class %q is not registered in this process", method, a.class.name)
 	}

@@ -79,3 +79,61 @@ func TestPlacementGroupErrorsAfterLazyNames(t *testing.T) {
 	is.True(strings.Contains(err.Error(), pg.ID().String()))
 	is.NoErr(pg.Remove(ctx)) // idempotent
 }
+
+type specCounter struct{ n int }
+
+var (
+	specCounterClass = NewActorClass("raytest.spec-counter", func(ctx context.Context, n int) (*specCounter, error) { return &specCounter{n: n}, nil })
+	specCounterAdd   = NewMethod(specCounterClass, "add", func(ctx context.Context, c *specCounter, d int) (int, error) { c.n += d; return c.n, nil })
+	specCounterName  = NewMethod(specCounterClass, "name", func(ctx context.Context, c *specCounter, _ struct{}) (string, error) {
+		info, _ := Runtime(ctx)
+		return info.TaskName(), nil
+	})
+)
+
+// TestSharedCallSpec: calls of one method through one handle share a spec
+// through backend.CallArgSubmitter, each with its own input (values and
+// refs), in order; a call of another method gets its own spec, and the
+// backend leaves the specs as they were. The calls' runtime info names
+// the method called, across switches between methods.
+func TestSharedCallSpec(t *testing.T) {
+	is := is.New(t)
+	be, err := local.New(local.ClusterSpec{Nodes: []local.NodeSpec{{Name: "n", Resources: backend.Resources{backend.CPU: 4}}}}, nil)
+	is.NoErr(err)
+	c, err := NewCluster(context.Background(), be, nil)
+	is.NoErr(err)
+	defer c.Close()
+	is.True(c.callSub != nil) // local takes the input beside the spec
+	ctx := context.Background()
+	h := specCounterClass.Remote(ctx, c, 100)
+	var refs []ObjectRef[int]
+	for i := 1; i <= 20; i++ {
+		refs = append(refs, specCounterAdd.Remote(ctx, h, i))
+	}
+	addSpec := h.calls.last.Load()
+	is.True(addSpec != nil && addSpec.Method == "add")
+	want := *addSpec
+	chained := specCounterAdd.RemoteRef(ctx, h, Put(ctx, c, 1000))
+	is.True(h.calls.last.Load() == addSpec) // shared by the ref call too
+	sum := 100
+	for i, r := range refs {
+		sum += i + 1
+		v, err := r.Get(ctx)
+		is.NoErr(err)
+		is.Equal(v, sum)
+	}
+	v, err := chained.Get(ctx)
+	is.NoErr(err)
+	is.Equal(v, sum+1000)
+	is.True(reflect.DeepEqual(*addSpec, want)) // unchanged by the backend
+	for range 3 {
+		name, err := specCounterName.Remote(ctx, h, struct{}{}).Get(ctx)
+		is.NoErr(err)
+		is.Equal(name, "raytest.spec-counter.name")
+		is.True(h.calls.last.Load() != addSpec) // its own spec
+		v, err = specCounterAdd.Remote(ctx, h, 1).Get(ctx)
+		is.NoErr(err)
+		sum++
+		is.Equal(v, sum+1000)
+	}
+}

@@ -43,6 +43,8 @@ type actor struct {
 	// (CallSpec.Beside); besideN counts those of inflight.
 	side    []*call
 	besideN int
+	// names are the names of the method called last (CallActor).
+	names methodNames
 }
 
 type call struct {
@@ -54,6 +56,8 @@ type call struct {
 	attempt int
 	gen     int
 	done    bool
+	ran     bool    // run0 is in use
+	run0    callRun // the first run, saving an allocation
 }
 
 func (a *actor) signalReady() {
@@ -193,11 +197,32 @@ func (rt *Runtime) NamedActor(ctx context.Context, name string) (backend.ActorID
 
 // CallActor implements backend.Backend.
 func (rt *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backend.ObjectID, error) {
+	var arg backend.Arg
+	if spec != nil {
+		arg = spec.Arg
+	}
+	return rt.CallActorArg(ctx, spec, arg)
+}
+
+var _ backend.CallArgSubmitter = (*Runtime)(nil)
+
+// CallActorArg implements backend.CallArgSubmitter: the call keeps spec,
+// which it never modifies, and takes its input from arg.
+func (rt *Runtime) CallActorArg(ctx context.Context, spec *backend.CallSpec, arg backend.Arg) (backend.ObjectID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	if spec == nil {
+		return 0, backend.Errorf(backend.InvalidArgument, "call actor", "nil call spec")
+	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	a := rt.actors[spec.Actor]
+	if a != nil && spec.Method != "" && a.names.method == spec.Method && a.spec.Class == spec.Class && !rt.closed && rt.started {
+		// A call of the method called last: the checks below passed for
+		// it, and its names are at hand.
+		return rt.queueCall(a, spec, arg, a.names.op)
+	}
 	op := rt.op("call ", spec.Class, spec.Method)
 	if err := rt.precheck(op); err != nil {
 		return 0, err
@@ -205,7 +230,6 @@ func (rt *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backe
 	if spec.Method == "" {
 		return 0, backend.Errorf(backend.InvalidArgument, op, "empty method name")
 	}
-	a := rt.actors[spec.Actor]
 	if a == nil {
 		if err, dead := rt.deadActor(spec.Actor); dead {
 			o := rt.newObject()
@@ -220,15 +244,32 @@ func (rt *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backe
 	if !rt.exec.HasActorMethod(spec.Class, spec.Method) {
 		return 0, backend.Errorf(backend.NotFound, op, "method %q of actor class %q is not registered", spec.Method, spec.Class)
 	}
-	cl := &call{obj: rt.newObject(), spec: spec, arg: spec.Arg.Value}
+	// Registered methods stay registered: the next calls of this method
+	// skip the checks.
+	a.names = methodNames{method: spec.Method, op: op, task: rt.op("", a.spec.Class, spec.Method)}
+	return rt.queueCall(a, spec, arg, op)
+}
+
+// methodNames are an actor's names for the method called last, kept for
+// the next calls (calls come in runs of one method).
+type methodNames struct {
+	method string
+	op     string // "call Class.method", for errors
+	task   string // "Class.method", the calls' RuntimeInfo.Task
+}
+
+// queueCall makes a checked call of a live or dead actor and queues it.
+// rt.mu must be held.
+func (rt *Runtime) queueCall(a *actor, spec *backend.CallSpec, arg backend.Arg, op string) (backend.ObjectID, error) {
+	cl := &call{obj: rt.newObject(), spec: spec, arg: arg.Value}
 	cl.obj.call, cl.obj.work = cl, workCall
 	if a.state == actorDead {
 		rt.counters.submitted(workKey{name: spec.Class, method: spec.Method})
 		rt.completeLocked(cl.obj, backend.Value{}, callDeathErr(a, cl))
 		return cl.obj.id, nil
 	}
-	if spec.Arg.Ref != 0 {
-		dep, err := rt.lookupDep(op, spec.Arg.Ref)
+	if arg.Ref != 0 {
+		dep, err := rt.lookupDep(op, arg.Ref)
 		if err != nil {
 			rt.objects.del(cl.obj.id)
 			return 0, err
@@ -245,7 +286,7 @@ func (rt *Runtime) CallActor(ctx context.Context, spec *backend.CallSpec) (backe
 			cl.arg = dep.val
 		}
 	}
-	if spec.Arg.Ref == 0 {
+	if arg.Ref == 0 {
 		rt.counters.submitted(workKey{name: spec.Class, method: spec.Method})
 	}
 	if spec.Beside {
@@ -337,15 +378,29 @@ func (rt *Runtime) runCall(a *actor, cl *call) {
 	if c.res == nil {
 		c.res = rt.resourcesOf(c.demand, c.sel.slice)
 	}
-	r := &callRun{Context: a.ctx, rt: rt, a: a, cl: cl, inst: a.inst, gen: a.gen}
-	cl.run = r
-	r.info = backend.RuntimeInfo{
-		Task: rt.op("", a.spec.Class, cl.spec.Method), Attempt: cl.attempt, Node: a.node.name,
-		NodeLabels: a.node.labels, Env: a.env, Actor: a.id, Placement: backend.Placement{Bundle: -1},
-		Resources: c.res,
+	// The first run's context is stored in the call; a retry's is its
+	// own, since code of the previous run may still hold the old one.
+	var r *callRun
+	if !cl.ran {
+		cl.ran = true
+		r = &cl.run0
+	} else {
+		r = new(callRun)
 	}
+	// Fields one by one, on zero memory: assigning whole structs of
+	// pointers costs write barriers while the collector runs.
+	r.Context, r.rt, r.a, r.cl, r.inst, r.gen = a.ctx, rt, a, cl, a.inst, a.gen
+	cl.run = r
+	task := a.names.task
+	if a.names.method != cl.spec.Method {
+		task = rt.op("", a.spec.Class, cl.spec.Method)
+	}
+	in := &r.info
+	in.Task, in.Attempt, in.Node = task, cl.attempt, a.node.name
+	in.NodeLabels, in.Env, in.Actor, in.Resources = a.node.labels, a.env, a.id, c.res
+	in.Placement.Bundle = -1
 	if a.bundle != nil {
-		r.info.Placement = backend.Placement{Group: a.bundle.pg.id, Bundle: a.bundle.index}
+		in.Placement = backend.Placement{Group: a.bundle.pg.id, Bundle: a.bundle.index}
 	}
 	rt.running++
 	if rt.inlineCalls && rt.inlineCall == nil {

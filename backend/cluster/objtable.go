@@ -69,11 +69,14 @@ func (t *objTable) add(id backend.ObjectID) *object {
 		t.last = p
 	}
 	o := &p.slots[uint64(id)&(objPageSize-1)]
-	if o.id == 0 {
-		p.live++
-		t.n++
+	if o.id != 0 {
+		panic("cluster: object " + id.String() + " made twice")
 	}
-	*o = object{id: id}
+	// The slot is zero (new, or cleared by del): setting the ID alone
+	// spares the write barriers of assigning a whole object.
+	p.live++
+	t.n++
+	o.id = id
 	return o
 }
 

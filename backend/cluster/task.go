@@ -170,11 +170,12 @@ func (rt *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attem
 		}
 		res = c.res
 	}
-	*info = backend.RuntimeInfo{
-		Task: name, Attempt: attempt, Node: n.name, NodeLabels: n.labels,
-		Resources: res, Env: workEnv(n, bu, chips),
-		Placement: backend.Placement{Bundle: -1},
-	}
+	// Fields one by one, on the zero info of a new context: assigning a
+	// whole struct of pointers costs write barriers while the collector
+	// runs.
+	info.Task, info.Attempt, info.Node, info.NodeLabels = name, attempt, n.name, n.labels
+	info.Resources, info.Env = res, workEnv(n, bu, chips)
+	info.Placement.Bundle = -1
 	if bu != nil {
 		info.Placement = backend.Placement{Group: bu.pg.id, Bundle: bu.index}
 	}
