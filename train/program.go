@@ -50,7 +50,9 @@ import (
 // recipe). Its stdout and
 // stderr reach the driver line by line, prefixed with "[rank N] ". The
 // run fails as soon as one process exits non-zero; the others are then
-// stopped (SIGTERM to the process group, SIGKILL after StopTimeout).
+// stopped (SIGTERM to the process group, SIGKILL after StopTimeout). On
+// Linux a process is also killed when the worker process that started it
+// dies without stopping it.
 type Program struct {
 	// Path is the program, looked up in PATH when it has no slash.
 	Path string `json:"path"`
@@ -128,7 +130,9 @@ func runProgram(ctx context.Context, w *Worker, coordinator string) error {
 	stopGroup(cmd, stop)
 	lw := &lineWriter{send: func(line string) { w.sess.notify(&ctrlMsg{Type: msgOutput, Line: line}) }}
 	cmd.Stdout, cmd.Stderr = lw, lw
+	unlock := lockThread() // the thread that starts the program outlives it (dieWithParent)
 	err = cmd.Run()
+	unlock()
 	lw.flush()
 	if err != nil {
 		if ctx.Err() != nil {

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -54,4 +57,48 @@ func TestKilledHostResumes(t *testing.T) {
 	Print(&out, o)
 	t.Log(out.String())
 	is.True(strings.Contains(out.String(), "every parameter within 1e-6: true"))
+}
+
+// TestCheckpointOnURLs: train.py writes and reads its checkpoint
+// directory through fsspec when the run's storage is a bucket (a gs:// URL
+// from goray_train.staging_dir and get_checkpoint, as on GKE), and with
+// plain files otherwise. fsspec here is a stand-in that maps gs:// to a
+// local directory (neither fsspec nor a bucket is on CI).
+func TestCheckpointOnURLs(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed")
+	}
+	is := is.New(t)
+	mods, bucket, local := t.TempDir(), t.TempDir(), t.TempDir()
+	is.NoErr(os.WriteFile(filepath.Join(mods, "goray_train.py"), nil, 0o644)) // train.py imports it; not called here
+	is.NoErr(os.WriteFile(filepath.Join(mods, "fsspec.py"), []byte(`import builtins, os
+calls = []
+def open(url, mode="r"):
+    assert url.startswith("gs://"), url
+    calls.append(url)
+    path = os.path.join(os.environ["BUCKET"], url[len("gs://"):])
+    if "w" in mode:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    return builtins.open(path, mode)
+`), 0o644))
+	script := `import fsspec, train
+train.save_params("gs://ckpt/runs/r/staging/rank_0", [1.5, -2])
+assert train.load_params("gs://ckpt/runs/r/staging/rank_0/") == [1.5, -2]
+assert len(fsspec.calls) == 2, fsspec.calls
+train.save_params(LOCAL, [3])
+assert train.load_params(LOCAL) == [3]
+assert len(fsspec.calls) == 2, fsspec.calls
+`
+	cmd := exec.Command(python, "-c", strings.Replace(script, "LOCAL", fmt.Sprintf("%q", local), 2))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+mods+string(os.PathListSeparator)+".", "BUCKET="+bucket)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(bucket, "ckpt", "runs", "r", "staging", "rank_0", "params.json"))
+	is.NoErr(err)
+	is.Equal(strings.TrimSpace(string(b)), "[1.5, -2]")
+	_, err = os.Stat(filepath.Join(local, "params.json"))
+	is.NoErr(err)
 }

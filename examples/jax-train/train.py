@@ -14,6 +14,11 @@ simulator), the same step runs in pure Python, and the gradients are summed
 over a TCP connection to rank 0 at JAX_COORDINATOR_ADDRESS, the port goray
 reserved for JAX's coordinator.
 
+Checkpoints go where the run's storage is: a directory every host shares
+(file://; on the simulator, or a shared volume) or a bucket (gs://, on
+GKE), which this program reads and writes through fsspec (gcsfs in the
+image).
+
     python3 train.py STEPS EVERY
 """
 
@@ -35,6 +40,29 @@ except ImportError:
 
 TRUE_W, TRUE_B = [2.0, -3.0, 0.5, 1.25], 0.75
 SAMPLES, LR = 512, 0.5
+
+
+def open_file(path, mode="r"):
+    """Opens a file of the run's storage: a local path (file:// storage, a
+    directory every host shares), or a URL such as gs://bucket/... (the
+    storage of a run on GKE), through fsspec (pip install gcsfs for gs://)."""
+    if "://" in path:
+        import fsspec
+
+        return fsspec.open(path, mode)
+    return open(path, mode)
+
+
+def save_params(d, params):
+    """Writes params into checkpoint directory d (a path or a URL prefix)."""
+    with open_file(d.rstrip("/") + "/params.json", "w") as f:
+        json.dump(params, f)
+
+
+def load_params(d):
+    """Reads the params of checkpoint directory d (a path or a URL)."""
+    with open_file(d.rstrip("/") + "/params.json") as f:
+        return json.load(f)
 
 
 def dataset():
@@ -127,8 +155,7 @@ def main():
     params, step = [0.0] * (len(TRUE_W) + 1), 0
     ck = goray_train.get_checkpoint()  # rank 0's directory: only rank 0 commits one
     if ck is not None:
-        with open(os.path.join(ck.path, "params.json")) as f:
-            params = json.load(f)
+        params = load_params(ck.path)
         step = ck.iteration
     mode = "jax" if jax is not None else "pure python"
     print("rank %d of %d (%s) starts at step %d, attempt %d" % (rank, n, mode, step, world["attempt"]), flush=True)
@@ -165,8 +192,7 @@ def main():
         metrics = {"loss": loss}
         if rank == 0 and step % every == 0:
             d = goray_train.staging_dir()
-            with open(os.path.join(d, "params.json"), "w") as f:
-                json.dump(params, f)
+            save_params(d, params)
             goray_train.report(metrics, checkpoint_dir=d)
         else:
             goray_train.report(metrics)
