@@ -524,11 +524,11 @@ func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, 
 		if errors.As(err, &closed) {
 			go func() {
 				<-c.readEnd // OnLost has run
-				done.TaskDone(backend.Value{}, c.callError(m.typ, name, c.Err()))
+				done.TaskDone(backend.Value{}, c.callError(msgRunTask, name, c.Err()))
 			}()
 			return true
 		}
-		go done.TaskDone(backend.Value{}, c.callError(m.typ, name, err))
+		go done.TaskDone(backend.Value{}, c.callError(msgRunTask, name, err))
 	}
 	return true
 }

@@ -237,7 +237,11 @@ func (e *remoteError) Unwrap() error { return e.err }
 // or reply to handle. A frame that is garbled or too large, or that handle
 // rejects, ends the connection with a goodbye naming the problem. It
 // returns the cause.
+//
+// handle must not keep m, which is reused for the next frame: one message
+// per connection instead of one per frame.
 func (c *conn) readLoop(handle func(m *message) error) error {
+	var m message
 	for {
 		body, err := c.fr.next()
 		if err != nil {
@@ -253,7 +257,7 @@ func (c *conn) readLoop(handle func(m *message) error) error {
 			return c.waitCause(err)
 		}
 		c.recvd.Store(true)
-		m, err := decodeCached(body, &c.infos)
+		m, err = decodeCached(body, &c.infos)
 		if err != nil {
 			c.goodbye(backend.Wrap(backend.InvalidArgument, "", err))
 			return c.waitCause(err)

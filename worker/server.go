@@ -383,7 +383,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sc := &serverConn{
 		conn: newConn(nc, brw.Reader, limit, hb, s.log), s: s, exec: exec, remote: r.RemoteAddr,
 		running: map[uint64]runEntry{}, actors: map[uint64]*actorSlot{},
-		output: hello.Output, idle: make(chan *job),
+		output: hello.Output, idle: make(chan job),
 	}
 	sc.ctx, sc.cancel = context.WithCancel(context.Background())
 	if !s.add(sc) {
@@ -452,7 +452,7 @@ type serverConn struct {
 	work    sync.WaitGroup
 	// idle hands work to the connection's idle runner goroutines
 	// (spawn); nIdle counts them.
-	idle  chan *job
+	idle  chan job
 	nIdle atomic.Int32
 }
 
@@ -511,7 +511,7 @@ func (sc *serverConn) handle(m *message) error {
 		if !ok {
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
-		sc.spawn(&job{ctx: ctx, id: m.id, name: m.name, arg: m.value, info: m.info})
+		sc.spawn(job{ctx: ctx, id: m.id, name: m.name, arg: m.value, info: m.info})
 	case msgNewActor:
 		if !sc.exec.HasActorMethod(m.name, "") {
 			sc.replyError(m.id, backend.Errorf(backend.NotFound, "create actor "+m.name, "actor class %q is not registered in this worker", m.name))
@@ -554,7 +554,7 @@ func (sc *serverConn) handle(m *message) error {
 		if !ok {
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
-		sc.spawn(&job{ctx: ctx, id: m.id, name: m.name, arg: m.value, info: m.info, inst: inst})
+		sc.spawn(job{ctx: ctx, id: m.id, name: m.name, arg: m.value, info: m.info, inst: inst})
 	case msgCancel:
 		sc.mu.Lock()
 		cancel := sc.running[m.id].cancel
@@ -635,7 +635,8 @@ const maxIdleRunners = 64
 
 // spawn runs j on an idle goroutine of the connection, or a new one. The
 // goroutines are counted in sc.work and exit when sc.ctx ends.
-func (sc *serverConn) spawn(j *job) {
+// A job goes by value, sparing an allocation per request.
+func (sc *serverConn) spawn(j job) {
 	select {
 	case sc.idle <- j:
 		return
@@ -645,7 +646,7 @@ func (sc *serverConn) spawn(j *job) {
 	go sc.runner(j)
 }
 
-func (sc *serverConn) runner(j *job) {
+func (sc *serverConn) runner(j job) {
 	defer sc.work.Done()
 	for {
 		if j.inst != nil {
@@ -653,7 +654,7 @@ func (sc *serverConn) runner(j *job) {
 		} else {
 			sc.runTask(j.ctx, j.id, j.name, j.arg, j.info)
 		}
-		j = nil
+		j = job{}
 		if sc.nIdle.Add(1) > maxIdleRunners {
 			sc.nIdle.Add(-1)
 			return
