@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -381,7 +382,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sc := &serverConn{
-		conn: newConn(nc, brw.Reader, limit, hb, s.log), s: s, exec: exec, remote: r.RemoteAddr,
+		// The server's reader buffers 4 KiB; one of 64 KiB over it (it
+		// reads past the small one once that is drained) takes a burst
+		// of requests in fewer reads.
+		conn: newConn(nc, bufio.NewReaderSize(brw.Reader, 64<<10), limit, hb, s.log), s: s, exec: exec, remote: r.RemoteAddr,
 		running: map[uint64]runEntry{}, actors: map[uint64]*actorSlot{},
 		output: hello.Output, idle: make(chan job),
 	}
