@@ -44,6 +44,7 @@ type conn struct {
 	log   *slog.Logger
 
 	wmu     sync.Mutex
+	enc     infoEnc // the last runtime info encoded; guarded by wmu
 	wcond   sync.Cond
 	wbuf    []byte
 	werr    error // non-nil once closed: every send fails with it
@@ -100,7 +101,7 @@ func (c *conn) send(m *message, force bool) error {
 		return &errConnClosed{cause: c.byeErr}
 	}
 	start := len(c.wbuf)
-	b, err := appendFrame(c.wbuf, m)
+	b, err := appendFrameCached(c.wbuf, m, &c.enc)
 	if err != nil {
 		c.wbuf = b
 		c.wmu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"unsafe"
 
 	"github.com/goray-dev/goray/backend"
 )
@@ -102,6 +103,12 @@ func garbled(format string, args ...any) error {
 
 // appendFrame appends m as a frame (length header and body) to b.
 func appendFrame(b []byte, m *message) ([]byte, error) {
+	return appendFrameCached(b, m, nil)
+}
+
+// appendFrameCached is appendFrame with a connection's cache of the last
+// runtime info it encoded (nil for none).
+func appendFrameCached(b []byte, m *message, enc *infoEnc) ([]byte, error) {
 	start := len(b)
 	b = append(b, 0, 0, 0, 0, byte(m.typ))
 	var err error
@@ -112,7 +119,7 @@ func appendFrame(b []byte, m *message) ([]byte, error) {
 			b = binary.AppendUvarint(b, m.actor)
 		}
 		b = appendString(b, m.name)
-		b = appendInfo(b, m.info)
+		b = enc.append(b, m.info)
 		b, err = appendValue(b, m.value)
 	case msgCancel, msgKill:
 		b = binary.AppendUvarint(b, m.id)
@@ -267,6 +274,53 @@ func appendMap(b []byte, m map[string]string) []byte {
 
 // maxSortedKeys is the largest map whose keys are encoded in order.
 const maxSortedKeys = 32
+
+// infoEnc keeps the last runtime info a connection encoded, with its
+// encoding: the infos of a driver's tasks mostly share their strings and
+// maps (a node's labels and env, a scheduling class's resources), and an
+// info whose fields are the same strings and the very same maps encodes
+// the same, so the bytes are copied instead of encoded again (maps sorted
+// by key). The key holds the maps, so none of them is freed and its
+// address reused while cached; the runtime never modifies a map it has
+// handed to running work.
+type infoEnc struct {
+	task, node  string
+	attempt     int
+	labels, env map[string]string
+	res         backend.Resources
+	pl          backend.Placement
+	actor       backend.ActorID
+	raw         []byte
+	ok          bool
+}
+
+// sameMap reports whether a and b are the very same map (or both nil).
+func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
+}
+
+// append appends the encoding of info, from the cache when it can; a nil
+// e encodes.
+func (e *infoEnc) append(b []byte, info *backend.RuntimeInfo) []byte {
+	if e == nil || info == nil {
+		return appendInfo(b, info)
+	}
+	if e.ok && e.task == info.Task && e.attempt == info.Attempt && e.node == info.Node && e.pl == info.Placement &&
+		e.actor == info.Actor && sameMap(e.labels, info.NodeLabels) && sameMap(e.env, info.Env) && sameMap(e.res, info.Resources) {
+		return append(b, e.raw...)
+	}
+	start := len(b)
+	b = appendInfo(b, info)
+	if n := len(b) - start; n <= maxCachedInfo {
+		*e = infoEnc{
+			task: info.Task, node: info.Node, attempt: info.Attempt, labels: info.NodeLabels, env: info.Env,
+			res: info.Resources, pl: info.Placement, actor: info.Actor, raw: append(e.raw[:0], b[start:]...), ok: true,
+		}
+	} else {
+		e.ok = false
+	}
+	return b
+}
 
 func appendInfo(b []byte, info *backend.RuntimeInfo) []byte {
 	if info == nil {

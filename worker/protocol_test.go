@@ -255,3 +255,35 @@ func TestMapsEncodeInKeyOrder(t *testing.T) {
 		is.True(bytes.Equal(appendInfo(nil, info), first))
 	}
 }
+
+// TestInfoEncCache: a connection's cache of the last info it encoded gives
+// exactly appendInfo's bytes, whether it hits (the same strings and the
+// very same maps) or not (another map, another field), and a nil cache
+// encodes.
+func TestInfoEncCache(t *testing.T) {
+	is := is.New(t)
+	labels := map[string]string{"zone": "a", "pool": "p"}
+	env := map[string]string{"TPU_WORKER_ID": "0"}
+	res := backend.Resources{backend.CPU: 1}
+	base := backend.RuntimeInfo{Task: "t", Node: "n", NodeLabels: labels, Env: env, Resources: res, Placement: backend.Placement{Bundle: -1}}
+	var enc infoEnc
+	infos := []backend.RuntimeInfo{base, base} // the second hits
+	other := base
+	other.NodeLabels = map[string]string{"zone": "b", "pool": "p"} // another map
+	infos = append(infos, other, base)
+	attempt := base
+	attempt.Attempt = 1
+	infos = append(infos, attempt)
+	bundle := base
+	bundle.Placement = backend.Placement{Group: 3, Bundle: 0}
+	infos = append(infos, bundle, base)
+	for i := range infos {
+		got := enc.append([]byte("x"), &infos[i])
+		want := appendInfo([]byte("x"), &infos[i])
+		is.True(bytes.Equal(got, want)) // info i
+	}
+	is.True(enc.ok && sameMap(enc.labels, labels))
+	var none *infoEnc
+	is.True(bytes.Equal(none.append(nil, &base), appendInfo(nil, &base)))
+	is.True(bytes.Equal(enc.append(nil, nil), appendInfo(nil, nil)))
+}
