@@ -88,6 +88,21 @@ type Deployment struct {
 	// refused either way.
 	AllowUnknownFields bool
 
+	// Multiplex routes requests by model ID (Ray Serve's model
+	// multiplexing): a request names its model in the ModelIDHeader header
+	// (or with [DeploymentHandle.WithModelID]); the router prefers a
+	// replica that has it loaded and otherwise picks one to load it. nil
+	// means off, unless the actor has a [Multiplexed] endpoint (then the
+	// defaults of Multiplex).
+	Multiplex *Multiplex
+	// Models lists the model IDs the deployment serves: the OpenAI front
+	// lists them at GET /v1/models and routes a request whose "model" is
+	// one of them here. On a multiplexed deployment a request naming
+	// another model is answered 404; with Models empty, any model ID is
+	// passed to the loader. A model ID may be served by one deployment of
+	// a server only.
+	Models []string
+
 	// Autoscaling scales between MinReplicas and MaxReplicas; nil keeps
 	// MinReplicas.
 	Autoscaling *Autoscaling
@@ -311,6 +326,46 @@ func (d Deployment) normalize() (Deployment, error) {
 	if err := d.Replica.validate(); err != nil {
 		return bad("Replica", "%v", err)
 	}
+	hasModels := false
+	if mr, ok := d.Replica.(interface{ modelsName() string }); ok && mr.modelsName() != "" {
+		hasModels = true
+	}
+	_, isActor := d.Replica.(interface{ endpointSet() endpointSet })
+	if d.Multiplex == nil && hasModels {
+		d.Multiplex = &Multiplex{}
+	}
+	if m := d.Multiplex; m != nil {
+		c := *m
+		switch {
+		case isActor && !hasModels:
+			return bad("Multiplex", "is set, but the actor has no serve.Multiplexed endpoint to load models with: pass serve.Multiplexed(models) to serve.Actor (models from serve.NewModels), or leave Multiplex nil")
+		case c.MaxModelsPerReplica < 0:
+			return bad("Multiplex.MaxModelsPerReplica", "%d is negative: use 0 (meaning 3) or more", c.MaxModelsPerReplica)
+		case c.LoadTimeout < 0:
+			return bad("Multiplex.LoadTimeout", "%v is negative: use 0 (meaning RequestTimeout) or more", c.LoadTimeout)
+		}
+		if c.MaxModelsPerReplica == 0 {
+			c.MaxModelsPerReplica = 3
+		}
+		if c.LoadTimeout == 0 {
+			c.LoadTimeout = d.RequestTimeout
+		}
+		d.Multiplex = &c
+	}
+	seen := map[string]bool{}
+	for i, id := range d.Models {
+		if id == "" {
+			return bad("Models", "[%d] is empty: name each model the deployment serves", i)
+		}
+		if err := checkModelID(id); err != nil {
+			return bad("Models", "[%d]: %v", i, err)
+		}
+		if seen[id] {
+			return bad("Models", "lists %q twice", id)
+		}
+		seen[id] = true
+	}
+	d.Models = slices.Clone(d.Models)
 	if d.ChipsPerReplica != 0 && len(d.Resources) == 0 {
 		shape, _ := d.shape() // checked above
 		switch {

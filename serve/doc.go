@@ -85,6 +85,18 @@
 // [*CallError]s matching [ErrOverloaded], [ErrReplicaLost],
 // [ErrNoDeployment], [ErrBadCall] and the others with errors.Is.
 //
+// # Model multiplexing
+//
+// A deployment's replicas can share a pool of models loaded on demand by
+// ID, as Ray Serve's @serve.multiplexed: [NewModels] declares how an actor
+// loads (and unloads) one model, [Multiplexed] serves it, and
+// Deployment.Multiplex bounds the models per replica (least recently used
+// evicted). A request names its model with the ModelIDHeader header
+// (serve_multiplexed_model_id) or [DeploymentHandle.WithModelID]; the
+// router sends it to a replica that has the model, else has one replica
+// load it while the requests for it wait for that one load. Process
+// replicas are routed by model the same way and load models themselves.
+//
 // # Routing
 //
 // Power of two choices on ongoing requests among ready replicas below

@@ -381,6 +381,7 @@ func runTestServer(mode string) {
 		json.NewEncoder(w).Encode(map[string]string{
 			"body": string(b), "worker": os.Getenv("TPU_WORKER_ID"), "hostnames": os.Getenv("TPU_WORKER_HOSTNAMES"),
 			"query": r.URL.RawQuery, "listen": r.Context().Value(http.LocalAddrContextKey).(net.Addr).String(),
+			"model": r.Header.Get(serve.ModelIDHeader),
 		})
 	})
 	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) {

@@ -195,6 +195,8 @@ type callRequest struct {
 	// none.
 	TimeoutMillis int64           `json:"timeoutMillis,omitempty"`
 	Body          json.RawMessage `json:"body"`
+	// ModelID is the call's model on a multiplexed deployment.
+	ModelID string `json:"modelID,omitempty"`
 }
 
 // callFailure is a CallError as it crosses back.
@@ -325,7 +327,21 @@ func (r Router) call(ctx context.Context, req *callRequest) ([]byte, error) {
 type DeploymentHandle[I, O any] struct {
 	r          Router
 	deployment string
+	model      string
 }
+
+// WithModelID returns a copy of the handle whose calls name the model id,
+// as Ray Serve's handle.options(multiplexed_model_id=id): on a
+// multiplexed deployment they go to a replica that has it loaded (or
+// loads it), and an input type embedding [MultiplexedModel] receives it.
+// "" names none.
+func (h DeploymentHandle[I, O]) WithModelID(id string) DeploymentHandle[I, O] {
+	h.model = id
+	return h
+}
+
+// ModelID returns the model the handle's calls name ("" for none).
+func (h DeploymentHandle[I, O]) ModelID() string { return h.model }
 
 // Handle returns a handle to the request endpoint of deployment, with
 // input I and output O, which must be the endpoint's (for [Batched], the
@@ -376,7 +392,7 @@ func (h DeploymentHandle[I, O]) Call(ctx context.Context, in I) (O, error) {
 		return zero, codeErr(ray.InvalidArgument, "serve: call deployment %q: encode the input %v: %w", h.deployment, reflect.TypeFor[I](), err)
 	}
 	req := &callRequest{
-		Deployment: h.deployment, Body: body,
+		Deployment: h.deployment, Body: body, ModelID: h.model,
 		In: describeType(reflect.TypeFor[I]()), Out: describeType(reflect.TypeFor[O]()),
 	}
 	out, err := h.r.call(ctx, req)
@@ -396,6 +412,7 @@ func (h DeploymentHandle[I, O]) Call(ctx context.Context, in I) (O, error) {
 type handleJSON struct {
 	Router     Router `json:"router"`
 	Deployment string `json:"deployment"`
+	Model      string `json:"model,omitempty"`
 }
 
 // MarshalJSON encodes the handle so that it can cross to a replica.
@@ -403,7 +420,7 @@ func (h DeploymentHandle[I, O]) MarshalJSON() ([]byte, error) {
 	if h.deployment == "" {
 		return []byte("null"), nil
 	}
-	return json.Marshal(handleJSON{Router: h.r, Deployment: h.deployment})
+	return json.Marshal(handleJSON{Router: h.r, Deployment: h.deployment, Model: h.model})
 }
 
 // UnmarshalJSON decodes a handle that crossed from another process.
@@ -414,7 +431,7 @@ func (h *DeploymentHandle[I, O]) UnmarshalJSON(b []byte) error {
 	}
 	*h = DeploymentHandle[I, O]{}
 	if j != nil {
-		h.r, h.deployment = j.Router, j.Deployment
+		h.r, h.deployment, h.model = j.Router, j.Deployment, j.Model
 	}
 	return nil
 }
@@ -486,7 +503,12 @@ func (s *Server) call(ctx context.Context, req *callRequest) ([]byte, *CallError
 	}
 	defer s.endCall()
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, d.spec.RequestTimeout)
+	model, e := d.routeModel(req.ModelID)
+	if e != nil {
+		d.observe(e.Code, start)
+		return nil, e
+	}
+	ctx, cancel := context.WithTimeout(withModel(ctx, model), d.spec.RequestTimeout)
 	defer cancel()
 	out, e := d.callUnary(ctx, req.Body)
 	code := http.StatusOK

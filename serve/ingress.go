@@ -115,6 +115,14 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 		d.fail(w, time.Now(), http.StatusBadRequest, fmt.Sprintf("path %q has the dot-segment %q (percent-encoded dots are dots, RFC 3986 §6.2.2): send the path without it", r.URL.EscapedPath(), seg))
 		return
 	}
+	if id := r.Header.Get(ModelIDHeader); id != "" {
+		model, e := d.routeModel(id)
+		if e != nil {
+			d.fail(w, time.Now(), e.Code, e.Message)
+			return
+		}
+		r = r.WithContext(withModel(r.Context(), model))
+	}
 
 	start := time.Now()
 	timeout := d.spec.RequestTimeout
@@ -295,8 +303,12 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 		return &CallError{Deployment: d.spec.Name, Code: code, Message: msg, kind: kind}
 	}
 	var tried []*replica
+	model := ""
+	if d.multiplexed() {
+		model = modelOf(ctx)
+	}
 	for n := 0; ; n++ {
-		rep, err := d.acquire(ctx, tried)
+		rep, slot, err := d.acquireModel(ctx, tried, model)
 		switch {
 		case errors.Is(err, ErrOverloaded):
 			return fail(http.StatusServiceUnavailable, kindOverloaded, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, err))
@@ -305,7 +317,15 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 		case err != nil:
 			return fail(ctxCode(ctx), ctxKind(ctx), fmt.Sprintf("deployment %q: no replica became free: %v", d.spec.Name, cmp.Or(context.Cause(ctx), err)))
 		}
-		err = do(rep)
+		if slot != nil {
+			err = ensureModel(ctx, rep, slot)
+		}
+		if err == nil {
+			err = do(rep)
+		}
+		if slot != nil {
+			releaseModel(slot)
+		}
 		d.release(rep)
 		var bad badRequest
 		var up upstreamError
@@ -356,6 +376,9 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 			// The method's own error: the status it chose (StatusError),
 			// or 500.
 			code, msg := methodError(err)
+			if le, ok := errors.AsType[loadError](err); ok {
+				msg = fmt.Sprintf("load model %q: %s", le.id, msg)
+			}
 			return fail(code, kindFailed, fmt.Sprintf("deployment %q: %s", d.spec.Name, msg))
 		default:
 			code := StatusOf(ray.CodeOf(err))

@@ -19,8 +19,17 @@ import (
 // Counters and histograms are updated as requests pass; the gauges are
 // read from the live state at scrape time.
 type metrics struct {
-	set  *vm.Set
-	deps sync.Map // deployment name → *depMetrics
+	set    *vm.Set
+	deps   sync.Map // deployment name → *depMetrics
+	models sync.Map // modelKeyOf(deployment, model) → *modelMetrics
+}
+
+// modelMetrics are one model's counters on one multiplexed deployment.
+// They are made when a model first loads, so that model IDs that never
+// loaded (unknown ones a client made up) make no series.
+type modelMetrics struct {
+	requests, loads, evictions *vm.Counter
+	loadSeconds                *vm.PrometheusHistogram
 }
 
 // depMetrics are one deployment's counters and histograms, made once.
@@ -50,6 +59,12 @@ const (
 	queuedGauge          = "goray_serve_queued_requests"
 	ongoingGauge         = "goray_serve_ongoing_requests"
 	replicaOngoingGauge  = "goray_serve_replica_ongoing_requests"
+	modelRequestsTotal   = "goray_serve_model_requests_total"
+	modelLoadsTotal      = "goray_serve_model_loads_total"
+	modelEvictionsTotal  = "goray_serve_model_evictions_total"
+	modelLoadSeconds     = "goray_serve_model_load_seconds"
+	modelLoadFailures    = "goray_serve_model_load_failures_total"
+	modelsLoadedGauge    = "goray_serve_replica_models_loaded"
 )
 
 // family is a metric family's type and help text, written once before its
@@ -71,6 +86,12 @@ var families = map[string]family{
 	queuedGauge:          {"gauge", "Requests waiting for a replica slot."},
 	ongoingGauge:         {"gauge", "Requests in flight on the deployment's replicas."},
 	replicaOngoingGauge:  {"gauge", "Requests in flight on one replica."},
+	modelRequestsTotal:   {"counter", "Requests routed to a replica with their model loaded, by deployment and model (multiplexed deployments)."},
+	modelLoadsTotal:      {"counter", "Models loaded on a replica, by deployment and model."},
+	modelEvictionsTotal:  {"counter", "Models evicted (unloaded) from a replica to make room for another, by deployment and model."},
+	modelLoadSeconds:     {"histogram", "Time one model load took, by deployment and model."},
+	modelLoadFailures:    {"counter", "Model loads that failed, by deployment."},
+	modelsLoadedGauge:    {"gauge", "Models loaded or loading on one replica."},
 }
 
 var (
@@ -142,6 +163,30 @@ func (m *metrics) dep(name string) *depMetrics {
 	return actual.(*depMetrics)
 }
 
+// loadFailed counts a failed model load on deployment name, without the
+// model's ID: an ID a client made up fails to load, and must not make a
+// series.
+func (m *metrics) loadFailed(name string) {
+	m.set.GetOrCreateCounter(series(modelLoadFailures, "deployment", name)).Inc()
+}
+
+// model returns the metrics of model on deployment name, made on first use.
+func (m *metrics) model(name, model string) *modelMetrics {
+	key := name + "\x00" + model
+	if mm, ok := m.models.Load(key); ok {
+		return mm.(*modelMetrics)
+	}
+	labels := []string{"deployment", name, "model", model}
+	mm := &modelMetrics{
+		requests:    m.set.GetOrCreateCounter(series(modelRequestsTotal, labels...)),
+		loads:       m.set.GetOrCreateCounter(series(modelLoadsTotal, labels...)),
+		evictions:   m.set.GetOrCreateCounter(series(modelEvictionsTotal, labels...)),
+		loadSeconds: m.set.GetOrCreatePrometheusHistogramExt(series(modelLoadSeconds, labels...), latencyBuckets),
+	}
+	actual, _ := m.models.LoadOrStore(key, mm)
+	return actual.(*modelMetrics)
+}
+
 func (d *depMetrics) requests(code int) *vm.Counter {
 	if c, ok := d.byCode.Load(code); ok {
 		return c.(*vm.Counter)
@@ -200,6 +245,13 @@ func writeStateGauges(w io.Writer, st Status) {
 	for _, d := range st.Deployments {
 		for _, r := range d.Replicas {
 			vm.WriteGaugeUint64(w, series(replicaOngoingGauge, "deployment", d.Name, "replica", r.ID), uint64(max(r.Ongoing, 0)))
+		}
+	}
+	for _, d := range st.Deployments {
+		for _, r := range d.Replicas {
+			if r.Models != nil {
+				vm.WriteGaugeUint64(w, series(modelsLoadedGauge, "deployment", d.Name, "replica", r.ID), uint64(len(r.Models)))
+			}
 		}
 	}
 	for _, d := range st.Deployments {

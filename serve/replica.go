@@ -56,6 +56,9 @@ type replica struct {
 	// holdSlice keeps a failed replica's slice until its replacement has
 	// reserved one, so that the replacement lands on a fresh slice.
 	holdSlice bool
+	// models are the models loaded or loading on it (multiplexed
+	// deployments), least recently used first by their used stamp.
+	models []*modelSlot
 }
 
 // hostWatch runs on every host of a ready replica for as long as the
@@ -300,6 +303,7 @@ func (d *deployment) stop(r *replica, reason string) {
 	r.cancel()
 	ctx := context.WithoutCancel(d.ctx)
 	if inst != nil {
+		unloadModels(ctx, inst)
 		inst.close(ctx)
 	}
 	if hold && spg != nil {

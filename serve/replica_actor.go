@@ -72,6 +72,8 @@ type actorEndpoints[A any] struct {
 	stream  func(ctx context.Context, h *ray.ActorHandle[A], body []byte, emit func([]byte) error) error
 	check   func(ctx context.Context, h *ray.ActorHandle[A]) error
 	http    func(ctx context.Context, h *ray.ActorHandle[A], req Request) (Response, error)
+	models  *actorModels[A]
+	openai  func(ctx context.Context, h *ray.ActorHandle[A], body []byte, emit func([]byte) error) error
 }
 
 // lenientKey marks the context of a call to a deployment with
@@ -98,6 +100,9 @@ func decodeBody[I any](ctx context.Context, body []byte) (I, error) {
 			msg = fmt.Sprintf("unknown field %s (the deployment takes only the fields of %v; Deployment.AllowUnknownFields accepts others)", f, reflect.TypeFor[I]())
 		}
 		return in, badRequest{fmt.Errorf("request body is not a JSON %v: %s", reflect.TypeFor[I](), msg)}
+	}
+	if s, ok := any(&in).(modelIDSetter); ok {
+		s.setMultiplexedModelID(modelOf(ctx)) // the router's, never the body's
 	}
 	return in, nil
 }

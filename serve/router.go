@@ -30,28 +30,39 @@ var (
 type waiter struct {
 	ch      chan *replica // receives the replica, or nil when the queue is closed
 	exclude []*replica
+	model   string     // the request's model on a multiplexed deployment
+	slot    *modelSlot // its slot on the replica handed over, with model
 }
 
 // acquire returns a ready replica with a free slot, taken for the caller,
 // waiting in the queue if need be. exclude lists replicas that already
 // failed this request.
 func (d *deployment) acquire(ctx context.Context, exclude []*replica) (*replica, error) {
+	r, _, err := d.acquireModel(ctx, exclude, "")
+	return r, err
+}
+
+// acquireModel is acquire for a request naming model (on a multiplexed
+// deployment; "" for none), which also returns the request's slot of the
+// model on the replica (nil without one), for ensureModel and
+// releaseModel.
+func (d *deployment) acquireModel(ctx context.Context, exclude []*replica, model string) (*replica, *modelSlot, error) {
 	d.mu.Lock()
 	if d.closing {
 		d.mu.Unlock()
-		return nil, ErrShuttingDown
+		return nil, nil, ErrShuttingDown
 	}
 	if len(d.waiters) == 0 {
-		if r := d.pickTakeLocked(exclude); r != nil {
+		if r, s := d.pickTakeForLocked(exclude, model); r != nil {
 			d.mu.Unlock()
-			return r, nil
+			return r, s, nil
 		}
 	}
 	if len(d.waiters) >= d.spec.MaxQueuedRequests {
 		d.mu.Unlock()
-		return nil, ErrOverloaded
+		return nil, nil, ErrOverloaded
 	}
-	w := &waiter{ch: make(chan *replica, 1), exclude: exclude}
+	w := &waiter{ch: make(chan *replica, 1), exclude: exclude, model: model}
 	d.waiters = append(d.waiters, w)
 	d.dispatchLocked() // a free replica that queued retries exclude
 	d.changedLocked()
@@ -59,9 +70,9 @@ func (d *deployment) acquire(ctx context.Context, exclude []*replica) (*replica,
 	select {
 	case r := <-w.ch:
 		if r == nil {
-			return nil, ErrShuttingDown
+			return nil, nil, ErrShuttingDown
 		}
-		return r, nil
+		return r, w.slot, nil
 	case <-ctx.Done():
 	}
 	d.mu.Lock()
@@ -69,14 +80,17 @@ func (d *deployment) acquire(ctx context.Context, exclude []*replica) (*replica,
 		d.waiters = slices.Delete(d.waiters, i, i+1)
 		d.changedLocked() // the queue is shorter: WaitStatus sees it
 		d.mu.Unlock()
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 	d.mu.Unlock()
 	// The replica was handed over as ctx ended: give the slot back.
 	if r := <-w.ch; r != nil {
+		if w.slot != nil {
+			releaseModel(w.slot)
+		}
 		d.release(r)
 	}
-	return nil, ctx.Err()
+	return nil, nil, ctx.Err()
 }
 
 // release gives back a slot taken by acquire. The slot is one of r's own
@@ -147,19 +161,21 @@ func (d *deployment) takeLocked(r *replica) {
 }
 
 // dispatchLocked hands free slots to queued requests in order. A retried
-// request that excludes the only free replica lets the ones behind it
-// pass. d.mu must be held.
+// request that excludes the only free replica, or a request for a model
+// no free replica can take now, lets the ones behind it pass. d.mu must be
+// held.
 func (d *deployment) dispatchLocked() {
 	for i := 0; i < len(d.waiters); {
 		w := d.waiters[i]
-		r := d.pickTakeLocked(w.exclude)
+		r, s := d.pickTakeForLocked(w.exclude, w.model)
 		if r == nil {
-			if len(w.exclude) == 0 {
+			if len(w.exclude) == 0 && w.model == "" {
 				return // no free slot at all
 			}
 			i++
 			continue
 		}
+		w.slot = s
 		d.waiters = slices.Delete(d.waiters, i, i+1)
 		w.ch <- r
 	}

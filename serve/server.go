@@ -197,7 +197,9 @@ type deployment struct {
 	retryAt     time.Time
 	retryTimer  *time.Timer
 	lastScaleUp time.Duration
-	deployed    bool // the initial replicas were asked for
+	deployed    bool   // the initial replicas were asked for
+	modelSeq    uint64 // counts model uses, for LRU order
+	created     time.Time
 
 	deleting bool // Delete is removing it; guarded by s.mu
 	updating bool // a Deploy of its name is starting a new version; guarded by s.mu
@@ -242,7 +244,7 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 	}
 	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	dep := &deployment{
-		s: s, spec: spec, ctx: dctx, cancel: cancel, forced: make(chan struct{}), version: 1,
+		s: s, spec: spec, ctx: dctx, cancel: cancel, forced: make(chan struct{}), version: 1, created: time.Now(),
 		window: newWindow(10 * time.Second), target: spec.MinReplicas, reserved: make(chan struct{}),
 	}
 	if a := spec.Autoscaling; a != nil {
@@ -255,6 +257,11 @@ func (s *Server) Deploy(ctx context.Context, d Deployment) error {
 		return codeErr(ray.FailedPrecondition, "serve: deploy %q: the server is shut down: %w", d.Name, ray.ErrClosed)
 	}
 	old := s.deployments[spec.Name]
+	if err := s.modelsTakenLocked(spec); err != nil {
+		s.mu.Unlock()
+		cancel()
+		return err
+	}
 	switch {
 	case old == nil:
 		s.deployments[spec.Name] = dep

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"encoding/json"
 	"math"
 	"slices"
@@ -112,6 +113,9 @@ type ReplicaStatus struct {
 	Served  int64 `json:"served"`
 	// Reason says why a stopping or draining replica is going away.
 	Reason string `json:"reason,omitempty"`
+	// Models are the models loaded or loading on the replica, least
+	// recently used first (a multiplexed deployment's; nil otherwise).
+	Models []string `json:"models,omitempty"`
 }
 
 // statusLocked builds d's status. d.mu must be held.
@@ -139,6 +143,15 @@ func (d *deployment) statusLocked(now time.Time) DeploymentStatus {
 			ID: r.id, State: r.state.String(), Slices: slices.Clone(r.slices), Hosts: slices.Clone(r.hosts),
 			Ongoing: r.ongoing, Served: r.served, Reason: r.reason,
 		})
+		if d.multiplexed() {
+			byUse := slices.Clone(r.models)
+			slices.SortFunc(byUse, func(a, b *modelSlot) int { return cmp.Compare(a.used, b.used) })
+			ids := make([]string, len(byUse))
+			for i, s := range byUse {
+				ids[i] = s.id
+			}
+			st.Replicas[len(st.Replicas)-1].Models = ids
+		}
 	}
 	st.RequestsPerSecond, st.P50, st.P99 = d.window.summary(now)
 	return st
