@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"io"
+	"math"
 	"reflect"
 	"slices"
 
@@ -34,8 +35,10 @@ type extSorter[E any] struct {
 	share  int64 // bytes of one chunk, and of one I/O buffer
 
 	// sortBuf, when set, sorts the rows held as cmp and then their index
-	// order them, without calling cmp (a direct comparison of keys).
-	sortBuf  func([]ranked[E])
+	// order them, without calling cmp (a direct comparison of keys). It
+	// either sorts them in place and returns nil, or leaves them and
+	// returns their order (row j of the result is rows[perm[j].i]).
+	sortBuf  func([]ranked[E]) []radixItem
 	buf      []ranked[E]
 	bufBytes int64
 	runs     []*spillFile
@@ -78,14 +81,14 @@ func (s *extSorter[E]) add(e E) error {
 	return nil
 }
 
-// sortHeld sorts the rows held, stably (ties in input order).
-func (s *extSorter[E]) sortHeld() {
+// sortHeld sorts the rows held, stably (ties in input order): in place
+// (perm nil), or into the order perm gives (row j is s.buf[perm[j].i]).
+func (s *extSorter[E]) sortHeld() (perm []radixItem) {
 	if s.cmp == nil {
-		return // a spool: rows are in input order
+		return nil // a spool: rows are in input order
 	}
 	if s.sortBuf != nil {
-		s.sortBuf(s.buf)
-		return
+		return s.sortBuf(s.buf)
 	}
 	c := s.cmp
 	slices.SortFunc(s.buf, func(a, b ranked[E]) int {
@@ -94,12 +97,16 @@ func (s *extSorter[E]) sortHeld() {
 		}
 		return cmp.Compare(a.i, b.i)
 	})
+	return nil
 }
 
 // spill sorts the rows held and writes them as a run.
 func (s *extSorter[E]) spill() error {
-	s.sortHeld()
-	err := s.writeRun(len(s.buf), func(i int) *E { return &s.buf[i].e })
+	at := func(i int) *E { return &s.buf[i].e }
+	if perm := s.sortHeld(); perm != nil {
+		at = func(i int) *E { return &s.buf[perm[i].i].e }
+	}
+	err := s.writeRun(len(s.buf), at)
 	if err != nil {
 		return err
 	}
@@ -165,32 +172,73 @@ type source[E any] interface {
 	close() error
 }
 
-// memSource reads rows held in memory, freeing them from the accounts as
-// it goes.
+// memSource reads rows held in memory, in order (rows[perm[i].i] when
+// perm is set), freeing them from the accounts as it goes. It copies them
+// out a chunk at a time: a tight loop of loads that do not depend on each
+// other, which the CPU overlaps (a sorted order's rows are all over
+// memory).
 type memSource[E any] struct {
-	s    *extSorter[E]
-	rows []ranked[E]
-	i    int
+	s     *extSorter[E]
+	rows  []ranked[E]
+	perm  []radixItem
+	i     int // rows copied out
+	chunk []E
+	ci    int
 }
 
+const memChunk = 512
+
 func (m *memSource[E]) next() (E, bool, error) {
-	if m.i >= len(m.rows) {
-		var zero E
-		return zero, false, nil
+	if m.ci >= len(m.chunk) {
+		if m.i >= len(m.rows) {
+			var zero E
+			return zero, false, nil
+		}
+		m.fill()
 	}
-	r := &m.rows[m.i]
-	m.s.o.mem.free(1, m.s.size.of(&r.e))
-	e := r.e
-	*r = ranked[E]{}
-	m.i++
+	e := m.chunk[m.ci]
+	m.ci++
 	return e, true, nil
+}
+
+// fill copies the next chunk of rows out and frees them.
+func (m *memSource[E]) fill() {
+	n := min(memChunk, len(m.rows)-m.i)
+	if m.chunk == nil {
+		m.chunk = make([]E, 0, min(memChunk, len(m.rows)))
+	}
+	clear(m.chunk)
+	m.chunk, m.ci = m.chunk[:n], 0
+	flat := m.s.size.flat > 0
+	var bytes int64
+	for k := range n {
+		j := m.i + k
+		if m.perm != nil {
+			j = int(m.perm[j].i)
+		}
+		r := &m.rows[j]
+		m.chunk[k] = r.e
+		if !flat {
+			bytes += m.s.size.of(&r.e)
+			*r = ranked[E]{} // let what it points to go
+		}
+	}
+	if flat {
+		bytes = int64(n) * m.s.size.flat
+	}
+	m.i += n
+	m.s.o.mem.free(int64(n), bytes)
 }
 
 func (m *memSource[E]) close() error {
 	for i := m.i; i < len(m.rows); i++ {
-		m.s.o.mem.free(1, m.s.size.of(&m.rows[i].e))
+		j := i
+		if m.perm != nil {
+			j = int(m.perm[j].i)
+		}
+		m.s.o.mem.free(1, m.s.size.of(&m.rows[j].e))
 	}
-	m.rows = nil
+	m.rows, m.perm, m.chunk = nil, nil, nil
 	return nil
 }
 
@@ -346,10 +394,10 @@ func (m *merger[E]) close() error {
 // pull from; the caller closes it.
 func (s *extSorter[E]) sorted() (source[E], error) {
 	if len(s.runs) == 0 {
-		s.sortHeld()
+		perm := s.sortHeld()
 		rows := s.buf
 		s.buf = nil
-		return &memSource[E]{s: s, rows: rows}, nil
+		return &memSource[E]{s: s, rows: rows, perm: perm}, nil
 	}
 	// Merging needs the other half of the budget: keep the rows held
 	// only if they fit in half.
@@ -379,8 +427,8 @@ func (s *extSorter[E]) sorted() (source[E], error) {
 	}
 	s.runs = nil
 	if len(s.buf) > 0 {
-		s.sortHeld()
-		srcs = append(srcs, &memSource[E]{s: s, rows: s.buf})
+		perm := s.sortHeld()
+		srcs = append(srcs, &memSource[E]{s: s, rows: s.buf, perm: perm})
 		s.buf = nil
 	}
 	m, err := newMerger(s.cmp, srcs)
@@ -458,26 +506,42 @@ func (s *extSorter[E]) mergeRuns() error {
 }
 
 // sortKeyedRows sorts rows held by key (cmp.Compare's order, reversed
-// when desc), ties in input order: the sortBuf of keyed sorts.
-func sortKeyedRows[K cmp.Ordered, V any](desc bool) func([]ranked[keyed[K, V]]) {
-	if desc {
-		return func(rows []ranked[keyed[K, V]]) {
-			slices.SortFunc(rows, func(a, b ranked[keyed[K, V]]) int {
-				if c := cmp.Compare(b.e.K, a.e.K); c != 0 {
-					return c
-				}
-				return cmp.Compare(a.i, b.i)
-			})
+// when desc), ties in input order: the sortBuf of keyed sorts. Integer and
+// floating-point keys are radix sorted; others (strings) by pdqsort with
+// the input index breaking ties.
+func sortKeyedRows[K cmp.Ordered, V any](desc bool) func([]ranked[keyed[K, V]]) []radixItem {
+	if rk := radixKeyOf[K](desc); rk != nil {
+		return func(rows []ranked[keyed[K, V]]) []radixItem {
+			if len(rows) > math.MaxUint32 {
+				sortKeyedPdq(desc, rows)
+				return nil
+			}
+			return radixPerm(rows, func(e *keyed[K, V]) uint64 { return rk(&e.K) })
 		}
 	}
-	return func(rows []ranked[keyed[K, V]]) {
+	return func(rows []ranked[keyed[K, V]]) []radixItem {
+		sortKeyedPdq(desc, rows)
+		return nil
+	}
+}
+
+// sortKeyedPdq is sortKeyedRows by pdqsort.
+func sortKeyedPdq[K cmp.Ordered, V any](desc bool, rows []ranked[keyed[K, V]]) {
+	if desc {
 		slices.SortFunc(rows, func(a, b ranked[keyed[K, V]]) int {
-			if c := cmp.Compare(a.e.K, b.e.K); c != 0 {
+			if c := cmp.Compare(b.e.K, a.e.K); c != 0 {
 				return c
 			}
 			return cmp.Compare(a.i, b.i)
 		})
+		return
 	}
+	slices.SortFunc(rows, func(a, b ranked[keyed[K, V]]) int {
+		if c := cmp.Compare(a.e.K, b.e.K); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
+	})
 }
 
 // newKeyedSorter is an extSorter of rows with a key, by key.
