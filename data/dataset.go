@@ -16,6 +16,10 @@ import (
 // and safe for concurrent use: several runs of one dataset may go at once.
 type Dataset[T any] struct {
 	start func(r *run) (stream[T], error)
+	// stage, for operators that can run fused with the driver-side
+	// operators after them, registers the operator (and those before it
+	// in its stage) without starting it; start is stage and stage.start.
+	stage func(r *run) (*stage[T], error)
 }
 
 // partition is a piece of a source that one goroutine reads in order,

@@ -117,6 +117,15 @@ func (o *opState) release(w weight) {
 	}
 }
 
+// handOver moves a block's rows in flight from o to to, the next
+// operator of a stage, which shares o's caps (see stage).
+func (o *opState) handOver(to *opState, w weight) {
+	if w.rows > 0 {
+		o.inFlight.Add(-w.rows)
+		maxAtomic(&to.peakRows, to.inFlight.Add(w.rows))
+	}
+}
+
 func (o *opState) finish() { o.end.CompareAndSwap(0, time.Now().UnixNano()) }
 
 func maxAtomic(a *atomic.Int64, v int64) {

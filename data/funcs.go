@@ -22,6 +22,11 @@ type Func[I, O any] struct {
 	name  string
 	local kernel[I, O]
 	task  *ray.Task[[]I, wireBatch[O]]
+	fuse  fuseKind
+	// owned, when set, is local for rows that the operator owns (the
+	// output of the operator before it in a stage): it may write its
+	// output over them.
+	owned kernel[I, O]
 }
 
 // Name returns the function's name (its task name when registered).
@@ -40,8 +45,15 @@ type wireFailure struct {
 	Error string `json:"error"`
 }
 
-func toWire[O any](r result[O]) wireBatch[O] {
+// toWire is r, the result for n rows, as it crosses the cluster.
+func toWire[O any](r result[O], n int) wireBatch[O] {
 	w := wireBatch[O]{Rows: r.out, PerRow: r.perRow}
+	if r.sel != nil {
+		w.PerRow = make([]int32, n)
+		for _, i := range r.sel {
+			w.PerRow[i]++
+		}
+	}
 	for _, f := range r.failed {
 		w.Failed = append(w.Failed, wireFailure{Index: f.index, Error: f.err.Error()})
 	}
@@ -64,37 +76,37 @@ func remoteKernel[I, O any](k kernel[I, O]) func(context.Context, []I) (wireBatc
 		if err != nil {
 			return wireBatch[O]{}, err
 		}
-		return toWire(r), nil
+		return toWire(r, len(rows)), nil
 	}
 }
 
-func register[I, O any](name string, k kernel[I, O]) *Func[I, O] {
-	return &Func[I, O]{name: name, local: k, task: ray.NewTask(name, remoteKernel(k))}
+func register[I, O any](name string, k, owned kernel[I, O], fuse fuseKind) *Func[I, O] {
+	return &Func[I, O]{name: name, local: k, owned: owned, task: ray.NewTask(name, remoteKernel(k)), fuse: fuse}
 }
 
 // NewMapFunc registers fn, applied to each row, as a task named name (see
 // [ray.NewTask] for naming rules; it panics on a duplicate). Call it at
 // package initialization.
 func NewMapFunc[I, O any](name string, fn func(context.Context, I) (O, error)) *Func[I, O] {
-	return register(name, mapKernel(fn))
+	return register(name, mapKernel(fn, false), mapKernel(fn, true), fuseKeeps)
 }
 
 // NewFilterFunc registers fn, which keeps the rows it returns true for, as
 // a task named name.
 func NewFilterFunc[T any](name string, fn func(context.Context, T) (bool, error)) *Func[T, T] {
-	return register(name, filterKernel(fn))
+	return register(name, filterKernel(fn, false), filterKernel(fn, true), fuseKeeps)
 }
 
 // NewFlatMapFunc registers fn, which turns each row into zero or more, as a
 // task named name.
 func NewFlatMapFunc[I, O any](name string, fn func(context.Context, I) ([]O, error)) *Func[I, O] {
-	return register(name, flatMapKernel(fn))
+	return register(name, flatMapKernel(fn), nil, fuseGrows)
 }
 
 // NewBatchFunc registers fn, applied to batches of rows, as a task named
 // name. An error fails the whole batch: each of its rows is a bad row.
 func NewBatchFunc[I, O any](name string, fn func(context.Context, []I) ([]O, error)) *Func[I, O] {
-	return register(name, batchKernel(fn))
+	return register(name, batchKernel(fn), nil, fuseGrows)
 }
 
 // compute says where an operator runs; nil is in the driver.
@@ -145,7 +157,7 @@ func Apply[I, O any](d *Dataset[I], f *Func[I, O], opts ...Option) *Dataset[O] {
 		default:
 			return nil, backend.Errorf(backend.Internal, "", "data: unknown compute %T", c)
 		}
-	}, opts)
+	}, f.owned, opts, f.fuse)
 }
 
 // Map adds an operator that applies fn to each row, in the driver's
@@ -156,7 +168,7 @@ func Map[I, O any](d *Dataset[I], fn func(context.Context, I) (O, error), opts .
 	if fn == nil {
 		return failed[O](badArg("Map: nil function"))
 	}
-	return Apply(d, &Func[I, O]{name: "map", local: mapKernel(fn)}, opts...)
+	return Apply(d, &Func[I, O]{name: "map", local: mapKernel(fn, false), owned: mapKernel(fn, true), fuse: fuseKeeps}, opts...)
 }
 
 // Filter adds an operator that keeps the rows fn returns true for.
@@ -164,7 +176,7 @@ func Filter[T any](d *Dataset[T], fn func(context.Context, T) (bool, error), opt
 	if fn == nil {
 		return failed[T](badArg("Filter: nil function"))
 	}
-	return Apply(d, &Func[T, T]{name: "filter", local: filterKernel(fn)}, opts...)
+	return Apply(d, &Func[T, T]{name: "filter", local: filterKernel(fn, false), owned: filterKernel(fn, true), fuse: fuseKeeps}, opts...)
 }
 
 // FlatMap adds an operator that turns each row into zero or more rows. The
@@ -173,7 +185,7 @@ func FlatMap[I, O any](d *Dataset[I], fn func(context.Context, I) ([]O, error), 
 	if fn == nil {
 		return failed[O](badArg("FlatMap: nil function"))
 	}
-	return Apply(d, &Func[I, O]{name: "flat_map", local: flatMapKernel(fn)}, opts...)
+	return Apply(d, &Func[I, O]{name: "flat_map", local: flatMapKernel(fn), fuse: fuseGrows}, opts...)
 }
 
 // MapBatches adds an operator that applies fn to batches of [BatchSize]
@@ -183,12 +195,19 @@ func MapBatches[I, O any](d *Dataset[I], fn func(context.Context, []I) ([]O, err
 	if fn == nil {
 		return failed[O](badArg("MapBatches: nil function"))
 	}
-	return Apply(d, &Func[I, O]{name: "map_batches", local: batchKernel(fn)}, opts...)
+	return Apply(d, &Func[I, O]{name: "map_batches", local: batchKernel(fn), fuse: fuseGrows}, opts...)
 }
 
-func mapKernel[I, O any](fn func(context.Context, I) (O, error)) kernel[I, O] {
+// mapKernel applies fn to each row; with inPlace, when I and O are one
+// type, its output overwrites the rows given (which the caller owns).
+func mapKernel[I, O any](fn func(context.Context, I) (O, error), inPlace bool) kernel[I, O] {
 	return func(ctx context.Context, rows []I) (result[O], error) {
-		r := result[O]{out: make([]O, 0, len(rows))}
+		var r result[O]
+		if same, ok := any(rows).([]O); inPlace && ok {
+			r.out = same[:0] // row i is read before out[i] (or an earlier one) is written
+		} else {
+			r.out = make([]O, 0, len(rows))
+		}
 		for i, row := range rows {
 			v, err := fn(ctx, row)
 			if err != nil {
@@ -210,9 +229,17 @@ func mapKernel[I, O any](fn func(context.Context, I) (O, error)) kernel[I, O] {
 	}
 }
 
-func filterKernel[T any](fn func(context.Context, T) (bool, error)) kernel[T, T] {
+// filterKernel keeps the rows fn returns true for; with inPlace, over
+// the rows given (which the caller owns). Once a row is dropped, sel
+// lists the rows kept.
+func filterKernel[T any](fn func(context.Context, T) (bool, error), inPlace bool) kernel[T, T] {
 	return func(ctx context.Context, rows []T) (result[T], error) {
-		r := result[T]{out: make([]T, 0, len(rows)), perRow: make([]int32, len(rows))}
+		var r result[T]
+		if inPlace {
+			r.out = rows[:0] // row i is read before out[i] (or an earlier one) is written
+		} else {
+			r.out = make([]T, 0, len(rows))
+		}
 		for i, row := range rows {
 			keep, err := fn(ctx, row)
 			switch {
@@ -220,8 +247,20 @@ func filterKernel[T any](fn func(context.Context, T) (bool, error)) kernel[T, T]
 				r.failed = append(r.failed, failure{i, err})
 			case keep:
 				r.out = append(r.out, row)
-				r.perRow[i] = 1
+				if r.sel != nil {
+					r.sel = append(r.sel, int32(i))
+				}
+				continue
 			}
+			if r.sel == nil { // the first row dropped: the ones before it were kept
+				r.sel = make([]int32, i, len(rows))
+				for j := range i {
+					r.sel[j] = int32(j)
+				}
+			}
+		}
+		if inPlace {
+			clear(rows[len(r.out):]) // what the rows dropped point to can go
 		}
 		return r, nil
 	}

@@ -169,20 +169,20 @@ func GroupBy[T any, K cmp.Ordered, A, R any](d *Dataset[T], key func(T) K, agg A
 			flatA := sizeA.flat > 0
 			// The states: index maps each key to its state in vals, so
 			// a row costs one map lookup.
-			index := map[K]int{}
+			index := newGroupIndex[K]()
 			var vals []keyed[K, A]
 			var held int64
 			spill := func() error {
 				entries := vals
 				slices.SortFunc(entries, s.cmp) // keys are distinct: stable or not is the same
-				index, vals = map[K]int{}, nil
+				index, vals = newGroupIndex[K](), nil
 				err := s.spillSorted(entries, held)
 				held = 0
 				return err
 			}
 			if err := eachRow(r.ctx, o, in, func(row T) error {
 				k := key(row)
-				i, ok := index[k]
+				i, ok := index.get(k)
 				if !ok {
 					a := agg.init()
 					// The key is held twice (map and vals; a string's
@@ -196,7 +196,7 @@ func GroupBy[T any, K cmp.Ordered, A, R any](d *Dataset[T], key func(T) K, agg A
 					held += sz
 					o.mem.hold(1, sz)
 					i = len(vals)
-					index[k] = i
+					index.put(k, i)
 					vals = append(vals, keyed[K, A]{k, a})
 				}
 				st := &vals[i].V

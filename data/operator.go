@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/goray-dev/goray/backend"
@@ -13,12 +14,14 @@ import (
 // kernel applies an operator to one block's rows.
 type kernel[I, O any] func(ctx context.Context, rows []I) (result[O], error)
 
-// result is a kernel's output for one block. perRow, when set, counts the
-// outputs of each input row (a row that failed has none); when nil, out is
-// one row per input row if the lengths match, and otherwise a batch's
-// output that is attributed to the batch's first row.
+// result is a kernel's output for one block. sel, when set, is the input
+// row of each output row (a filter's); else perRow, when set, counts the
+// outputs of each input row (a row that failed has none); when both are
+// nil, out is one row per input row if the lengths match, and otherwise a
+// batch's output that is attributed to the batch's first row.
 type result[O any] struct {
 	out    []O
+	sel    []int32
 	perRow []int32
 	failed []failure
 }
@@ -33,50 +36,168 @@ type failure struct {
 // starts its actors here and stops them when the run ends).
 type binder[I, O any] func(r *run, o *opState, cfg *config) (kernel[I, O], error)
 
-// operator adds an operator to d's plan.
-func operator[I, O any](d *Dataset[I], name string, bind binder[I, O], opts []Option) *Dataset[O] {
+// fuseKind says whether an operator may run fused with its neighbours in
+// one stage (see stage).
+type fuseKind int
+
+const (
+	fuseNone  fuseKind = iota // runs as a stage of its own (actor pools)
+	fuseKeeps                 // at most one row out per row in (Map, Filter)
+	fuseGrows                 // may make more rows than it takes (FlatMap, MapBatches): ends a stage
+)
+
+// operator adds an operator to d's plan. Operators of kind fuseKeeps and
+// fuseGrows that run in the driver are fused with the driver-side
+// operators before them when their options allow it (see canFuse).
+//
+// owned, when set, is the kernel to use instead of bind's when the
+// operator is fused after another: its input rows are then the output of
+// the operator before it, which nothing else holds, and owned may write
+// over them.
+func operator[I, O any](d *Dataset[I], name string, bind binder[I, O], owned kernel[I, O], opts []Option, fuse fuseKind) *Dataset[O] {
 	if d == nil {
 		return failed[O](badArg("%s: the input dataset is nil", name))
 	}
-	return &Dataset[O]{start: func(r *run) (stream[O], error) {
-		in, err := d.start(r)
+	st := func(r *run) (*stage[O], error) {
+		var prev *stage[I]
+		var in stream[I]
+		var err error
+		if d.stage != nil {
+			prev, err = d.stage(r)
+		} else {
+			in, err = d.start(r)
+		}
 		if err != nil {
-			return stream[O]{}, err
+			return nil, err
 		}
 		o, cfg := r.op(name, opts)
 		if err := cfg.err(); err != nil {
-			return stream[O]{}, fmt.Errorf("operator %s: %w", o.name, err)
+			return nil, fmt.Errorf("operator %s: %w", o.name, err)
 		}
 		if cfg.batchSize > 0 && int64(cfg.batchSize) > cfg.maxRows {
-			return stream[O]{}, badArg("%s: batch size %d is larger than MaxRowsInFlight(%d); a batch must fit under the cap", o.name, cfg.batchSize, cfg.maxRows)
+			return nil, badArg("%s: batch size %d is larger than MaxRowsInFlight(%d); a batch must fit under the cap", o.name, cfg.batchSize, cfg.maxRows)
 		}
 		k, err := bind(r, o, cfg)
 		if err != nil {
-			return stream[O]{}, fmt.Errorf("operator %s: %w", o.name, err)
+			return nil, fmt.Errorf("operator %s: %w", o.name, err)
 		}
-		return startOperator(r, o, cfg, in, k), nil
+		if prev != nil && fuse != fuseNone && canFuse(prev, cfg) {
+			if owned != nil {
+				k = owned // canFuse: the kernel runs in the driver
+			}
+			return fuseInto(r, prev, o, k, fuse == fuseGrows), nil
+		}
+		if prev != nil {
+			in = prev.start(r)
+		}
+		return newStage(r, o, cfg, in, k, fuse != fuseKeeps || cfg.compute != nil), nil
+	}
+	out := &Dataset[O]{start: func(r *run) (stream[O], error) {
+		s, err := st(r)
+		if err != nil {
+			return stream[O]{}, err
+		}
+		return s.start(r), nil
 	}}
+	if fuse != fuseNone {
+		out.stage = st
+	}
+	return out
 }
 
-// startOperator starts an operator's goroutines: one intake that admits
-// blocks under the caps (and cuts them into batches), cfg.concurrency
-// workers that run the kernel, and one emitter that hands results on, in
-// input order unless the run is unordered.
-func startOperator[I, O any](r *run, o *opState, cfg *config, in stream[I], k kernel[I, O]) stream[O] {
+// stage is one or more operators that run as one set of goroutines: an
+// intake that admits blocks under the first operator's caps (and cuts
+// them into batches), Concurrency workers that run every operator's
+// kernel on a block in turn, and an emitter that hands results on, in
+// input order unless the run is unordered. Consecutive driver-side
+// operators share a stage, as Ray Data fuses map operators: a block makes
+// one hop between goroutines per stage, not per operator.
+//
+// Each operator keeps its own counters, bad rows and positions. A block
+// holds rows of the first operator's caps from intake until the stage's
+// consumer takes it; as it moves through the stage its rows count as in
+// flight on the operator it is at (the last one once done), so every
+// operator's rows in flight stay within the first one's cap, which
+// canFuse requires to be no larger than theirs.
+type stage[O any] struct {
+	ops   []*opState
+	cfg   *config // the first operator's
+	grows bool    // nothing may fuse after the last operator: it may make more rows than it takes, or runs on the cluster
+	// intake admits the stage's input blocks (of the first operator's
+	// input type) and sends each to work, numbered in order.
+	intake func(ctx context.Context, work chan<- any) error
+	// apply runs the stage's operators on one block from intake.
+	apply func(ctx context.Context, b any) (block[O], error)
+}
+
+// canFuse says whether an operator with options cfg may run in stage s:
+// it runs in the driver, on blocks as they come, with the same
+// concurrency and order, no byte cap (Map can change the bytes of a row,
+// so a later operator's byte cap would need its own admission), and a
+// row cap no smaller than the stage's; and no operator before it in the
+// stage makes more rows than it takes.
+func canFuse[I any](s *stage[I], cfg *config) bool {
+	return !s.grows && cfg.compute == nil && cfg.batchSize == 0 &&
+		cfg.maxBytes == 0 && s.cfg.maxBytes == 0 &&
+		cfg.concurrency == s.cfg.concurrency && cfg.unordered == s.cfg.unordered &&
+		cfg.maxRows >= s.ops[0].maxRows
+}
+
+// newStage makes a stage of one operator o, with kernel k, reading in.
+func newStage[I, O any](r *run, o *opState, cfg *config, in stream[I], k kernel[I, O], closed bool) *stage[O] {
+	return &stage[O]{
+		ops: []*opState{o}, cfg: cfg, grows: closed,
+		intake: func(ctx context.Context, work chan<- any) error {
+			return intake(ctx, o, cfg.batchSize, in, func(b block[I]) error { return send(ctx, work, any(b)) })
+		},
+		apply: func(ctx context.Context, b any) (block[O], error) {
+			return process(ctx, r, o, k, b.(block[I]))
+		},
+	}
+}
+
+// fuseInto adds operator o, with kernel k, to the end of stage s.
+func fuseInto[I, O any](r *run, s *stage[I], o *opState, k kernel[I, O], grows bool) *stage[O] {
+	prev := s.ops[len(s.ops)-1]
+	// Blocks leave the stage holding the first operator's caps; o's
+	// consumer releases them through o.
+	o.rowSem = s.ops[0].rowSem
+	apply := s.apply
+	return &stage[O]{
+		ops: append(slices.Clip(s.ops), o), cfg: s.cfg, grows: grows, intake: s.intake,
+		apply: func(ctx context.Context, v any) (block[O], error) {
+			b, err := apply(ctx, v)
+			if err != nil {
+				return block[O]{}, err
+			}
+			prev.handOver(o, b.w)
+			o.rowsIn.Add(int64(len(b.rows)))
+			if len(b.rows) == 0 {
+				return block[O]{seq: b.seq, w: b.w}, nil
+			}
+			return process(ctx, r, o, k, b)
+		},
+	}
+}
+
+// start starts the stage's goroutines.
+func (s *stage[O]) start(r *run) stream[O] {
 	ctx := r.ctx
-	// Buffered channels let a stage hand on several blocks per wake-up;
+	conc := s.cfg.concurrency
+	last := s.ops[len(s.ops)-1]
+	// Buffered channels let a step hand on several blocks per wake-up;
 	// blocks in them still hold their weight, so the caps are unchanged.
-	work := make(chan block[I], cfg.concurrency)
-	done := make(chan block[O], cfg.concurrency)
+	work := make(chan any, conc)
+	done := make(chan block[O], conc)
 	out := make(chan block[O], 2)
 
 	r.g.Go(func() error {
 		defer close(work)
-		return intake(ctx, o, cfg.batchSize, in, work)
+		return s.intake(ctx, work)
 	})
 	var workers sync.WaitGroup
-	workers.Add(cfg.concurrency)
-	for range cfg.concurrency {
+	workers.Add(conc)
+	for range conc {
 		r.g.Go(func() error {
 			defer workers.Done()
 			for {
@@ -84,7 +205,7 @@ func startOperator[I, O any](r *run, o *opState, cfg *config, in stream[I], k ke
 				if !ok {
 					return err
 				}
-				res, err := process(ctx, r, o, k, b)
+				res, err := s.apply(ctx, b)
 				if err != nil {
 					return err
 				}
@@ -101,22 +222,26 @@ func startOperator[I, O any](r *run, o *opState, cfg *config, in stream[I], k ke
 	})
 	r.g.Go(func() error {
 		defer close(out)
-		defer o.finish()
-		return emit(ctx, o, !cfg.unordered, done, out)
+		defer func() {
+			for _, o := range s.ops {
+				o.finish()
+			}
+		}()
+		return emit(ctx, last, !s.cfg.unordered, done, out)
 	})
-	return stream[O]{ch: out, op: o}
+	return stream[O]{ch: out, op: last}
 }
 
 // intake admits blocks from in under o's caps, releasing them from the
 // upstream operator, and cuts them into batches of batchSize rows when
-// batchSize > 0. Blocks get consecutive sequence numbers.
-func intake[I any](ctx context.Context, o *opState, batchSize int, in stream[I], work chan<- block[I]) error {
+// batchSize > 0. Blocks get consecutive sequence numbers and go to put.
+func intake[I any](ctx context.Context, o *opState, batchSize int, in stream[I], put func(block[I]) error) error {
 	var seq int64
 	var buf block[I]
 	next := func(b block[I]) error {
 		b.seq = seq
 		seq++
-		return send(ctx, work, b)
+		return put(b)
 	}
 	for {
 		b, ok, err := recv(ctx, in.ch)
@@ -218,6 +343,8 @@ func process[I, O any](ctx context.Context, r *run, o *opState, k kernel[I, O], 
 // outPos says where each output row came from.
 func outPos[O any](in *positions, res result[O]) positions {
 	switch {
+	case res.sel != nil:
+		return in.pick(res.sel)
 	case res.perRow != nil:
 		sel := make([]int32, 0, len(res.out))
 		for i, n := range res.perRow {

@@ -38,7 +38,7 @@ func registerMethod[A, CI, I, O any](class *ray.ActorClass[A, CI], name string, 
 // name of class. It panics on a duplicate name, like ray.NewMethod.
 func NewMapMethod[A, CI, I, O any](class *ray.ActorClass[A, CI], name string, fn func(ctx context.Context, actor A, in I) (O, error)) *Method[A, I, O] {
 	return registerMethod(class, name, func(a A) kernel[I, O] {
-		return mapKernel(func(ctx context.Context, in I) (O, error) { return fn(ctx, a, in) })
+		return mapKernel(func(ctx context.Context, in I) (O, error) { return fn(ctx, a, in) }, false)
 	})
 }
 
@@ -46,7 +46,7 @@ func NewMapMethod[A, CI, I, O any](class *ray.ActorClass[A, CI], name string, fn
 // as method name of class.
 func NewFilterMethod[A, CI, T any](class *ray.ActorClass[A, CI], name string, fn func(ctx context.Context, actor A, in T) (bool, error)) *Method[A, T, T] {
 	return registerMethod(class, name, func(a A) kernel[T, T] {
-		return filterKernel(func(ctx context.Context, in T) (bool, error) { return fn(ctx, a, in) })
+		return filterKernel(func(ctx context.Context, in T) (bool, error) { return fn(ctx, a, in) }, false)
 	})
 }
 
@@ -163,7 +163,7 @@ func ApplyPool[A, CI, I, O any](d *Dataset[I], p Pool[A, CI], m *Method[A, I, O]
 			}
 			return fromWire(w), nil
 		}, nil
-	}, opts)
+	}, nil, opts, fuseNone)
 }
 
 // member is one actor of a pool and the slice it holds.

@@ -123,3 +123,73 @@ func TestSortByKeyTypes(t *testing.T) {
 	}
 	checkSortBy(t, strs)
 }
+
+// checkGroupBy sums rows by key with data.GroupBy, in memory and spilled,
+// and checks the groups against a Go map: every key once, in key order,
+// with its sum and count.
+func checkGroupBy[K cmp.Ordered](t *testing.T, keys []K) {
+	t.Helper()
+	is := is.New(t)
+	sums := map[K]int{}
+	for i, k := range keys {
+		sums[k] += i
+	}
+	want := make([]data.Group[K, int], 0, len(sums))
+	for k, s := range sums {
+		want = append(want, data.Group[K, int]{Key: k, Value: s})
+	}
+	slices.SortFunc(want, func(a, b data.Group[K, int]) int { return cmp.Compare(a.Key, b.Key) })
+	rows := make([]keyRow[K], len(keys))
+	for i, k := range keys {
+		rows[i] = keyRow[K]{k, i}
+	}
+	for _, budget := range []int64{0, 64 << 10} {
+		var opts []data.Option
+		if budget > 0 {
+			opts = append(opts, data.MemoryBudget(budget))
+		}
+		got := collect(t, data.GroupBy(data.FromItems(rows), func(r keyRow[K]) K { return r.K },
+			data.SumOf(func(r keyRow[K]) int { return r.Pos })), opts...)
+		is.Equal(len(got), len(want)) // groups
+		if len(want) > 0 {
+			is.Equal(got, want) // budget 0: in memory; else spilled
+		}
+	}
+}
+
+// TestGroupByIntKeys: GroupBy's table for integer keys (their bits,
+// hashed) finds every key of every integer kind: negative keys, zero, the
+// extremes, keys that differ only in high bits, thousands of groups (the
+// table grows) and few, in memory and spilled.
+func TestGroupByIntKeys(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	const n = 20_000
+	ints := make([]int, n)
+	high := make([]int64, n)
+	i8 := make([]int8, n)
+	u16 := make([]uint16, n)
+	u64 := make([]uint64, n)
+	for i := range ints {
+		switch rng.IntN(10) {
+		case 0:
+			ints[i] = math.MinInt
+		case 1:
+			ints[i] = math.MaxInt
+		case 2:
+			ints[i] = 0
+		default:
+			ints[i] = rng.IntN(5000) - 2500
+		}
+		high[i] = int64(rng.IntN(3000)) << 40
+		i8[i] = int8(rng.Uint32())
+		u16[i] = uint16(rng.Uint32())
+		u64[i] = rng.Uint64() >> rng.IntN(64)
+	}
+	checkGroupBy(t, ints)
+	checkGroupBy(t, high)
+	checkGroupBy(t, i8)
+	checkGroupBy(t, u16)
+	checkGroupBy(t, u64)
+	checkGroupBy(t, []namedInt{3, -3, 3, 0})
+	checkGroupBy(t, []int{})
+}
