@@ -83,4 +83,25 @@ func TestIdentityInPod(t *testing.T) {
 	id := Config{}.withDefaults().Identity
 	is.True(strings.HasPrefix(id, "system:serviceaccount:ml:goray-driver-a/"))
 	is.Equal(Config{Identity: "mine"}.withDefaults().Identity, "mine") // a set Identity is kept
+
+	// The name after the "/" is the pod's (goray status finds the driver's
+	// pod by it): $POD_NAME, else $HOSTNAME, not the host name of the
+	// system, which differs from the pod's name when spec.hostname is set
+	// (an Indexed Job's pods).
+	t.Setenv("HOSTNAME", "train-0")
+	t.Setenv("POD_NAME", "train-0-x7k2q")
+	is.True(podOfIdentity(t, Config{}.withDefaults().Identity) == "train-0-x7k2q")
+	t.Setenv("POD_NAME", "")
+	is.True(podOfIdentity(t, Config{}.withDefaults().Identity) == "train-0")
+}
+
+// podOfIdentity is the name in an identity "<user>/<name>-<suffix>".
+func podOfIdentity(t *testing.T, id string) string {
+	t.Helper()
+	_, name, ok := strings.Cut(id, "/")
+	i := strings.LastIndexByte(name, '-')
+	if !ok || i < 0 {
+		t.Fatalf("identity %q is not <user>/<name>-<suffix>", id)
+	}
+	return name[:i]
 }

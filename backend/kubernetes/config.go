@@ -47,7 +47,9 @@ type Config struct {
 	Namespace string
 	// Identity names this driver as the holder of slice Leases. "" means
 	// the host name plus a random suffix, and in a pod
-	// "<its ServiceAccount's user name>/<host name>-<suffix>", the form the
+	// "<its ServiceAccount's user name>/<pod name>-<suffix>" (the pod name
+	// from $POD_NAME, else $HOSTNAME: goray status finds the driver's pod
+	// by it), the form the
 	// admission policy deploy/lease-policy.yaml requires (outside the
 	// cluster, set it that way yourself to run under that policy). Two
 	// drivers must not share one.
@@ -269,9 +271,13 @@ func (c Config) withDefaults() Config {
 		host, _ := os.Hostname()
 		c.Identity = cmp.Or(host, "goray") + "-" + randomSuffix()
 		if u := serviceAccountUser(); u != "" {
-			// In a pod: <ServiceAccount user>/<host>-<suffix>, the form
-			// deploy/lease-policy.yaml checks.
-			c.Identity = u + "/" + c.Identity
+			// In a pod: <ServiceAccount user>/<pod name>-<suffix>, the
+			// form deploy/lease-policy.yaml checks, with the pod's name
+			// (goray status finds the driver's pod by it): $POD_NAME,
+			// else $HOSTNAME, as for the driver's own image (ownImage).
+			// The system's host name is the pod's spec.hostname when set
+			// (an Indexed Job's pods), not its name.
+			c.Identity = u + "/" + cmp.Or(os.Getenv("POD_NAME"), os.Getenv("HOSTNAME"), host, "goray") + "-" + randomSuffix()
 		}
 	}
 	c.Worker.Port = cmp.Or(c.Worker.Port, DefaultWorkerPort)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
 
@@ -60,6 +61,12 @@ func kubeDrivers(cmd *cobra.Command, cfg kubernetes.Config, port int, token stri
 		p, err := client.CoreV1().Pods(ns).Get(cmd.Context(), pod, metav1.GetOptions{})
 		if err != nil {
 			fmt.Fprintf(out, "   no pod %s in namespace %s (%v): the driver runs outside the cluster, or has gone; its Leases lapse unless renewed\n\n", pod, ns, err)
+			continue
+		}
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			// Its IP is free for another pod: dialling it could read
+			// someone else's status.
+			fmt.Fprintf(out, "   pod %s has exited (%s): the driver is gone; its Leases lapse unless renewed\n\n", pod, p.Status.Phase)
 			continue
 		}
 		if p.Status.PodIP == "" {

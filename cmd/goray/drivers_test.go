@@ -39,12 +39,19 @@ func TestStatusFindsDrivers(t *testing.T) {
 	defer func() { stop(); is.NoErr(<-served) }()
 
 	objs := append(gkeNodes("train-a", "tpu-v6e-slice", "4x4", 4), gkeNodes("train-b", "tpu-v6e-slice", "4x4", 4)...)
+	objs = append(objs, gkeNodes("train-c", "tpu-v6e-slice", "4x4", 4)...)
 	objs = append(objs, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "trainer-0", Namespace: "ml"},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"},
+	}, &corev1.Pod{
+		// A driver whose pod has exited, its Lease not yet lapsed: its IP
+		// (here the live endpoint's) may be another pod's by now.
+		ObjectMeta: metav1.ObjectMeta{Name: "old-driver", Namespace: "ml"},
+		Status:     corev1.PodStatus{Phase: corev1.PodFailed, PodIP: "127.0.0.1"},
 	})
 	client := fake.NewClientset(objs...)
-	for holder, slice := range map[string]string{"system:serviceaccount:ml:driver/trainer-0-x7k2q": "train-a", "bob-laptop-p0q9z": "train-b"} {
+	for holder, slice := range map[string]string{"system:serviceaccount:ml:driver/trainer-0-x7k2q": "train-a", "bob-laptop-p0q9z": "train-b",
+		"system:serviceaccount:ml:driver/old-driver-a1b2c": "train-c"} {
 		leases, err := kubernetes.NewLeases(client, kubernetes.Config{Worker: kubernetes.WorkerConfig{Image: "example.com/app"}, Identity: holder, Namespace: "ml"})
 		is.NoErr(err)
 		is.NoErr(leases.Claim(ctx, "1", []string{slice}))
@@ -59,6 +66,7 @@ func TestStatusFindsDrivers(t *testing.T) {
 	out := stdout.String()
 	for _, want := range []string{
 		"== driver bob-laptop-p0q9z: holds train-b\n   no pod bob-laptop in namespace ml",
+		"== driver system:serviceaccount:ml:driver/old-driver-a1b2c: holds train-c\n   pod old-driver has exited (Failed): the driver is gone; its Leases lapse unless renewed\n\n==",
 		"== driver system:serviceaccount:ml:driver/trainer-0-x7k2q: holds train-a\n   pod trainer-0 (Running), status endpoint 127.0.0.1:" + strconv.Itoa(port),
 		"   goray status at ",
 		"   TPU slices",

@@ -17,9 +17,20 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/goray-dev/goray/dashboard"
+	"github.com/goray-dev/goray/ray"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakOptions...) }
+func TestMain(m *testing.M) {
+	ray.Main() // the worker pods of the e2e tests run this test binary
+	if testProgram != nil {
+		testProgram() // the e2e build's driver program, when its env says so
+	}
+	goleak.VerifyTestMain(m, leakOptions...)
+}
+
+// testProgram, set by the e2e build, runs this test binary as a program
+// of its own (a driver in a pod) when its environment asks, and exits.
+var testProgram func()
 
 // leakOptions are goroutines goleak ignores: the e2e build adds the
 // harness's process-lifetime ones.

@@ -83,7 +83,7 @@ the driver's RBAC (backend/kubernetes/deploy/rbac.yaml) allows.`,
 	cmd.Flags().StringVar(&file, "cluster", "", "simulator cluster file (JSON, as local.LoadClusterSpec reads)")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file of a Kubernetes cluster to read instead (\"\" with --context: $KUBECONFIG or ~/.kube/config)")
 	cmd.Flags().StringVar(&kubeContext, "context", "", "kubeconfig context (default: its current context)")
-	cmd.Flags().StringVar(&namespace, "namespace", kubernetes.DefaultNamespace, "namespace of the slice Leases")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", kubernetes.DefaultNamespace, "namespace of the slice Leases")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the slices' states as JSON instead of grids")
 	return cmd
 }

@@ -88,7 +88,7 @@ within --timeout, is reported gone (exit 1).`,
 	cmd.Flags().DurationVar(&timeout, "timeout", dashboard.DefaultClientTimeout, "how long to wait for the driver's answer")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "find the drivers of a Kubernetes namespace from its goray slice Leases and their pods (instead of --driver)")
 	cmd.Flags().StringVar(&kubeContext, "context", "", "with --kubeconfig, the kubeconfig context")
-	cmd.Flags().StringVar(&namespace, "namespace", "", "with --kubeconfig, the namespace (default \"default\")")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "with --kubeconfig, the namespace (default \"default\")")
 	cmd.Flags().IntVar(&port, "port", 8265, "with --kubeconfig, the port the drivers serve their status on")
 	return cmd
 }
