@@ -97,6 +97,16 @@
 // load it while the requests for it wait for that one load. Process
 // replicas are routed by model the same way and load models themselves.
 //
+// # OpenAI-compatible front
+//
+// GET /v1/models lists the model IDs of every Deployment.Models, and POST
+// /v1/chat/completions and /v1/completions go to the deployment serving
+// the body's "model": as they came to a Process replica's server, or to
+// an actor's [OpenAI] endpoint, whose generated chunks the front turns
+// into OpenAI's objects ("stream": true: chat.completion.chunk events
+// ending with data: [DONE]). A model no deployment serves is a 404 in
+// OpenAI's error shape.
+//
 // # Routing
 //
 // Power of two choices on ongoing requests among ready replicas below

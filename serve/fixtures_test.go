@@ -404,6 +404,27 @@ func runTestServer(mode string) {
 		}
 		io.WriteString(w, `{"ok":true}`)
 	})
+	// /v1/chat/completions is an OpenAI server's: it answers a stream of
+	// one chunk, or one object, naming the model the body and the
+	// multiplexing header gave it.
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Model  string `json:"model"`
+			Stream bool   `json:"stream"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		content := fmt.Sprintf("process %s (header %s)", req.Model, r.Header.Get(serve.ModelIDHeader))
+		if req.Stream {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "data: {\"id\":\"p\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n", req.Model, content)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, "{\"id\":\"p\",\"object\":\"chat.completion\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":%q},\"finish_reason\":\"stop\"}]}\n", req.Model, content)
+	})
 	mux.HandleFunc("POST /eof", func(w http.ResponseWriter, r *http.Request) { closeConn(w) })
 	mux.HandleFunc("POST /sink", sink)
 	// /early answers without reading the request body.

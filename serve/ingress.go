@@ -39,6 +39,7 @@ func (s *Server) httpRoutes() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.metrics.write(w)
 	})
+	s.openAIRoutes(mux)
 	mux.HandleFunc("/{name}", func(w http.ResponseWriter, r *http.Request) { s.serveDeployment(w, r, r.PathValue("name"), "") })
 	mux.HandleFunc("/{name}/{rest...}", func(w http.ResponseWriter, r *http.Request) {
 		s.serveDeployment(w, r, r.PathValue("name"), "/"+r.PathValue("rest"))

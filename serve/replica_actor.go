@@ -248,8 +248,8 @@ func (r *actorReplica[A, CI]) validate() error {
 	if r.class == nil {
 		return errors.New("serve.Actor: nil actor class")
 	}
-	if r.eps.unary == nil && r.eps.stream == nil && r.eps.http == nil {
-		return fmt.Errorf("serve.Actor %s: no endpoint: pass serve.Unary (or serve.Batched), serve.Streaming and/or serve.HTTP", r.class.Name())
+	if r.eps.unary == nil && r.eps.stream == nil && r.eps.http == nil && r.eps.openai == nil {
+		return fmt.Errorf("serve.Actor %s: no endpoint: pass serve.Unary (or serve.Batched), serve.Streaming, serve.HTTP and/or serve.OpenAI", r.class.Name())
 	}
 	if r.eps.unaryCount > 1 {
 		return fmt.Errorf("serve.Actor %s: %d endpoints serve POST /<deployment> (serve.Unary, serve.Batched); pass one", r.class.Name(), r.eps.unaryCount)

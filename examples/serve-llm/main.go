@@ -1,11 +1,16 @@
 // Command serve-llm serves a deterministic stand-in "LLM" over HTTP from
 // replicas that each own a whole v6e 2x4 TPU slice (two 4-chip hosts) on
 // the local simulator, with token streaming, autoscaling by slices and
-// replacement of replicas whose host dies.
+// replacement of replicas whose host dies. It serves two models, "tiny"
+// and "tiny-chat", multiplexed over its replicas (each keeps one loaded),
+// behind the OpenAI-compatible front, so OpenAI's clients can talk to it.
 //
 //	go run ./examples/serve-llm -addr 127.0.0.1:8000
 //	curl -s localhost:8000/llm -d '{"prompt": "hello", "max_tokens": 8}'
 //	curl -sN localhost:8000/llm/stream -d '{"prompt": "hello", "max_tokens": 8}'
+//	curl -s localhost:8000/v1/models
+//	curl -s localhost:8000/v1/chat/completions -d '{"model": "tiny-chat", "messages": [{"role": "user", "content": "hello"}]}'
+//	curl -sN localhost:8000/v1/completions -d '{"model": "tiny", "prompt": "hello", "stream": true}'
 //	curl -s localhost:8000/-/status
 //	curl -s localhost:8000/-/metrics | grep goray_serve
 //
@@ -16,6 +21,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -29,6 +35,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -125,6 +132,63 @@ var (
 	})
 )
 
+// Models are the model IDs the deployment serves, multiplexed over its
+// replicas.
+var Models = []string{"tiny", "tiny-chat"}
+
+// weights stand in for one model's weights: here a salt that makes each
+// model's tokens its own.
+type weights struct{ salt string }
+
+var (
+	// Weights loads a model on a replica's host-0 actor, by ID.
+	Weights = serve.NewModels(LLM, "weights", serve.ModelLoader[*model, *weights]{
+		Load: func(ctx context.Context, m *model, id string) (*weights, error) {
+			if !slices.Contains(Models, id) {
+				return nil, serve.CodeError(ray.NotFound, fmt.Sprintf("no weights for model %q", id))
+			}
+			return &weights{salt: id + ":"}, m.compute(ctx, 5) // loading takes a while
+		},
+	})
+	// GenerateOpenAI generates for the OpenAI front: chat (from the
+	// messages) or completion (from the prompt), token by token.
+	GenerateOpenAI = serve.NewStream(LLM, "generateOpenAI", func(ctx context.Context, m *model, req serve.GenerateRequest, send func(serve.Generated) error) error {
+		w, err := Weights.Get(ctx, m, req.MultiplexedModelID)
+		if err != nil {
+			return err
+		}
+		prompt := req.Prompt
+		if req.Chat {
+			var parts []string
+			for _, msg := range req.Messages {
+				parts = append(parts, msg.Role+": "+msg.Content)
+			}
+			prompt = strings.Join(parts, "\n")
+		}
+		r := Request{Prompt: w.salt + prompt, MaxTokens: cmp.Or(req.MaxTokens, 16)}
+		if err := validate(r); err != nil {
+			return serve.Error(http.StatusBadRequest, err.Error())
+		}
+		toks := Tokens(r)
+		for i, t := range toks {
+			if err := m.compute(ctx, 1); err != nil {
+				return err
+			}
+			g := serve.Generated{Text: " " + t, PromptTokens: len(strings.Fields(prompt))}
+			if i == 0 {
+				g.Text = t
+			}
+			if i == len(toks)-1 {
+				g.FinishReason = "length" // the stand-in always fills max_tokens
+			}
+			if err := send(g); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+)
+
 func validate(req Request) error {
 	if req.MaxTokens < 1 || req.MaxTokens > 4096 {
 		return fmt.Errorf("max_tokens %d: want 1 to 4096", req.MaxTokens)
@@ -157,11 +221,16 @@ func ClusterSpec(slices int) local.ClusterSpec {
 }
 
 // Deployment is the LLM deployment: v6e 2x4 replicas, idempotent, scaled
-// between min and max slices on the requests per replica.
+// between min and max slices on the requests per replica. Its replicas
+// serve the Models by multiplexing, one loaded at a time each, for the
+// OpenAI front.
 func Deployment(cfg Config, min, max int) serve.Deployment {
 	return serve.Deployment{
-		Name:        "llm",
-		Replica:     serve.Actor(LLM, cfg, serve.Unary(Generate), serve.Streaming(GenerateStream)),
+		Name: "llm",
+		Replica: serve.Actor(LLM, cfg, serve.Unary(Generate), serve.Streaming(GenerateStream),
+			serve.OpenAI(GenerateOpenAI), serve.Multiplexed(Weights)),
+		Models:      Models,
+		Multiplex:   &serve.Multiplex{MaxModelsPerReplica: 1},
 		Accelerator: "v6e", Topology: "2x4", ChipsPerVM: 4,
 		MinReplicas: min, MaxReplicas: max,
 		MaxConcurrentRequests: 8,
@@ -193,6 +262,9 @@ func tryLines(base string) string {
 	const body = `'{"prompt": "hello", "max_tokens": 8}'`
 	return "  curl -s " + base + "/llm -d " + body + "\n" +
 		"  curl -sN " + base + "/llm/stream -d " + body + "\n" +
+		"  curl -s " + base + "/v1/models\n" +
+		"  curl -s " + base + `/v1/chat/completions -d '{"model": "tiny-chat", "messages": [{"role": "user", "content": "hello"}]}'` + "\n" +
+		"  curl -sN " + base + `/v1/completions -d '{"model": "tiny", "prompt": "hello", "stream": true}'` + "\n" +
 		"  curl -s " + base + "/-/status\n" +
 		"  curl -s " + base + "/-/metrics | grep goray_serve\n"
 }
@@ -221,7 +293,7 @@ func run(ctx context.Context, out io.Writer, addr string, slices int, verbose bo
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "serving llm on http://%s (POST /llm, POST /llm/stream, GET /-/status, GET /-/metrics); try:\n%s", l.Addr(), tryLines("http://"+l.Addr().String()))
+	fmt.Fprintf(out, "serving llm on http://%s (POST /llm, POST /llm/stream, OpenAI's GET /v1/models, POST /v1/chat/completions and /v1/completions for models %s, GET /-/status, GET /-/metrics); try:\n%s", l.Addr(), strings.Join(Models, " and "), tryLines("http://"+l.Addr().String()))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	select {

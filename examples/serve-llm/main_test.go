@@ -369,8 +369,8 @@ func TestCtrlCSaysItDrains(t *testing.T) {
 			t.Errorf("%s: %s %.200s", strings.TrimSpace(line), resp.Status, b)
 		}
 	}
-	if tried != 4 {
-		t.Errorf("printed %d curl lines, want 4:\n%s", tried, out.String())
+	if tried != 7 {
+		t.Errorf("printed %d curl lines, want 7:\n%s", tried, out.String())
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -382,5 +382,59 @@ func TestCtrlCSaysItDrains(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+// TestOpenAIFront: the two models are served through the OpenAI front,
+// one per replica (each keeps one loaded), deterministic per model; an
+// unknown model is a 404 naming it.
+func TestOpenAIFront(t *testing.T) {
+	f := newFixture(t, 2, 2, Config{})
+	chat := func(model string) (string, string) {
+		t.Helper()
+		resp, err := f.client.Post(f.base+"/v1/chat/completions", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 5}`, model)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return resp.Status, string(b)
+		}
+		var out struct {
+			Object  string
+			Choices []struct {
+				Message      struct{ Content string }
+				FinishReason string `json:"finish_reason"`
+			}
+		}
+		if err := json.Unmarshal(b, &out); err != nil || out.Object != "chat.completion" || len(out.Choices) != 1 || out.Choices[0].FinishReason != "length" {
+			t.Fatalf("%s: %v %s", model, err, b)
+		}
+		return resp.Status, out.Choices[0].Message.Content
+	}
+	_, tiny := chat("tiny")
+	_, tinyChat := chat("tiny-chat")
+	if len(strings.Fields(tiny)) != 5 || tiny == tinyChat {
+		t.Errorf("tiny %q, tiny-chat %q: want 5 tokens each, different", tiny, tinyChat)
+	}
+	if _, again := chat("tiny"); again != tiny {
+		t.Errorf("tiny again: %q, want %q", again, tiny)
+	}
+	loaded := map[string]bool{}
+	for _, r := range f.srv.Status().Deployments[0].Replicas {
+		if len(r.Models) != 1 {
+			t.Errorf("replica %s has models %v, want one", r.ID, r.Models)
+		}
+		for _, m := range r.Models {
+			loaded[m] = true
+		}
+	}
+	if !loaded["tiny"] || !loaded["tiny-chat"] {
+		t.Errorf("models loaded: %v", loaded)
+	}
+	if status, body := chat("gpt-nope"); status != "404 Not Found" || !strings.Contains(body, `\"gpt-nope\"`) {
+		t.Errorf("unknown model: %s %s", status, body)
 	}
 }
