@@ -86,6 +86,18 @@ type TaskCanceler interface {
 	CancelTask(ctx context.Context, id ObjectID, opts CancelOptions) error
 }
 
+// ActorCallWaiter is implemented by backends that can call an actor method
+// and wait for its result in one step: CallActor, Get and Free of the
+// result, with the call run on the caller's goroutine when it can start at
+// once, so that a caller that waits anyway costs no hand-off to another
+// goroutine and back. When ctx ends first, the call is cancelled (as
+// CancelTask does) and ctx's error is returned.
+// The call keeps spec, which it never modifies (as CallArgSubmitter's), and
+// takes its input from arg.
+type ActorCallWaiter interface {
+	CallActorWait(ctx context.Context, spec *CallSpec, arg Arg) (Value, error)
+}
+
 // CancelOptions are the options of [TaskCanceler.CancelTask].
 type CancelOptions struct {
 	// Force ends the worker process that runs the task, for code that

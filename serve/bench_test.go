@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,7 +62,7 @@ func load(b *testing.B, url string, in EchoIn, clients int) {
 	var lat []time.Duration
 	b.SetParallelism(max(1, clients/max(1, testingProcs())))
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	b.RunParallel(func(pb *testing.PB) {
 		var mine []time.Duration
 		for pb.Next() {
@@ -83,12 +84,15 @@ func load(b *testing.B, url string, in EchoIn, clients int) {
 		lat = append(lat, mine...)
 		mu.Unlock()
 	})
-	el := time.Since(start)
+	el, cpu := time.Since(start), cpuTime()-cpu0
 	b.StopTimer()
 	slices.Sort(lat)
 	if len(lat) > 0 {
 		b.ReportMetric(float64(len(lat))/el.Seconds(), "req/s")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		if cpu > 0 {
+			b.ReportMetric(float64(cpu.Microseconds())/float64(len(lat)), "cpu-µs/req") // client and server
+		}
 	}
 	b.ReportMetric(0, "ns/op")
 }
@@ -124,6 +128,81 @@ func BenchmarkIngressEcho(b *testing.B) {
 	const clients = 16
 	b.Run("bare", func(b *testing.B) { load(b, serveBare(b, bareEcho(nil)), in, clients) })
 	b.Run("router-1", func(b *testing.B) { load(b, serveRouter(b, 1, 64), in, clients) })
+}
+
+// BenchmarkIngressEchoRatio measures Echo through the router against the
+// bare net/http server in alternating rounds, with the same client, so
+// that a machine whose load changes from second to second affects both
+// alike: each iteration is one round of a fixed time on each, in turn
+// (which goes first alternates). It reports the medians over the rounds
+// of each one's requests per second, of the ratio router/bare within a
+// round, and of the process's CPU time per request (client and server).
+//
+//	go test ./serve -run '^$' -bench IngressEchoRatio -benchtime 10x
+func BenchmarkIngressEchoRatio(b *testing.B) {
+	bare := serveBare(b, bareEcho(nil))
+	router := serveRouter(b, 1, 64)
+	body, _ := json.Marshal(EchoIn{Text: "hello"})
+	const clients, round = 16, 500 * time.Millisecond
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}}
+	defer client.CloseIdleConnections()
+	run := func(url string) (rps, cpuPerReq float64) {
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		start, cpu0 := time.Now(), cpuTime()
+		for range clients {
+			wg.Go(func() {
+				for time.Since(start) < round {
+					resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Errorf("status %d", resp.StatusCode)
+						return
+					}
+					n.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		el, cpu := time.Since(start), cpuTime()-cpu0
+		return float64(n.Load()) / el.Seconds(), float64(cpu.Microseconds()) / float64(max(1, n.Load()))
+	}
+	run(bare) // warm both up
+	run(router)
+	var bareRPS, routerRPS, ratios, bareCPU, routerCPU []float64
+	b.ResetTimer()
+	for i := range b.N {
+		var br, bc, rr, rc float64
+		if i%2 == 0 {
+			br, bc = run(bare)
+			rr, rc = run(router)
+		} else {
+			rr, rc = run(router)
+			br, bc = run(bare)
+		}
+		bareRPS, routerRPS, ratios = append(bareRPS, br), append(routerRPS, rr), append(ratios, rr/br)
+		bareCPU, routerCPU = append(bareCPU, bc), append(routerCPU, rc)
+	}
+	b.StopTimer()
+	b.ReportMetric(median(bareRPS), "bare-req/s")
+	b.ReportMetric(median(routerRPS), "router-req/s")
+	b.ReportMetric(median(ratios), "ratio")
+	if bareCPU[0] > 0 {
+		b.ReportMetric(median(bareCPU), "bare-cpu-µs/req")
+		b.ReportMetric(median(routerCPU), "router-cpu-µs/req")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+func median(xs []float64) float64 {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }
 
 func BenchmarkIngressModel(b *testing.B) {

@@ -426,6 +426,17 @@ func runTestServer(mode string) {
 		fmt.Fprintf(w, "{\"id\":\"p\",\"object\":\"chat.completion\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":%q},\"finish_reason\":\"stop\"}]}\n", req.Model, content)
 	})
 	mux.HandleFunc("POST /eof", func(w http.ResponseWriter, r *http.Request) { closeConn(w) })
+	// Redirects: to a path of this server, absolute (built from the Host
+	// header, as Starlette does) or not, and to another site.
+	mux.HandleFunc("GET /moved-abs", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://"+r.Host+"/events%2Fx?a=1", http.StatusTemporaryRedirect)
+	})
+	mux.HandleFunc("GET /moved", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/events", http.StatusMovedPermanently)
+	})
+	mux.HandleFunc("GET /away", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://169.254.169.254/computeMetadata/v1/", http.StatusFound)
+	})
 	mux.HandleFunc("POST /sink", sink)
 	// /early answers without reading the request body.
 	mux.HandleFunc("POST /early", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"early":true}`) })

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -128,6 +129,21 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 	start := time.Now()
 	timeout := d.spec.RequestTimeout
 	if _, isProcess := d.spec.Replica.(*processReplica); isProcess {
+		if n := r.ContentLength; n > 0 && n <= min(smallBodyBytes, s.retryBuffer()) && r.Header.Get("Expect") == "" {
+			// A small body, which the retry buffer would keep whole
+			// anyway, is read first: it goes to the replica's server in
+			// the same write as the request's head (a body the transport
+			// cannot tell is in memory costs a write of its own).
+			whole, ok := s.readBody(w, r, d, start)
+			if !ok {
+				return
+			}
+			defer s.releaseBody(int64(len(whole)))
+			ctx, cancel := context.WithTimeout(r.Context(), timeout)
+			defer cancel()
+			d.proxy(ctx, w, r, nil, whole, start)
+			return
+		}
 		// The body streams to the replica's server as it arrives.
 		body, ok := s.openBody(w, r, d, start)
 		if !ok {
@@ -135,7 +151,7 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 		}
 		ctx, cancel := body.withTimeout(r.Context(), timeout)
 		defer cancel()
-		d.proxy(ctx, w, r, body, start)
+		d.proxy(ctx, w, r, body, nil, start)
 		return
 	}
 	// An actor's input is decoded into one Go value and crosses to the
@@ -416,7 +432,8 @@ func (d *deployment) unary(ctx context.Context, w http.ResponseWriter, body []by
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(append(out, '\n'))
+	_, _ = w.Write(out) // not appended to: out may be the backend's own bytes
+	_, _ = io.WriteString(w, "\n")
 	d.observe(http.StatusOK, start)
 }
 
@@ -590,17 +607,22 @@ func escapedRest(r *http.Request) string {
 	return ""
 }
 
+// smallBodyBytes bounds the request bodies to a Process replica that are
+// read whole before the request is sent (when the retry buffer would keep
+// them whole anyway, and the client does not wait for 100 Continue).
+const smallBodyBytes = 16 << 10
+
 // proxy forwards the request to a Process replica's server: the path
 // after the deployment's name and the query byte for byte as the client
 // sent them, the headers without hop-by-hop ones, the body streamed as it
-// arrives (see bodyStream). A request whose connection fails before the
+// arrives (see bodyStream), or whole when it was read first. A request whose connection fails before the
 // response begins (refused, reset, closed, timed out) is retried on
 // another replica when the deployment is idempotent and the body sent so
 // far fits in the retry buffer; a response is streamed, flushed at every
 // read, so server-sent events pass through as they come; a response the
 // server breaks off midway is aborted for the client too (as
 // net/http/httputil.ReverseProxy does), never ended as if complete.
-func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.Request, body *bodyStream, start time.Time) {
+func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.Request, body *bodyStream, whole []byte, start time.Time) {
 	orig := w // net/http's own, for bodyTooLarge
 	if body != nil {
 		stop := context.AfterFunc(ctx, body.interrupt)
@@ -628,7 +650,10 @@ func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.
 	}
 	code, msg := d.attempt(ctx, func(r *replica) error {
 		pi := r.inst.(*processInstance)
-		var rb io.ReadCloser = http.NoBody
+		var rb io.Reader = http.NoBody
+		if whole != nil {
+			rb = bytes.NewReader(whole) // with its length, and sent again as it is
+		}
 		rctx := ctx
 		if body != nil {
 			a, err := body.attempt()
@@ -666,7 +691,10 @@ func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.
 				req.TransferEncoding = []string{"chunked"}
 			}
 		}
-		resp, err := d.s.client.Do(req)
+		// The transport, not the client: a redirect is the client's to
+		// follow (a reverse proxy that followed it would fetch whatever URL
+		// a replica's server names, from inside the cluster).
+		resp, err := d.s.transport().RoundTrip(req)
 		if err != nil {
 			if e, ok := body.clientErr(ctx); ok {
 				// The rest of the body is not read: the connection closes
@@ -701,6 +729,9 @@ func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.
 		// and the replica's slot is held until the body is copied.
 		defer resp.Body.Close()
 		status = resp.StatusCode
+		if loc := resp.Header.Get("Location"); loc != "" {
+			resp.Header.Set("Location", d.publicLocation(loc, pi.base))
+		}
 		cut = !copyResponse(w, resp)
 		return nil
 	})
@@ -724,26 +755,70 @@ func bodyTooLarge(w http.ResponseWriter) {
 	_, _ = http.MaxBytesReader(w, io.NopCloser(strings.NewReader("x")), 0).Read(make([]byte, 1))
 }
 
-// copyResponse copies resp to w, flushing at every read. It reports
-// whether the body ended normally; false when the server broke it off
-// (or the client went away).
+// transport carries the proxy's requests to Process replicas: the
+// Options.Client's transport.
+func (s *Server) transport() http.RoundTripper {
+	return cmp.Or[http.RoundTripper](s.client.Transport, http.DefaultTransport)
+}
+
+// publicLocation rewrites a redirect's Location that points into the
+// replica's server (an absolute URL of its address, as servers that build
+// URLs from the Host header write them, or a path from its root) to the
+// same place below the deployment's route, as nginx's proxy_redirect
+// does: a client can neither reach nor should see the replica's address.
+// Other locations pass as they are.
+func (d *deployment) publicLocation(loc, base string) string {
+	u, err := url.Parse(loc)
+	if err != nil {
+		return loc
+	}
+	if u.IsAbs() || u.Host != "" {
+		b, err := url.Parse(base)
+		if err != nil || !strings.EqualFold(u.Host, b.Host) || (u.Scheme != "" && u.Scheme != b.Scheme) {
+			return loc
+		}
+		u.Scheme, u.Host, u.User = "", "", nil
+	} else if !strings.HasPrefix(u.Path, "/") {
+		return loc // relative to the request's path: right as it is
+	}
+	esc := u.EscapedPath() // kept as the server escaped it (names need no escaping)
+	u.Path, u.RawPath = "/"+d.spec.Name+u.Path, "/"+d.spec.Name+esc
+	return u.String()
+}
+
+// copyBufs holds copyResponse's buffers.
+var copyBufs = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+// copyResponse copies resp to w. A streamed response (server-sent events,
+// or a body of unknown length) is flushed at every read, so that each
+// event reaches the client as it comes; one of known length is buffered
+// as net/http buffers any handler's answer (as httputil.ReverseProxy
+// does). It reports whether the body ended normally; false when the
+// server broke it off (or the client went away).
 func copyResponse(w http.ResponseWriter, resp *http.Response) bool {
 	removeHopHeaders(resp.Header)
+	h := w.Header()
 	for k, vs := range resp.Header {
-		for _, v := range vs {
-			w.Header().Add(k, v)
-		}
+		h[k] = append(h[k], vs...)
 	}
 	w.WriteHeader(resp.StatusCode)
+	flush := resp.ContentLength < 0
+	if ct, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";"); strings.EqualFold(strings.TrimSpace(ct), "text/event-stream") {
+		flush = true
+	}
 	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
+	bp := copyBufs.Get().(*[32 << 10]byte)
+	defer copyBufs.Put(bp)
+	buf := bp[:]
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return false
 			}
-			_ = rc.Flush()
+			if flush {
+				_ = rc.Flush()
+			}
 		}
 		if err == io.EOF {
 			return true

@@ -70,6 +70,28 @@ func TestProcessProxyEdges(t *testing.T) {
 		is.Equal(string(b), "data: 0\n\n") // what arrived before the cut
 		is.True(err != nil)                // the client sees the cut
 	})
+	t.Run("redirects go to the client", func(t *testing.T) {
+		// The router does not follow a replica's redirect (it would fetch
+		// whatever URL the server names, from inside the cluster); a
+		// Location into the server is rewritten below the deployment.
+		noFollow := &http.Client{Transport: client.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		for _, tc := range []struct {
+			path, location string
+			code           int
+		}{
+			{"/edge/moved-abs", "/edge/events%2Fx?a=1", http.StatusTemporaryRedirect},
+			{"/edge/moved", "/edge/events", http.StatusMovedPermanently},
+			{"/edge/away", "http://169.254.169.254/computeMetadata/v1/", http.StatusFound},
+		} {
+			is := is.New(t)
+			resp, err := noFollow.Get(base + tc.path)
+			is.NoErr(err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			is.Equal(resp.StatusCode, tc.code)
+			is.Equal(resp.Header.Get("Location"), tc.location)
+		}
+	})
 	t.Run("path and query byte for byte", func(t *testing.T) {
 		for _, p := range []string{"/raw/v1/%2e%2ex/health", "/raw/org%2Fmodel%3Fv%3D1?x=%2F&y", "/raw/echo/100%25", "/raw/a%20b/"} {
 			is := is.New(t)

@@ -109,18 +109,33 @@ func decodeBody[I any](ctx context.Context, body []byte) (I, error) {
 
 // Unary serves POST /<deployment>: the JSON body is decoded into I, m is
 // called on the replica's host-0 actor, and its output is the JSON reply.
+//
+// The router decodes the body only to check it (strictly, unless the
+// deployment has AllowUnknownFields); the body's bytes themselves cross to
+// the actor, and the output's encoding comes back as the reply
+// (ray's Method.CallJSON), so that the JSON is not decoded and encoded
+// again on the way.
 func Unary[A, I, O any](m *ray.Method[A, I, O]) Endpoint[A] {
-	return unaryEndpoint("serve.Unary("+m.Name()+")", func(ctx context.Context, h *ray.ActorHandle[A], in I) (O, error) {
-		ref := m.Remote(ctx, h, in)
-		out, err := ref.Get(ctx)
-		if ctx.Err() != nil {
-			// The caller went away or timed out: the method's context
-			// ends too (best effort), and so do the calls it makes
-			// through handles.
-			_ = ref.Cancel(context.WithoutCancel(ctx))
+	return Endpoint[A]{func(e *actorEndpoints[A]) {
+		e.unaryCount++
+		e.unaryEP = endpointInfo{desc: "serve.Unary(" + m.Name() + ")", in: describeType(reflect.TypeFor[I]()), out: describeType(reflect.TypeFor[O]())}
+		e.unary = func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error) {
+			if err := checkBody[I](ctx, body); err != nil {
+				return nil, err
+			}
+			// A caller that went away or timed out cancels the call (best
+			// effort): the method's context ends too, and so do the calls
+			// it makes through handles.
+			return m.CallJSON(ctx, h, body)
 		}
-		return out, err
-	})
+	}}
+}
+
+// checkBody checks that a request body decodes into I as decodeBody
+// does, for an endpoint that passes the body's bytes on.
+func checkBody[I any](ctx context.Context, body []byte) error {
+	_, err := decodeBody[I](ctx, body)
+	return err
 }
 
 // unaryEndpoint serves POST /<deployment> with call: the JSON body decoded

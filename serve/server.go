@@ -26,7 +26,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Client is the HTTP client that proxies to Process replicas; nil
 	// means a client with keep-alive connections and no timeout of its
-	// own (each request's timeout applies). When its Transport is an
+	// own (each request's timeout applies). Its Transport carries the
+	// requests (http.DefaultTransport when nil); its Timeout, Jar and
+	// CheckRedirect are not used: a replica's redirect goes to the client,
+	// as from any reverse proxy, with a Location into the replica's server
+	// rewritten below the deployment's route. When its Transport is an
 	// *http.Transport (or nil), the server uses a copy of it whose
 	// connections tell the ingress when they break, so that a request
 	// whose replica is lost while its client is slow to send the body

@@ -217,6 +217,11 @@ func (rt *Runtime) CallActorArg(ctx context.Context, spec *backend.CallSpec, arg
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	return rt.callActorLocked(spec, arg)
+}
+
+// callActorLocked is CallActorArg with rt.mu held.
+func (rt *Runtime) callActorLocked(spec *backend.CallSpec, arg backend.Arg) (backend.ObjectID, error) {
 	a := rt.actors[spec.Actor]
 	if a != nil && spec.Method != "" && a.names.method == spec.Method && a.spec.Class == spec.Class && !rt.closed && rt.started {
 		// A call of the method called last: the checks below passed for

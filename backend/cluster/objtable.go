@@ -22,7 +22,12 @@ import (
 type objTable struct {
 	pages map[uint64]*objPage
 	last  *objPage // the page used last, or nil
-	n     int      // objects in the table
+	// cur is the page of the newest ID, which new objects go into: it
+	// stays while empty (a caller that makes, waits for and frees one
+	// object at a time would otherwise allocate a page per object), and
+	// goes once the IDs have moved past it.
+	cur *objPage
+	n   int // objects in the table
 }
 
 const objPageBits = 6
@@ -64,9 +69,12 @@ func (t *objTable) add(id backend.ObjectID) *object {
 		if t.pages == nil {
 			t.pages = map[uint64]*objPage{}
 		}
+		if c := t.cur; c != nil && c.live == 0 {
+			t.drop(c)
+		}
 		p = &objPage{base: uint64(id) >> objPageBits}
 		t.pages[p.base] = p
-		t.last = p
+		t.last, t.cur = p, p
 	}
 	o := &p.slots[uint64(id)&(objPageSize-1)]
 	if o.id != 0 {
@@ -94,11 +102,19 @@ func (t *objTable) del(id backend.ObjectID) {
 	*o = object{}
 	p.live--
 	t.n--
-	if p.live == 0 {
-		delete(t.pages, p.base)
-		if t.last == p {
-			t.last = nil
-		}
+	if p.live == 0 && p != t.cur {
+		t.drop(p)
+	}
+}
+
+// drop removes the empty page p.
+func (t *objTable) drop(p *objPage) {
+	delete(t.pages, p.base)
+	if t.last == p {
+		t.last = nil
+	}
+	if t.cur == p {
+		t.cur = nil
 	}
 }
 

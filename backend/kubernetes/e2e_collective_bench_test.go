@@ -9,8 +9,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,9 +221,13 @@ func BenchmarkE2EAllReduce(b *testing.B) {
 // BenchmarkE2EServeThroughPod compares, in one run on network-isolated
 // pods, a request to a serve.Process replica through the router (client →
 // router in this process → the server in host 0's pod) with the same
-// request sent straight to that server's pod IP, 16 clients each.
+// request sent straight to that server's pod IP, 16 clients each, with the
+// same client: each iteration is one round of a fixed time on each, in
+// turn (which goes first alternates), so that the machine's changing load
+// affects both alike. It reports the medians over the rounds of each one's
+// requests per second and of the ratio router/direct within a round.
 //
-//	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EServeThroughPod -benchtime 3s -count 3 ./
+//	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EServeThroughPod -benchtime 10x ./
 func BenchmarkE2EServeThroughPod(b *testing.B) {
 	_, c := slicesCluster(b, "2x4", []string{"slice-a"}, nil)
 	_, base := serveProcess(b, c, func(d *serve.Deployment) { d.MinReplicas, d.MaxConcurrentRequests = 1, 64 })
@@ -234,14 +243,33 @@ func BenchmarkE2EServeThroughPod(b *testing.B) {
 		b.Fatal(err)
 	}
 	direct := "http://" + where["listen"] + "/where"
-	for _, tc := range []struct{ name, url string }{{"direct", direct}, {"router", router}} {
-		b.Run(tc.name, func(b *testing.B) {
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-			defer client.CloseIdleConnections()
-			b.SetParallelism(8) // 16 clients on 2 cores
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					resp, err := client.Post(tc.url, "application/json", strings.NewReader("{}"))
+	// The floor of any proxy in this process: net/http/httputil's
+	// ReverseProxy to the same server, with nothing of the router's.
+	target, err := url.Parse("http://" + where["listen"])
+	if err != nil {
+		b.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 256}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain := &http.Server{Handler: rp}
+	go plain.Serve(l)
+	defer plain.Close()
+	bareProxy := "http://" + l.Addr().String() + "/where"
+	const clients, round = 16, 500 * time.Millisecond
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	defer client.CloseIdleConnections()
+	run := func(url string) float64 {
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range clients {
+			wg.Go(func() {
+				for time.Since(start) < round {
+					resp, err := client.Post(url, "application/json", strings.NewReader("{}"))
 					if err != nil {
 						b.Error(err)
 						return
@@ -252,9 +280,37 @@ func BenchmarkE2EServeThroughPod(b *testing.B) {
 						b.Errorf("status %d", resp.StatusCode)
 						return
 					}
+					n.Add(1)
 				}
 			})
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
-		})
+		}
+		wg.Wait()
+		return float64(n.Load()) / time.Since(start).Seconds()
 	}
+	run(direct) // warm them up
+	run(router)
+	run(bareProxy)
+	var directRPS, routerRPS, proxyRPS, ratios, proxyRatios []float64
+	b.ResetTimer()
+	for i := range b.N {
+		var d, r, p float64
+		if i%2 == 0 {
+			d, r, p = run(direct), run(router), run(bareProxy)
+		} else {
+			p, r, d = run(bareProxy), run(router), run(direct)
+		}
+		directRPS, routerRPS, proxyRPS = append(directRPS, d), append(routerRPS, r), append(proxyRPS, p)
+		ratios, proxyRatios = append(ratios, r/d), append(proxyRatios, p/d)
+	}
+	b.StopTimer()
+	med := func(xs []float64) float64 {
+		slices.Sort(xs)
+		return xs[len(xs)/2]
+	}
+	b.ReportMetric(med(directRPS), "direct-req/s")
+	b.ReportMetric(med(routerRPS), "router-req/s")
+	b.ReportMetric(med(proxyRPS), "reverseproxy-req/s")
+	b.ReportMetric(med(ratios), "ratio")
+	b.ReportMetric(med(proxyRatios), "reverseproxy-ratio")
+	b.ReportMetric(0, "ns/op")
 }
