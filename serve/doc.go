@@ -42,12 +42,18 @@
 // /-/healthz "ok". Each request has the deployment's RequestTimeout (504
 // when it passes).
 //
-// An actor deployment's request body is read whole before the call: its
-// input is decoded into one Go value, which crosses to the replica as one
-// message. A process deployment's body streams to its server as it
-// arrives, and the ingress keeps at most Options.RetryBufferBytes of it
-// (1 MiB), the prefix a retry on another replica sends again; a request
-// that failed after more than that was sent is answered 502, not retried.
+// An actor deployment's request body is read whole before the call and
+// checked against the endpoint's input type; its bytes cross to the
+// replica as one message, and the method's encoded output is the answer
+// (ray's Method.CallJSON), so the router does not decode and encode the
+// JSON again. A call to an actor in the server's process runs on the
+// request's goroutine when the actor has a free slot. A process
+// deployment's body streams to its server as it arrives (a body of at most
+// 16 KiB is read first and sent with the request's head), and the ingress
+// keeps at most Options.RetryBufferBytes of it (1 MiB), the prefix a retry
+// on another replica sends again; a request that failed after more than
+// that was sent is answered 502, not retried. A process replica's
+// redirect goes to the client, not followed by the router.
 //
 // # Streaming
 //
