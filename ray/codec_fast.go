@@ -2,6 +2,7 @@ package ray
 
 import (
 	"strconv"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -15,21 +16,84 @@ var emptyObject = []byte("{}")
 // test checks both agree.
 
 // fastMarshalPtr is fastMarshal for a pointer to the value, which avoids
-// boxing the value.
+// boxing the value. It is encode's: the bytes go to a backend, which never
+// modifies them, so equal values may share them (booleans, small
+// integers, and a string equal to the last one encoded) instead of being
+// encoded again.
 func fastMarshalPtr(p any) ([]byte, bool) {
 	switch x := p.(type) {
 	case *string:
-		return marshalString(*x)
+		return marshalSharedString(*x)
 	case *int:
-		return strconv.AppendInt(nil, int64(*x), 10), true
+		return marshalInt(int64(*x)), true
 	case *int64:
-		return strconv.AppendInt(nil, *x, 10), true
+		return marshalInt(*x), true
 	case *bool:
-		return strconv.AppendBool(nil, *x), true
+		if *x {
+			return jsonTrue, true
+		}
+		return jsonFalse, true
 	case *struct{}:
 		return emptyObject, true
 	}
 	return nil, false
+}
+
+// Shared encodings, never modified (their capacity is their length, so
+// an append copies).
+var (
+	jsonTrue  = []byte("true")[:4:4]
+	jsonFalse = []byte("false")[:5:5]
+	smallInts = func() [][]byte {
+		out := make([][]byte, 256)
+		for i := range out {
+			b := strconv.AppendInt(nil, int64(i), 10)
+			out[i] = b[:len(b):len(b)]
+		}
+		return out
+	}()
+)
+
+func marshalInt(x int64) []byte {
+	if x >= 0 && x < int64(len(smallInts)) {
+		return smallInts[x]
+	}
+	return strconv.AppendInt(nil, x, 10)
+}
+
+// sharedString is a string encode made, with its encoding.
+type sharedString struct {
+	s string
+	b []byte
+}
+
+// lastString is a recent string encode made (at most maxSharedString
+// bytes): work that returns one constant string, such as "ok", shares its
+// encoding. It is replaced on every sharedStringEvery-th miss, so that
+// strings that differ every time cost a fraction of an allocation more,
+// not one.
+var (
+	lastString   atomic.Pointer[sharedString]
+	stringMisses atomic.Uint32
+)
+
+const (
+	maxSharedString   = 64
+	sharedStringEvery = 8
+)
+
+func marshalSharedString(x string) ([]byte, bool) {
+	if len(x) > maxSharedString {
+		return marshalString(x)
+	}
+	if c := lastString.Load(); c != nil && c.s == x {
+		return c.b, true
+	}
+	b, ok := marshalString(x)
+	if ok && stringMisses.Add(1)%sharedStringEvery == 1 {
+		lastString.Store(&sharedString{s: x, b: b[:len(b):len(b)]})
+	}
+	return b, ok
 }
 
 func fastMarshal(v any) ([]byte, bool) {

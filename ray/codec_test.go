@@ -2,7 +2,9 @@ package ray
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -120,4 +122,53 @@ func TestDecodeSharesStringBytes(t *testing.T) {
 	empty, err := decode[string](JSON, backend.Value{Data: []byte(`""`)})
 	is.NoErr(err)
 	is.Equal(empty, "")
+}
+
+// TestEncodeSharesEqualValues: encode gives equal values (booleans, small
+// integers, a string equal to a recent one) shared bytes, which stay
+// exactly encoding/json's and cannot be grown in place; strings that
+// differ each time are encoded each time, correctly.
+func TestEncodeSharesEqualValues(t *testing.T) {
+	is := is.New(t)
+	enc := func(v any) []byte {
+		var out backend.Value
+		var err error
+		switch x := v.(type) {
+		case string:
+			out, err = encode(JSON, x)
+		case int:
+			out, err = encode(JSON, x)
+		case bool:
+			out, err = encode(JSON, x)
+		}
+		is.NoErr(err)
+		want, _ := json.Marshal(v)
+		is.Equal(string(out.Data), string(want))
+		return out.Data
+	}
+	var first []byte
+	shared := false
+	for range 2 * sharedStringEvery {
+		b := enc("ok")
+		if first != nil && &b[0] == &first[0] {
+			shared = true
+		}
+		first = b
+	}
+	is.True(shared)                  // a constant string shares its encoding
+	is.Equal(len(first), cap(first)) // shared: an append copies
+	for i := range 50 {
+		s := fmt.Sprint("v", i) // differ every time
+		is.Equal(string(enc(s)), `"`+s+`"`)
+		is.Equal(string(enc("ok")), `"ok"`)
+	}
+	is.True(&enc(7)[0] == &enc(7)[0])
+	is.Equal(cap(enc(7)), 1)
+	is.True(&enc(300)[0] != &enc(300)[0]) // not small: encoded each time
+	is.Equal(string(enc(-1)), "-1")
+	is.True(&enc(true)[0] == &enc(true)[0])
+	is.Equal(cap(enc(true)), 4)
+	is.Equal(string(enc(false)), "false")
+	long := strings.Repeat("x", maxSharedString+1)
+	is.True(&enc(long)[0] != &enc(long)[0])
 }
