@@ -434,7 +434,7 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, chat bool) 
 		}
 		pctx, cancel := bs.withTimeout(ctx, d.spec.RequestTimeout)
 		defer cancel()
-		d.proxy(pctx, w, in, bs, start)
+		d.proxy(pctx, w, in, bs, nil, start)
 		return
 	}
 	gen, err := req.generateRequest(chat)
