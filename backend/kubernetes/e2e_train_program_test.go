@@ -187,8 +187,8 @@ func TestE2EProgramReports(t *testing.T) {
 }
 
 // deleteHostPod deletes, at once (grace period 0, as an eviction of a lost
-// node would), the worker pod on host worker of a slice, and returns its
-// name.
+// node would), the worker pod on host worker of a slice, waits for its
+// process to be gone, and returns its name.
 func deleteHostPod(ctx context.Context, cp *kubeharness.ControlPlane, c *ray.Cluster, slice string, worker int) (string, error) {
 	states, err := ray.TPUSlices(ctx, c)
 	if err != nil {
@@ -211,7 +211,20 @@ func deleteHostPod(ctx context.Context, cp *kubeharness.ControlPlane, c *ray.Clu
 		return "", fmt.Errorf("%d worker pods on node %s, want 1", len(pods.Items), node)
 	}
 	name := pods.Items[0].Name
-	return name, cp.Client().CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	pp, err := cp.PodProcess("default", name, "")
+	if err != nil {
+		return name, err
+	}
+	if err := cp.Client().CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		return name, err
+	}
+	// Return once the pod's process is gone (and with it its program), so
+	// that the caller's reply to the program's report reaches nobody: the
+	// program cannot go on to the next checkpoint.
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, err = pp.Wait(wctx)
+	return name, err
 }
 
 // waitForFile polls for path, up to limit.
