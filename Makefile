@@ -36,6 +36,7 @@ ci:
 # .cache/k8s/<versions>/bin (GORAY_K8S_BIN_DIR overrides): seconds when built.
 k8s-binaries:
 	scripts/k8s-build.sh
+	scripts/kueue-build.sh
 
 # The harness tests against a real control plane, under -race; builds the
 # binaries first. Missing binaries fail the run instead of skipping.

@@ -5,7 +5,8 @@
 # `go test ./...` does not. It first builds the pinned binaries
 # if they are missing (scripts/k8s-build.sh: about 15 minutes cold on 2
 # cores, a minute with a warm Go build cache, under a second when built),
-# so it works on a fresh clone. `make e2e` and .ci/run call it.
+# so it works on a fresh clone; then Kueue (scripts/kueue-build.sh, its own
+# cache folder). `make e2e` and .ci/run call it.
 #
 #   scripts/e2e.sh                 # all harness tests, -race
 #   scripts/e2e.sh -run TestKwok -v
@@ -14,6 +15,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scripts/k8s-build.sh
+# Kueue's controller manager for the LocalQueue-mode tests (its own folder).
+scripts/kueue-build.sh
 
 export GORAY_E2E=1
 t0=$(date +%s)

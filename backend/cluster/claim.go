@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -154,6 +155,12 @@ func (rt *Runtime) claimAndGrant(ctx context.Context, p *shapePool, w *sliceWait
 	}
 	pc.unpick()
 	if gerr := rt.gaveUpClaim(ctx, pc.op, p, w); gerr != nil {
+		if err != nil {
+			// What the claim or the runner was doing when the caller gave
+			// up (a Kubernetes reservation waiting for Kueue's admission
+			// says where it stands).
+			gerr = fmt.Errorf("%w; %v", gerr, err)
+		}
 		return nil, gerr, false
 	}
 	return nil, backend.Wrap(backend.CodeOf(err), pc.op+": claim slices", err), false

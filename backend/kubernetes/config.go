@@ -76,6 +76,12 @@ type Config struct {
 	// sees only existing nodes: a request for more slices than the cluster
 	// has fails at once as Infeasible.
 	Provision ProvisionConfig
+	// Kueue, with a LocalQueue named, asks Kueue for the admission of
+	// every slice reservation: its worker pods form one Kueue pod group in
+	// that LocalQueue, admitted all at once against the ClusterQueue's
+	// quota (see docs/kubernetes.md, "Shared clusters with Kueue"). Empty:
+	// goray does not ask Kueue.
+	Kueue KueueConfig
 	// API limits the client's requests to the API server when the backend
 	// builds the client (from a kubeconfig, the in-cluster config or
 	// REST); a Client given in Client keeps its own limits.
@@ -330,6 +336,7 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Provision.validate()...)
+	errs = append(errs, c.Kueue.validate(c.Provision.Mode)...)
 	if c.Worker.StartTimeout < 0 || c.Worker.IdleTimeout < 0 || c.Worker.HostIdle < 0 {
 		bad("Worker.StartTimeout %v, Worker.IdleTimeout %v and Worker.HostIdle %v: want >= 0 (0 means the default)", c.Worker.StartTimeout, c.Worker.IdleTimeout, c.Worker.HostIdle)
 	}

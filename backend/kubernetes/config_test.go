@@ -44,6 +44,12 @@ func TestConfigValidate(t *testing.T) {
 		{name: "cert validity", cfg: ok(func(c *Config) { c.Worker.CertValidity = time.Second }), want: []string{"Worker.CertValidity 1s: want at least 1m (0 means 24h0m0s)"}},
 		{name: "host idle", cfg: ok(func(c *Config) { c.Worker.HostIdle = -time.Second }), want: []string{"Worker.HostIdle -1s: want >= 0"}},
 		{name: "pool idle timeout", cfg: ok(func(c *Config) { c.CPUPool.IdleTimeout = -time.Second }), want: []string{"CPUPool.IdleTimeout -1s: want >= 0 (0 means 1m0s)"}},
+		{name: "kueue", cfg: ok(func(c *Config) { c.Kueue = KueueConfig{LocalQueue: "team", PriorityClass: "low"} })},
+		{name: "kueue names", cfg: ok(func(c *Config) { c.Kueue = KueueConfig{LocalQueue: "Team A", PriorityClass: "x"} }), want: []string{`Kueue.LocalQueue "Team A"`}},
+		{name: "kueue priority alone", cfg: ok(func(c *Config) { c.Kueue.PriorityClass = "low" }), want: []string{`Kueue.PriorityClass "low" without Kueue.LocalQueue`}},
+		{name: "kueue with provisioning", cfg: ok(func(c *Config) {
+			c.Kueue.LocalQueue, c.Provision.Mode = "team", ProvisionPods
+		}), want: []string{`Kueue.LocalQueue "team" with Provision.Mode "pods"`}},
 		{name: "log level", cfg: ok(func(c *Config) { c.Worker.LogLevel = "loud" }), want: []string{`Worker.LogLevel "loud": want debug, info, warn, error or off`}},
 	}
 	for _, tt := range tests {

@@ -249,6 +249,9 @@ func (r *Runner) podChanged(obj any, deleted bool) {
 		r.failStart(w, cause)
 	case p.DeletionTimestamp != nil:
 		cause = fmt.Sprintf("worker pod %s is being deleted", p.Name)
+		if why := kueueStopped(p); why != "" {
+			cause += ": " + why
+		}
 		r.failStart(w, cause)
 	case p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
 		cause = fmt.Sprintf("worker pod %s ended: %s %s %s", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
@@ -575,7 +578,7 @@ func (r *Runner) waitRunning(ctx context.Context, w *podWorker) (string, error) 
 			if why := podProblem(p); why != "" {
 				return "", errors.New(why)
 			}
-			if kueueGated(p) {
+			if kueueGated(p) && r.cfg.Kueue.LocalQueue == "" {
 				return "", backend.Errorf(backend.FailedPrecondition, "start worker pod "+r.cfg.Namespace+"/"+w.name,
 					"the pod is held by the scheduling gate %s: Kueue manages the pods of namespace %s (its manageJobsWithoutQueueName with the pod integration on) and lets them run only once a workload of a LocalQueue admits them, which goray does not ask for; run the driver in a namespace Kueue does not manage (leave it out of Kueue's managedJobsNamespaceSelector)",
 					kueueGate, r.cfg.Namespace)
@@ -712,9 +715,15 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 	var workers []*podWorker
 	var pods []*corev1.Pod // nil for an adopted capacity pod
 	var labelsOf []map[string]string
+	kubeNodes := make([][]string, len(c.Hosts)) // for the LocalQueue mode
+	var sliceOf []int
+	var chips int64
 	for i, hosts := range c.Hosts {
 		for j, host := range hosts {
 			node := r.kubeNodeLocked(host, handleAt(c.Handles, i, j))
+			kubeNodes[i] = append(kubeNodes[i], node)
+			sliceOf = append(sliceOf, i)
+			chips += int64(r.nodes[host].Resources[backend.TPU])
 			lbl := map[string]string{LabelReservation: labelValue(c.ID), LabelSlice: labelValue(c.Slices[i]), LabelWorkerID: strconv.Itoa(j)}
 			if name := adopt[host]; name != "" {
 				workers = append(workers, r.newWorkerLocked(name, host))
@@ -740,14 +749,30 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.runCtx, cancel)()
+	exists := make([]bool, len(workers))
+	if r.cfg.Kueue.LocalQueue != "" {
+		// The LocalQueue mode: every pod of the reservation is made, as one
+		// Kueue pod group, and admitted whole before any starts.
+		err := r.queueReserved(ctx, op, c, kubeNodes, chips, workers, pods, sliceOf)
+		if err != nil {
+			r.Released(c)
+			return err
+		}
+		for i := range exists {
+			exists[i] = true
+		}
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	for i, w := range workers {
 		g.Go(func() error {
 			sctx, cancel := context.WithTimeout(gctx, r.cfg.Worker.StartTimeout)
 			defer cancel()
-			if pods[i] == nil {
+			switch {
+			case exists[i]:
+				w.client, w.err = r.startPod(sctx, w, nil, nil, nil)
+			case pods[i] == nil:
 				w.client, w.err = r.adoptPod(sctx, w, labelsOf[i], env[w.node])
-			} else {
+			default:
 				w.client, w.err = r.startPod(sctx, w, pods[i], nil, nil)
 			}
 			close(w.ready)

@@ -421,6 +421,13 @@ func (cp *ControlPlane) StartAPIServer() error {
 
 // run starts a binary of the bin folder with its output in logs/<name>.log.
 func (cp *ControlPlane) run(name string, args ...string) (*process, error) {
+	return cp.runAt(name, filepath.Join(cp.binDir, name), nil, args...)
+}
+
+// runAt starts the binary at path with its output in logs/<name>.log and
+// env added to the test's environment; it is stopped with the control
+// plane.
+func (cp *ControlPlane) runAt(name, path string, env []string, args ...string) (*process, error) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	if cp.down {
@@ -431,10 +438,10 @@ func (cp *ControlPlane) run(name string, args ...string) (*process, error) {
 		return nil, err
 	}
 	defer logf.Close() // the child holds its own descriptor
-	cmd := exec.Command(filepath.Join(cp.binDir, name), args...)
+	cmd := exec.Command(path, args...)
 	cmd.Dir = cp.runDir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), env...)
 	p, err := startProcess(name, cmd)
 	if err != nil {
 		return nil, err

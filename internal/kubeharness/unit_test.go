@@ -194,3 +194,27 @@ func TestBuildScriptKey(t *testing.T) {
 	is.NoErr(err)
 	is.True(strings.Contains(string(gomod), "github.com/coredns/coredns "+CoreDNSVersion+"\n")) // tools/coredns builds the pinned version
 }
+
+// TestKueueBuildScriptVersion keeps scripts/kueue-build.sh, tools/kueue
+// and the harness on one Kueue version, and Kueue's folder apart from the
+// control-plane binaries'.
+func TestKueueBuildScriptVersion(t *testing.T) {
+	is := is.New(t)
+	root, err := repoRoot()
+	is.NoErr(err)
+	b, err := os.ReadFile(filepath.Join(root, "scripts", "kueue-build.sh"))
+	is.NoErr(err)
+	m := regexp.MustCompile(`(?m)^KUEUE_VERSION=(\S+)$`).FindStringSubmatch(string(b))
+	is.True(m != nil)
+	is.Equal(m[1], KueueVersion) // version pinned in scripts/kueue-build.sh
+	is.True(strings.Contains(string(b), `KEY="kueue-${KUEUE_VERSION}"`))
+	gomod, err := os.ReadFile(filepath.Join(root, "tools", "kueue", "go.mod"))
+	is.NoErr(err)
+	is.True(strings.Contains(string(gomod), "\tsigs.k8s.io/kueue "+KueueVersion+"\n")) // tools/kueue builds the pinned version
+
+	t.Setenv(EnvKueueBinDir, "")
+	t.Setenv(EnvBinDir, "/x/.cache/k8s/"+binDirKey+"/bin")
+	dir, err := KueueBinDir()
+	is.NoErr(err)
+	is.Equal(dir, "/x/.cache/k8s/kueue-"+KueueVersion+"/bin") // beside the control-plane binaries, never in their folder
+}
