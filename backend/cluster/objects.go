@@ -12,7 +12,7 @@ import (
 // leave no padding.
 type object struct {
 	id  backend.ObjectID
-	ch  chan struct{} // created on the first wait before done; closed when done
+	ch  chan getResult // created on the first wait before done; closed when done (or sent the result, chPooled)
 	val backend.Value
 	err error
 	// owner is true while the caller's ref holds the object; deps counts
@@ -89,7 +89,7 @@ func (rt *Runtime) completeLocked(o *object, v backend.Value, err error) {
 	o.task, o.call = nil, nil // the work's record is no longer needed
 	if o.ch != nil {
 		if o.chPooled {
-			o.ch <- struct{}{} // its one waiter's; buffered, never blocks
+			o.ch <- getResult{v, err} // its one waiter's; buffered, never blocks
 		} else {
 			close(o.ch)
 		}
@@ -156,7 +156,7 @@ func (rt *Runtime) Get(ctx context.Context, id backend.ObjectID) (backend.Value,
 	if o.ch == nil {
 		// The usual single waiter takes a channel from a pool, which
 		// completion sends to instead of closing.
-		ch := waitChans.Get().(chan struct{})
+		ch := waitChans.Get().(chan getResult)
 		o.ch, o.chPooled = ch, true
 		rt.mu.Unlock()
 		return rt.waitPooled(ctx, o, id, ch)
@@ -188,18 +188,27 @@ func (rt *Runtime) result(o *object, id backend.ObjectID) (backend.Value, error)
 	return o.val, o.err
 }
 
-// waitChans holds the one-token channels of single waiters (Get).
-var waitChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+// getResult is what completion sends a single waiter: the result itself,
+// so that the waiter need not read the object (which a racing Free may
+// clear) and take the lock again.
+type getResult struct {
+	v   backend.Value
+	err error
+}
+
+// waitChans holds the one-result channels of single waiters (Get).
+var waitChans = sync.Pool{New: func() any { return make(chan getResult, 1) }}
 
 // waitPooled waits for o as its first waiter, on ch from waitChans, and
 // returns ch to the pool if completion sent to it rather than closed it
 // (a second waiter came).
-func (rt *Runtime) waitPooled(ctx context.Context, o *object, id backend.ObjectID, ch chan struct{}) (backend.Value, error) {
+func (rt *Runtime) waitPooled(ctx context.Context, o *object, id backend.ObjectID, ch chan getResult) (backend.Value, error) {
 	if done := ctx.Done(); done != nil {
 		select {
-		case _, sent := <-ch:
+		case r, sent := <-ch:
 			if sent {
 				waitChans.Put(ch)
+				return r.v, r.err
 			}
 			return rt.result(o, id)
 		case <-done:
@@ -215,9 +224,10 @@ func (rt *Runtime) waitPooled(ctx context.Context, o *object, id backend.ObjectI
 		}
 		rt.mu.Unlock()
 	}
-	// Done: the token is sent or the channel closed.
-	if _, sent := <-ch; sent {
+	// Done: the result is sent or the channel closed.
+	if r, sent := <-ch; sent {
 		waitChans.Put(ch)
+		return r.v, r.err
 	}
 	return rt.result(o, id)
 }
