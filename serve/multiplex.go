@@ -460,7 +460,12 @@ func (d *deployment) runLoad(r *replica, s *modelSlot) {
 		err = ml.loadModel(ctx, s.id)
 	}
 	if err != nil {
-		if ctx.Err() != nil && r.ctx.Err() == nil {
+		switch {
+		case r.ctx.Err() != nil:
+			// The replica is stopping (lost, drained away): the requests
+			// waiting for the load are retried elsewhere where they may be.
+			err = codeErr(ray.Unavailable, "replica %s stopped while it loaded the model: %v", r.id, err)
+		case ctx.Err() != nil:
 			err = fmt.Errorf("%w: it took longer than %v (Multiplex.LoadTimeout)", err, d.spec.Multiplex.LoadTimeout)
 		}
 		err = loadError{id: s.id, err: err}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/matryer/is"
 
+	"github.com/goray-dev/goray/backend"
+	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/serve"
 )
@@ -461,4 +463,46 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "")
+}
+
+// A request waiting for a model's load on a replica whose node dies is
+// retried on another replica of an Idempotent deployment, which loads the
+// model in turn.
+func TestMultiplexLoadOnLostReplica(t *testing.T) {
+	is := is.New(t)
+	b, err := local.New(local.ClusterSpec{
+		Nodes: []local.NodeSpec{{Name: "cpu", Count: 3, Resources: backend.Resources{backend.CPU: 4, "tok": 1}}},
+	}, nil)
+	is.NoErr(err)
+	c, err := ray.NewCluster(context.Background(), b, nil)
+	is.NoErr(err)
+	t.Cleanup(func() { c.Close() })
+	srv := serve.New(c, nil)
+	base, client := startServer(t, srv)
+	name := strings.ReplaceAll(newGate("lost"), "#", "-")
+	d := muxDeployment(name, 2, 2)
+	d.Idempotent = true
+	is.NoErr(srv.Deploy(context.Background(), d))
+
+	slow := newGate("slow")
+	got := make(chan MuxOut, 1)
+	go func() { got <- callModel(t, client, base, name, slow) }()
+	gates.arrivals(t, slow, 1)
+	var dead string
+	for _, r := range dep(srv.Status(), name).Replicas {
+		if slices.Contains(r.Models, slow) {
+			dead = r.Hosts[0]
+		}
+	}
+	is.True(dead != "")
+	is.NoErr(b.KillNode(context.Background(), dead))
+	gates.arrivals(t, slow, 1) // loading again, on another replica
+	gates.release(slow)
+	out := <-got
+	is.Equal(out.Model, slow)
+	is.True(out.Host != dead)
+	ev := muxLog(name)
+	ev.mu.Lock()
+	is.Equal(ev.loadsByID[slow], 2)
+	ev.mu.Unlock()
 }

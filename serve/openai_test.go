@@ -340,6 +340,19 @@ func TestOpenAIFront(t *testing.T) {
 		resp.Body.Close()
 		is.Equal(resp.StatusCode, http.StatusMethodNotAllowed)
 	})
+	t.Run("a deployment named v1 keeps its routes", func(t *testing.T) {
+		is := is.New(t)
+		is.NoErr(srv.Deploy(context.Background(), serve.Deployment{Name: "v1", Replica: echoReplica("v1:"), Resources: ray.Resources{ray.CPU: 0.5}}))
+		resp, b := postJSON(t, client, base+"/v1", `{"Text":"x"}`)
+		is.Equal(resp.StatusCode, 200)
+		is.True(strings.Contains(string(b), "v1:x"))
+		resp, b = postJSON(t, client, base+"/v1/chat/completions", `{"model":"alpha","messages":[{"role":"user","content":"hi"}]}`)
+		is.Equal(resp.StatusCode, http.StatusNotFound)
+		is.True(strings.Contains(string(b), `deployment \"v1\" serves POST /v1`)) // the deployment's answer, not the front's
+		is.NoErr(srv.Delete(context.Background(), "v1"))
+		resp, _ = postJSON(t, client, base+"/v1/chat/completions", `{"model":"alpha","messages":[{"role":"user","content":"hi"}]}`)
+		is.Equal(resp.StatusCode, 200)
+	})
 	t.Run("requests are counted", func(t *testing.T) {
 		var buf bytes.Buffer
 		srv.WriteMetrics(&buf)
