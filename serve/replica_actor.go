@@ -120,8 +120,16 @@ func Unary[A, I, O any](m *ray.Method[A, I, O]) Endpoint[A] {
 		e.unaryCount++
 		e.unaryEP = endpointInfo{desc: "serve.Unary(" + m.Name() + ")", in: describeType(reflect.TypeFor[I]()), out: describeType(reflect.TypeFor[O]())}
 		e.unary = func(ctx context.Context, h *ray.ActorHandle[A], body []byte) ([]byte, error) {
-			if err := checkBody[I](ctx, body); err != nil {
+			in, err := decodeBody[I](ctx, body)
+			if err != nil {
 				return nil, err
+			}
+			if _, mux := any(&in).(modelIDSetter); mux {
+				// The input carries the router's model ID, not the body's:
+				// the decoded value crosses.
+				if body, err = json.Marshal(in); err != nil {
+					return nil, err
+				}
 			}
 			// A caller that went away or timed out cancels the call (best
 			// effort): the method's context ends too, and so do the calls
@@ -129,13 +137,6 @@ func Unary[A, I, O any](m *ray.Method[A, I, O]) Endpoint[A] {
 			return m.CallJSON(ctx, h, body)
 		}
 	}}
-}
-
-// checkBody checks that a request body decodes into I as decodeBody
-// does, for an endpoint that passes the body's bytes on.
-func checkBody[I any](ctx context.Context, body []byte) error {
-	_, err := decodeBody[I](ctx, body)
-	return err
 }
 
 // unaryEndpoint serves POST /<deployment> with call: the JSON body decoded
