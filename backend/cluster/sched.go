@@ -510,8 +510,8 @@ func (rt *Runtime) schedule() {
 		rt.scheduling = true
 		bl, waiting = rt.schedBlockers[:0], rt.schedWaiting[:0]
 		defer func() {
-			clear(bl)
-			clear(waiting)
+			dropBlockers(bl)
+			dropBlockers(waiting)
 			rt.schedBlockers, rt.schedWaiting = bl[:0], waiting[:0]
 			rt.scheduling = false
 		}()
@@ -565,13 +565,18 @@ func (rt *Runtime) schedule() {
 			return 0
 		})
 	}
-	for _, c := range rt.active {
+	active := rt.active
+	for i, c := range active {
 		for c.len() > 0 {
 			t := c.peek()
 			if !rt.tryPlace(t, bl) {
-				waiting = append(waiting, blocker{t: t})
-				if int(t.bypass) > rt.starveLimit {
-					bl = append(bl, blocker{t: t})
+				// Only classes later in this pass read the lists: the
+				// last one (often the only one) need not add to them.
+				if i < len(active)-1 {
+					waiting = append(waiting, blocker{t: t})
+					if int(t.bypass) > rt.starveLimit {
+						bl = append(bl, blocker{t: t})
+					}
 				}
 				break
 			}
@@ -591,6 +596,18 @@ func (rt *Runtime) schedule() {
 	}
 	clear(rt.active[len(kept):])
 	rt.active = kept
+}
+
+// dropBlockers clears a scratch list, so that it keeps no finished work
+// alive. The list is short (a class head or two) and cleared after every
+// pass: field by field it costs two pointer writes per entry, where
+// clear's bulk write barrier cost more than the rest of a pass while the
+// collector ran.
+func dropBlockers(l []blocker) {
+	for i := range l {
+		l[i].t = nil
+		l[i].pg = nil
+	}
 }
 
 // unqueue removes a queued request. b.mu must be held.
