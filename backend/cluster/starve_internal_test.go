@@ -77,7 +77,7 @@ func TestLargeRequestNotStarved(t *testing.T) {
 		}
 	}
 	is.True(pos >= 0)
-	overtook := pos - 4 // finished before it, besides the four it waited for
+	overtook := pos - 4          // finished before it, besides the four it waited for
 	is.True(overtook <= limit+1) // not starved by the stream of small requests
 	is.True(len(ex.order)-pos-1 >= small-limit-1)
 }
