@@ -39,7 +39,9 @@ With --kubeconfig (and optionally --context and --namespace) it finds the
 drivers of a namespace instead: the holders of its goray slice Leases,
 each with the slices it holds, its pod (the pod name in the holder's
 identity, as the Kubernetes backend makes it in a pod) and the summary
-read from the pod's IP on --port.
+read from the pod's IP on --port. The exit code is 0 when the namespace
+could be read, whatever state each driver is in (a gone driver is a line
+of the listing); 1 when the API server cannot be reached.
 
 --driver is host:port (127.0.0.1:8265 for a driver on this machine) or a
 URL. The token of a driver that serves off loopback comes from --token or
