@@ -24,6 +24,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/kubeharness"
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/train"
 )
 
 // kueueHarness starts a control plane with Kueue, one on-demand v6e 2x4
@@ -49,7 +50,7 @@ func kueueHarness(t *testing.T) (*kubeharness.ControlPlane, *kubeharness.Kueue) 
 
 // kueueDriver starts a driver (rc: deploy/rbac.yaml's identity) whose
 // reservations LocalQueue lq admits with priority class prio.
-func kueueDriver(t *testing.T, rc *rest.Config, lq, prio string) (*Backend, *ray.Cluster) {
+func kueueDriver(t *testing.T, rc *rest.Config, lq, prio string, edit ...func(*Config)) (*Backend, *ray.Cluster) {
 	t.Helper()
 	is := is.New(t)
 	client, err := k8s.NewForConfig(rc)
@@ -58,6 +59,9 @@ func kueueDriver(t *testing.T, rc *rest.Config, lq, prio string) (*Backend, *ray
 	cfg.Identity, cfg.Client, cfg.Worker.Image = "driver-"+lq, client, workerImage
 	cfg.Kueue = KueueConfig{LocalQueue: lq, PriorityClass: prio}
 	cfg.Logger = slog.New(slog.NewTextHandler(tLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	for _, e := range edit {
+		e(&cfg)
+	}
 	b, err := New(t.Context(), cfg)
 	is.NoErr(err)
 	c, err := ray.NewCluster(t.Context(), b, nil)
@@ -266,4 +270,63 @@ func waitJobAdmitted(t *testing.T, cp *kubeharness.ControlPlane, name string) {
 		t.Fatalf("Job %s not admitted and running: %v", name, err)
 	}
 	_ = fmt.Sprint
+}
+
+// TestE2EKueueTrainResumesAfterPreemption: a train run in LocalQueue mode
+// is preempted by a higher-priority Job at its fifth iteration: the
+// attempt fails with Unavailable naming Kueue, the run reserves its slice
+// again, which waits in the queue until the Job is done, and resumes from
+// its checkpoint to the exact answer; nothing is left after.
+func TestE2EKueueTrainResumesAfterPreemption(t *testing.T) {
+	is := is.New(t)
+	cp, k := kueueHarness(t)
+	ctx := t.Context()
+	// Pods on the loopback network share the test's: they reach the
+	// driver's rendezvous on 127.0.0.1.
+	_, c := kueueDriver(t, driverConfig(t, cp), "team", "low", func(cfg *Config) { cfg.DriverHost = "127.0.0.1" })
+	jobs := cp.Client().BatchV1().Jobs("default")
+	var jobErr error
+	var preempted time.Time
+	inject := func(r train.Report) {
+		if r.Attempt == 0 && r.Iteration == 5 && preempted.IsZero() {
+			preempted = time.Now()
+			_, jobErr = jobs.Create(ctx, tpuJob("urgent", "high", 3*time.Second), metav1.CreateOptions{})
+		}
+	}
+	const iters = 15
+	tr, err := train.New(c, k8sCounting, k8sCountCfg{Iters: iters, Pause: 200 * time.Millisecond},
+		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "2x4", ChipsPerHost: 4},
+		train.RunConfig{Name: "preempted", Progress: train.ProgressOff, MaxFailures: 1, OnReport: inject})
+	is.NoErr(err)
+	res, err := tr.Fit(ctx)
+	is.NoErr(err)
+	is.NoErr(jobErr)
+	is.Equal(res.Metrics["sum"], float64(iters*3)) // exact, as without the preemption
+	is.Equal(res.Attempts, 2)
+	is.Equal(len(res.Failures), 1)
+	f := res.Failures[0]
+	is.Equal(ray.CodeOf(f.Err), ray.Unavailable)
+	is.True(strings.Contains(f.Err.Error(), "Kueue stopped")) // says Kueue preempted it
+	urgent, err := jobs.Get(ctx, "urgent", metav1.GetOptions{})
+	is.NoErr(err)
+	is.Equal(urgent.Status.Succeeded, int32(2)) // the Job ran first
+	t.Logf("preempted at iteration 5, resumed from checkpoint %d once readmitted; run took %v after the Job was created: %v",
+		f.ResumeFrom, time.Since(preempted).Round(100*time.Millisecond), f.Err)
+	is.NoErr(c.Close())
+	is.NoErr(wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := cp.Client().CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: LabelCluster})
+		if err != nil {
+			return false, err
+		}
+		wls, err := k.Workloads(ctx, "default")
+		if err != nil {
+			return false, err
+		}
+		for _, w := range wls {
+			if strings.HasPrefix(w.GetName(), "goray-") {
+				return false, nil
+			}
+		}
+		return len(pods.Items) == 0, nil
+	}))
 }

@@ -489,6 +489,9 @@ func (r *Runner) kueueWaiting(ctx context.Context, g *kueueGroup) string {
 	if self == nil {
 		return where + "; Kueue has not made the group's Workload yet (it does once all the group's pods exist)"
 	}
+	if condStatus(self.Status.Conditions, "QuotaReserved") == metav1.ConditionTrue {
+		return where + "; quota reserved: Kueue is admitting the group (lifting its pods' gates)"
+	}
 	prio := func(w *kueueObject) int32 {
 		if w.Spec.Priority != nil {
 			return *w.Spec.Priority
