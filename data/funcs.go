@@ -208,22 +208,35 @@ func mapKernel[I, O any](fn func(context.Context, I) (O, error), inPlace bool) k
 		} else {
 			r.out = make([]O, 0, len(rows))
 		}
-		for i, row := range rows {
-			v, err := fn(ctx, row)
+		// Until a row fails, a tight loop: one output per row.
+		out := r.out[:len(rows)]
+		i := 0
+		var err error
+		for ; i < len(rows); i++ {
+			var v O
+			if v, err = fn(ctx, rows[i]); err != nil {
+				break
+			}
+			out[i] = v
+		}
+		r.out = out[:i]
+		if i == len(rows) {
+			return r, nil
+		}
+		// Row i failed: from here on, count each row's outputs.
+		r.perRow = make([]int32, len(rows))
+		for j := range i {
+			r.perRow[j] = 1
+		}
+		r.failed = append(r.failed, failure{i, err})
+		for i++; i < len(rows); i++ {
+			v, err := fn(ctx, rows[i])
 			if err != nil {
-				if r.perRow == nil {
-					r.perRow = make([]int32, len(rows))
-					for j := range i {
-						r.perRow[j] = 1
-					}
-				}
 				r.failed = append(r.failed, failure{i, err})
 				continue
 			}
 			r.out = append(r.out, v)
-			if r.perRow != nil {
-				r.perRow[i] = 1
-			}
+			r.perRow[i] = 1
 		}
 		return r, nil
 	}
