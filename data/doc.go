@@ -87,7 +87,11 @@
 // # Streaming, memory and order
 //
 // Operators run as a pipeline: every operator works on its blocks while
-// the others work on theirs. Each operator admits at most
+// the others work on theirs. Consecutive Map, Filter, FlatMap and
+// MapBatches that run in the driver share one set of goroutines (as Ray
+// Data fuses map operators) when their options allow it (the same
+// Concurrency and order, no BatchSize or MaxBytesInFlight); each keeps
+// its own statistics, bad rows and caps. Each operator admits at most
 // [MaxRowsInFlight] rows (and, optionally, [MaxBytesInFlight] estimated
 // bytes) that it has not yet handed on; when full it stops taking input,
 // so a slow consumer slows every producer up to the source, and memory is
