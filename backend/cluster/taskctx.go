@@ -95,10 +95,14 @@ func (c *taskCtx) TaskDone(v backend.Value, err error) {
 // error, its Done channel made only if asked for, and the functions
 // registered by AfterFunc, under one mutex.
 type lazyCancel struct {
-	mu     sync.Mutex
-	done   chan struct{}
-	err    error
-	one    *afterFunc // the first function registered, if not stopped
+	mu   sync.Mutex
+	done chan struct{}
+	err  error
+	// one is the first function registered, if not stopped, and oneID
+	// its registration's number: the usual single watch costs only its
+	// stop function.
+	one    func()
+	oneID  uint64
 	afters map[*afterFunc]struct{}
 }
 
@@ -130,15 +134,27 @@ func (l *lazyCancel) afterFunc(f, first func()) (stop func() bool) {
 	if first != nil {
 		first()
 	}
-	a := &afterFunc{f: f}
 	if l.one == nil && l.afters == nil {
-		l.one = a // the usual single watch needs no map
-	} else {
-		if l.afters == nil {
-			l.afters = map[*afterFunc]struct{}{}
+		// The usual single watch needs no map, and no record: its
+		// stop function knows it by number.
+		l.oneID++
+		l.one = f
+		id := l.oneID
+		return func() bool {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.one != nil && l.oneID == id {
+				l.one = nil
+				return true
+			}
+			return false
 		}
-		l.afters[a] = struct{}{}
 	}
+	a := &afterFunc{f: f}
+	if l.afters == nil {
+		l.afters = map[*afterFunc]struct{}{}
+	}
+	l.afters[a] = struct{}{}
 	return a.stopper(l)
 }
 
@@ -147,10 +163,6 @@ func (a *afterFunc) stopper(l *lazyCancel) func() bool {
 	return func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.one == a {
-			l.one = nil
-			return true
-		}
 		if _, ok := l.afters[a]; !ok {
 			return false
 		}
@@ -175,7 +187,7 @@ func (l *lazyCancel) cancelWith(err error, also func()) {
 		close(l.done)
 	}
 	if l.one != nil {
-		go l.one.f()
+		go l.one()
 		l.one = nil
 	}
 	for a := range l.afters {

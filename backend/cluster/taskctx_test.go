@@ -107,3 +107,20 @@ func TestGetWaiters(t *testing.T) {
 		is.Equal(string(v.Data), want)
 	}
 }
+
+// TestLazyCancelStaleStop: the single watch is known by its registration's
+// number, so the stop function of a stopped watch does not stop the watch
+// registered after it in the same place.
+func TestLazyCancelStaleStop(t *testing.T) {
+	is := is.New(t)
+	var l lazyCancel
+	ran := make(chan int, 2)
+	stopA := l.afterFunc(func() { ran <- 1 }, nil)
+	is.True(stopA())
+	stopB := l.afterFunc(func() { ran <- 2 }, nil) // the single watch again
+	is.True(!stopA())                              // stale: B stays
+	l.cancelWith(context.Canceled, nil)
+	is.Equal(<-ran, 2)
+	is.True(!stopB()) // already ran
+	is.Equal(len(ran), 0)
+}
