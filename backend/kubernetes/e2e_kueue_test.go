@@ -330,3 +330,41 @@ func TestE2EKueueTrainResumesAfterPreemption(t *testing.T) {
 		return len(pods.Items) == 0, nil
 	}))
 }
+
+// TestE2EKueueManagesEveryPod: on a cluster whose Kueue manages every pod
+// (manageJobsWithoutQueueName, as xpk sets it), a driver without the
+// LocalQueue mode fails its reservation at once with FailedPrecondition
+// naming Kueue's gate, and a driver in the mode runs on the slice.
+func TestE2EKueueManagesEveryPod(t *testing.T) {
+	is := is.New(t)
+	cp := startHarness(t)
+	ctx := t.Context()
+	k, err := cp.StartKueue(ctx, &kubeharness.KueueOptions{ManageJobsWithoutQueueName: true})
+	is.NoErr(err)
+	_, err = cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: "slice-a", Generation: "v6e", Topology: "2x4", ChipsPerHost: 4,
+		Labels: kubeharness.OnDemandLabels()})
+	is.NoErr(err)
+	is.NoErr(k.AddQueue(ctx, kubeharness.KueueQueue{ClusterQueue: "tpu", LocalQueue: "team",
+		Flavors: []kubeharness.KueueFlavor{kubeharness.OnDemandFlavor(8)}}))
+	rc := driverConfig(t, cp)
+
+	_, c := kueueDriver(t, rc, "", "")
+	t0 := time.Now()
+	_, err = ray.NewSlicePlacementGroup(ctx, c, kueueSlice)
+	is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
+	is.True(strings.Contains(err.Error(), "kueue.x-k8s.io/admission")) // names the gate
+	is.True(strings.Contains(err.Error(), "Config.Kueue.LocalQueue"))  // and what to set
+	is.True(time.Since(t0) < 30*time.Second)                           // at once, not after Worker.StartTimeout
+	t.Logf("without the mode (%v): %v", time.Since(t0).Round(time.Millisecond), err)
+	is.NoErr(c.Close())
+
+	_, c = kueueDriver(t, rc, "team", "")
+	spg, err := ray.NewSlicePlacementGroup(ctx, c, kueueSlice)
+	is.NoErr(err)
+	release := filepath.Join(t.TempDir(), "release")
+	is.NoErr(os.WriteFile(release, nil, 0o644))
+	got, err := ray.RunOnSlice(ctx, spg, waitFileTask, waitFileArg{Path: release, Add: 10})
+	is.NoErr(err)
+	is.Equal(got[0]+got[1], 21)
+	is.NoErr(spg.Release(ctx))
+}

@@ -580,7 +580,7 @@ func (r *Runner) waitRunning(ctx context.Context, w *podWorker) (string, error) 
 			}
 			if kueueGated(p) && r.cfg.Kueue.LocalQueue == "" {
 				return "", backend.Errorf(backend.FailedPrecondition, "start worker pod "+r.cfg.Namespace+"/"+w.name,
-					"the pod is held by the scheduling gate %s: Kueue manages the pods of namespace %s (its manageJobsWithoutQueueName with the pod integration on) and lets them run only once a workload of a LocalQueue admits them, which goray does not ask for; run the driver in a namespace Kueue does not manage (leave it out of Kueue's managedJobsNamespaceSelector)",
+					"the pod is held by the scheduling gate %s: Kueue manages the pods of namespace %s (its manageJobsWithoutQueueName with the pod integration on) and lets them run only once a workload of a LocalQueue admits them, which goray asks for only when Config.Kueue.LocalQueue names a LocalQueue: name one of the namespace's LocalQueues there, or run the driver in a namespace Kueue does not manage (leave it out of Kueue's managedJobsNamespaceSelector)",
 					kueueGate, r.cfg.Namespace)
 			}
 			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
