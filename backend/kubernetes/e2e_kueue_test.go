@@ -173,6 +173,15 @@ func TestE2EKueueSharesClusterQueue(t *testing.T) {
 	waitJobAdmitted(t, cp, "first")
 
 	b, c := kueueDriver(t, driverConfig(t, cp), "team", "low")
+	// A reservation that gives up while Kueue holds it says where it stood.
+	short := kueueSlice
+	short.Timeout = 1500 * time.Millisecond
+	_, err = ray.NewSlicePlacementGroup(ctx, c, short)
+	is.Equal(ray.CodeOf(err), ray.DeadlineExceeded)
+	is.True(strings.Contains(err.Error(), "for Kueue to admit workload default/goray-")) // what it waited for
+	is.True(strings.Contains(err.Error(), "LocalQueue default/team, ClusterQueue tpu"))  // in which queue
+	is.True(strings.Contains(err.Error(), "insufficient unused quota"))                  // and Kueue's reason
+	t.Logf("gave up: %v", err)
 	t0 := time.Now()
 	spec := kueueSlice
 	spec.Timeout = time.Minute

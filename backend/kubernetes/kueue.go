@@ -329,7 +329,7 @@ func (r *Runner) kueueGroupOf(ctx context.Context, op string, c cluster.Claim, k
 	if err != nil {
 		return nil, err
 	}
-	g := &kueueGroup{q: q, name: dnsName("goray", r.pt.cluster, strings.TrimPrefix(c.ID, "pg-")), chips: chips}
+	g := &kueueGroup{q: q, name: r.kueueGroupName(c.ID), chips: chips}
 	keys := q.labelKeys()
 	var fit []kueueFlavor
 	for i, hosts := range kubeNodes {
@@ -557,4 +557,29 @@ func (r *Runner) queueReserved(ctx context.Context, op string, c cluster.Claim, 
 		r.created.Add(1)
 	}
 	return r.waitAdmitted(ctx, op, g, workers)
+}
+
+// kueueGroupName is the pod group (and Workload) name of reservation
+// claimID in the LocalQueue mode.
+func (r *Runner) kueueGroupName(claimID string) string {
+	return dnsName("goray", r.pt.cluster, strings.TrimPrefix(claimID, "pg-"))
+}
+
+// deleteKueueWorkload deletes the Workload of a released reservation's pod
+// group (LocalQueue mode; nothing otherwise). Kueue then removes its
+// finalizers from the group's pods. Without it, a group released while
+// Kueue still held it (its pods gated, never run) would stay pending, be
+// admitted later and hold quota with pods that can never run.
+func (r *Runner) deleteKueueWorkload(ctx context.Context, name string) {
+	if r.cfg.Kueue.LocalQueue == "" {
+		return
+	}
+	rc, err := r.kueueRest("")
+	if err != nil {
+		return
+	}
+	err = rc.Delete().AbsPath(kueueAPI + "/namespaces/" + r.cfg.Namespace + "/workloads/" + name).Do(ctx).Error()
+	if err != nil && !apierrors.IsNotFound(err) {
+		r.log.Warn("kubernetes: delete the Kueue Workload of a released reservation", "workload", r.cfg.Namespace+"/"+name, "err", err)
+	}
 }

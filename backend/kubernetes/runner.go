@@ -810,6 +810,11 @@ func (r *Runner) Released(c cluster.Claim) {
 	}
 	r.mu.Unlock()
 	r.deleteWorkers(workers)
+	if workers != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r.deleteKueueWorkload(ctx, r.kueueGroupName(c.ID))
+	}
 }
 
 // deleteWorkers closes the workers' connections and deletes their pods at
@@ -867,6 +872,10 @@ func (r *Runner) Close() error {
 		w.released = true
 		all = append(all, w)
 	}
+	var groups []string // the LocalQueue mode's pod groups
+	for id := range r.claims {
+		groups = append(groups, r.kueueGroupName(id))
+	}
 	r.claims = map[string][]*podWorker{}
 	r.reserved, r.cpuPods = map[string]*podWorker{}, map[string]*podWorker{}
 	r.mu.Unlock()
@@ -888,6 +897,9 @@ func (r *Runner) Close() error {
 	// Every pod of this handle in one call (DeleteCollection on the
 	// cluster label), including those a start left behind.
 	err := deletePods(ctx, r.client, r.cfg.Namespace, labels.Set{LabelCluster: r.pt.cluster}.String())
+	for _, g := range groups {
+		r.deleteKueueWorkload(ctx, g)
+	}
 	r.deleteShared()
 	if r.stop != nil {
 		r.stop()
