@@ -168,11 +168,12 @@ func TestE2EKueueSharesClusterQueue(t *testing.T) {
 		}
 	})
 
-	_, err := jobs.Create(ctx, tpuJob("first", "low", 4*time.Second), metav1.CreateOptions{})
+	b, c := kueueDriver(t, driverConfig(t, cp), "team", "low")
+	// The Job runs long enough for the short reservation below to give up
+	// while it holds the quota, however loaded the machine.
+	_, err := jobs.Create(ctx, tpuJob("first", "low", 8*time.Second), metav1.CreateOptions{})
 	is.NoErr(err)
 	waitJobAdmitted(t, cp, "first")
-
-	b, c := kueueDriver(t, driverConfig(t, cp), "team", "low")
 	// A reservation that gives up while Kueue holds it says where it stood.
 	short := kueueSlice
 	short.Timeout = 1500 * time.Millisecond
@@ -302,7 +303,9 @@ func TestE2EKueueTrainResumesAfterPreemption(t *testing.T) {
 			_, jobErr = jobs.Create(ctx, tpuJob("urgent", "high", 3*time.Second), metav1.CreateOptions{})
 		}
 	}
-	const iters = 15
+	// 35 iterations after the Job is created (7 s): Kueue preempts within
+	// a fraction of a second here, so the run cannot end first.
+	const iters = 40
 	tr, err := train.New(c, k8sCounting, k8sCountCfg{Iters: iters, Pause: 200 * time.Millisecond},
 		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "2x4", ChipsPerHost: 4},
 		train.RunConfig{Name: "preempted", Progress: train.ProgressOff, MaxFailures: 1, OnReport: inject})
