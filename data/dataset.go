@@ -42,7 +42,9 @@ func sourceOf[T any](name string, opts []Option, parallel int, list func(ctx con
 		if err != nil {
 			return stream[T]{}, err
 		}
-		out := make(chan block[T])
+		// Blocks in the buffer hold their rows on the source's caps, so
+		// the buffer reads no further ahead than the caps allow.
+		out := make(chan block[T], 2)
 		// A local copy: runs of the dataset may start at once.
 		parallel := parallel
 		if !cfg.unordered {
@@ -135,6 +137,35 @@ func (w *blockWriter[T]) putRun(rows []T, p Pos) error {
 	return nil
 }
 
+// putFill adds n rows from consecutive positions starting at p, a block
+// at a time, that fill writes into the block: fill(dst, k) sets dst to
+// rows k, k+1, ... of the n.
+func (w *blockWriter[T]) putFill(n int, p Pos, fill func(dst []T, k int)) error {
+	for k := 0; k < n; {
+		if len(w.cur.rows) == 0 {
+			a, err := w.o.acquireRows(w.ctx, w.size, 0)
+			if err != nil {
+				return err
+			}
+			w.cur = block[T]{rows: make([]T, 0, w.size), w: weight{rows: a}}
+		}
+		m := min(n-k, w.size-len(w.cur.rows))
+		at := len(w.cur.rows)
+		w.cur.rows = w.cur.rows[:at+m]
+		fill(w.cur.rows[at:], k)
+		w.cur.pos.runs = append(w.cur.pos.runs, posRun{start: w.cur.pos.n, n: m, p: p})
+		w.cur.pos.n += m
+		p.Row += int64(m)
+		k += m
+		if len(w.cur.rows) == w.size {
+			if err := w.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // bad reports a row the source could not decode.
 func (w *blockWriter[T]) bad(p Pos, err error) error {
 	// A bad row was read: it counts in RowsIn (rows read = out + bad).
@@ -160,6 +191,7 @@ func (w *blockWriter[T]) flush() error {
 		return err
 	}
 	b.w.bytes = bytes
+	b.fresh = true // put and putRun copy rows into a new slice
 	w.o.rowsIn.Add(int64(len(b.rows)))
 	w.o.rowsOut.Add(int64(len(b.rows)))
 	return send(w.ctx, w.out, b)
@@ -182,17 +214,11 @@ func Range(n int, opts ...Option) *Dataset[int] {
 			return nil, badArg("Range(%d): n must be 0 or more", n)
 		}
 		return []partition[int]{{name: "range", read: func(ctx context.Context, w *blockWriter[int]) error {
-			buf := make([]int, w.size)
-			for lo := 0; lo < n; lo += len(buf) {
-				k := min(len(buf), n-lo)
-				for i := range k {
-					buf[i] = lo + i
+			return w.putFill(n, Pos{Source: "range"}, func(dst []int, lo int) {
+				for i := range dst {
+					dst[i] = lo + i
 				}
-				if err := w.putRun(buf[:k], Pos{Source: "range", Row: int64(lo)}); err != nil {
-					return err
-				}
-			}
-			return nil
+			})
 		}}}, nil
 	})
 }

@@ -17,6 +17,9 @@ type block[T any] struct {
 	rows []T
 	pos  positions
 	w    weight
+	// fresh: rows is a slice that only this block holds (a source made
+	// it), so the first operator that takes the block may write over it.
+	fresh bool
 }
 
 // weight is what a block holds on an operator's in-flight caps.

@@ -248,32 +248,48 @@ func mapKernel[I, O any](fn func(context.Context, I) (O, error), inPlace bool) k
 func filterKernel[T any](fn func(context.Context, T) (bool, error), inPlace bool) kernel[T, T] {
 	return func(ctx context.Context, rows []T) (result[T], error) {
 		var r result[T]
+		var out []T
 		if inPlace {
-			r.out = rows[:0] // row i is read before out[i] (or an earlier one) is written
+			out = rows // row i is read before out[i] (or an earlier one) is written
 		} else {
-			r.out = make([]T, 0, len(rows))
+			out = make([]T, len(rows))
 		}
-		for i, row := range rows {
-			keep, err := fn(ctx, row)
-			switch {
-			case err != nil:
-				r.failed = append(r.failed, failure{i, err})
-			case keep:
-				r.out = append(r.out, row)
-				if r.sel != nil {
-					r.sel = append(r.sel, int32(i))
-				}
-				continue
+		// Until a row is dropped or fails, a tight loop: every row kept.
+		i := 0
+		keep, err := true, error(nil)
+		for ; i < len(rows); i++ {
+			if keep, err = fn(ctx, rows[i]); err != nil || !keep {
+				break
 			}
-			if r.sel == nil { // the first row dropped: the ones before it were kept
-				r.sel = make([]int32, i, len(rows))
-				for j := range i {
-					r.sel[j] = int32(j)
-				}
-			}
+			out[i] = rows[i]
 		}
+		n := i
+		if i < len(rows) {
+			// Row i was dropped or failed (keep, err say which): from here
+			// on, sel lists the rows kept, the ones before i included.
+			sel := make([]int32, len(rows))
+			for j := range i {
+				sel[j] = int32(j)
+			}
+			for {
+				switch {
+				case err != nil:
+					r.failed = append(r.failed, failure{i, err})
+				case keep:
+					out[n] = rows[i]
+					sel[n] = int32(i)
+					n++
+				}
+				if i++; i == len(rows) {
+					break
+				}
+				keep, err = fn(ctx, rows[i])
+			}
+			r.sel = sel[:n]
+		}
+		r.out = out[:n]
 		if inPlace {
-			clear(rows[len(r.out):]) // what the rows dropped point to can go
+			clear(rows[n:]) // what the rows dropped point to can go
 		}
 		return r, nil
 	}

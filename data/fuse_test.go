@@ -202,3 +202,70 @@ func TestFusedInFlightCap(t *testing.T) {
 		is.Equal(o.RowsInFlight, int64(0))
 	}
 }
+
+// TestFilterCallsEachRowOnce: Filter's kernel runs a tight loop until a
+// row is dropped or fails, then goes on row by row. Each row is passed
+// to the function exactly once, whether Filter is first in its stage
+// (over a source's block) or fused after a Map, and the rows kept, the
+// bad rows and their positions come out as row by row.
+func TestFilterCallsEachRowOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ds   func(f func(context.Context, int) (bool, error)) *data.Dataset[int]
+	}{
+		{"first in its stage", func(f func(context.Context, int) (bool, error)) *data.Dataset[int] {
+			return data.Filter(data.Range(5000), f)
+		}},
+		{"fused after a map", func(f func(context.Context, int) (bool, error)) *data.Dataset[int] {
+			id := func(_ context.Context, x int) (int, error) { return x, nil }
+			return data.Filter(data.Map(data.Range(5000), id), f)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			is := is.New(t)
+			calls := make([]atomic.Int32, 5000)
+			boom := errors.New("boom")
+			f := func(_ context.Context, x int) (bool, error) {
+				calls[x].Add(1)
+				switch {
+				case x%1000 < 300: // long runs kept: the tight loop
+					return true, nil
+				case x%7 == 3:
+					return false, boom
+				default:
+					return x%2 == 0, nil
+				}
+			}
+			var st data.Stats
+			var want []int
+			bad := 0
+			for x := range 5000 {
+				switch {
+				case x%1000 < 300:
+					want = append(want, x)
+				case x%7 == 3:
+					bad++
+				case x%2 == 0:
+					want = append(want, x)
+				}
+			}
+			got := collect(t, tc.ds(f), data.SkipBadRows(5000), data.CollectStats(&st), data.Progress(false))
+			is.Equal(got, want)
+			for x := range calls {
+				if n := calls[x].Load(); n != 1 {
+					t.Fatalf("row %d: the filter was called %d times, want once", x, n)
+				}
+			}
+			var badRows int64
+			for _, op := range st.Operators {
+				badRows += op.BadRows
+			}
+			is.Equal(badRows, int64(bad))
+			is.Equal(len(st.BadRows), bad)
+			for _, e := range st.BadRows {
+				is.Equal(e.Pos.Row%7, int64(3)) // each bad row's own position
+				is.True(e.Pos.Row%1000 >= 300)
+			}
+		})
+	}
+}

@@ -90,7 +90,10 @@ func operator[I, O any](d *Dataset[I], name string, bind binder[I, O], owned ker
 		if prev != nil {
 			in = prev.start(r)
 		}
-		return newStage(r, o, cfg, in, k, fuse != fuseKeeps || cfg.compute != nil), nil
+		if cfg.compute != nil {
+			owned = nil // the kernel runs on the cluster
+		}
+		return newStage(r, o, cfg, in, k, owned, fuse != fuseKeeps || cfg.compute != nil), nil
 	}
 	out := &Dataset[O]{start: func(r *run) (stream[O], error) {
 		s, err := st(r)
@@ -144,14 +147,20 @@ func canFuse[I any](s *stage[I], cfg *config) bool {
 }
 
 // newStage makes a stage of one operator o, with kernel k, reading in.
-func newStage[I, O any](r *run, o *opState, cfg *config, in stream[I], k kernel[I, O], closed bool) *stage[O] {
+// owned, when set, is o's kernel that writes over its input: it runs on
+// the blocks that only the stage holds (a source's, see block.fresh).
+func newStage[I, O any](r *run, o *opState, cfg *config, in stream[I], k, owned kernel[I, O], closed bool) *stage[O] {
 	return &stage[O]{
 		ops: []*opState{o}, cfg: cfg, grows: closed,
 		intake: func(ctx context.Context, work chan<- any) error {
 			return intake(ctx, o, cfg.batchSize, in, func(b block[I]) error { return send(ctx, work, any(b)) })
 		},
-		apply: func(ctx context.Context, b any) (block[O], error) {
-			return process(ctx, r, o, k, b.(block[I]))
+		apply: func(ctx context.Context, v any) (block[O], error) {
+			b := v.(block[I])
+			if b.fresh && owned != nil {
+				return process(ctx, r, o, owned, b)
+			}
+			return process(ctx, r, o, k, b)
 		},
 	}
 }
@@ -296,6 +305,7 @@ func intake[I any](ctx context.Context, o *opState, batchSize int, in stream[I],
 func cut[T any](b block[T], n int) (head, tail block[T]) {
 	total := len(b.rows)
 	head.rows, tail.rows = b.rows[:n:n], b.rows[n:]
+	head.fresh, tail.fresh = b.fresh, b.fresh // disjoint parts of one slice
 	head.pos, tail.pos = b.pos.split(n)
 	head.w.rows = min(b.w.rows, int64(n))
 	head.w.bytes = b.w.bytes * int64(n) / int64(total)
