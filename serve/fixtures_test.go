@@ -256,7 +256,7 @@ func deployment(name string) serve.Deployment {
 		Name: name, Replica: echoReplica(name + ":"),
 		Accelerator: "v6e", Topology: "2x4", ChipsPerVM: 4,
 		MaxConcurrentRequests: 4,
-		Health:                &serve.HealthCheck{Period: 20 * time.Millisecond, FailureThreshold: 2},
+		Health:                &serve.HealthCheck{Period: 20 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2},
 	}
 }
 
