@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/kubeharness"
 	"github.com/goray-dev/goray/ray"
+	"github.com/goray-dev/goray/serve"
 	"github.com/goray-dev/goray/train"
 )
 
@@ -379,4 +381,41 @@ func TestE2EKueueManagesEveryPod(t *testing.T) {
 	is.NoErr(err)
 	is.Equal(got[0]+got[1], 21)
 	is.NoErr(spg.Release(ctx))
+}
+
+// TestE2EKueueServeReplicaReadmitted: a serve deployment's replica in
+// LocalQueue mode is preempted by a higher-priority Job: serve replaces
+// it, the new replica's reservation waits in the queue until the Job is
+// done, and the deployment serves again from it.
+func TestE2EKueueServeReplicaReadmitted(t *testing.T) {
+	is := is.New(t)
+	cp, _ := kueueHarness(t)
+	ctx := t.Context()
+	_, c := kueueDriver(t, driverConfig(t, cp), "team", "low", func(cfg *Config) { cfg.DriverHost = "127.0.0.1" })
+	srv, base := serveProcess(t, c, func(d *serve.Deployment) { d.MinReplicas, d.Idempotent = 1, true })
+	get := func() int {
+		resp, err := http.Post(base+"/proc/where", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	is.Equal(get(), http.StatusOK)
+	jobs := cp.Client().BatchV1().Jobs("default")
+	_, err := jobs.Create(ctx, tpuJob("urgent", "high", 3*time.Second), metav1.CreateOptions{})
+	is.NoErr(err)
+	is.NoErr(srv.WaitStatus(ctx, func(s serve.Status) bool {
+		d, _ := s.Deployment("proc")
+		return d.ReplicaFailures >= 1
+	})) // the preempted replica is lost
+	is.NoErr(srv.WaitStatus(ctx, func(s serve.Status) bool {
+		d, _ := s.Deployment("proc")
+		return d.Ready == 1
+	})) // and replaced once Kueue readmits it
+	urgent, err := jobs.Get(ctx, "urgent", metav1.GetOptions{})
+	is.NoErr(err)
+	is.Equal(urgent.Status.Succeeded, int32(2)) // after the Job
+	is.Equal(get(), http.StatusOK)
+	is.NoErr(srv.Shutdown(ctx))
 }
