@@ -38,7 +38,10 @@ type extSorter[E any] struct {
 	// order them, without calling cmp (a direct comparison of keys). It
 	// either sorts them in place and returns nil, or leaves them and
 	// returns their order (row j of the result is rows[perm[j].i]).
-	sortBuf  func([]ranked[E]) []radixItem
+	sortBuf func([]ranked[E]) []radixItem
+	// key, when set, maps a row to a uint64 whose order is cmp's (see
+	// radixKeyOf): the merge compares those instead of calling cmp.
+	key      func(e *E) uint64
 	buf      []ranked[E]
 	bufBytes int64
 	runs     []*spillFile
@@ -300,16 +303,30 @@ func (f *runSource[E]) close() error {
 }
 
 // merger merges sorted sources; ties go to the earlier source, so a merge
-// of runs in input order is stable.
+// of runs in input order is stable. With key set, it compares each head's
+// mapped key (one call per row, not one per comparison).
 type merger[E any] struct {
 	cmp   func(a, b E) int
+	key   func(e *E) uint64
 	srcs  []source[E]
 	heads []E
 	heap  []int // indexes of sources with a head, a binary min-heap
+	// kheap, with key set, is heap with each head's key beside its
+	// source, so that a comparison reads no more than the heap.
+	kheap []keyHead
 }
 
-func newMerger[E any](cmp func(a, b E) int, srcs []source[E]) (*merger[E], error) {
-	m := &merger[E]{cmp: cmp, srcs: srcs, heads: make([]E, len(srcs))}
+// keyHead is a source's head in a merger's kheap: its mapped key, and
+// the source's index, which breaks ties.
+type keyHead struct {
+	k uint64
+	i int
+}
+
+func (a keyHead) before(b keyHead) bool { return a.k < b.k || (a.k == b.k && a.i < b.i) }
+
+func newMerger[E any](cmp func(a, b E) int, key func(e *E) uint64, srcs []source[E]) (*merger[E], error) {
+	m := &merger[E]{cmp: cmp, key: key, srcs: srcs, heads: make([]E, len(srcs))}
 	for i, s := range srcs {
 		e, ok, err := s.next()
 		if err != nil {
@@ -317,8 +334,15 @@ func newMerger[E any](cmp func(a, b E) int, srcs []source[E]) (*merger[E], error
 		}
 		if ok {
 			m.heads[i] = e
-			m.heap = append(m.heap, i)
+			if key != nil {
+				m.kheap = append(m.kheap, keyHead{key(&m.heads[i]), i})
+			} else {
+				m.heap = append(m.heap, i)
+			}
 		}
+	}
+	for i := len(m.kheap)/2 - 1; i >= 0; i-- {
+		m.downKeyed(i)
 	}
 	for i := len(m.heap)/2 - 1; i >= 0; i-- {
 		m.down(i)
@@ -355,7 +379,32 @@ func (m *merger[E]) down(i int) {
 	}
 }
 
+// downKeyed is down for kheap.
+func (m *merger[E]) downKeyed(i int) {
+	h := m.kheap
+	x := h[i]
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			break
+		}
+		j := l
+		if r := l + 1; r < len(h) && h[r].before(h[l]) {
+			j = r
+		}
+		if !h[j].before(x) {
+			break
+		}
+		h[i] = h[j]
+		i = j
+	}
+	h[i] = x
+}
+
 func (m *merger[E]) next() (E, bool, error) {
+	if m.key != nil {
+		return m.nextKeyed()
+	}
 	var zero E
 	if len(m.heap) == 0 {
 		return zero, false, nil
@@ -376,6 +425,33 @@ func (m *merger[E]) next() (E, bool, error) {
 	}
 	if len(m.heap) > 0 {
 		m.down(0)
+	}
+	return e, true, nil
+}
+
+// nextKeyed is next with key set.
+func (m *merger[E]) nextKeyed() (E, bool, error) {
+	var zero E
+	if len(m.kheap) == 0 {
+		return zero, false, nil
+	}
+	i := m.kheap[0].i
+	e := m.heads[i]
+	n, ok, err := m.srcs[i].next()
+	if err != nil {
+		return zero, false, err
+	}
+	if ok {
+		m.heads[i] = n
+		m.kheap[0].k = m.key(&m.heads[i])
+	} else {
+		m.heads[i] = zero
+		last := len(m.kheap) - 1
+		m.kheap[0] = m.kheap[last]
+		m.kheap = m.kheap[:last]
+	}
+	if len(m.kheap) > 0 {
+		m.downKeyed(0)
 	}
 	return e, true, nil
 }
@@ -431,7 +507,7 @@ func (s *extSorter[E]) sorted() (source[E], error) {
 		srcs = append(srcs, &memSource[E]{s: s, rows: s.buf, perm: perm})
 		s.buf = nil
 	}
-	m, err := newMerger(s.cmp, srcs)
+	m, err := newMerger(s.cmp, s.key, srcs)
 	if err != nil {
 		return fail(err)
 	}
@@ -455,7 +531,7 @@ func (s *extSorter[E]) mergeRuns() error {
 		}
 		srcs = append(srcs, src)
 	}
-	m, err := newMerger(s.cmp, srcs)
+	m, err := newMerger(s.cmp, s.key, srcs)
 	if err != nil {
 		return err
 	}
@@ -548,5 +624,8 @@ func sortKeyedPdq[K cmp.Ordered, V any](desc bool, rows []ranked[keyed[K, V]]) {
 func newKeyedSorter[K cmp.Ordered, V any](ctx context.Context, o *opState, area *spillArea, budget int64, desc bool) *extSorter[keyed[K, V]] {
 	s := newExtSorter(ctx, o, area, budget, byKey[K, V](desc))
 	s.sortBuf = sortKeyedRows[K, V](desc)
+	if rk := radixKeyOf[K](desc); rk != nil {
+		s.key = func(e *keyed[K, V]) uint64 { return rk(&e.K) }
+	}
 	return s
 }
