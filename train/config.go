@@ -39,7 +39,9 @@ type ScalingConfig struct {
 	// each with its own TPU_WORKER_ID and TPU_PROCESS_PORT.
 	ResourcesPerWorker ray.Resources
 	// ReserveTimeout bounds each wait for free slices, at the start and
-	// after every failure; 0 means 5 minutes.
+	// after every failure; 0 means 5 minutes. A reservation that fails
+	// with Unavailable (the cluster's control plane does not answer, as
+	// during a Kubernetes API server outage) is asked again within it.
 	ReserveTimeout time.Duration
 
 	// MinSlices, when between 1 and NumSlices - 1, makes the run elastic

@@ -534,11 +534,10 @@ func (t *Trainer) reserve(ctx context.Context, attempt int) (*ray.SlicePlacement
 		if n > p.minSlices {
 			timeout = p.elasticWait
 		}
-		spg, err := ray.NewSlicePlacementGroup(ctx, t.c, ray.SliceSpec{
+		spg, err := t.reserveWaiting(ctx, ray.SliceSpec{
 			Topology: p.shape.Topology.String(), AcceleratorVersion: p.shape.Generation.String(), ChipsPerVM: t.scaling.ChipsPerHost,
 			NumSlices: n, ResourcesPerBundle: p.resources, Name: fmt.Sprintf("%s-attempt-%d", t.run.Name, attempt),
-			Timeout: timeout,
-		})
+		}, timeout)
 		if err == nil {
 			if n < p.numSlices {
 				t.run.Logger.Info("train: running on fewer slices", "run", t.run.Name, "attempt", attempt, "slices", n, "of", p.numSlices)
@@ -550,6 +549,41 @@ func (t *Trainer) reserve(ctx context.Context, attempt int) (*ray.SlicePlacement
 			return nil, 0, fmt.Errorf("train: run %s attempt %d: reserve %d × %s: %w", t.run.Name, attempt, n, p.shape, err)
 		}
 		t.run.Logger.Info("train: no slices within ElasticWait; asking for fewer", "run", t.run.Name, "attempt", attempt, "slices", n, "wait", timeout, "error", err)
+	}
+}
+
+// reserveWaiting reserves spec's slices, waiting up to timeout. A
+// reservation that fails with Unavailable (the cluster's control plane
+// does not answer, as during a Kubernetes API server outage) is asked
+// again, 100 ms later doubling to 2 s, until timeout has passed since the
+// first: an attempt that restarts while the control plane is away waits
+// for it as for free slices, instead of ending the run.
+func (t *Trainer) reserveWaiting(ctx context.Context, spec ray.SliceSpec, timeout time.Duration) (*ray.SlicePlacementGroup, error) {
+	deadline := time.Now().Add(timeout)
+	pause := 100 * time.Millisecond
+	for tries := 1; ; tries++ {
+		spec.Timeout = time.Until(deadline)
+		if spec.Timeout <= 0 {
+			spec.Timeout = time.Millisecond
+		}
+		spg, err := ray.NewSlicePlacementGroup(ctx, t.c, spec)
+		if err == nil || ray.CodeOf(err) != ray.Unavailable || errors.Is(err, ray.ErrClosed) || ctx.Err() != nil ||
+			time.Until(deadline) < pause {
+			if err != nil && tries > 1 {
+				err = fmt.Errorf("%w (after %d tries over %v)", err, tries, (timeout - time.Until(deadline)).Round(time.Millisecond))
+			}
+			return spg, err
+		}
+		if tries == 1 {
+			t.run.Logger.Info("train: the cluster could not reserve slices; asking again until ReserveTimeout",
+				"run", t.run.Name, "reservation", spec.Name, "timeout", timeout, "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 2*time.Second)
 	}
 }
 

@@ -8,9 +8,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -315,6 +318,139 @@ func TestE2EServeRidesOutAPIServerOutage(t *testing.T) {
 	is.NoErr(err)
 	is.Equal(after, pods) // no pod was replaced
 	is.NoErr(srv.Shutdown(ctx))
+	is.NoErr(c.Close())
+	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
+}
+
+type k8sFailOnceCfg struct {
+	Iters    int
+	Pause    time.Duration
+	FailFile string
+}
+
+// k8sFailOnce is k8sCounting whose rank 0 fails its first attempt after
+// the report of an iteration at which the file FailFile exists (pods share
+// the host's file system).
+var k8sFailOnce = train.NewLoop("k8stest.failonce", func(ctx context.Context, w *train.Worker, cfg k8sFailOnceCfg) error {
+	sum := 0.0
+	if data, err := w.LoadCheckpoint(ctx); err != nil {
+		return err
+	} else if data != nil {
+		if err := json.Unmarshal(data, &sum); err != nil {
+			return err
+		}
+	}
+	for it := w.Iteration(); it < cfg.Iters; it++ {
+		xs := []float64{float64(w.Rank() + 1)}
+		if err := train.AllReduce(ctx, w, xs, train.Sum); err != nil {
+			return err
+		}
+		sum += xs[0]
+		var ck []byte
+		if w.Rank() == 0 {
+			ck, _ = json.Marshal(sum)
+		}
+		if err := w.Report(ctx, train.Metrics{"sum": sum}, ck); err != nil {
+			return err
+		}
+		if _, err := os.Stat(cfg.FailFile); err == nil && w.Attempt() == 0 && w.Rank() == 0 {
+			return &train.WorkerFailedError{Rank: w.Rank(), Cause: "failed on purpose during the outage"}
+		}
+		select {
+		case <-time.After(cfg.Pause):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+})
+
+// signalHandler is a slog.Handler that closes seen at the first record
+// whose message contains msg.
+type signalHandler struct {
+	msg  string
+	once *sync.Once
+	seen chan struct{}
+}
+
+func (h signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.msg) {
+		h.once.Do(func() { close(h.seen) })
+	}
+	return nil
+}
+func (h signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h signalHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestE2ETrainRestartDuringAPIServerOutage: a train run whose worker
+// fails while the API server is away restarts once the API server is
+// back: the restart's reservation, which fails with Unavailable while the
+// API server does not answer, is asked again within ReserveTimeout
+// instead of ending the run. The run finishes in its second attempt from
+// its checkpoint with the exact answer.
+func TestE2ETrainRestartDuringAPIServerOutage(t *testing.T) {
+	is := is.New(t)
+	ctx := t.Context()
+	cp, c := slicesCluster(t, "2x4", []string{"slice-a"}, func(cfg *Config) {
+		cfg.Lease = LeaseConfig{Duration: outageLease}
+	})
+	fail := filepath.Join(t.TempDir(), "fail")
+	var stopped time.Time
+	var injectErr error
+	onReport := func(r train.Report) {
+		switch {
+		case r.Attempt == 0 && r.Iteration == 2:
+			injectErr = cp.StopAPIServer()
+			stopped = time.Now()
+		case r.Attempt == 0 && r.Iteration == 3 && injectErr == nil:
+			injectErr = os.WriteFile(fail, nil, 0o644) // rank 0 fails after this report
+		}
+	}
+	retrying := signalHandler{msg: "could not reserve slices", once: new(sync.Once), seen: make(chan struct{})}
+	type fit struct {
+		res *train.Result
+		err error
+	}
+	fitted := make(chan fit, 1)
+	const iters = 8
+	tr, err := train.New(c, k8sFailOnce, k8sFailOnceCfg{Iters: iters, Pause: 100 * time.Millisecond, FailFile: fail},
+		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "2x4", ChipsPerHost: 4, ReserveTimeout: 2 * time.Minute},
+		train.RunConfig{Name: "restart", Progress: train.ProgressOff, MaxFailures: 1, OnReport: onReport, Logger: slog.New(retrying)})
+	is.NoErr(err)
+	go func() {
+		res, err := tr.Fit(ctx)
+		fitted <- fit{res, err}
+	}()
+	// The API server comes back once the restart's reservation has failed
+	// for want of it and the outage lasted twice the Lease.
+	var f fit
+	select {
+	case <-retrying.seen:
+	case f = <-fitted:
+		if !stopped.IsZero() {
+			is.NoErr(cp.StartAPIServer())
+		}
+		t.Fatalf("the run ended during the outage: %v", f.err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("no reservation was retried during the outage")
+	}
+	if d := 2*outageLease - time.Since(stopped); d > 0 {
+		time.Sleep(d)
+	}
+	is.NoErr(cp.StartAPIServer())
+	t.Logf("the API server was away for %v (Lease %v)", time.Since(stopped).Round(100*time.Millisecond), outageLease)
+	select {
+	case f = <-fitted:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the run did not finish after the outage")
+	}
+	is.NoErr(f.err)
+	is.NoErr(injectErr)
+	is.Equal(f.res.Attempts, 2)                      // restarted once, after the outage
+	is.Equal(len(f.res.Failures), 1)                 // the worker's failure only
+	is.Equal(f.res.Metrics["sum"], float64(iters*3)) // 1+2 per iteration, as without the failure
+	t.Logf("failure: %v; resumed from checkpoint %d", f.res.Failures[0].Cause, f.res.Failures[0].ResumeFrom)
 	is.NoErr(c.Close())
 	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelCluster))
 }

@@ -703,7 +703,8 @@ var _ cluster.ChipHolder = (*Runner)(nil)
 // worker pod in waiting, named in HostNames), and returns once every
 // worker is connected (cluster.ClaimRunner). On error every pod of the
 // claim, created or adopted, is deleted.
-func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]map[string]string) error {
+func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]map[string]string) (err error) {
+	defer func() { err = notReadyIsUnavailable(ctx, r.client, err) }()
 	op := "start worker pods of reservation " + c.ID
 	r.mu.Lock()
 	if r.closed {
@@ -854,8 +855,38 @@ func (r *Runner) deleteWorker(ctx context.Context, w *podWorker) {
 			return false, nil
 		})
 	if err != nil {
-		r.log.Warn("delete worker pod", "pod", w.name, "err", err)
+		r.log.Warn("delete worker pod: retrying until the API server answers", "pod", w.name, "err", err)
+		r.deleteInBackground(w.name)
 	}
+}
+
+// deleteInBackground deletes a released worker pod whose deletion failed
+// (the API server away for longer than deleteWorker retries) once the API
+// server answers, trying every second until Close (which deletes every
+// pod of the handle): left in place, the pod would keep its host's chips
+// from the next reservation of the slice.
+func (r *Runner) deleteInBackground(pod string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.bg.Go(func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.runCtx.Done():
+				return
+			case <-t.C:
+			}
+			err := r.client.CoreV1().Pods(r.cfg.Namespace).Delete(r.runCtx, pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+			if err == nil || apierrors.IsNotFound(err) {
+				r.log.Info("deleted released worker pod after the API server answered again", "pod", pod)
+				return
+			}
+		}
+	})
 }
 
 // Close deletes every pod, the Service and the Secret of the cluster

@@ -555,11 +555,11 @@ func (s *Source) knownLocked(name string) bool {
 // pods on the claimed hosts become the claim's worker pods (worker pods
 // in waiting) or are deleted so that new worker pods replace them
 // (placeholders; see Provision and replaceCapacity).
-func (s *Source) ClaimSlices(ctx context.Context, c cluster.Claim) error {
+func (s *Source) ClaimSlices(ctx context.Context, c cluster.Claim) (err error) {
+	defer func() { err = notReadyIsUnavailable(ctx, s.client, err) }()
 	if err := s.capacityCheck(ctx, c); err != nil {
 		return err
 	}
-	var err error
 	switch {
 	case s.leases == nil:
 	case c.Subslice:
