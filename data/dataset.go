@@ -95,13 +95,24 @@ type blockWriter[T any] struct {
 	cur     block[T]
 }
 
+// newRows is an empty slice with room for a block: an array the sink gave
+// back when the run has a pool, else a new one.
+func (w *blockWriter[T]) newRows() []T {
+	if w.r != nil && w.r.rows != nil {
+		if rows, ok := w.r.rows.get().([]T); ok && cap(rows) >= w.size {
+			return rows[:0]
+		}
+	}
+	return make([]T, 0, w.size)
+}
+
 func (w *blockWriter[T]) put(row T, p Pos) error {
 	if len(w.cur.rows) == 0 {
 		n, err := w.o.acquireRows(w.ctx, w.size, 0)
 		if err != nil {
 			return err
 		}
-		w.cur = block[T]{rows: make([]T, 0, w.size), w: weight{rows: n}}
+		w.cur = block[T]{rows: w.newRows(), w: weight{rows: n}}
 	}
 	w.cur.rows = append(w.cur.rows, row)
 	w.cur.pos.add(p)
@@ -120,7 +131,7 @@ func (w *blockWriter[T]) putRun(rows []T, p Pos) error {
 			if err != nil {
 				return err
 			}
-			w.cur = block[T]{rows: make([]T, 0, w.size), w: weight{rows: n}}
+			w.cur = block[T]{rows: w.newRows(), w: weight{rows: n}}
 		}
 		k := min(len(rows), w.size-len(w.cur.rows))
 		w.cur.rows = append(w.cur.rows, rows[:k]...)
@@ -147,7 +158,7 @@ func (w *blockWriter[T]) putFill(n int, p Pos, fill func(dst []T, k int)) error 
 			if err != nil {
 				return err
 			}
-			w.cur = block[T]{rows: make([]T, 0, w.size), w: weight{rows: a}}
+			w.cur = block[T]{rows: w.newRows(), w: weight{rows: a}}
 		}
 		m := min(n-k, w.size-len(w.cur.rows))
 		at := len(w.cur.rows)
@@ -191,7 +202,8 @@ func (w *blockWriter[T]) flush() error {
 		return err
 	}
 	b.w.bytes = bytes
-	b.fresh = true // put and putRun copy rows into a new slice
+	b.fresh = true  // put and putRun copy rows into a new slice
+	b.pooled = true // ... of its own, that no user function has seen
 	w.o.rowsIn.Add(int64(len(b.rows)))
 	w.o.rowsOut.Add(int64(len(b.rows)))
 	return send(w.ctx, w.out, b)

@@ -20,6 +20,43 @@ type block[T any] struct {
 	// fresh: rows is a slice that only this block holds (a source made
 	// it), so the first operator that takes the block may write over it.
 	fresh bool
+	// pooled: rows is still a whole array a source made, and only data's
+	// own in-place kernels (Map, Filter) have written it; no user
+	// function has seen the slice. A sink that keeps no rows gives it
+	// back to the run's pool (see rowPool). cut clears it: its halves
+	// share one array.
+	pooled bool
+}
+
+// rowPool holds row arrays that a sink that keeps no rows (Count) gave
+// back, for the run's sources to fill again. Only blocks marked pooled go
+// in, once the sink is done with them, so nothing else holds them.
+type rowPool struct {
+	mu   sync.Mutex
+	free []any // []T of a source's row type
+}
+
+// get returns an array given back, or nil.
+func (p *rowPool) get() any {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.free)
+	if n == 0 {
+		return nil
+	}
+	v := p.free[n-1]
+	p.free[n-1] = nil
+	p.free = p.free[:n-1]
+	return v
+}
+
+// put gives back an array; a few are kept, the rest left to the GC.
+func (p *rowPool) put(v any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) < 64 {
+		p.free = append(p.free, v)
+	}
 }
 
 // weight is what a block holds on an operator's in-flight caps.
@@ -157,6 +194,9 @@ type run struct {
 	// root is the run that a sub-run (see sub) belongs to: operators and
 	// cleanups are registered there. nil for the run itself.
 	root *run
+	// rows, when set (the sink keeps no rows), takes back pooled blocks'
+	// arrays for the sources; sub-runs share the root's.
+	rows *rowPool
 }
 
 // sub makes a sub-run: the same run, whose goroutines get a context and
@@ -171,7 +211,7 @@ func (r *run) sub() *run {
 	if r.root != nil {
 		root = r.root
 	}
-	return &run{ctx: ctx, cancel: cancel, g: g, cfg: r.cfg, bad: r.bad, start: r.start, root: root}
+	return &run{ctx: ctx, cancel: cancel, g: g, cfg: r.cfg, bad: r.bad, start: r.start, root: root, rows: r.rows}
 }
 
 func newRun(ctx context.Context, cfg *config) *run {

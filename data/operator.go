@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"unsafe"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
@@ -85,7 +86,7 @@ func operator[I, O any](d *Dataset[I], name string, bind binder[I, O], owned ker
 			if owned != nil {
 				k = owned // canFuse: the kernel runs in the driver
 			}
-			return fuseInto(r, prev, o, k, fuse == fuseGrows), nil
+			return fuseInto(r, prev, o, k, owned != nil, fuse == fuseGrows), nil
 		}
 		if prev != nil {
 			in = prev.start(r)
@@ -158,15 +159,16 @@ func newStage[I, O any](r *run, o *opState, cfg *config, in stream[I], k, owned 
 		apply: func(ctx context.Context, v any) (block[O], error) {
 			b := v.(block[I])
 			if b.fresh && owned != nil {
-				return process(ctx, r, o, owned, b)
+				return process(ctx, r, o, owned, true, b)
 			}
-			return process(ctx, r, o, k, b)
+			return process(ctx, r, o, k, false, b)
 		},
 	}
 }
 
-// fuseInto adds operator o, with kernel k, to the end of stage s.
-func fuseInto[I, O any](r *run, s *stage[I], o *opState, k kernel[I, O], grows bool) *stage[O] {
+// fuseInto adds operator o, with kernel k, to the end of stage s. owned
+// says k is the operator's own kernel that writes over its input.
+func fuseInto[I, O any](r *run, s *stage[I], o *opState, k kernel[I, O], owned, grows bool) *stage[O] {
 	prev := s.ops[len(s.ops)-1]
 	// Blocks leave the stage holding the first operator's caps; o's
 	// consumer releases them through o.
@@ -184,7 +186,7 @@ func fuseInto[I, O any](r *run, s *stage[I], o *opState, k kernel[I, O], grows b
 			if len(b.rows) == 0 {
 				return block[O]{seq: b.seq, w: b.w}, nil
 			}
-			return process(ctx, r, o, k, b)
+			return process(ctx, r, o, k, owned, b)
 		},
 	}
 }
@@ -306,6 +308,7 @@ func cut[T any](b block[T], n int) (head, tail block[T]) {
 	total := len(b.rows)
 	head.rows, tail.rows = b.rows[:n:n], b.rows[n:]
 	head.fresh, tail.fresh = b.fresh, b.fresh // disjoint parts of one slice
+	// but not pooled: giving back one part's array would give the other's
 	head.pos, tail.pos = b.pos.split(n)
 	head.w.rows = min(b.w.rows, int64(n))
 	head.w.bytes = b.w.bytes * int64(n) / int64(total)
@@ -314,7 +317,11 @@ func cut[T any](b block[T], n int) (head, tail block[T]) {
 }
 
 // process runs the kernel on one block and accounts for its bad rows.
-func process[I, O any](ctx context.Context, r *run, o *opState, k kernel[I, O], b block[I]) (block[O], error) {
+// owned says k is data's own kernel that writes over its input (Map's or
+// Filter's, whose functions see rows, never the slice): its output is
+// still pooled (see block.pooled) when the input was and it wrote over
+// the input's array.
+func process[I, O any](ctx context.Context, r *run, o *opState, k kernel[I, O], owned bool, b block[I]) (block[O], error) {
 	var res result[O]
 	err := recovered(o.name, func() (err error) {
 		res, err = k(ctx, b.rows)
@@ -347,7 +354,13 @@ func process[I, O any](ctx context.Context, r *run, o *opState, k kernel[I, O], 
 		}
 	}
 	o.rowsOut.Add(int64(len(res.out)))
-	return block[O]{seq: b.seq, rows: res.out, pos: outPos(&b.pos, res), w: b.w}, nil
+	pooled := owned && b.pooled && sameArray(res.out, b.rows)
+	return block[O]{seq: b.seq, rows: res.out, pos: outPos(&b.pos, res), w: b.w, pooled: pooled}, nil
+}
+
+// sameArray says whether out starts at the start of in's array.
+func sameArray[I, O any](out []O, in []I) bool {
+	return cap(out) > 0 && cap(in) > 0 && unsafe.Pointer(unsafe.SliceData(out)) == unsafe.Pointer(unsafe.SliceData(in))
 }
 
 // outPos says where each output row came from.

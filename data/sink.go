@@ -13,6 +13,12 @@ var errStop = errors.New("data: stop")
 // start, the run is ended and reported, and the error returned (ctx's own
 // error when ctx ended).
 func startRun[T any](ctx context.Context, d *Dataset[T], opts []Option) (*run, stream[T], error) {
+	return startRunPool(ctx, d, opts, false)
+}
+
+// startRunPool is startRun; with pool, the run's sources fill arrays that
+// the sink gives back (see rowPool), for a sink that keeps no rows.
+func startRunPool[T any](ctx context.Context, d *Dataset[T], opts []Option, pool bool) (*run, stream[T], error) {
 	if err := checkRun(ctx, d, "a sink"); err != nil {
 		return nil, stream[T]{}, err
 	}
@@ -22,6 +28,9 @@ func startRun[T any](ctx context.Context, d *Dataset[T], opts []Option) (*run, s
 		return nil, stream[T]{}, err
 	}
 	r := newRun(ctx, &cfg)
+	if pool {
+		r.rows = &rowPool{}
+	}
 	s, err := d.start(r)
 	if err != nil {
 		r.cancel()
@@ -52,7 +61,14 @@ func checkRun[T any](ctx context.Context, d *Dataset[T], sink string) error {
 // goroutine, until the run ends, fails or each returns an error. It
 // returns the run's first error; a context error is returned as it is.
 func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(rows []T) error) error {
-	r, s, err := startRun(ctx, d, opts)
+	return drainRows(ctx, d, opts, false, each)
+}
+
+// drainRows is drain; with keepsNone (each keeps neither the slice nor
+// its rows once it returns), pooled blocks' arrays go back to the run's
+// sources once each has returned.
+func drainRows[T any](ctx context.Context, d *Dataset[T], opts []Option, keepsNone bool, each func(rows []T) error) error {
+	r, s, err := startRunPool(ctx, d, opts, keepsNone)
 	if err != nil {
 		return err
 	}
@@ -74,6 +90,9 @@ func drain[T any](ctx context.Context, d *Dataset[T], opts []Option, each func(r
 		sinkErr = each(b.rows)
 		r.sunk.Add(int64(len(b.rows)))
 		s.op.release(b.w)
+		if keepsNone && b.pooled {
+			r.rows.put(b.rows[:0])
+		}
 		if sinkErr != nil {
 			r.cancel()
 			break
@@ -162,7 +181,7 @@ func Count[T any](ctx context.Context, d *Dataset[T], opts ...Option) (int64, er
 		return 0, err
 	}
 	var n int64
-	err := drain(ctx, d, opts, func(rows []T) error {
+	err := drainRows(ctx, d, opts, true, func(rows []T) error { // keeps no rows
 		n += int64(len(rows))
 		return nil
 	})
