@@ -100,7 +100,7 @@ type blockWriter[T any] struct {
 func (w *blockWriter[T]) newRows() []T {
 	if w.r != nil && w.r.rows != nil {
 		if rows, ok := w.r.rows.get().([]T); ok && cap(rows) >= w.size {
-			return rows[:0]
+			return rows[:0:w.size] // room for one block, as a new one has
 		}
 	}
 	return make([]T, 0, w.size)
