@@ -299,7 +299,6 @@ type modelSlot struct {
 	inflight int           // requests routed to it and not released
 	used     uint64        // d.modelSeq at its last use: LRU order
 	evict    *modelSlot    // the model to unload before loading this one
-	at       time.Time     // when its load began
 }
 
 // multiplexed reports whether requests naming a model are routed by it.

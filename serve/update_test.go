@@ -30,40 +30,14 @@ func TestRedeployUpdatesWithoutFailures(t *testing.T) {
 	v1.MinReplicas, v1.Idempotent, v1.MaxQueuedRequests = 2, true, 200
 	is.NoErr(srv.Deploy(context.Background(), v1))
 
-	var stop atomic.Bool
-	var failures, v2seen atomic.Int64
-	var firstFailure sync.Once
-	var wg sync.WaitGroup
-	for range 50 {
-		wg.Go(func() {
-			saw := false
-			for !stop.Load() || !saw {
-				code, _, b := post(t, client, base+"/m", EchoIn{Text: "x"})
-				if code != http.StatusOK {
-					failures.Add(1)
-					firstFailure.Do(func() { t.Errorf("a request failed during the update: %d %s", code, b) })
-					return
-				}
-				var out EchoOut
-				if err := json.Unmarshal(b, &out); err != nil {
-					t.Errorf("answer %q: %v", b, err)
-					return
-				}
-				if strings.HasPrefix(out.Text, "v2:") && !saw {
-					saw = true
-					v2seen.Add(1)
-				}
-			}
-		})
-	}
+	finish := clientsThroughUpdate(t, client, base+"/m")
 	v2 := v1
 	v2.Replica = echoReplica("v2:")
 	err := srv.Deploy(context.Background(), v2)
-	stop.Store(true)
-	wg.Wait()
+	failures, v2seen := finish()
 	is.NoErr(err)
-	is.Equal(failures.Load(), int64(0))
-	is.Equal(v2seen.Load(), int64(50)) // every client reached the new version
+	is.Equal(failures, int64(0))
+	is.Equal(v2seen, int64(50)) // every client reached the new version
 
 	st := dep(srv.Status(), "m")
 	is.Equal(st.Ready, 2)
@@ -131,42 +105,16 @@ func TestRollingUpdate(t *testing.T) {
 			v1.RollingUpdate = &tc.update
 			is.NoErr(srv.Deploy(context.Background(), v1))
 
-			var stop atomic.Bool
-			var failures, v2seen atomic.Int64
-			var firstFailure sync.Once
-			var wg sync.WaitGroup
-			for range 50 {
-				wg.Go(func() {
-					saw := false
-					for !stop.Load() || !saw {
-						code, _, b := post(t, client, base+"/m", EchoIn{Text: "x"})
-						if code != http.StatusOK {
-							failures.Add(1)
-							firstFailure.Do(func() { t.Errorf("a request failed during the update: %d %s", code, b) })
-							return
-						}
-						var out EchoOut
-						if err := json.Unmarshal(b, &out); err != nil {
-							t.Errorf("answer %q: %v", b, err)
-							return
-						}
-						if strings.HasPrefix(out.Text, "v2:") && !saw {
-							saw = true
-							v2seen.Add(1)
-						}
-					}
-				})
-			}
+			finish := clientsThroughUpdate(t, client, base+"/m")
 			v2 := v1
 			v2.Replica = echoReplica("v2:")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			err := srv.Deploy(ctx, v2)
-			stop.Store(true)
-			wg.Wait()
+			failures, v2seen := finish()
 			is.NoErr(err)
-			is.Equal(failures.Load(), int64(0))
-			is.Equal(v2seen.Load(), int64(50)) // every client reached the new version
+			is.Equal(failures, int64(0))
+			is.Equal(v2seen, int64(50)) // every client reached the new version
 
 			st := dep(srv.Status(), "m")
 			is.Equal(st.Ready, 2)
@@ -175,5 +123,44 @@ func TestRollingUpdate(t *testing.T) {
 			}
 			is.Equal(reservedSlices(t, c), 2)
 		})
+	}
+}
+
+// clientsThroughUpdate starts 50 concurrent clients of url's echo
+// deployment that post until finish is called and each has seen an answer
+// of version "v2:". finish waits for them and returns how many requests
+// failed (a client stops at its first failure, reported with t.Errorf) and
+// how many clients reached v2.
+func clientsThroughUpdate(t *testing.T, client *http.Client, url string) (finish func() (failures, v2seen int64)) {
+	var stop atomic.Bool
+	var failed, seen atomic.Int64
+	var firstFailure sync.Once
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			saw := false
+			for !stop.Load() || !saw {
+				code, _, b := post(t, client, url, EchoIn{Text: "x"})
+				if code != http.StatusOK {
+					failed.Add(1)
+					firstFailure.Do(func() { t.Errorf("a request failed during the update: %d %s", code, b) })
+					return
+				}
+				var out EchoOut
+				if err := json.Unmarshal(b, &out); err != nil {
+					t.Errorf("answer %q: %v", b, err)
+					return
+				}
+				if strings.HasPrefix(out.Text, "v2:") && !saw {
+					saw = true
+					seen.Add(1)
+				}
+			}
+		})
+	}
+	return func() (int64, int64) {
+		stop.Store(true)
+		wg.Wait()
+		return failed.Load(), seen.Load()
 	}
 }

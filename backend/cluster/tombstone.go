@@ -48,8 +48,6 @@ func (t *tombstones[K]) get(id K) (error, bool) {
 	return err, ok
 }
 
-func (t *tombstones[K]) len() int { return len(t.m) }
-
 // deadActor returns why the actor id, which is not live, died: its
 // tombstone, or for an ID the backend issued long ago an ActorDied error
 // without the cause. ok is false for an ID never issued. b.mu must be held.
