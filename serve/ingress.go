@@ -209,6 +209,22 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment,
 		s.bodiesFull(w, d, start)
 		return nil, false
 	}
+	data, code, msg := s.readWithin(w, r, want)
+	if code != 0 {
+		d.fail(w, start, code, msg)
+		return nil, false
+	}
+	return data, true
+}
+
+// readWithin reads r's body, for which want bytes of the budget for
+// bodies in memory are held, bounded by MaxBodyBytes and BodyTimeout. It
+// returns the body, holding len(body) bytes of the budget (the rest of
+// want is given back), or, when the read failed, the status to answer
+// (413, 408 or 400) and a message, with want given back and the
+// connection to be closed after the answer.
+func (s *Server) readWithin(w http.ResponseWriter, r *http.Request, want int64) (data []byte, code int, msg string) {
+	limit := s.opts.MaxBodyBytes
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) // not every ResponseWriter supports it
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
@@ -220,21 +236,19 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, d *deployment,
 		_ = rc.SetReadDeadline(time.Now())
 		w.Header().Set("Connection", "close")
 		s.releaseBody(want)
-		code := http.StatusBadRequest
-		msg := fmt.Sprintf("read request body (at most %d bytes): %v", limit, err)
+		code, msg = http.StatusBadRequest, fmt.Sprintf("read request body (at most %d bytes): %v", limit, err)
 		if _, big := errors.AsType[*http.MaxBytesError](err); big {
 			code = http.StatusRequestEntityTooLarge
 		} else if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 			code, msg = http.StatusRequestTimeout, fmt.Sprintf("the request body took longer than %v to arrive (Options.BodyTimeout)", s.opts.BodyTimeout)
 		}
-		d.fail(w, start, code, msg)
-		return nil, false
+		return nil, code, msg
 	}
 	_ = rc.SetReadDeadline(time.Time{})
 	if extra := want - int64(len(data)); extra > 0 {
 		s.releaseBody(extra) // held only what arrived
 	}
-	return data, true
+	return data, 0, ""
 }
 
 // admitBody checks what comes before any byte of a body is read or

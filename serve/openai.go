@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -330,25 +329,10 @@ func (s *Server) readOpenAIBody(w http.ResponseWriter, r *http.Request) (data []
 		openAIError(w, http.StatusServiceUnavailable, "the server holds as many request bodies as it may; retry later", "", "")
 		return nil, nil, false
 	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		_ = rc.SetReadDeadline(time.Now())
-		w.Header().Set("Connection", "close")
-		s.releaseBody(want)
-		code := http.StatusBadRequest
-		if _, big := errors.AsType[*http.MaxBytesError](err); big {
-			code = http.StatusRequestEntityTooLarge
-		} else if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-			code = http.StatusRequestTimeout
-		}
-		openAIError(w, code, fmt.Sprintf("read request body (at most %d bytes, within %v): %v", limit, s.opts.BodyTimeout, err), "", "")
+	data, code, msg := s.readWithin(w, r, want)
+	if code != 0 {
+		openAIError(w, code, msg, "", "")
 		return nil, nil, false
-	}
-	_ = rc.SetReadDeadline(time.Time{})
-	if extra := want - int64(len(data)); extra > 0 {
-		s.releaseBody(extra)
 	}
 	return data, sync.OnceFunc(func() { s.releaseBody(int64(len(data))) }), true
 }
