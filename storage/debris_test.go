@@ -127,3 +127,40 @@ func TestWritesRaceRemoveDebris(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestRemoveDebrisKeepsEmptyDirectories: an empty directory that held no
+// debris is someone's, made to be written in (a training program's
+// staging directory between its creation and its first file); only the
+// directories that debris leaves empty go. Before the fix RemoveDebris
+// removed every empty directory under the prefix, and a program's open
+// of a file in the directory it had just made failed.
+func TestRemoveDebrisKeepsEmptyDirectories(t *testing.T) {
+	is := is.New(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	b, err := storage.Dir(dir)
+	is.NoErr(err)
+	defer b.Close()
+	staged := filepath.Join(dir, "run", "staging", "rank_00000-abc")
+	is.NoErr(os.MkdirAll(staged, 0o755))
+	is.NoErr(os.MkdirAll(filepath.Join(dir, "other", "empty"), 0o755))
+	debris := filepath.Join(dir, "run", "ck1", "sub", ".rank_0.goray-tmp-"+strconv.Itoa(deadPID(t))+"-abc")
+	is.NoErr(os.MkdirAll(filepath.Dir(debris), 0o755))
+	is.NoErr(os.WriteFile(debris, []byte("partial"), 0o600))
+
+	n, err := b.(storage.DebrisRemover).RemoveDebris(ctx, "run/")
+	is.NoErr(err)
+	is.Equal(n, 1)
+	_, err = os.Stat(staged)
+	is.NoErr(err) // the empty directory that held no debris is kept
+	_, err = os.Stat(filepath.Join(dir, "run", "ck1"))
+	is.True(os.IsNotExist(err)) // what the debris alone kept is gone
+	_, err = os.Stat(filepath.Join(dir, "run"))
+	is.NoErr(err) // the prefix still holds the staging directory
+
+	n, err = b.(storage.DebrisRemover).RemoveDebris(ctx, "")
+	is.NoErr(err)
+	is.Equal(n, 0)
+	_, err = os.Stat(filepath.Join(dir, "other", "empty"))
+	is.NoErr(err) // nothing is removed where there was no debris
+}

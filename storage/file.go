@@ -7,8 +7,10 @@ import (
 	"io"
 	"io/fs"
 	"iter"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -208,7 +210,7 @@ func (b *fileBucket) RemoveDebris(ctx context.Context, prefix string) (int, erro
 	if err != nil {
 		return 0, wrapf("storage: remove debris under %q in %s: %w", prefix, b, err)
 	}
-	var debris, dirs []string
+	var debris []string
 	err = fs.WalkDir(root.FS(), start, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -220,7 +222,6 @@ func (b *fileBucket) RemoveDebris(ctx context.Context, prefix string) (int, erro
 			return err
 		}
 		if d.IsDir() {
-			dirs = append(dirs, p)
 			return nil
 		}
 		_, rest, ok := strings.Cut(d.Name(), tmpMark)
@@ -249,15 +250,26 @@ func (b *fileBucket) RemoveDebris(ctx context.Context, prefix string) (int, erro
 		return 0, wrapf("storage: remove debris under %q in %s: %w", prefix, b, err)
 	}
 	n := 0
+	// Only the directories that held debris are removed when it leaves
+	// them empty, and their parents up to the prefix: an empty directory
+	// someone else made (a program's staging directory, about to be
+	// written) is not debris.
+	emptied := map[string]bool{}
 	for _, p := range debris {
-		if root.Remove(filepath.FromSlash(p)) == nil {
-			n++
+		if root.Remove(filepath.FromSlash(p)) != nil {
+			continue
+		}
+		n++
+		for d := path.Dir(p); d != "." && d != path.Dir(start) && !emptied[d]; d = path.Dir(d) {
+			emptied[d] = true
 		}
 	}
-	for _, d := range slices.Backward(dirs) {
-		if d != "." {
-			root.Remove(filepath.FromSlash(d)) //nolint:errcheck // fails while the directory holds anything
-		}
+	// Deepest first, so that a parent is tried after its children.
+	dirs := slices.SortedFunc(maps.Keys(emptied), func(a, b string) int {
+		return cmp.Or(-cmp.Compare(strings.Count(a, "/"), strings.Count(b, "/")), strings.Compare(a, b))
+	})
+	for _, d := range dirs {
+		root.Remove(filepath.FromSlash(d)) //nolint:errcheck // fails while the directory holds anything
 	}
 	return n, nil
 }
