@@ -229,6 +229,11 @@ type TaskError struct {
 	Panicked bool
 	// Stack is the goroutine stack at the panic; empty for returned errors.
 	Stack string
+	// Status is the HTTP status (400 to 599) the user error chose, 0 for
+	// none: that of the first error in its chain with an HTTPStatus() int
+	// method (serve's StatusError has one). It crosses processes as a
+	// field, so a router answers with it without reading the message.
+	Status int
 }
 
 func (e *TaskError) Error() string {
@@ -241,6 +246,10 @@ func (e *TaskError) Error() string {
 
 // Is matches ErrTaskFailed.
 func (e *TaskError) Is(target error) bool { return target == ErrTaskFailed }
+
+// HTTPStatus returns Status, so that a task returning (a wrap of) another
+// task's error keeps the status it chose.
+func (e *TaskError) HTTPStatus() int { return e.Status }
 
 // Reop returns err under a new code and operation: the cause of an *Error is
 // kept and its code and operation replaced, so an error from a helper such as

@@ -194,7 +194,7 @@ func guard(info *backend.RuntimeInfo, f func() (backend.Value, error)) (v backen
 }
 
 func userError(info *backend.RuntimeInfo, err error) error {
-	te := &backend.TaskError{Task: taskName(info), Attempt: attempt(info), Message: err.Error()}
+	te := &backend.TaskError{Task: taskName(info), Attempt: attempt(info), Message: err.Error(), Status: httpStatus(err)}
 	var recovered *backend.TaskError
 	if errors.As(err, &recovered) && recovered.Panicked {
 		// A panic the task recovered itself (train's workers do, to clean
@@ -202,6 +202,19 @@ func userError(info *backend.RuntimeInfo, err error) error {
 		te.Message, te.Panicked, te.Stack = recovered.Message, true, recovered.Stack
 	}
 	return &backend.Error{Code: backend.TaskFailed, Err: te}
+}
+
+// httpStatus is the HTTP status err chose (see backend.TaskError.Status):
+// that of the first error in its chain with an HTTPStatus() int method, if
+// it is an error status (400 to 599); else 0.
+func httpStatus(err error) int {
+	var s interface{ HTTPStatus() int }
+	if errors.As(err, &s) {
+		if st := s.HTTPStatus(); st >= 400 && st <= 599 {
+			return st
+		}
+	}
+	return 0
 }
 
 func taskName(info *backend.RuntimeInfo) string {

@@ -346,3 +346,53 @@ func localCluster(t *testing.T, nodes []local.NodeSpec, opts ...*ray.Options) *r
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// httpErr is an error that chooses an HTTP status, as serve's StatusError
+// does.
+type httpErr struct{ status int }
+
+func (e httpErr) Error() string   { return "status " + fmt.Sprint(e.status) }
+func (e httpErr) HTTPStatus() int { return e.status }
+
+var regStatus = ray.NewTask("registrytest.status", func(ctx context.Context, in statusIn) (int, error) {
+	switch {
+	case in.Text != "":
+		return 0, errors.New(in.Text)
+	case in.Nested:
+		// the error of a task it called, which chose 503, wrapped
+		err := &backend.Error{Code: backend.TaskFailed, Err: &ray.TaskError{Task: "up", Message: "busy", Status: 503}}
+		return 0, fmt.Errorf("upstream: %w", err)
+	}
+	return 0, fmt.Errorf("wrapped: %w", httpErr{in.Status})
+})
+
+type statusIn struct {
+	Status int
+	Text   string
+	Nested bool
+}
+
+// A user error's HTTP status (its chain's HTTPStatus method) is recorded
+// in the TaskError's Status; a message's text is no status.
+func TestTaskErrorStatus(t *testing.T) {
+	ctx := context.Background()
+	c := localCluster(t, nil)
+	for _, tc := range []struct {
+		name string
+		in   statusIn
+		want int
+	}{
+		{"wrapped", statusIn{Status: 429}, 429},
+		{"not an error status", statusIn{Status: 200}, 0},
+		{"text", statusIn{Text: "no model [HTTP 404]"}, 0},
+		{"nested", statusIn{Nested: true}, 503},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			is := is.New(t)
+			_, err := regStatus.Remote(ctx, c, tc.in).Get(ctx)
+			var te *ray.TaskError
+			is.True(errors.As(err, &te))
+			is.Equal(te.Status, tc.want)
+		})
+	}
+}

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/ray"
@@ -15,10 +13,10 @@ import (
 // status its request is answered with (Ray Serve's HTTPException): build it
 // with [Error] or [CodeError]. The client gets the status and
 // {"error": message}; a 429 or 503 carries Retry-After. A handle call gets
-// a [*CallError] with the same Code. The status is also in the error's
-// text ("... [HTTP 404]"), which is how it crosses from the replica to the
-// router on every backend (a method's error crosses as its message), so it
-// still counts when the method wraps it (fmt.Errorf("...: %w", err)).
+// a [*CallError] with the same Code. The status crosses from the replica
+// to the router as a field of the task's error (ray.TaskError's Status,
+// from HTTPStatus) on every backend, so it still counts when the method
+// wraps it (fmt.Errorf("...: %w", err)); a message's text never sets it.
 //
 // A StatusError has the goray code of its status (see [StatusOf]), or the
 // one given to CodeError, for ray.CodeOf and errors.Is.
@@ -46,7 +44,11 @@ func CodeError(code ray.ErrorCode, msg string) error {
 	return &StatusError{Status: StatusOf(code), Message: msg, code: code}
 }
 
-func (e *StatusError) Error() string { return e.Message + " [HTTP " + strconv.Itoa(e.Status) + "]" }
+func (e *StatusError) Error() string { return e.Message }
+
+// HTTPStatus returns Status: ray records it in the task's error
+// (ray.TaskError's Status) when a method returns e, wrapped or not.
+func (e *StatusError) HTTPStatus() int { return e.Status }
 
 // Unwrap returns the error's goray code, for ray.CodeOf and errors.Is.
 func (e *StatusError) Unwrap() error { return &backend.Error{Code: e.code, Err: errors.New(e.Message)} }
@@ -114,21 +116,6 @@ func codeErr(code ray.ErrorCode, format string, args ...any) error {
 	return &backend.Error{Code: code, Err: fmt.Errorf(format, args...)}
 }
 
-// methodStatus reads the status a method's error chose ([StatusError]) from
-// its message as it reached the router: the last "[HTTP nnn]" in it, and
-// the message without it.
-func methodStatus(msg string) (int, string, bool) {
-	i := strings.LastIndex(msg, " [HTTP ")
-	if i < 0 || len(msg) < i+len(" [HTTP nnn]") || msg[i+len(" [HTTP nnn]")-1] != ']' {
-		return 0, "", false
-	}
-	status, err := strconv.Atoi(msg[i+len(" [HTTP ") : i+len(" [HTTP nnn")])
-	if err != nil || status < 400 || status > 599 {
-		return 0, "", false
-	}
-	return status, msg[:i] + msg[i+len(" [HTTP nnn]"):], true
-}
-
 // methodError is how the ingress answers a method's error err (a
 // TaskFailed ray error): the status the method chose, or 500; and the
 // method's own message, without the call's wrapping (which names the
@@ -140,9 +127,9 @@ func methodError(err error) (int, string) {
 		if te.Panicked {
 			return http.StatusInternalServerError, fmt.Sprintf("the method panicked: %s", te.Message)
 		}
-	}
-	if status, m, ok := methodStatus(msg); ok {
-		return status, m
+		if te.Status >= 400 && te.Status <= 599 {
+			return te.Status, msg
+		}
 	}
 	return http.StatusInternalServerError, msg
 }

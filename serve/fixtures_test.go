@@ -51,8 +51,9 @@ type EchoIn struct {
 	Text string
 	// Gate, if set, makes the call wait until the test opens that gate.
 	Gate string
-	// Fail makes the call return an error.
-	Fail bool
+	// Fail makes the call return an error, FailWith one of that message.
+	Fail     bool
+	FailWith string `json:",omitempty"`
 	// Status makes the call return serve.Error(Status, ...), Code an
 	// error of that goray code.
 	Status int           `json:",omitempty"`
@@ -103,6 +104,9 @@ var (
 		}
 		if in.Fail {
 			return EchoOut{}, errors.New("the model refused")
+		}
+		if in.FailWith != "" {
+			return EchoOut{}, errors.New(in.FailWith)
 		}
 		if in.Status != 0 {
 			return EchoOut{}, fmt.Errorf("generate: %w", serve.Error(in.Status, "status "+strconv.Itoa(in.Status)+" asked for"))

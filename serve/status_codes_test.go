@@ -10,6 +10,7 @@ import (
 
 	"github.com/matryer/is"
 
+	"github.com/goray-dev/goray/backend/local"
 	"github.com/goray-dev/goray/ray"
 	"github.com/goray-dev/goray/serve"
 )
@@ -18,9 +19,27 @@ import (
 // serve.CodeError, wrapped or not; goray codes map to the statuses users
 // expect; the body is {"error": the method's message}, without the call's
 // wrapping (actor names) or any address. JSON bodies are decoded strictly
-// unless the deployment allows unknown fields.
+// unless the deployment allows unknown fields. The status crosses as a
+// field of the task's error: with the actors in worker processes too, and
+// a message that says "[HTTP 404]" is no 404.
 func TestStatusCodes(t *testing.T) {
-	c := newSingleHostCluster(t, 2)
+	t.Run("in process", func(t *testing.T) { testStatusCodes(t, newSingleHostCluster(t, 2)) })
+	t.Run("worker processes", func(t *testing.T) {
+		b, err := local.New(local.ClusterSpec{TPUSlices: []local.TPUSliceSpec{{Generation: "v6e", Topology: "2x2", Count: 2}}},
+			&local.Options{Processes: &local.ProcessOptions{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := ray.NewCluster(t.Context(), b, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		testStatusCodes(t, c)
+	})
+}
+
+func testStatusCodes(t *testing.T, c *ray.Cluster) {
 	srv := serve.New(c, nil)
 	base, client := startServer(t, srv)
 	for _, d := range []serve.Deployment{
@@ -59,6 +78,7 @@ func TestStatusCodes(t *testing.T) {
 		{"DeadlineExceeded", EchoIn{Code: ray.DeadlineExceeded}, 504, false, "DeadlineExceeded asked for"},
 		{"Internal", EchoIn{Code: ray.Internal}, 500, false, "Internal asked for"},
 		{"a plain error", EchoIn{Fail: true}, 500, false, `deployment "e": the model refused`},
+		{"a message that names a status", EchoIn{FailWith: "upstream said [HTTP 404]"}, 500, false, "upstream said [HTTP 404]"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,8 +89,8 @@ func TestStatusCodes(t *testing.T) {
 			is.Equal(retry != "", tc.retryAfter)
 			msg := answer(t, b)
 			is.True(strings.Contains(msg, tc.msg))
-			is.True(!strings.Contains(msg, "[HTTP"))      // the marker is the router's
-			is.True(!strings.Contains(msg, "servetest.")) // nor the actor's class
+			is.True(tc.in.FailWith != "" || !strings.Contains(msg, "[HTTP")) // no marker of the router's
+			is.True(!strings.Contains(msg, "servetest."))                    // nor the actor's class
 			is.True(!strings.Contains(msg, "127.0.0.1"))
 		})
 	}

@@ -140,7 +140,8 @@
 //
 // Errors cross the connection as data: the code, the operation and the
 // message survive, and so does a *backend.TaskError (task, attempt,
-// message, panic stack); context errors come back as themselves.
+// message, panic stack, HTTP status); context errors come back as
+// themselves.
 //
 // # Concurrency
 //

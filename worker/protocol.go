@@ -390,15 +390,33 @@ func appendError(b []byte, err error) []byte {
 	b = appendString(b, msg)
 	var te *backend.TaskError
 	if !errors.As(err, &te) {
-		return append(b, 0)
+		return append(b, teNone)
 	}
-	b = append(b, 1)
+	if te.Status == 0 {
+		b = append(b, teNoStatus)
+	} else {
+		b = append(b, teStatus)
+	}
 	b = appendString(b, te.Task)
 	b = binary.AppendVarint(b, int64(te.Attempt))
 	b = appendString(b, te.Message)
 	b = appendBool(b, te.Panicked)
-	return appendString(b, te.Stack)
+	b = appendString(b, te.Stack)
+	if te.Status != 0 {
+		b = binary.AppendUvarint(b, uint64(te.Status))
+	}
+	return b
 }
+
+// What follows an error's message: no *backend.TaskError, one, or one
+// followed by its HTTP status. A TaskError without a status is encoded as
+// before the status existed, so frames of either version without one read
+// the same.
+const (
+	teNone byte = iota
+	teNoStatus
+	teStatus
+)
 
 // decoder reads the encoding above. After the first error every read
 // returns a zero value and d.err keeps the error.
@@ -577,15 +595,25 @@ func (d *decoder) error() error {
 	kind := d.byte()
 	op := d.string()
 	msg := d.string()
-	hasTE := d.bool()
 	var te *backend.TaskError
-	if hasTE {
+	switch hasTE := d.byte(); hasTE {
+	case teNone:
+	case teNoStatus, teStatus:
 		te = &backend.TaskError{}
 		te.Task = d.string()
 		te.Attempt = d.int()
 		te.Message = d.string()
 		te.Panicked = d.bool()
 		te.Stack = d.string()
+		if hasTE == teStatus {
+			st := d.uvarint()
+			if st < 100 || st > 999 {
+				d.fail("bad HTTP status %d", st)
+			}
+			te.Status = int(st)
+		}
+	default:
+		d.fail("bad task error kind %d", hasTE)
 	}
 	if d.err != nil {
 		return nil

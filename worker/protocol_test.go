@@ -35,6 +35,7 @@ func sampleMessages() []message {
 		{typ: msgResult, id: 1, value: backend.Value{Data: []byte(`"ok"`)}},
 		{typ: msgError, id: 2, err: &backend.Error{Code: backend.TaskFailed, Err: &backend.TaskError{Task: "t.x", Attempt: 1, Message: "boom", Panicked: true, Stack: "goroutine 1"}}},
 		{typ: msgError, id: 3, err: backend.Errorf(backend.NotFound, "run task t.y", "task %q is not registered", "t.y")},
+		{typ: msgError, id: 8, err: &backend.Error{Code: backend.TaskFailed, Err: &backend.TaskError{Task: "c.m", Message: "no such model", Status: 404}}},
 		{typ: msgError, id: 4, err: context.Canceled},
 		{typ: msgError, id: 5, err: context.DeadlineExceeded},
 	}
@@ -70,6 +71,53 @@ func TestMessageRoundTrip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A task error's HTTP status is a field of the frame: a frame written
+// before the status existed (no status, flag 1) still decodes, a task
+// error without a status is written as it was then, and one with a status
+// comes back with it, whatever its message says.
+func TestTaskErrorStatusOnTheWire(t *testing.T) {
+	is := is.New(t)
+	old := func(te *backend.TaskError) []byte { // the encoding without the status
+		b := []byte{byte(msgError)}
+		b = binary.AppendUvarint(b, 9)
+		b = binary.AppendUvarint(b, uint64(backend.TaskFailed))
+		b = append(b, ctxNone)
+		b = appendString(b, "call actor")
+		b = appendString(b, te.Error())
+		b = append(b, 1)
+		b = appendString(b, te.Task)
+		b = binary.AppendVarint(b, int64(te.Attempt))
+		b = appendString(b, te.Message)
+		b = appendBool(b, te.Panicked)
+		return appendString(b, te.Stack)
+	}
+	te := &backend.TaskError{Task: "c.m", Attempt: 2, Message: "no model [HTTP 404]"}
+	m, err := decodeMessage(old(te))
+	is.NoErr(err)
+	var got *backend.TaskError
+	is.True(errors.As(m.err, &got))
+	is.Equal(*got, *te) // Status 0: the text is no status
+	is.Equal(backend.CodeOf(m.err), backend.TaskFailed)
+
+	frame, err := appendFrame(nil, &message{typ: msgError, id: 9, err: &backend.Error{Code: backend.TaskFailed, Op: "call actor", Err: te}})
+	is.NoErr(err)
+	is.True(bytes.Equal(frame[frameHeader:], old(te))) // what an older peer reads
+
+	te.Status = 429
+	frame, err = appendFrame(nil, &message{typ: msgError, id: 9, err: &backend.Error{Code: backend.TaskFailed, Err: te}})
+	is.NoErr(err)
+	m, err = decodeMessage(frame[frameHeader:])
+	is.NoErr(err)
+	is.True(errors.As(m.err, &got))
+	is.Equal(got.Status, 429)
+
+	bad := bytes.Clone(frame[frameHeader:])
+	bad[len(bad)-2] = 0 // status 0 after the status flag: not a status
+	bad = bad[:len(bad)-1]
+	_, err = decodeMessage(bad)
+	is.True(errors.Is(err, errGarbled))
 }
 
 func TestNativeValueRefused(t *testing.T) {
