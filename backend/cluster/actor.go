@@ -19,6 +19,7 @@ const (
 var actorStateNames = [...]string{"PENDING", "ALIVE", "RESTARTING", "DEAD"}
 
 type actor struct {
+	rt       *Runtime
 	id       backend.ActorID
 	spec     *backend.ActorSpec
 	state    actorState
@@ -33,11 +34,13 @@ type actor struct {
 	env      map[string]string // of this incarnation's work: its node's, bundle's and chips'
 	deathErr error
 
-	ready      chan struct{}
-	readyShut  bool
-	mailbox    []*call
-	head       int
-	inflight   map[*call]struct{}
+	ready     chan struct{}
+	readyShut bool
+	mailbox   []*call
+	head      int
+	// inflight are the running calls, each at its call.inflightIdx
+	// (removal swaps the last into the hole: no hashing per call).
+	inflight   []*call
 	concurrent int
 	// side holds the queued calls that run beside the others
 	// (CallSpec.Beside); besideN counts those of inflight.
@@ -54,10 +57,12 @@ type call struct {
 	dep     *object
 	run     *callRun // while it runs
 	attempt int
-	gen     int
 	done    bool
-	ran     bool    // run0 is in use
-	run0    callRun // the first run, saving an allocation
+	ran     bool // run0 is in use
+	// inflightIdx is the call's place in its actor's inflight while it
+	// runs (the slot holds the call itself only then).
+	inflightIdx int32
+	run0        callRun // the first run, saving an allocation
 }
 
 func (a *actor) signalReady() {
@@ -101,14 +106,14 @@ func (rt *Runtime) CreateActor(ctx context.Context, spec *backend.ActorSpec) (ba
 		return 0, err
 	}
 	a := &actor{
-		id: backend.ActorID(rt.newID()), spec: spec, ready: make(chan struct{}),
-		inflight: map[*call]struct{}{}, concurrent: max(1, spec.MaxConcurrency),
+		rt: rt, id: backend.ActorID(rt.newID()), spec: spec, ready: make(chan struct{}),
+		concurrent: max(1, spec.MaxConcurrency),
 	}
 	rt.actors[a.id] = a
 	if spec.Name != "" {
 		rt.actorNames[spec.Name] = a
 	}
-	a.creation = &task{actor: a, cls: c, arg: spec.Arg.Value}
+	a.creation = &task{ext: &taskExt{actor: a}, cls: c, arg: spec.Arg.Value}
 	rt.enqueue(a.creation)
 	return a.id, nil
 }
@@ -116,7 +121,7 @@ func (rt *Runtime) CreateActor(ctx context.Context, spec *backend.ActorSpec) (ba
 // startActor runs an actor's constructor on its placed node. b.mu must be
 // held.
 func (rt *Runtime) startActor(t *task) {
-	a := t.actor
+	a := t.actorOf()
 	t.state = stateRunning
 	a.node, a.bundle = t.node, t.bundle
 	a.node.actors[a] = struct{}{}
@@ -129,7 +134,7 @@ func (rt *Runtime) startActor(t *task) {
 	a.gen++
 	gen := a.gen
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	info := rt.runtimeInfo(a.spec.Class, a.restarts, a.node, a.bundle, t.chips, t.cls)
+	info := rt.runtimeInfo(a.spec.Class, a.restarts, a.node, a.bundle, t.chips(), t.cls)
 	a.env = info.Env
 	info.Actor = a.id
 	ctx := a.ctx
@@ -376,9 +381,26 @@ func (rt *Runtime) popCall(a *actor) {
 	}
 }
 
+// running reports whether cl is one of a's running calls.
+func (a *actor) running(cl *call) bool {
+	i := int(cl.inflightIdx)
+	return i < len(a.inflight) && a.inflight[i] == cl
+}
+
+// stopCall takes the running call cl out of a.inflight.
+func (a *actor) stopCall(cl *call) {
+	i, last := int(cl.inflightIdx), len(a.inflight)-1
+	if i != last {
+		a.inflight[i] = a.inflight[last]
+		a.inflight[i].inflightIdx = int32(i)
+	}
+	a.inflight[last] = nil
+	a.inflight = a.inflight[:last]
+}
+
 func (rt *Runtime) runCall(a *actor, cl *call) {
-	a.inflight[cl] = struct{}{}
-	cl.gen = a.gen
+	cl.inflightIdx = int32(len(a.inflight))
+	a.inflight = append(a.inflight, cl)
 	c := a.creation.cls
 	if c.res == nil {
 		c.res = rt.resourcesOf(c.demand, c.sel.slice)
@@ -394,7 +416,7 @@ func (rt *Runtime) runCall(a *actor, cl *call) {
 	}
 	// Fields one by one, on zero memory: assigning whole structs of
 	// pointers costs write barriers while the collector runs.
-	r.Context, r.rt, r.a, r.cl, r.inst, r.gen = a.ctx, rt, a, cl, a.inst, a.gen
+	r.Context, r.a, r.cl, r.inst = a.ctx, a, cl, a.inst
 	cl.run = r
 	task := a.names.task
 	if a.names.method != cl.spec.Method {
@@ -423,11 +445,9 @@ func (rt *Runtime) runCall(a *actor, cl *call) {
 type callRun struct {
 	context.Context
 	info backend.RuntimeInfo
-	rt   *Runtime
 	a    *actor
 	cl   *call
 	inst backend.ActorInstance
-	gen  int
 
 	lazyCancel             // the call's own cancellation
 	stop       func() bool // stops watching the actor's context; guarded by mu
@@ -442,7 +462,7 @@ func (r *callRun) Value(key any) any {
 
 func (r *callRun) Err() error {
 	r.mu.Lock()
-	err := r.err
+	err := r.cause.err()
 	r.mu.Unlock()
 	if err != nil {
 		return err
@@ -453,7 +473,7 @@ func (r *callRun) Err() error {
 // watchLocked makes the call's context follow the actor's. r.mu must be
 // held.
 func (r *callRun) watchLocked() {
-	if r.stop == nil && r.err == nil {
+	if r.stop == nil && r.cause == notCancelled {
 		r.stop = context.AfterFunc(r.Context, func() { r.cancel(r.Context.Err()) })
 	}
 }
@@ -484,20 +504,21 @@ func (r *callRun) run() {
 	for r != nil {
 		v, err := r.inst.Call(r, r.cl.spec.Method, r.cl.arg, &r.info)
 		r.finished()
-		r = r.rt.finishCall(r, v, err)
+		r = r.a.rt.finishCall(r, v, err)
 	}
 }
 
-// finishCall records a call's result unless its incarnation is gone, and
-// returns a call of the same actor to run next on this goroutine.
+// finishCall records a call's result unless its incarnation is gone (or
+// the call was started again in a later one: it is running, but not as r),
+// and returns a call of the same actor to run next on this goroutine.
 func (rt *Runtime) finishCall(r *callRun, v backend.Value, err error) (next *callRun) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	a, cl := r.a, r.cl
-	if _, ok := a.inflight[cl]; !ok || a.gen != r.gen {
+	if !a.running(cl) || cl.run != r {
 		return nil
 	}
-	delete(a.inflight, cl)
+	a.stopCall(cl)
 	cl.run = nil
 	if cl.spec.Beside {
 		a.besideN--
@@ -546,7 +567,7 @@ func (rt *Runtime) killActorLocked(a *actor, err error, restart bool) {
 	}
 	rt.releaseActor(a)
 	running := make([]*call, 0, len(a.inflight))
-	for cl := range a.inflight {
+	for _, cl := range a.inflight {
 		cl.run = nil
 		if !cl.done { // not cancelled
 			running = append(running, cl)
@@ -554,6 +575,7 @@ func (rt *Runtime) killActorLocked(a *actor, err error, restart bool) {
 	}
 	rt.running -= len(a.inflight)
 	clear(a.inflight)
+	a.inflight = a.inflight[:0]
 	a.besideN = 0
 	a.inst = nil
 	if restart && (a.spec.MaxRestarts < 0 || a.restarts < a.spec.MaxRestarts) && !rt.closed {

@@ -46,7 +46,7 @@ func (rt *Runtime) taskSummaries() []backend.TaskSummary {
 	}
 	for _, c := range rt.classes {
 		for _, t := range c.queue[c.head:] {
-			if t != nil && t.actor == nil && t.state == stateQueued {
+			if t != nil && t.actorOf() == nil && t.state == stateQueued {
 				get(t).Queued++
 			}
 		}

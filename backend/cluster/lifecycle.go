@@ -137,7 +137,7 @@ func (rt *Runtime) Close() error {
 	// Cancel the contexts of all running user code.
 	for _, n := range rt.nodes {
 		for _, t := range n.running.ts {
-			t.run.cancel()
+			t.run().cancel()
 		}
 	}
 	for _, a := range rt.actors {

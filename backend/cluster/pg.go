@@ -67,8 +67,8 @@ func (pg *pgroup) signal() {
 
 // failRequest fails a request that can never run. b.mu must be held.
 func (rt *Runtime) failRequest(t *task, err error) {
-	if t.actor != nil {
-		rt.killActorLocked(t.actor, err, false)
+	if a := t.actorOf(); a != nil {
+		rt.killActorLocked(a, err, false)
 		return
 	}
 	t.state = stateDone

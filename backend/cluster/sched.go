@@ -458,7 +458,7 @@ func (rt *Runtime) tryPlace(t *task, bl []blocker) bool {
 		}
 		sub(n.free, c.demand)
 		t.node = n
-		t.chips = n.takeChips(chipsOf(n, c.demand))
+		t.setChips(n.takeChips(chipsOf(n, c.demand)))
 		rt.cursor = (n.idx + 1) % nn
 		return true
 	}
@@ -473,12 +473,12 @@ func (rt *Runtime) release(t *task) {
 		}
 	} else if t.node != nil && t.node.alive {
 		add(t.node.free, t.cls.demand)
-		t.node.putChips(t.chips)
+		t.node.putChips(t.chips())
 	}
 	if t.node != nil {
 		rt.hostMaybeIdle(t.node)
 	}
-	t.chips = 0
+	t.setChips(0)
 	if t.node != nil && t.node.draining {
 		rt.drainLater(t.node)
 	}

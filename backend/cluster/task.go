@@ -16,21 +16,23 @@ const (
 )
 
 // task is a request for resources: a task, or an actor's (re)creation when
-// actor is set.
+// ext.actor is set.
+//
+// The record is 288 bytes, a size class below what it would be with the
+// fields most tasks never use (an actor's, TPU chips, a retry's context):
+// those sit in ext, made only when needed.
 type task struct {
-	obj   *object // result (in the object table); nil for actor creation
-	spec  *backend.TaskSpec
-	actor *actor
-	arg   backend.Value
-	dep   *object // unresolved input
-	cls   *class
-	seq   uint64
+	obj  *object // result (in the object table); nil for actor creation
+	spec *backend.TaskSpec
+	ext  *taskExt
+	arg  backend.Value
+	dep  *object // unresolved input
+	cls  *class
+	seq  uint64
 
 	attempt int
 	node    *node
 	bundle  *bundle
-	chips   uint64   // the TPU chips of node it holds outside a bundle (chips.go)
-	run     *taskCtx // the running attempt
 	// nodeIdx and bundleIdx are t's places in its node's and bundle's
 	// running sets (taskset.go).
 	nodeIdx, bundleIdx int32
@@ -40,6 +42,53 @@ type task struct {
 	// allocation; a retry allocates its own, since code of the previous
 	// attempt may still hold the old one.
 	ctx0 taskCtx
+}
+
+// taskExt holds what few tasks need: the actor an actor's (re)creation
+// is for, the TPU chips held outside a bundle, a retry's context.
+type taskExt struct {
+	actor *actor
+	chips uint64   // the TPU chips of node it holds outside a bundle (chips.go)
+	run   *taskCtx // the running attempt's context when it is not ctx0
+}
+
+// extra returns t.ext, making it if need be.
+func (t *task) extra() *taskExt {
+	if t.ext == nil {
+		t.ext = &taskExt{}
+	}
+	return t.ext
+}
+
+// actorOf returns the actor t (re)creates, or nil for a plain task.
+func (t *task) actorOf() *actor {
+	if t.ext == nil {
+		return nil
+	}
+	return t.ext.actor
+}
+
+// chips returns the TPU chips t holds outside a bundle.
+func (t *task) chips() uint64 {
+	if t.ext == nil {
+		return 0
+	}
+	return t.ext.chips
+}
+
+// setChips records the TPU chips t holds outside a bundle.
+func (t *task) setChips(c uint64) {
+	if c != 0 || t.ext != nil {
+		t.extra().chips = c
+	}
+}
+
+// run returns the context of t's running attempt: ctx0 for the first.
+func (t *task) run() *taskCtx {
+	if t.ext != nil && t.ext.run != nil {
+		return t.ext.run
+	}
+	return &t.ctx0
 }
 
 // SubmitTask implements backend.Backend.
@@ -124,7 +173,7 @@ func (rt *Runtime) resolveTaskDep(t *task, dep *object) {
 
 // start runs a placed request on a goroutine. b.mu must be held.
 func (rt *Runtime) start(t *task) {
-	if t.actor != nil {
+	if t.actorOf() != nil {
 		rt.startActor(t)
 		return
 	}
@@ -145,10 +194,10 @@ func (rt *Runtime) start(t *task) {
 		ctx = &t.ctx0
 	} else {
 		ctx = new(taskCtx)
+		t.extra().run = ctx
 	}
 	ctx.b, ctx.t, ctx.attempt = rt, t, t.attempt
-	rt.fillRuntimeInfo(&ctx.info, t.spec.Name, t.attempt, t.node, t.bundle, t.chips, t.cls)
-	t.run = ctx
+	rt.fillRuntimeInfo(&ctx.info, t.spec.Name, t.attempt, t.node, t.bundle, t.chips(), t.cls)
 	if rt.inline && rt.inlineNext == nil {
 		rt.inlineNext = ctx // finishTask's goroutine runs it next
 		return
@@ -230,7 +279,7 @@ func (rt *Runtime) retriesLeft(t *task) bool {
 func (rt *Runtime) abortTask(t *task, err error, retry bool) {
 	switch t.state {
 	case stateRunning:
-		t.run.cancel()
+		t.run().cancel()
 		if backend.CodeOf(err) != backend.Canceled {
 			rt.recordFailure(t, err)
 		}
@@ -288,7 +337,7 @@ func (rt *Runtime) CancelTask(ctx context.Context, id backend.ObjectID, opts bac
 		return nil
 	}
 	if opts.Force && t.state == stateRunning {
-		t.run.cancelRun(true)
+		t.run().cancelRun(true)
 	}
 	rt.abortTask(t, err, false)
 	rt.schedule()

@@ -21,7 +21,6 @@ type taskCtx struct {
 	attempt int
 
 	lazyCancel
-	forced bool // cancelled by CancelTask with Force; guarded by mu
 }
 
 type afterFunc struct{ f func() }
@@ -35,7 +34,7 @@ func (c *taskCtx) Done() <-chan struct{} { return c.doneChan(nil) }
 func (c *taskCtx) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.err
+	return c.cause.err()
 }
 
 func (c *taskCtx) Value(key any) any {
@@ -97,13 +96,48 @@ func (c *taskCtx) TaskDone(v backend.Value, err error) {
 type lazyCancel struct {
 	mu   sync.Mutex
 	done chan struct{}
-	err  error
 	// one is the first function registered, if not stopped, and oneID
 	// its registration's number: the usual single watch costs only its
 	// stop function.
 	one    func()
 	oneID  uint64
 	afters map[*afterFunc]struct{}
+	// cause is the context's error, as one byte (a context's Err is
+	// context.Canceled or context.DeadlineExceeded): a task's context is
+	// part of its record, which this keeps in a smaller size class.
+	cause ctxCause
+	// forced: a task's context cancelled by CancelTask with Force.
+	forced bool
+}
+
+// ctxCause is a context's error: none, context.Canceled or
+// context.DeadlineExceeded.
+type ctxCause uint8
+
+const (
+	notCancelled ctxCause = iota
+	causeCanceled
+	causeDeadline
+)
+
+// causeOf is the cause of a context error; any error but
+// context.DeadlineExceeded counts as context.Canceled, which is what a
+// context reports when cancelled for a reason other than its deadline.
+func causeOf(err error) ctxCause {
+	if err == context.DeadlineExceeded {
+		return causeDeadline
+	}
+	return causeCanceled
+}
+
+func (c ctxCause) err() error {
+	switch c {
+	case causeCanceled:
+		return context.Canceled
+	case causeDeadline:
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // doneChan returns the Done channel, making it (and calling first, with
@@ -113,7 +147,7 @@ func (l *lazyCancel) doneChan(first func()) <-chan struct{} {
 	defer l.mu.Unlock()
 	if l.done == nil {
 		l.done = make(chan struct{})
-		if l.err != nil {
+		if l.cause != notCancelled {
 			close(l.done)
 		} else if first != nil {
 			first()
@@ -127,7 +161,7 @@ func (l *lazyCancel) doneChan(first func()) <-chan struct{} {
 func (l *lazyCancel) afterFunc(f, first func()) (stop func() bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
+	if l.cause != notCancelled {
 		go f()
 		return func() bool { return false }
 	}
@@ -176,13 +210,13 @@ func (a *afterFunc) stopper(l *lazyCancel) func() bool {
 func (l *lazyCancel) cancelWith(err error, also func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
+	if l.cause != notCancelled {
 		return
 	}
 	if also != nil {
 		also()
 	}
-	l.err = err
+	l.cause = causeOf(err)
 	if l.done != nil {
 		close(l.done)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/matryer/is"
 
@@ -123,4 +124,28 @@ func TestLazyCancelStaleStop(t *testing.T) {
 	is.Equal(<-ran, 2)
 	is.True(!stopB()) // already ran
 	is.Equal(len(ran), 0)
+}
+
+// TestTaskRecordSize: a task's record, with its first attempt's context,
+// and an actor call's, with its first run's, fit the 288-byte size class
+// (a field most tasks do not use belongs in taskExt).
+func TestTaskRecordSize(t *testing.T) {
+	is := is.New(t)
+	is.True(unsafe.Sizeof(task{}) <= 288)
+	is.True(unsafe.Sizeof(call{}) <= 288)
+}
+
+// TestCtxCause: a task context reports the error it was cancelled with, of
+// the two a context may report.
+func TestCtxCause(t *testing.T) {
+	is := is.New(t)
+	for _, err := range []error{context.Canceled, context.DeadlineExceeded} {
+		c := &taskCtx{}
+		is.NoErr(c.Err())
+		c.cancelWith(err, nil)
+		is.Equal(c.Err(), err)
+		<-c.Done()
+		c.cancelWith(context.Canceled, nil) // the first cause stays
+		is.Equal(c.Err(), err)
+	}
 }

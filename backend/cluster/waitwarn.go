@@ -293,10 +293,10 @@ func (rt *Runtime) pgWaitReason(pg *pgroup) string {
 func classWaitPhrase(c *class) string {
 	head := c.peek()
 	var s string
-	if head.actor != nil {
-		s = fmt.Sprintf("actor %q", head.actor.spec.Class)
-		if head.actor.spec.Name != "" {
-			s = fmt.Sprintf("actor %q (%s)", head.actor.spec.Name, head.actor.spec.Class)
+	if a := head.actorOf(); a != nil {
+		s = fmt.Sprintf("actor %q", a.spec.Class)
+		if a.spec.Name != "" {
+			s = fmt.Sprintf("actor %q (%s)", a.spec.Name, a.spec.Class)
 		}
 	} else {
 		s = fmt.Sprintf("task %q", taskName(head))
