@@ -44,6 +44,8 @@ func testPythonProgramReports(t *testing.T, procs bool) {
 	const steps, every = 12, 2
 	var reports []train.Report
 	var injectErr error
+	mark := testMark(t) // in the programs' environment
+	running := -1       // rank 0's programs found before the kill
 	inject := func(r train.Report) {
 		reports = append(reports, r)
 		if r.Attempt == 0 && r.Iteration == 5 {
@@ -57,16 +59,29 @@ func testPythonProgramReports(t *testing.T, procs bool) {
 					break
 				}
 			}
+			rank0 := []string{"GORAY_TEST_MARK=" + mark, "GORAY_TRAIN_ATTEMPT=0", "GORAY_TRAIN_RANK=0"}
+			running = len(programsWithEnv(rank0...))
 			injectErr = b.KillNode(ctx, hostOf(t, c, r.Slices[0], 0)) // rank 0's own host
+			// The kill reaches rank 0's program a moment later (its
+			// task's context stops it, or the parent-death signal): the
+			// reply to this report must not find it still running, or it
+			// would report step 6 and complete checkpoint 6 before the
+			// driver learns of the failure.
+			if injectErr == nil {
+				injectErr = waitProgramsGone(rank0...)
+			}
 		}
 	}
-	tr, err := train.NewProgram(c, train.Program{Path: "python3", Args: []string{abs(t, "testdata/report_program.py"), "12", "2"}},
+	tr, err := train.NewProgram(c, train.Program{Path: "python3", Args: []string{abs(t, "testdata/report_program.py"), "12", "2"}, Env: map[string]string{"GORAY_TEST_MARK": mark}},
 		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4"},
 		train.RunConfig{Name: "py", Storage: "file://" + dir, MaxFailures: 1, KeepCheckpoints: 2, Progress: train.ProgressOff, OnReport: inject, Output: testWriter{t}})
 	is.NoErr(err)
 	res, err := tr.Fit(ctx)
 	is.NoErr(err)
 	is.NoErr(injectErr)
+	if _, err := os.Stat("/proc/self/environ"); err == nil {
+		is.Equal(running, 1) // the wait for rank 0's program to be gone found it
+	}
 	is.Equal(res.Attempts, 2)
 	is.Equal(ray.CodeOf(res.Failures[0].Err), ray.Unavailable)
 	resumed := res.Failures[0].ResumeFrom
