@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -242,7 +243,7 @@ const stagingName = "staging"
 
 func (s *store) clearStaging(ctx context.Context) error {
 	if s.root != "" {
-		return storageErr(os.RemoveAll(filepath.Join(s.root, filepath.FromSlash(s.prefix+stagingName))))
+		return storageErr(removeStaged(filepath.Join(s.root, filepath.FromSlash(s.prefix+stagingName))))
 	}
 	if s.base == "" {
 		return nil
@@ -252,6 +253,45 @@ func (s *store) clearStaging(ctx context.Context) error {
 			return storageErr(err)
 		}
 		s.b.Delete(ctx, obj.Key) //nolint:errcheck // debris
+	}
+	return nil
+}
+
+// removingMark is in the name a staging directory is renamed to while it
+// is removed.
+const removingMark = ".removing-"
+
+// removeStaged removes dir, a staging directory that programs of an
+// earlier attempt may still be writing to (on Kubernetes a released
+// attempt's pods are deleted in the background, so their programs can run
+// on for a moment): os.RemoveAll alone fails ("directory not empty") when
+// a file is added after it has read a directory. dir is first renamed to
+// a name of its own beside it, where a program that names its files by
+// path no longer reaches (its next write fails, or makes a new staging
+// directory, which the next clear removes): from then on dir is clear.
+// The renamed directory is then removed, with what earlier clears left;
+// a file created by a call that was under way at the rename can still
+// land in it, so its removal is tried again, and what cannot be removed
+// yet (a program still writing through an open directory) is left to the
+// next clear.
+func removeStaged(dir string) error {
+	err := os.Rename(dir, dir+removingMark+strconv.FormatUint(rand.Uint64(), 36))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("train: clear the staged checkpoint directories: %w", err)
+	}
+	parent := filepath.Dir(dir)
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return nil //nolint:nilerr // dir is clear; the next clear removes the rest
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), filepath.Base(dir)+removingMark) {
+			for range 3 {
+				if os.RemoveAll(filepath.Join(parent, e.Name())) == nil {
+					break
+				}
+			}
+		}
 	}
 	return nil
 }
