@@ -124,7 +124,7 @@ func (rt *Runtime) startActor(t *task) {
 	a := t.actorOf()
 	t.state = stateRunning
 	a.node, a.bundle = t.node, t.bundle
-	a.node.actors[a] = struct{}{}
+	a.node.addActor(a)
 	if a.bundle != nil {
 		if a.bundle.actors == nil {
 			a.bundle.actors = map[*actor]struct{}{}

@@ -213,7 +213,7 @@ func (rt *Runtime) placePG(pg *pgroup, bl []blocker) bool {
 		bu.free = slices.Clone(bu.demand)
 		bu.chips = n.takeChips(chipsOf(n, bu.demand))
 		bu.env = admission.OverlayEnv(pg.spec.Bundles[i].Env, chipEnv(n, bu.chips))
-		n.bundles[bu] = struct{}{}
+		n.addBundle(bu)
 	}
 	pg.state = pgCreated
 	pg.signal()

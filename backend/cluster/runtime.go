@@ -166,8 +166,24 @@ type node struct {
 	// draining: alive, but takes no new work; lost once idle.
 	draining bool
 	running  taskSet
-	actors   map[*actor]struct{}
-	bundles  map[*bundle]struct{}
+	// actors and bundles are made on first use: most nodes of a large
+	// TPU cluster never hold either.
+	actors  map[*actor]struct{}
+	bundles map[*bundle]struct{}
+}
+
+func (n *node) addActor(a *actor) {
+	if n.actors == nil {
+		n.actors = map[*actor]struct{}{}
+	}
+	n.actors[a] = struct{}{}
+}
+
+func (n *node) addBundle(bu *bundle) {
+	if n.bundles == nil {
+		n.bundles = map[*bundle]struct{}{}
+	}
+	n.bundles[bu] = struct{}{}
 }
 
 // New builds a runtime whose nodes come from source and whose work runs
@@ -218,11 +234,17 @@ func New(source NodeSource, runner Runner, opts Options) (*Runtime, error) {
 		b.addResourceName(name)
 	}
 	b.resNames = append(b.resNames, sliceColName) // sliceCol, reached through slice names only
+	// The nodes of a StaticSource, which nobody modifies once it has
+	// them, are kept rather than copied (as the source's reports are).
+	copyNodes := true
+	if s, ok := source.(*StaticSource); ok && len(opts.Nodes) > 0 && len(s.nodes) == len(opts.Nodes) && &s.nodes[0] == &opts.Nodes[0] {
+		copyNodes = false
+	}
 	for _, n := range opts.Nodes {
 		if b.byName[n.Name] != nil {
 			return nil, backend.Errorf(backend.InvalidArgument, "create runtime", "duplicate node name %q", n.Name)
 		}
-		b.addNodeLocked(n)
+		b.addNodeLocked(n, copyNodes)
 	}
 	return b, nil
 }

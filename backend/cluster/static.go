@@ -17,7 +17,7 @@ import (
 // safe for concurrent use.
 type StaticSource struct {
 	nodes  []Node
-	byName map[string]Node
+	byName map[string]int32 // index in nodes
 	once   sync.Once
 	synced chan struct{} // closed once Run has reported every node
 
@@ -35,9 +35,9 @@ var (
 // bad list fails when it is read rather than as hosts left out of the
 // slice index.
 func NewStaticSource(nodes []Node) *StaticSource {
-	s := &StaticSource{nodes: nodes, byName: make(map[string]Node, len(nodes))}
-	for _, n := range nodes {
-		s.byName[n.Name] = n
+	s := &StaticSource{nodes: nodes, byName: make(map[string]int32, len(nodes))}
+	for i, n := range nodes {
+		s.byName[n.Name] = int32(i)
 	}
 	return s
 }
@@ -55,8 +55,13 @@ func (s *StaticSource) Nodes() []Node { return s.nodes }
 func (s *StaticSource) Run(ctx context.Context, sink NodeSink) error {
 	s.mu.Lock()
 	s.sink = sink
+	kept, _ := sink.(keptNodeSink)
 	for _, n := range s.nodes {
-		sink.NodeAdded(n)
+		if kept != nil {
+			kept.nodeAddedKept(n) // the runtime keeps n's maps, not copies
+		} else {
+			sink.NodeAdded(n)
+		}
 	}
 	close(s.syncedCh())
 	s.mu.Unlock()
@@ -101,10 +106,11 @@ func (s *StaticSource) Restore(ctx context.Context, name string) error {
 }
 
 func (s *StaticSource) report(op, name string, f func(NodeSink, Node)) error {
-	n, ok := s.byName[name]
+	i, ok := s.byName[name]
 	if !ok {
 		return backend.Errorf(backend.NotFound, op, "no node named %q", name)
 	}
+	n := s.nodes[i]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sink == nil {

@@ -621,7 +621,7 @@ func (rt *Runtime) pinGroup(id backend.PlacementGroupID, name string, hosts []*n
 		bu.free = free[:len(demand):len(demand)]
 		free = free[len(demand):]
 		copy(bu.free, bu.demand)
-		h.bundles[bu] = struct{}{}
+		h.addBundle(bu)
 	}
 	pg.state = pgCreated
 	pg.signal()

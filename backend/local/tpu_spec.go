@@ -96,6 +96,14 @@ func expandSlices(specs []TPUSliceSpec, budget int) ([]nodeDef, error) {
 		if mem == 0 {
 			mem = defaultHostMemory
 		}
+		// The hosts of one spec share their env map, which nobody
+		// modifies: one map per host was a tenth of an 8,192-host
+		// cluster's live heap.
+		env := map[string]string{
+			tpu.EnvAcceleratorType: acceleratorEnv(shape),
+			tpu.EnvTopology:        shape.Topology.String(),
+			tpu.EnvSkipMDSQuery:    "true",
+		}
 		for k := range max(1, s.Count) {
 			slice := fmt.Sprintf("%s-%d", prefix, k)
 			labels := subsliceLabels(slice, shape.Hosts(), subs)
@@ -116,11 +124,7 @@ func expandSlices(specs []TPUSliceSpec, budget int) ([]nodeDef, error) {
 					resources: res,
 					labels:    hl,
 					tpu:       &cluster.TPUHost{Slice: slice, Shape: shape, WorkerID: w},
-					env: map[string]string{
-						tpu.EnvAcceleratorType: acceleratorEnv(shape),
-						tpu.EnvTopology:        shape.Topology.String(),
-						tpu.EnvSkipMDSQuery:    "true",
-					},
+					env:       env,
 				})
 			}
 		}
