@@ -97,8 +97,8 @@ type Client struct {
 	nextActor atomic.Uint64
 
 	pmu     sync.Mutex
-	pending map[uint64]*pendingCall
-	lost    error // set once the reader has ended
+	pending map[uint64]pendingCall // by value: no allocation per call
+	lost    error                  // set once the reader has ended
 	closed  atomic.Bool
 	inLost  atomic.Bool // OnLost is running
 	readEnd chan struct{}
@@ -115,7 +115,7 @@ type pendingCall struct {
 }
 
 // deliver hands r to the call's waiter.
-func (p *pendingCall) deliver(r reply) {
+func (p pendingCall) deliver(r reply) {
 	if p.done == nil {
 		p.ch <- r
 		return
@@ -195,7 +195,7 @@ func Dial(ctx context.Context, addr string, opts *ClientOptions) (*Client, error
 	c := &Client{
 		conn: newConn(nc, br, limit, hb, log), addr: addr, pid: pid,
 		tasks: map[string]bool{}, methods: map[string]bool{}, onLost: opts.OnLost,
-		pending: map[uint64]*pendingCall{}, readEnd: make(chan struct{}), onOutput: opts.OnOutput,
+		pending: map[uint64]pendingCall{}, readEnd: make(chan struct{}), onOutput: opts.OnOutput,
 	}
 	for _, e := range opts.Manifest.Entries {
 		switch e.Kind {
@@ -406,10 +406,10 @@ func (c *Client) handle(m *message) error {
 	switch m.typ {
 	case msgResult, msgError:
 		c.pmu.Lock()
-		p := c.pending[m.id]
+		p, ok := c.pending[m.id]
 		delete(c.pending, m.id)
 		c.pmu.Unlock()
-		if p != nil {
+		if ok {
 			p.deliver(reply{v: m.value, err: m.err})
 		}
 		return nil
@@ -429,7 +429,7 @@ func (c *Client) call(ctx context.Context, m *message, what string) (backend.Val
 		return backend.Value{}, err
 	}
 	m.id = c.nextID.Add(1)
-	p := &pendingCall{ch: make(chan reply, 1), typ: m.typ, name: what}
+	p := pendingCall{ch: make(chan reply, 1), typ: m.typ, name: what}
 	c.pmu.Lock()
 	if c.lost != nil {
 		err := c.lost
@@ -437,8 +437,9 @@ func (c *Client) call(ctx context.Context, m *message, what string) (backend.Val
 		return backend.Value{}, c.callError(m.typ, what, err)
 	}
 	c.pending[m.id] = p
+	lone := len(c.pending) == 1
 	c.pmu.Unlock()
-	if err := c.conn.send(m, false); err != nil {
+	if err := c.conn.send(m, false, lone); err != nil {
 		c.pmu.Lock()
 		_, mine := c.pending[m.id]
 		delete(c.pending, m.id)
@@ -468,7 +469,7 @@ func (c *Client) call(ctx context.Context, m *message, what string) (backend.Val
 			if m.typ == msgRunTask && backend.CancelForced(ctx) {
 				typ = msgKill // the worker process ends
 			}
-			c.conn.send(&message{typ: typ, id: m.id}, true) //nolint:errcheck // a lost connection cancels everything
+			c.conn.send(&message{typ: typ, id: m.id}, true, false) //nolint:errcheck // a lost connection cancels everything
 		}
 		return backend.Value{}, ctx.Err()
 	}
@@ -491,7 +492,7 @@ func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, 
 		return true
 	}
 	m := message{typ: msgRunTask, name: name, info: info, value: arg, id: c.nextID.Add(1)}
-	p := &pendingCall{typ: m.typ, name: name, done: done}
+	p := pendingCall{typ: m.typ, name: name, done: done}
 	c.pmu.Lock()
 	if c.lost != nil {
 		err := c.lost
@@ -499,17 +500,19 @@ func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, 
 		go done.TaskDone(backend.Value{}, c.callError(m.typ, name, err))
 		return true
 	}
-	c.pending[m.id] = p
-	// The watch is set before the send, under pmu, so that the reply
-	// (which takes pmu to find the call) sees p.stop.
+	// The watch is set under pmu, before the call is recorded and sent,
+	// so that the reply (which takes pmu to find the call) sees p.stop,
+	// and a watch that fires at once waits for pmu and finds the call.
 	id := m.id
 	if af, ok := ctx.(afterFuncer); ok {
 		p.stop = af.AfterFunc(func() { c.cancelStarted(ctx, id) })
 	} else if ctx.Done() != nil {
 		p.stop = context.AfterFunc(ctx, func() { c.cancelStarted(ctx, id) })
 	}
+	c.pending[m.id] = p
+	lone := len(c.pending) == 1
 	c.pmu.Unlock()
-	if err := c.conn.send(&m, false); err != nil {
+	if err := c.conn.send(&m, false, lone); err != nil {
 		c.pmu.Lock()
 		_, mine := c.pending[m.id]
 		delete(c.pending, m.id)
@@ -548,7 +551,7 @@ func (c *Client) cancelStarted(ctx context.Context, id uint64) {
 	if backend.CancelForced(ctx) {
 		typ = msgKill // the worker process ends
 	}
-	c.conn.send(&message{typ: typ, id: id}, true) //nolint:errcheck // a lost connection cancels everything
+	c.conn.send(&message{typ: typ, id: id}, true, false) //nolint:errcheck // a lost connection cancels everything
 	p.done.TaskDone(backend.Value{}, ctx.Err())
 }
 
@@ -577,7 +580,7 @@ func (c *Client) NewActor(ctx context.Context, class string, arg backend.Value, 
 		return nil, err
 	}
 	context.AfterFunc(ctx, func() {
-		c.conn.send(&message{typ: msgDropActor, actor: key}, true) //nolint:errcheck // a lost connection drops every actor
+		c.conn.send(&message{typ: msgDropActor, actor: key}, true, false) //nolint:errcheck // a lost connection drops every actor
 	})
 	return &remoteActor{c: c, key: key, class: class}, nil
 }

@@ -47,12 +47,18 @@ type conn struct {
 	enc     infoEnc // the last runtime info encoded; guarded by wmu
 	wcond   sync.Cond
 	wbuf    []byte
-	werr    error // non-nil once closed: every send fails with it
-	closing bool  // a goodbye is queued: close once it is flushed
+	spare   []byte // a written buffer kept for reuse
+	writing bool   // a write is in progress (the writer's or a sender's)
+	werr    error  // non-nil once closed: every send fails with it
+	closing bool   // a goodbye is queued: close once it is flushed
 	byeErr  error
 	wake    chan struct{}
 
 	sent, recvd atomic.Bool
+	// backlog is set while the reader handles a frame with more frames
+	// buffered behind it: a reply then is not lone (send), more
+	// requests, and their replies, follow.
+	backlog atomic.Bool
 
 	closeOnce sync.Once
 	cause     error // why the connection closed; set before done closes
@@ -86,7 +92,15 @@ func (e *errConnClosed) Unwrap() error { return e.cause }
 // send queues m. Unless force is set it waits while the queue is over its
 // high-water mark. It fails at once, without queueing, when m cannot be
 // encoded or exceeds the message limit; the connection stays usable.
-func (c *conn) send(m *message, force bool) error {
+//
+// lone says that the caller expects no other frame to follow soon (the
+// only request in flight, the reply of the only running work): when no
+// write is in progress and nothing is queued, the caller writes the frame
+// itself instead of waking the writer goroutine, which would yield for
+// more frames first. A synchronous round trip then costs no goroutine
+// switch on the sending side. A failed write closes the connection, as
+// it does in the writer.
+func (c *conn) send(m *message, force, lone bool) error {
 	c.wmu.Lock()
 	for !force && len(c.wbuf) >= highWater && c.werr == nil && !c.closing {
 		c.wcond.Wait()
@@ -113,19 +127,67 @@ func (c *conn) send(m *message, force bool) error {
 		return backend.Wrap(backend.ResourceExhausted, "", &tooLargeError{size: uint64(n), limit: uint64(c.limit)})
 	}
 	c.wbuf = b
+	if start == 0 && lone && !c.writing {
+		c.flushLocked()
+		return nil
+	}
 	c.wmu.Unlock()
 	if start == 0 {
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
+		c.signal()
 	}
 	return nil
 }
 
+// signal wakes the writer.
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// flushLocked writes the queued frames on the caller's goroutine. It is
+// called with wmu held, no write in progress and frames queued, and
+// returns with wmu released. Frames queued during the write are left to
+// the writer goroutine, woken for them.
+func (c *conn) flushLocked() {
+	out := c.take()
+	c.wmu.Unlock()
+	_, err := c.nc.Write(out)
+	c.sent.Store(true)
+	c.wmu.Lock()
+	c.written(out)
+	more := len(c.wbuf) > 0 || c.closing
+	c.wmu.Unlock()
+	if err != nil {
+		c.close(fmt.Errorf("write: %w", err))
+		return
+	}
+	if more {
+		c.signal()
+	}
+}
+
+// take takes the queued frames for a write, with wmu held.
+func (c *conn) take() []byte {
+	out := c.wbuf
+	c.wbuf = c.spare[:0]
+	c.spare = nil
+	c.writing = true
+	c.wcond.Broadcast()
+	return out
+}
+
+// written ends a write of out, with wmu held, keeping out for reuse.
+func (c *conn) written(out []byte) {
+	c.writing = false
+	if cap(out) <= keepBuffer {
+		c.spare = out[:0]
+	}
+}
+
 func (c *conn) writeLoop() {
 	defer c.wg.Done()
-	var spare []byte
 	for {
 		select {
 		case <-c.wake:
@@ -137,11 +199,17 @@ func (c *conn) writeLoop() {
 			// batch of requests started, a submitter) queue their frames
 			// first, so that one write carries them all: writing as soon
 			// as woken sent about 2 frames per write. While frames keep
-			// coming, yield again (a few times at most): a lone frame
-			// (a synchronous round trip) waits one yield, a burst goes
-			// out in fewer, larger writes.
+			// coming, yield again (a few times at most): a burst goes
+			// out in fewer, larger writes. (A lone frame is written by
+			// its sender: send's lone.)
 			c.settle()
 			c.wmu.Lock()
+			if c.writing {
+				// A sender writes; it wakes the writer if frames are
+				// left when it is done.
+				c.wmu.Unlock()
+				break
+			}
 			if len(c.wbuf) == 0 || c.werr != nil {
 				closing, bye := c.closing, c.byeErr
 				c.wmu.Unlock()
@@ -151,20 +219,16 @@ func (c *conn) writeLoop() {
 				}
 				break
 			}
-			out := c.wbuf
-			c.wbuf = spare[:0]
-			c.wcond.Broadcast()
+			out := c.take()
 			c.wmu.Unlock()
 			_, err := c.nc.Write(out)
 			c.sent.Store(true)
+			c.wmu.Lock()
+			c.written(out)
+			c.wmu.Unlock()
 			if err != nil {
 				c.close(fmt.Errorf("write: %w", err))
 				return
-			}
-			if cap(out) <= keepBuffer {
-				spare = out[:0]
-			} else {
-				spare = nil
 			}
 		}
 	}
@@ -209,7 +273,7 @@ func (c *conn) heartbeatLoop() {
 			return
 		}
 		if !c.sent.Swap(false) {
-			c.send(&message{typ: msgHeartbeat}, true) //nolint:errcheck // a closed connection has its cause already
+			c.send(&message{typ: msgHeartbeat}, true, false) //nolint:errcheck // a closed connection has its cause already
 		}
 	}
 }
@@ -229,10 +293,7 @@ func (c *conn) goodbye(err error) {
 	c.closing, c.byeErr = true, err
 	c.wcond.Broadcast()
 	c.nc.SetWriteDeadline(time.Now().Add(goodbyeTimeout)) //nolint:errcheck // best effort
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+	c.signal()
 }
 
 // close closes the connection once, recording why.
@@ -263,8 +324,8 @@ func (e *remoteError) Unwrap() error { return e.err }
 // rejects, ends the connection with a goodbye naming the problem. It
 // returns the cause.
 //
-// handle must not keep m, which is reused for the next frame: one message
-// per connection instead of one per frame.
+// handle must not keep m or its info, which are reused for the next
+// frame: one message per connection instead of one per frame.
 func (c *conn) readLoop(handle func(m *message) error) error {
 	var m message
 	for {
@@ -282,8 +343,8 @@ func (c *conn) readLoop(handle func(m *message) error) error {
 			return c.waitCause(err)
 		}
 		c.recvd.Store(true)
-		m, err = decodeCached(body, &c.infos)
-		if err != nil {
+		c.backlog.Store(c.fr.buffered() > 0)
+		if err := decodeInto(&m, body, &c.infos); err != nil {
 			c.goodbye(backend.Wrap(backend.InvalidArgument, "", err))
 			return c.waitCause(err)
 		}

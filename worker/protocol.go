@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -92,6 +93,9 @@ type message struct {
 	value backend.Value
 	err   error
 	node  string // output: the node of the work that wrote it
+	// infoBuf holds the decoded runtime info that info points to
+	// (decodeInto), sparing an allocation per frame.
+	infoBuf backend.RuntimeInfo
 }
 
 // errGarbled is the cause of every decoding error.
@@ -175,10 +179,24 @@ const maxCachedInfo = 4 << 10
 // decodeCached is decodeMessage with a connection's info cache (nil for
 // none).
 func decodeCached(body []byte, cache *infoCache) (message, error) {
-	d := decoder{b: body, cache: cache}
 	var m message
+	if err := decodeInto(&m, body, cache); err != nil {
+		return message{}, err
+	}
+	if m.info != nil {
+		info := *m.info
+		m.info = &info
+	}
+	return m, nil
+}
+
+// decodeInto is decodeCached into m, whose info, if any, points into m
+// itself (m.infoBuf): the caller copies what it keeps of m.
+func decodeInto(m *message, body []byte, cache *infoCache) error {
+	d := decoder{b: body, cache: cache}
+	*m = message{}
 	if len(body) == 0 {
-		return m, garbled("empty frame")
+		return garbled("empty frame")
 	}
 	m.typ = msgType(d.byte())
 	switch m.typ {
@@ -188,7 +206,9 @@ func decodeCached(body []byte, cache *infoCache) (message, error) {
 			m.actor = d.uvarint()
 		}
 		m.name = d.string()
-		m.info = d.info()
+		if d.info(&m.infoBuf) {
+			m.info = &m.infoBuf
+		}
 		m.value = d.value()
 	case msgCancel, msgKill:
 		m.id = d.uvarint()
@@ -209,15 +229,15 @@ func decodeCached(body []byte, cache *infoCache) (message, error) {
 		m.id = d.uvarint()
 		m.err = d.error()
 	default:
-		return message{}, garbled("unknown message type %d", byte(m.typ))
+		return garbled("unknown message type %d", byte(m.typ))
 	}
 	if d.err != nil {
-		return message{}, garbled("%v message: %v", m.typ, d.err)
+		return garbled("%v message: %v", m.typ, d.err)
 	}
 	if len(d.b) != 0 {
-		return message{}, garbled("%v message has %d trailing bytes", m.typ, len(d.b))
+		return garbled("%v message has %d trailing bytes", m.typ, len(d.b))
 	}
-	return m, nil
+	return nil
 }
 
 func appendString(b []byte, s string) []byte {
@@ -544,23 +564,24 @@ func (d *decoder) stringMap() map[string]string {
 	return m
 }
 
-func (d *decoder) info() *backend.RuntimeInfo {
+// info decodes a runtime info into info and reports whether there was
+// one.
+func (d *decoder) info(info *backend.RuntimeInfo) bool {
 	switch d.byte() {
 	case 0:
-		return nil
+		return false
 	case 1:
 	default:
 		d.fail("bad runtime info marker")
-		return nil
+		return false
 	}
 	c := d.cache
 	if c != nil && c.ok && bytes.HasPrefix(d.b, c.raw) {
 		d.b = d.b[len(c.raw):]
-		info := c.info
-		return &info
+		*info = c.info
+		return true
 	}
 	start := d.b
-	info := &backend.RuntimeInfo{}
 	info.Task = d.string()
 	info.Attempt = d.int()
 	info.Node = d.string()
@@ -581,13 +602,13 @@ func (d *decoder) info() *backend.RuntimeInfo {
 	info.Env = d.stringMap()
 	info.Actor = backend.ActorID(d.uvarint())
 	if d.err != nil {
-		return nil
+		return false
 	}
 	if n := len(start) - len(d.b); c != nil && n <= maxCachedInfo {
 		c.raw = append(c.raw[:0], start[:n]...)
 		c.info, c.ok = *info, true
 	}
-	return info
+	return true
 }
 
 func (d *decoder) error() error {
@@ -654,6 +675,15 @@ type tooLargeError struct{ size, limit uint64 }
 
 func (e *tooLargeError) Error() string {
 	return fmt.Sprintf("message of %s exceeds the limit of %s (MaxMessageSize)", sizeString(e.size), sizeString(e.limit))
+}
+
+// buffered returns how many bytes the reader holds already, if it is a
+// *bufio.Reader, else 0.
+func (fr *frameReader) buffered() int {
+	if br, ok := fr.r.(*bufio.Reader); ok {
+		return br.Buffered()
+	}
+	return 0
 }
 
 // next reads the next frame body; it is valid until the next call.

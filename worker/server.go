@@ -460,10 +460,35 @@ type serverConn struct {
 	nIdle atomic.Int32
 }
 
-// runEntry is running work: its cancellation and its output label.
+// runEntry is running work: its cancellation (a task's context, or the
+// cancel function of other work's) and its output label.
 type runEntry struct {
+	run    *runCtx
 	cancel context.CancelFunc
 	lbl    workLabel
+}
+
+// live reports whether e is an entry (not the zero value of a missing one).
+func (e runEntry) live() bool { return e.run != nil || e.cancel != nil }
+
+// stop cancels the work's context.
+func (e runEntry) stop() {
+	switch {
+	case e.run != nil:
+		e.run.cancel()
+	case e.cancel != nil:
+		e.cancel()
+	}
+}
+
+// cloneInfo returns a copy of info (nil for nil): a handler does not keep
+// a message's info, which the reader reuses.
+func cloneInfo(info *backend.RuntimeInfo) *backend.RuntimeInfo {
+	if info == nil {
+		return nil
+	}
+	c := *info
+	return &c
 }
 
 // actorSlot is an actor created through the connection. inst is nil while
@@ -478,12 +503,15 @@ type actorSlot struct {
 func (sc *serverConn) serve() {
 	sc.start()
 	sc.readLoop(sc.handle)
+	// The reader was the only sender on idle (spawn): the idle runners
+	// exit.
+	close(sc.idle)
 	<-sc.done // a goodbye is flushed, or times out, before the connection closes
 	cause := sc.conn.cause
 	sc.cancel()
 	sc.mu.Lock()
 	for _, e := range sc.running {
-		e.cancel() // tasks' contexts do not derive from sc.ctx
+		e.stop() // tasks' contexts do not derive from sc.ctx
 	}
 	sc.mu.Unlock()
 	sc.work.Wait()
@@ -511,11 +539,11 @@ func (sc *serverConn) handle(m *message) error {
 		// A task's context has no parent: serve cancels the running
 		// tasks one by one when the connection ends, which spares a
 		// registration with the connection's context per task.
-		ctx, ok := sc.begin(m.id, context.Background(), workLabel{name: m.name, node: nodeOf(m.info), task: true})
-		if !ok {
+		rc := newRunCtx(m.info)
+		if !sc.begin(m.id, runEntry{run: rc, lbl: workLabel{name: m.name, node: nodeOf(m.info), task: true}}) {
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
-		sc.spawn(job{ctx: ctx, id: m.id, name: m.name, arg: m.value, info: m.info})
+		sc.spawn(job{ctx: rc, id: m.id, name: m.name, arg: m.value, info: rc.runInfo()})
 	case msgNewActor:
 		if !sc.exec.HasActorMethod(m.name, "") {
 			sc.replyError(m.id, backend.Errorf(backend.NotFound, "create actor "+m.name, "actor class %q is not registered in this worker", m.name))
@@ -536,7 +564,7 @@ func (sc *serverConn) handle(m *message) error {
 		sc.running[m.id] = runEntry{cancel: cancel, lbl: workLabel{name: m.name, node: nodeOf(m.info)}}
 		sc.mu.Unlock()
 		sc.work.Add(1)
-		go sc.newActor(ctx, m.id, m.actor, m.name, m.value, m.info)
+		go sc.newActor(ctx, m.id, m.actor, m.name, m.value, cloneInfo(m.info))
 	case msgCall:
 		sc.mu.Lock()
 		a := sc.actors[m.actor]
@@ -554,30 +582,28 @@ func (sc *serverConn) handle(m *message) error {
 			sc.replyError(m.id, backend.Errorf(backend.NotFound, op, "method %q of actor class %q is not registered in this worker", m.name, a.class))
 			return nil
 		}
-		ctx, ok := sc.begin(m.id, a.ctx, workLabel{name: a.class, method: m.name, node: nodeOf(m.info)})
-		if !ok {
+		ctx, cancel := context.WithCancel(a.ctx)
+		if !sc.begin(m.id, runEntry{cancel: cancel, lbl: workLabel{name: a.class, method: m.name, node: nodeOf(m.info)}}) {
+			cancel()
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
-		sc.spawn(job{ctx: ctx, id: m.id, name: m.name, arg: m.value, info: m.info, inst: inst})
+		sc.spawn(job{ctx: ctx, id: m.id, name: m.name, arg: m.value, info: cloneInfo(m.info), inst: inst})
 	case msgCancel:
 		sc.mu.Lock()
-		cancel := sc.running[m.id].cancel
+		e := sc.running[m.id]
 		sc.mu.Unlock()
-		if cancel != nil {
-			cancel()
-		}
+		e.stop()
 	case msgKill:
 		sc.mu.Lock()
 		e := sc.running[m.id]
-		cancel, lbl := e.cancel, e.lbl
 		sc.mu.Unlock()
 		switch {
-		case cancel == nil || !lbl.task: // finished, or not a task
+		case !e.live() || !e.lbl.task: // finished, or not a task
 		case sc.s.onForce != nil:
-			sc.s.log.Warn("goray worker: a driver cancelled a running task with Force; the process ends", "task", lbl.source())
-			sc.s.onForce(lbl.source())
+			sc.s.log.Warn("goray worker: a driver cancelled a running task with Force; the process ends", "task", e.lbl.source())
+			sc.s.onForce(e.lbl.source())
 		default:
-			cancel()
+			e.stop()
 		}
 	case msgDropActor:
 		sc.mu.Lock()
@@ -593,21 +619,21 @@ func (sc *serverConn) handle(m *message) error {
 	return nil
 }
 
-// begin registers a running request, labelled lbl, and returns its
-// context.
-func (sc *serverConn) begin(id uint64, parent context.Context, lbl workLabel) (context.Context, bool) {
-	ctx, cancel := context.WithCancel(parent)
+// begin registers a running request, unless its ID is running already.
+func (sc *serverConn) begin(id uint64, e runEntry) bool {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if _, dup := sc.running[id]; dup {
-		cancel()
-		return nil, false
+		return false
 	}
-	sc.running[id] = runEntry{cancel: cancel, lbl: lbl}
-	return ctx, true
+	sc.running[id] = e
+	return true
 }
 
-func (sc *serverConn) end(id uint64) {
+// end unregisters running request id, and reports whether its reply is
+// a lone frame (send's lone): no other work runs on the connection and
+// the reader has no more requests buffered.
+func (sc *serverConn) end(id uint64) (lone bool) {
 	sc.mu.Lock()
 	e, labelled := sc.running[id]
 	delete(sc.running, id)
@@ -616,9 +642,8 @@ func (sc *serverConn) end(id uint64) {
 	if labelled && alone && sc.output {
 		sc.s.ended(e.lbl)
 	}
-	if e.cancel != nil {
-		e.cancel()
-	}
+	e.stop()
+	return alone && !sc.backlog.Load()
 }
 
 // job is a task run or an actor method call (inst set) for a pool
@@ -638,8 +663,10 @@ type job struct {
 const maxIdleRunners = 64
 
 // spawn runs j on an idle goroutine of the connection, or a new one. The
-// goroutines are counted in sc.work and exit when sc.ctx ends.
-// A job goes by value, sparing an allocation per request.
+// goroutines are counted in sc.work and exit when idle closes (serve,
+// once the reader, the only caller of spawn, has ended). A job goes by
+// value, sparing an allocation per request. An idle runner waits on one
+// channel, not in a select: a plain receive costs less per job.
 func (sc *serverConn) spawn(j job) {
 	select {
 	case sc.idle <- j:
@@ -663,11 +690,10 @@ func (sc *serverConn) runner(j job) {
 			sc.nIdle.Add(-1)
 			return
 		}
-		select {
-		case j = <-sc.idle:
-			sc.nIdle.Add(-1)
-		case <-sc.ctx.Done():
-			sc.nIdle.Add(-1)
+		var ok bool
+		j, ok = <-sc.idle
+		sc.nIdle.Add(-1)
+		if !ok {
 			return
 		}
 	}
@@ -675,8 +701,7 @@ func (sc *serverConn) runner(j job) {
 
 func (sc *serverConn) runTask(ctx context.Context, id uint64, name string, arg backend.Value, info *backend.RuntimeInfo) {
 	v, err := sc.exec.RunTask(ctx, name, arg, info)
-	sc.end(id)
-	sc.replyOp(id, v, err, "task ", name)
+	sc.replyOp(id, v, err, sc.end(id), "task ", name)
 }
 
 func (sc *serverConn) newActor(ctx context.Context, id, key uint64, class string, arg backend.Value, info *backend.RuntimeInfo) {
@@ -709,34 +734,36 @@ func (sc *serverConn) newActor(ctx context.Context, id, key uint64, class string
 
 func (sc *serverConn) call(ctx context.Context, id uint64, inst backend.ActorInstance, method string, arg backend.Value, info *backend.RuntimeInfo) {
 	v, err := inst.Call(ctx, method, arg, info)
-	sc.end(id)
-	sc.replyOp(id, v, err, "method ", method)
+	sc.replyOp(id, v, err, sc.end(id), "method ", method)
 }
 
-func (sc *serverConn) reply(id uint64, v backend.Value, err error) { sc.replyOp(id, v, err, "", "") }
+func (sc *serverConn) reply(id uint64, v backend.Value, err error) {
+	sc.replyOp(id, v, err, false, "", "")
+}
 
 // replyError sends err as the reply of request id from the reader
 // goroutine, past the high-water mark: a reader that waited for the
 // writer could deadlock with a driver whose reader waits for its own
 // writer too.
 func (sc *serverConn) replyError(id uint64, err error) {
-	sc.send(&message{typ: msgError, id: id, err: err}, true) //nolint:errcheck // a closed connection has its cause already
+	sc.send(&message{typ: msgError, id: id, err: err}, true, false) //nolint:errcheck // a closed connection has its cause already
 }
 
-// replyOp sends a result or an error. A result that cannot be sent (too
-// large, not encoded) is replaced by an error saying so.
-func (sc *serverConn) replyOp(id uint64, v backend.Value, err error, kind, name string) {
+// replyOp sends a result or an error (lone: see send). A result that
+// cannot be sent (too large, not encoded) is replaced by an error saying
+// so.
+func (sc *serverConn) replyOp(id uint64, v backend.Value, err error, lone bool, kind, name string) {
 	if err != nil {
-		sc.send(&message{typ: msgError, id: id, err: err}, false) //nolint:errcheck // a closed connection has its cause already
+		sc.send(&message{typ: msgError, id: id, err: err}, false, lone) //nolint:errcheck // a closed connection has its cause already
 		return
 	}
-	serr := sc.send(&message{typ: msgResult, id: id, value: v}, false)
+	serr := sc.send(&message{typ: msgResult, id: id, value: v}, false, lone)
 	var closed *errConnClosed
 	if serr == nil || errors.As(serr, &closed) {
 		return
 	}
 	code := backend.CodeOf(serr)
-	sc.send(&message{typ: msgError, id: id, err: backend.Errorf(code, "worker", "result of %s cannot be sent to the driver: %v", kind+name, errors.Unwrap(serr))}, false) //nolint:errcheck
+	sc.send(&message{typ: msgError, id: id, err: backend.Errorf(code, "worker", "result of %s cannot be sent to the driver: %v", kind+name, errors.Unwrap(serr))}, false, lone) //nolint:errcheck
 }
 
 // Output sends a line that this process wrote to its stdout (stream 1) or
@@ -763,7 +790,7 @@ func (s *Server) Output(stream int, line []byte) bool {
 	sent := false
 	for _, sc := range conns {
 		m := &message{typ: msgOutput, id: uint64(stream), name: lbl.source(), node: lbl.node, value: backend.Value{Data: line}}
-		if sc.conn.send(m, false) == nil {
+		if sc.conn.send(m, false, false) == nil {
 			sent = true
 		}
 	}

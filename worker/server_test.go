@@ -56,9 +56,12 @@ func (fakeExec) RunTask(ctx context.Context, name string, arg backend.Value, inf
 		}
 		return backend.Value{Data: make([]byte, n)}, nil
 	case "block":
+		// Tell a test that waits for it (one that does not waits for
+		// the cancellation anyway): a send that gave up when no one
+		// received yet lost the news for a test that was about to.
 		select {
 		case blockStarted <- struct{}{}:
-		default:
+		case <-ctx.Done():
 		}
 		<-ctx.Done()
 		return backend.Value{}, ctx.Err()
@@ -68,7 +71,8 @@ func (fakeExec) RunTask(ctx context.Context, name string, arg backend.Value, inf
 
 const testToken = "secret-token"
 
-// blockStarted receives when a "block" task starts, if someone listens.
+// blockStarted receives when a "block" task starts (the task waits
+// for the receive, or for its cancellation).
 var blockStarted = make(chan struct{})
 
 var fakeManifest = Manifest{Codec: "raw", Entries: fakeEntries}

@@ -1,0 +1,145 @@
+package worker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// connPair returns a conn over one end of a synchronous pipe (a write
+// blocks until the other end reads it), without its writer and heartbeat
+// goroutines, and a frame reader of the other end.
+func connPair(t *testing.T) (*conn, *frameReader) {
+	t.Helper()
+	a, b := net.Pipe()
+	c := newConn(a, bufio.NewReader(a), DefaultMaxMessageSize, time.Hour, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() {
+		c.close(backend.ErrClosed)
+		c.wg.Wait()
+		b.Close()
+	})
+	return c, &frameReader{r: bufio.NewReader(b), limit: DefaultMaxMessageSize}
+}
+
+func readMessage(t *testing.T, fr *frameReader) message {
+	t.Helper()
+	body, err := fr.next()
+	if err != nil {
+		t.Fatalf("read frame: %v", err)
+	}
+	m, err := decodeMessage(body)
+	if err != nil {
+		t.Fatalf("decode frame: %v", err)
+	}
+	return m
+}
+
+// A lone frame (a synchronous round trip's) is written by its sender: no
+// writer goroutine runs here, and the frame arrives.
+func TestLoneFrameWrittenBySender(t *testing.T) {
+	is := is.New(t)
+	c, fr := connPair(t)
+	sent := make(chan error, 1)
+	go func() { sent <- c.send(&message{typ: msgCancel, id: 7}, false, true) }()
+	m := readMessage(t, fr)
+	is.Equal(m.typ, msgCancel)
+	is.Equal(m.id, uint64(7))
+	is.NoErr(<-sent)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	is.True(!c.writing)      // the write ended
+	is.Equal(len(c.wbuf), 0) // nothing left queued
+}
+
+// Frames queued while a sender writes a lone frame are written after it,
+// in order, by the writer goroutine, which the sender wakes for them;
+// and a sender does not write while another write is in progress.
+func TestFramesQueuedDuringALoneWrite(t *testing.T) {
+	is := is.New(t)
+	c, fr := connPair(t)
+	c.wg.Add(1)
+	go c.writeLoop()
+	first := make(chan error, 1)
+	go func() { first <- c.send(&message{typ: msgCancel, id: 1}, false, true) }()
+	// The pipe holds the first write until it is read: wait until the
+	// sender writes, then queue two more, one of them lone.
+	for {
+		c.wmu.Lock()
+		w := c.writing
+		c.wmu.Unlock()
+		if w {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	is.NoErr(c.send(&message{typ: msgCancel, id: 2}, false, false))
+	is.NoErr(c.send(&message{typ: msgCancel, id: 3}, false, true))
+	for _, id := range []uint64{1, 2, 3} {
+		is.Equal(readMessage(t, fr).id, id)
+	}
+	is.NoErr(<-first)
+}
+
+// A write that fails closes the connection, for a lone frame as for the
+// writer's.
+func TestLoneWriteFailureClosesTheConnection(t *testing.T) {
+	is := is.New(t)
+	a, b := net.Pipe()
+	c := newConn(a, bufio.NewReader(a), DefaultMaxMessageSize, time.Hour, slog.New(slog.DiscardHandler))
+	b.Close()
+	is.NoErr(c.send(&message{typ: msgCancel, id: 1}, false, true)) // queued, then its write failed
+	<-c.done
+	is.True(c.cause != nil)
+	err := c.send(&message{typ: msgCancel, id: 2}, false, true)
+	var closed *errConnClosed
+	is.True(errors.As(err, &closed))
+}
+
+func TestRunCtx(t *testing.T) {
+	is := is.New(t)
+	info := &backend.RuntimeInfo{Task: "t", Node: "n1", Attempt: 2}
+	rc := newRunCtx(info)
+	info.Node = "changed" // the context keeps its own copy
+	got, ok := backend.RuntimeInfoFrom(rc)
+	is.True(ok)
+	is.Equal(got.Node, "n1")
+	is.Equal(got, rc.runInfo())
+	is.Equal(rc.Err(), nil)
+	_, has := rc.Deadline()
+	is.True(!has)
+
+	// Derived contexts are cancelled with it, through AfterFunc.
+	child, stopChild := context.WithCancel(context.WithValue(rc, struct{}{}, 1))
+	defer stopChild()
+	stopped := context.AfterFunc(rc, func() { t.Error("a stopped AfterFunc ran") })
+	is.True(stopped())
+	done := rc.Done()
+	select {
+	case <-done:
+		t.Fatal("done before cancel")
+	default:
+	}
+	rc.cancel()
+	rc.cancel() // idempotent
+	<-done
+	<-child.Done()
+	is.Equal(rc.Err(), context.Canceled)
+	is.Equal(child.Err(), context.Canceled)
+	// After the cancellation: a new AfterFunc runs at once; Done is closed.
+	ran := make(chan struct{})
+	context.AfterFunc(rc, func() { close(ran) })
+	<-ran
+	<-rc.Done()
+
+	// Without an info, no RuntimeInfo.
+	_, ok = backend.RuntimeInfoFrom(newRunCtx(nil))
+	is.True(!ok)
+}
