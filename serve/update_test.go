@@ -73,7 +73,15 @@ func TestRedeployUpdatesWithoutFailures(t *testing.T) {
 	code, _, b = post(t, client, base+"/m", EchoIn{Text: "z"})
 	is.Equal(code, http.StatusOK)
 	is.True(strings.Contains(string(b), `"Text":"v2:z"`))
-	is.Equal(dep(srv.Status(), "m").Ready, 2)
+	// The update to MinReplicas 1 may drain one old replica before it
+	// fails, to make room for its own (MinReplicas+MaxSurge: 2 replicas
+	// of both versions, 1 of them ready throughout); the old version then
+	// starts one again. Its two replicas are ready again, and nothing else
+	// holds a slice.
+	waitStatus(t, srv, "the old version's 2 replicas ready again", func(st serve.Status) bool {
+		d := dep(st, "m")
+		return d.Ready == 2 && len(d.Replicas) == 2
+	})
 	is.Equal(reservedSlices(t, c), 2)
 }
 
