@@ -85,9 +85,17 @@ type Harness struct {
 	Capabilities Capabilities
 	// Patience bounds each test's context; 0 means 20s. A backend whose
 	// workers are real processes started by someone else (pods) may need
-	// more for the tests that reserve and run on many slices in a row
-	// (TPUSlices/Contention: 40 reservations, each running on every host).
+	// more for the tests that reserve and run on many slices in a row.
+	// TPUSlices/Contention bounds each of its reservations (with the work
+	// run on the slice) by it instead, not the whole test.
 	Patience time.Duration
+	// ContentionRounds is how many slices each of TPUSlices/Contention's 8
+	// goroutines reserves in turn (running work on every host of each, so
+	// that a second grant of a held slice would be seen); 0 means 5. A
+	// backend whose reservations start processes (pods) can keep CI time
+	// down with fewer: 8 goroutines on 2 slices contend from the first
+	// round.
+	ContentionRounds int
 }
 
 // DefaultNodes is the cluster most tests use: three nodes of 4 CPUs and

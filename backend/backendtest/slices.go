@@ -286,35 +286,19 @@ func (s *suite) testSlices(t *testing.T) {
 	})
 	t.Run("Contention", func(t *testing.T) {
 		s.need(t, finite, "TPUSlices")
-		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
+		c := s.cluster(t, DefaultTPUNodes())
+		rounds := s.h.ContentionRounds
+		if rounds <= 0 {
+			rounds = 5
+		}
 		var mu sync.Mutex
 		holder := map[string]int{}
 		var wg sync.WaitGroup
 		for g := range 8 {
 			wg.Go(func() {
-				for range 5 {
-					spg, err := ray.NewSlicePlacementGroup(ctx, c, one)
-					if err != nil {
-						t.Error(err)
+				for range rounds {
+					if !contentionRound(t, c, one, s.patience(), g, &mu, holder) {
 						return
-					}
-					name := spg.SliceNames()[0]
-					mu.Lock()
-					if h, ok := holder[name]; ok {
-						t.Errorf("slice %s held by %d and %d", name, h, g)
-					}
-					holder[name] = g
-					mu.Unlock()
-					// Hold the slice while work runs on it, so that a
-					// second grant of it would be seen.
-					if _, err := ray.RunOnSlice(ctx, spg, tpuEnv, struct{}{}); err != nil {
-						t.Error(err)
-					}
-					mu.Lock()
-					delete(holder, name)
-					mu.Unlock()
-					if err := spg.Release(ctx); err != nil {
-						t.Error(err)
 					}
 				}
 			})
@@ -322,4 +306,39 @@ func (s *suite) testSlices(t *testing.T) {
 		wg.Wait()
 		allFree(t, c)
 	})
+}
+
+// contentionRound reserves one slice as goroutine g of TPUSlices/Contention,
+// checks that no other goroutine holds it, runs work on every host of it
+// and releases it; false when it could not reserve. patience bounds the
+// round (the reservation, waiting its turn among the others, and the work
+// on it), so that a slow backend under load has it for every round, not
+// for all of them together.
+func contentionRound(t *testing.T, c *ray.Cluster, spec ray.SliceSpec, patience time.Duration, g int, mu *sync.Mutex, holder map[string]int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	spg, err := ray.NewSlicePlacementGroup(ctx, c, spec)
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	name := spg.SliceNames()[0]
+	mu.Lock()
+	if h, ok := holder[name]; ok {
+		t.Errorf("slice %s held by %d and %d", name, h, g)
+	}
+	holder[name] = g
+	mu.Unlock()
+	// Hold the slice while work runs on it, so that a second grant of it
+	// would be seen.
+	if _, err := ray.RunOnSlice(ctx, spg, tpuEnv, struct{}{}); err != nil {
+		t.Error(err)
+	}
+	mu.Lock()
+	delete(holder, name)
+	mu.Unlock()
+	if err := spg.Release(ctx); err != nil {
+		t.Error(err)
+	}
+	return true
 }

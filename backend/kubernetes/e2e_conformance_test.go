@@ -59,8 +59,11 @@ func TestE2EConformance(t *testing.T) {
 		},
 		Capabilities: conformanceCapabilities(),
 		// Every reservation starts real worker pods (processes built with
-		// -race, dialled over mutual TLS): Contention runs 40 of them.
-		Patience: time.Minute,
+		// -race, dialled over mutual TLS): 4 pods for each of Contention's
+		// reservations, 2 rounds of its 8 goroutines on 2 slices (16
+		// reservations; 5 rounds took 49 s at load 15).
+		Patience:         time.Minute,
+		ContentionRounds: 2,
 	})
 }
 
