@@ -61,7 +61,10 @@ func (id PlacementGroupID) String() string { return fmt.Sprintf("pg-%d", uint64(
 // Value is an encoded argument or result. Data holds the encoded bytes.
 // Native holds an unencoded Go value instead, and is only ever set for
 // backends that implement [NativeValues]; it is how the in-process simulator
-// skips the codec for benchmarks.
+// skips the codec for benchmarks. When both are set, Native is the value
+// Data encodes: work in the caller's process may take Native, and a value
+// that leaves the process carries Data only (an HTTP router that decoded a
+// request body to check it passes both).
 type Value struct {
 	Data   []byte
 	Native any

@@ -61,15 +61,18 @@ func encode[T any](c Codec, v T) (backend.Value, error) {
 // decode is the inverse of encode.
 func decode[T any](c Codec, v backend.Value) (T, error) {
 	var out T
-	if c == nil || (v.Data == nil && v.Native != nil) {
+	if c == nil || v.Native != nil {
 		if v.Native == nil {
 			return out, nil
 		}
 		t, ok := v.Native.(T)
-		if !ok {
+		if ok {
+			return t, nil
+		}
+		if c == nil || v.Data == nil {
 			return out, fmt.Errorf("decode: have %T, want %T", v.Native, out)
 		}
-		return t, nil
+		// Data beside a Native of another type: the encoding is the value.
 	}
 	// A backend's Data is never modified once made (every Get of the
 	// object reads the same bytes), so a string decoded from it may share

@@ -24,6 +24,29 @@ import (
 // ready is cancelled (as [ObjectRef.Cancel] does) and CallJSON returns
 // ctx's error.
 func (m *Method[A, I, O]) CallJSON(ctx context.Context, h *ActorHandle[A], in []byte) ([]byte, error) {
+	return m.callJSON(ctx, h, in, nil)
+}
+
+// CallJSONDecoded is [Method.CallJSON] for a caller that has decoded in
+// already (with encoding/json, into decoded): an actor that runs in this
+// process (the simulator's goroutines) takes decoded as its input instead
+// of decoding in again; one in another process (a worker process, a pod)
+// gets in, as with CallJSON. decoded must be what in decodes to. The
+// method then shares what decoded refers to (its slices, maps and
+// pointers) with the caller: the caller must not use decoded after the
+// call, nor pass the same value to another call.
+func (m *Method[A, I, O]) CallJSONDecoded(ctx context.Context, h *ActorHandle[A], in []byte, decoded I) ([]byte, error) {
+	if h.c != nil {
+		if nv, ok := h.c.b.(backend.NativeValues); ok && nv.SupportsNativeValues() {
+			return m.callJSON(ctx, h, in, decoded)
+		}
+	}
+	return m.callJSON(ctx, h, in, nil)
+}
+
+// callJSON is CallJSON, with the decoded input to set beside the encoded
+// one in the call's value, or nil.
+func (m *Method[A, I, O]) callJSON(ctx context.Context, h *ActorHandle[A], in []byte, decoded any) ([]byte, error) {
 	if err := h.Err(); err != nil {
 		return nil, err
 	}
@@ -34,7 +57,7 @@ func (m *Method[A, I, O]) CallJSON(ctx context.Context, h *ActorHandle[A], in []
 	if _, ok := c.codec.(jsonCodec); !ok {
 		return m.callJSONConverted(ctx, h, in)
 	}
-	arg := backend.Arg{Value: backend.Value{Data: in}}
+	arg := backend.Arg{Value: backend.Value{Data: in, Native: decoded}}
 	var v backend.Value
 	var err error
 	if w, ok := c.b.(backend.ActorCallWaiter); ok {

@@ -130,6 +130,21 @@ func TestCallJSON(t *testing.T) {
 		is.Equal(decode(t, b).Text, "v1:after")
 	})
 
+	t.Run("decoded already", func(t *testing.T) {
+		// An in-process actor takes the decoded value and decodes nothing
+		// (here the value and the bytes differ, to see which was taken);
+		// with another codec the bytes are converted as for CallJSON.
+		is := is.New(t)
+		b, err := jsonCallEcho.CallJSONDecoded(ctx, h, []byte(`{"Text":"bytes"}`), jsonCallIn{Text: "value"})
+		is.NoErr(err)
+		is.Equal(decode(t, b).Text, "v1:value")
+		c := localCluster(t, nil, &ray.Options{Codec: otherJSON{}})
+		h2 := jsonCallClass.Remote(ctx, c, "v2:")
+		b, err = jsonCallEcho.CallJSONDecoded(ctx, h2, []byte(`{"Text":"bytes"}`), jsonCallIn{Text: "value"})
+		is.NoErr(err)
+		is.Equal(decode(t, b).Text, "v2:bytes")
+	})
+
 	t.Run("another codec", func(t *testing.T) {
 		is := is.New(t)
 		c := localCluster(t, nil, &ray.Options{Codec: otherJSON{}})

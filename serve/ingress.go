@@ -164,19 +164,19 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 	// back as its response begins (no retry needs the body then), before
 	// the client can send its next request; a stream keeps it to the end,
 	// since a retried stream sends the body again.
-	release := sync.OnceFunc(func() { s.releaseBody(int64(len(body))) })
-	defer release()
+	held := &heldBody{ResponseWriter: w, s: s, n: int64(len(body))}
+	defer held.release()
 	hasHTTP := d.hasHTTP()
 	ep := d.endpoints()
 	switch {
 	case hasHTTP && !(rest == "" && r.Method == http.MethodPost && ep.unary) && !(rest == "/stream" && r.Method == http.MethodPost && ep.stream):
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		d.serveHTTPMethod(ctx, &releaseOnResponse{ResponseWriter: w, release: release}, r, rest, body, start)
+		d.serveHTTPMethod(ctx, held, r, rest, body, start)
 	case rest == "" && r.Method == http.MethodPost:
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		d.unary(ctx, &releaseOnResponse{ResponseWriter: w, release: release}, body, start)
+		d.unary(ctx, held, body, start)
 	case rest == "/stream" && r.Method == http.MethodPost:
 		ctx, cancel := context.WithTimeout(r.Context(), 10*timeout)
 		defer cancel()
@@ -227,7 +227,15 @@ func (s *Server) readWithin(w http.ResponseWriter, r *http.Request, want int64) 
 	limit := s.opts.MaxBodyBytes
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) // not every ResponseWriter supports it
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var err error
+	if n := r.ContentLength; n >= 0 && n <= limit {
+		// Its length is known (and within the limit: see admitBody), and
+		// net/http's body ends there: read into a buffer of that size.
+		data = make([]byte, n)
+		_, err = io.ReadFull(r.Body, data)
+	} else {
+		data, err = io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	}
 	if err != nil {
 		// The deadline stays (passed, for a timeout) and the connection
 		// closes after the answer: net/http would otherwise read the rest
@@ -358,13 +366,16 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 			releaseModel(slot)
 		}
 		d.release(rep)
+		if err == nil {
+			return nil
+		}
+		// (declared after the success's return: errors.As makes them
+		// escape, and each would be an allocation per request)
 		var bad badRequest
 		var up upstreamError
 		var body clientBodyError
 		var noReplay noReplayError
 		switch {
-		case err == nil:
-			return nil
 		case errors.As(err, &bad):
 			return fail(http.StatusBadRequest, kindBadCall, err.Error())
 		case errors.As(err, &body):
@@ -863,3 +874,33 @@ func (w *releaseOnResponse) Write(b []byte) (int, error) {
 }
 
 func (w *releaseOnResponse) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// heldBody gives an in-memory request body's n bytes of the budget back
+// to the server when the response begins (its header is written) or at
+// the latest when release is called: releaseOnResponse for the handler's
+// own goroutine, without a closure and a sync.Once per request.
+type heldBody struct {
+	http.ResponseWriter
+	s        *Server
+	n        int64
+	released bool
+}
+
+func (w *heldBody) release() {
+	if !w.released {
+		w.released = true
+		w.s.releaseBody(w.n)
+	}
+}
+
+func (w *heldBody) WriteHeader(code int) {
+	w.release()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *heldBody) Write(b []byte) (int, error) {
+	w.release()
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *heldBody) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"strings"
 
@@ -89,10 +88,8 @@ func decodeBody[I any](ctx context.Context, body []byte) (I, error) {
 		dec.DisallowUnknownFields()
 	}
 	err := dec.Decode(&in)
-	if err == nil {
-		if _, terr := dec.Token(); terr != io.EOF {
-			err = errors.New("data after the JSON value")
-		}
+	if err == nil && len(bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n")) > 0 {
+		err = errors.New("data after the JSON value")
 	}
 	if err != nil {
 		msg := err.Error()
@@ -110,10 +107,11 @@ func decodeBody[I any](ctx context.Context, body []byte) (I, error) {
 // Unary serves POST /<deployment>: the JSON body is decoded into I, m is
 // called on the replica's host-0 actor, and its output is the JSON reply.
 //
-// The router decodes the body only to check it (strictly, unless the
-// deployment has AllowUnknownFields); the body's bytes themselves cross to
-// the actor, and the output's encoding comes back as the reply
-// (ray's Method.CallJSON), so that the JSON is not decoded and encoded
+// The router decodes the body to check it (strictly, unless the
+// deployment has AllowUnknownFields); an actor in the router's process
+// takes that decoded value, one in another process the body's bytes, and
+// the output's encoding comes back as the reply (ray's
+// Method.CallJSONDecoded), so that the JSON is not decoded and encoded
 // again on the way.
 func Unary[A, I, O any](m *ray.Method[A, I, O]) Endpoint[A] {
 	return Endpoint[A]{func(e *actorEndpoints[A]) {
@@ -133,8 +131,10 @@ func Unary[A, I, O any](m *ray.Method[A, I, O]) Endpoint[A] {
 			}
 			// A caller that went away or timed out cancels the call (best
 			// effort): the method's context ends too, and so do the calls
-			// it makes through handles.
-			return m.CallJSON(ctx, h, body)
+			// it makes through handles. An actor in this process takes
+			// the value decoded here (each attempt decodes its own);
+			// one elsewhere gets the body's bytes.
+			return m.CallJSONDecoded(ctx, h, body, in)
 		}
 	}}
 }

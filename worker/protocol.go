@@ -257,9 +257,10 @@ func appendBool(b []byte, v bool) []byte {
 var errNativeValue = errors.New("the value is not encoded (Value.Native is set): values cross to a worker process only as bytes, so the cluster must use a codec (do not set ray.Options.DisableCodec)")
 
 // appendValue writes a nil Data as 0 and other data as its length plus 1,
-// so that nil and empty survive the trip.
+// so that nil and empty survive the trip. A Native beside Data is the
+// value Data encodes, for in-process work: Data crosses.
 func appendValue(b []byte, v backend.Value) ([]byte, error) {
-	if v.Native != nil {
+	if v.Native != nil && v.Data == nil {
 		return b, errNativeValue
 	}
 	if v.Data == nil {

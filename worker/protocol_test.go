@@ -124,6 +124,14 @@ func TestNativeValueRefused(t *testing.T) {
 	is := is.New(t)
 	_, err := appendFrame([]byte("keep"), &message{typ: msgRunTask, value: backend.Value{Native: 1}})
 	is.True(errors.Is(err, errNativeValue))
+
+	// Native beside Data is the value Data encodes: Data crosses.
+	frame, err := appendFrame(nil, &message{typ: msgResult, id: 1, value: backend.Value{Data: []byte(`{"a":1}`), Native: map[string]int{"a": 1}}})
+	is.NoErr(err)
+	m, err := decodeMessage(frame[frameHeader:])
+	is.NoErr(err)
+	is.Equal(string(m.value.Data), `{"a":1}`)
+	is.Equal(m.value.Native, nil)
 }
 
 func TestDecodeGarbled(t *testing.T) {
