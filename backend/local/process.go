@@ -116,6 +116,9 @@ type procExecutor struct {
 	output  worker.OutputLog // the workers' last lines per node
 	workers []*procWorker
 	byNode  map[string]*procWorker
+	// nodeWorkers is a copy of byNode that connected reads without a
+	// lock (once per task); replaced, under assign, when byNode changes.
+	nodeWorkers atomic.Pointer[map[string]*procWorker]
 
 	ctx    context.Context // cancelled by close: aborts starts
 	cancel context.CancelFunc
@@ -139,10 +142,11 @@ type procWorker struct {
 	nodes []string
 
 	mu       sync.Mutex
-	proc     *worker.Process   // nil while dead or starting
-	starting chan struct{}     // closed when the start in progress ends
-	startErr error             // of the last start
-	all      []*worker.Process // not yet reaped
+	proc     *worker.Process               // nil while dead or starting
+	client   atomic.Pointer[worker.Client] // proc's client, nil with proc; set under mu
+	starting chan struct{}                 // closed when the start in progress ends
+	startErr error                         // of the last start
+	all      []*worker.Process             // not yet reaped
 	// restarts counts consecutive restarts; startedAt is when the current
 	// process started.
 	restarts  int
@@ -185,6 +189,7 @@ func newProcRunner(o ProcessOptions, log *slog.Logger, nodes []string, restore f
 		w.nodes = append(w.nodes, n)
 		pe.byNode[n] = w
 	}
+	pe.publishNodes()
 	return &procRunner{pe: pe}, nil
 }
 
@@ -251,8 +256,19 @@ func (pe *procExecutor) worker(node string) *procWorker {
 		w = pe.workers[len(pe.byNode)%len(pe.workers)]
 		w.nodes = append(w.nodes, node)
 		pe.byNode[node] = w
+		pe.publishNodes()
 	}
 	return w
+}
+
+// publishNodes replaces nodeWorkers with a copy of byNode, with assign
+// held (or before the runner is shared).
+func (pe *procExecutor) publishNodes() {
+	m := make(map[string]*procWorker, len(pe.byNode))
+	for n, w := range pe.byNode {
+		m[n] = w
+	}
+	pe.nodeWorkers.Store(&m)
 }
 
 // WorkerPIDs returns the process ID of the live worker process serving
@@ -355,6 +371,7 @@ func (w *procWorker) launch(done chan struct{}) {
 		w.startErr = backend.Errorf(backend.FailedPrecondition, "start worker process", "%w", backend.ErrClosed)
 	default:
 		w.proc = p
+		w.client.Store(p.Client())
 		w.startedAt = time.Now()
 		w.pe.log.Debug("local: worker process started", "worker", w.idx, "pid", p.PID(), "nodes", w.nodes)
 	}
@@ -375,6 +392,7 @@ func (w *procWorker) lost(inc *incarnation, err error) {
 		return
 	}
 	w.proc = nil
+	w.client.Store(nil)
 	if time.Since(w.startedAt) > restartResetAfter {
 		w.restarts = 0
 	}
@@ -504,6 +522,7 @@ func (pe *procExecutor) close() {
 		w.mu.Lock()
 		all := w.all
 		w.proc = nil
+		w.client.Store(nil)
 		w.mu.Unlock()
 		for _, p := range all {
 			wg.Go(func() { p.Stop(stopTimeout) })
@@ -532,20 +551,13 @@ func (pe *procExecutor) client(ctx context.Context, node string) (*worker.Client
 }
 
 // connected is the NodeExecutor's Connected: the client of node's process
-// if that is running, else nil.
+// if that is running, else nil. It takes no lock: it runs once per task.
 func (pe *procExecutor) connected(node string) (*worker.Client, func()) {
-	pe.assign.Lock()
-	w := pe.byNode[node]
-	pe.assign.Unlock()
+	w := (*pe.nodeWorkers.Load())[node]
 	if w == nil {
 		return nil, nil
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.proc == nil {
-		return nil, nil
-	}
-	return w.proc.Client(), nil
+	return w.client.Load(), nil
 }
 
 // nodeWorker is the NodeExecutor's Worker: the node's process's client; a
