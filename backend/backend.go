@@ -334,7 +334,9 @@ type Backend interface {
 // spec (package ray keeps one per registered task, for submissions
 // without options), saving an allocation per task. SubmitTaskArg is
 // SubmitTask of spec with its Arg replaced by arg; spec.Arg is ignored.
-// The backend may keep spec for the task's life but must not modify it.
+// The backend may keep spec for the task's life but must not modify it;
+// the caller must not modify it either once submitted, since the backend
+// may remember what it checked of a spec submitted again.
 type ArgSubmitter interface {
 	SubmitTaskArg(ctx context.Context, spec *TaskSpec, arg Arg) (ObjectID, error)
 }

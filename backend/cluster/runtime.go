@@ -134,7 +134,12 @@ type Runtime struct {
 	inlineCall  *callRun
 	ops         map[opKey]string // cached operation names for errors
 	lastSubmit  [2]string        // the last task name submitted and its op (submitOp)
-	counters    counters         // for metrics (counters.go)
+	// lastSpec is the spec SubmitTaskArg took last, and lastSpecClass
+	// its class: the same immutable spec submitted again skips the
+	// checks it passed (its name registered, its class found).
+	lastSpec      *backend.TaskSpec
+	lastSpecClass *class
+	counters      counters // for metrics (counters.go)
 }
 
 var _ backend.Backend = (*Runtime)(nil)

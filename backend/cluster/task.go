@@ -114,15 +114,24 @@ func (rt *Runtime) SubmitTaskArg(ctx context.Context, spec *backend.TaskSpec, ar
 	if err := rt.precheck(op); err != nil {
 		return 0, err
 	}
-	if err := spec.Check(op, rt.exec); err != nil {
-		return 0, err
-	}
-	c, err := rt.classFor(op, &spec.Scheduling)
-	if err != nil {
-		return 0, err
-	}
-	if err := rt.feasible(op, c); err != nil {
-		return 0, err
+	c := rt.lastSpecClass
+	if spec == nil || spec != rt.lastSpec || c.swept || c.pl.Group != 0 || c.feasEpoch != rt.epoch || c.feasErr != nil {
+		// Not the spec submitted last, or its class may have changed
+		// (swept, or feasibility to be checked again): the full checks.
+		// Names are never unregistered, so a spec checked once stays
+		// registered.
+		rt.lastSpec, rt.lastSpecClass = nil, nil
+		if err := spec.Check(op, rt.exec); err != nil {
+			return 0, err
+		}
+		var err error
+		if c, err = rt.classFor(op, &spec.Scheduling); err != nil {
+			return 0, err
+		}
+		if err := rt.feasible(op, c); err != nil {
+			return 0, err
+		}
+		rt.lastSpec, rt.lastSpecClass = spec, c
 	}
 	t := &task{spec: spec, cls: c, arg: arg.Value}
 	if arg.Ref != 0 {
