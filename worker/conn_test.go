@@ -2,10 +2,13 @@ package worker
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -142,4 +145,59 @@ func TestRunCtx(t *testing.T) {
 	// Without an info, no RuntimeInfo.
 	_, ok = backend.RuntimeInfoFrom(newRunCtx(nil))
 	is.True(!ok)
+}
+
+// Requests and replies of every size, lone (one caller at a time) and
+// concurrent (frames batched behind writes in progress), all reach their
+// callers intact: written by their senders or by the writer goroutine,
+// no frame is lost, reordered into another's reply or interleaved.
+func TestLoneAndBatchedFramesMix(t *testing.T) {
+	addr, _ := startServer(t, nil)
+	c := dialTest(t, addr, nil)
+	sizes := []int{1, 100, 70_000, 300_000} // the larger exceed a socket's buffer
+	call := func(g, i int) error {
+		arg := bytes.Repeat([]byte{byte('a' + (g+i)%26)}, sizes[(g+i)%len(sizes)])
+		v, err := c.RunTask(context.Background(), "echo", backend.Value{Data: arg}, nil)
+		if err != nil {
+			return fmt.Errorf("call %d of %d: %w", i, g, err)
+		}
+		if !bytes.Equal(v.Data, arg) {
+			return fmt.Errorf("call %d of %d: got %d bytes, want %d bytes of %q", i, g, len(v.Data), len(arg), arg[0])
+		}
+		return nil
+	}
+	// One caller: every request and reply is lone.
+	for i := range 12 {
+		if err := call(0, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Four callers at once, besides a burst of started tasks.
+	errs := make(chan error, 4)
+	for g := 1; g <= 4; g++ {
+		go func() {
+			for i := range 20 {
+				if err := call(g, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var burst []<-chan startResult
+	for i := range 200 {
+		burst = append(burst, startTask(context.Background(), c, "echo", strconv.Itoa(i)))
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	for i, res := range burst {
+		r := <-res
+		if r.err != nil || string(r.v.Data) != strconv.Itoa(i) {
+			t.Fatalf("started task %d: got %q, %v", i, r.v.Data, r.err)
+		}
+	}
 }
