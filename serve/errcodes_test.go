@@ -102,6 +102,7 @@ func TestErrorCodes(t *testing.T) {
 		{"ErrNoDeployment", serve.ErrNoDeployment, ray.NotFound},
 		{"ErrBadCall", serve.ErrBadCall, ray.InvalidArgument},
 		{"ErrReplicaLost", serve.ErrReplicaLost, ray.Unavailable},
+		{"ErrNoReplica", serve.ErrNoReplica, ray.Unavailable},
 		{"ErrRouterUnreachable", serve.ErrRouterUnreachable, ray.Unavailable},
 		{"serve.Error 404", serve.Error(404, "x"), ray.NotFound},
 		{"serve.CodeError", serve.CodeError(ray.FailedPrecondition, "x"), ray.FailedPrecondition},

@@ -49,6 +49,7 @@ const (
 	kindFailed     = "failed"
 	kindInternal   = "internal"
 	kindUnreached  = "unreachable"
+	kindNoReplica  = "no-replica"
 )
 
 // The errors of handle calls, besides [ErrOverloaded] and
@@ -73,8 +74,8 @@ var (
 // callee failed. Code is the HTTP status an HTTP client would get for the
 // same failure (400, 404, 500, 502, 503, 504); errors.Is matches
 // [ErrOverloaded], [ErrShuttingDown], [ErrNoDeployment], [ErrBadCall],
-// [ErrReplicaLost], [ErrRouterUnreachable], ray.ErrTaskFailed (the
-// callee's code returned an error or panicked) and
+// [ErrReplicaLost], [ErrNoReplica], [ErrRouterUnreachable],
+// ray.ErrTaskFailed (the callee's code returned an error or panicked) and
 // context.DeadlineExceeded (the callee's RequestTimeout passed). A call
 // whose own context ends returns ctx.Err() itself, not a CallError.
 type CallError struct {
@@ -111,7 +112,7 @@ func (e *CallError) rayCode() ray.ErrorCode {
 	switch e.kind {
 	case kindOverloaded:
 		return ray.ResourceExhausted
-	case kindShutdown, kindLost, kindUnreached:
+	case kindShutdown, kindLost, kindUnreached, kindNoReplica:
 		return ray.Unavailable
 	case kindNotFound:
 		return ray.NotFound
@@ -151,6 +152,8 @@ func (e *CallError) Is(target error) bool {
 		return target == ray.ErrTaskFailed
 	case kindUnreached:
 		return target == ErrRouterUnreachable
+	case kindNoReplica:
+		return target == ErrNoReplica
 	}
 	return false
 }

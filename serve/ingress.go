@@ -353,6 +353,8 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 			return fail(http.StatusServiceUnavailable, kindOverloaded, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, err))
 		case errors.Is(err, ErrShuttingDown):
 			return fail(http.StatusServiceUnavailable, kindShutdown, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, err))
+		case errors.Is(err, ErrNoReplica):
+			return fail(http.StatusServiceUnavailable, kindNoReplica, fmt.Sprintf("deployment %q: %v; retry later", d.spec.Name, err))
 		case err != nil:
 			return fail(ctxCode(ctx), ctxKind(ctx), fmt.Sprintf("deployment %q: no replica became free: %v", d.spec.Name, cmp.Or(context.Cause(ctx), err)))
 		}

@@ -199,7 +199,7 @@ func (d *deployment) runReplica(r *replica) {
 		d.stop(r, "")
 		return
 	}
-	r.state, r.readyAt = stateReady, time.Now()
+	r.state, r.readyAt, d.served = stateReady, time.Now(), true
 	d.s.metrics.dep(d.spec.Name).replicaStarts.Inc()
 	d.retryAt, d.backoff, d.lastErr = time.Time{}, 0, nil
 	d.dispatchLocked()
@@ -267,6 +267,11 @@ func (d *deployment) lost(r *replica, reason string, hold bool) {
 	r.state, r.reason, r.holdSlice = stateStopping, reason, hold
 	d.closeDrainedLocked(r)
 	d.failures++
+	if d.outageLocked() {
+		// The last ready replica: the queued requests would wait for
+		// the replacements; they are refused now, as new ones are.
+		d.failQueueLocked(ErrNoReplica)
+	}
 	d.reconcileLocked()
 	closing := d.closing
 	if !closing {

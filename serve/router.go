@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -24,11 +25,17 @@ var (
 	ErrOverloaded error = &backend.Error{Code: backend.ResourceExhausted, Err: errors.New("every replica is at its limit and the queue is full")}
 	// ErrShuttingDown: the deployment (or its server) is being removed.
 	ErrShuttingDown error = &backend.Error{Code: backend.Unavailable, Err: errors.New("deployment is shutting down")}
+	// ErrNoReplica: the deployment served before, and now none of its
+	// replicas is ready (every one was lost: dead hosts, dead actors,
+	// failed health checks), so a request is refused at once instead of
+	// waiting out its timeout while replacements start.
+	ErrNoReplica error = &backend.Error{Code: backend.Unavailable, Err: errors.New("no replica is ready: every replica was lost and no replacement is ready yet")}
 )
 
 // waiter is a queued request.
 type waiter struct {
 	ch      chan *replica // receives the replica, or nil when the queue is closed
+	err     error         // with nil: why (ErrNoReplica); else shutting down
 	exclude []*replica
 	model   string     // the request's model on a multiplexed deployment
 	slot    *modelSlot // its slot on the replica handed over, with model
@@ -58,6 +65,10 @@ func (d *deployment) acquireModel(ctx context.Context, exclude []*replica, model
 			return r, s, nil
 		}
 	}
+	if d.outageLocked() {
+		d.mu.Unlock()
+		return nil, nil, ErrNoReplica
+	}
 	if len(d.waiters) >= d.spec.MaxQueuedRequests {
 		d.mu.Unlock()
 		return nil, nil, ErrOverloaded
@@ -70,7 +81,7 @@ func (d *deployment) acquireModel(ctx context.Context, exclude []*replica, model
 	select {
 	case r := <-w.ch:
 		if r == nil {
-			return nil, nil, ErrShuttingDown
+			return nil, nil, cmp.Or(w.err, ErrShuttingDown)
 		}
 		return r, w.slot, nil
 	case <-ctx.Done():
@@ -179,6 +190,39 @@ func (d *deployment) dispatchLocked() {
 		d.waiters = slices.Delete(d.waiters, i, i+1)
 		w.ch <- r
 	}
+}
+
+// outageLocked reports whether d is in an outage: it served before, and
+// neither it nor the version it shares its requests with during a
+// rolling update (d.next) has a ready replica now. Requests are refused
+// with ErrNoReplica then, as a proxy with no healthy upstream does,
+// instead of waiting for replacements that may need capacity the cluster
+// no longer has. d.mu must be held; it takes d.next.mu.
+func (d *deployment) outageLocked() bool {
+	if !d.served || d.anyReadyLocked() {
+		return false
+	}
+	if n := d.next; n != nil {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return !n.anyReadyLocked()
+	}
+	return true
+}
+
+// anyReadyLocked reports whether a replica of d is ready. d.mu must be
+// held.
+func (d *deployment) anyReadyLocked() bool {
+	return slices.ContainsFunc(d.replicas, func(r *replica) bool { return r.state == stateReady })
+}
+
+// failQueueLocked fails every queued request with err. d.mu must be held.
+func (d *deployment) failQueueLocked(err error) {
+	for _, w := range d.waiters {
+		w.err = err
+		w.ch <- nil
+	}
+	d.waiters = nil
 }
 
 // closeQueueLocked fails every queued request. d.mu must be held.

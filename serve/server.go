@@ -202,6 +202,7 @@ type deployment struct {
 	retryTimer  *time.Timer
 	lastScaleUp time.Duration
 	deployed    bool   // the initial replicas were asked for
+	served      bool   // a replica of it has been ready (see outageLocked)
 	modelSeq    uint64 // counts model uses, for LRU order
 	created     time.Time
 
