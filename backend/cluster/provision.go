@@ -52,6 +52,10 @@ type provisioned struct {
 	asked int // slices, in all
 	provs []Provisioning
 	off   bool // the source said it does not provision
+	// fail, if set, fails the waiting reservation: a provisioning that
+	// is a ProvisioningFailer reported that its request failed for good.
+	fail func(error)
+	done chan struct{} // closed by close: the watchers of Failed end
 }
 
 // ask asks for more slices, up to short in all; it reports whether the
@@ -74,6 +78,18 @@ func (q *provisioned) ask(ctx context.Context, short int) (bool, error) {
 	}
 	q.asked = short
 	q.provs = append(q.provs, prov)
+	if f, ok := prov.(ProvisioningFailer); ok && q.fail != nil {
+		failed, done, fail := f.Failed(), q.done, q.fail
+		go func() {
+			select {
+			case err := <-failed:
+				if err != nil {
+					fail(err)
+				}
+			case <-done:
+			}
+		}()
+	}
 	return true, nil
 }
 
@@ -101,6 +117,13 @@ func (q *provisioned) close(ctx context.Context) error {
 		errs = append(errs, p.Close(ctx))
 	}
 	q.provs = nil
+	if q.done != nil {
+		select {
+		case <-q.done:
+		default:
+			close(q.done)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -114,7 +137,12 @@ func (q *provisioned) close(ctx context.Context) error {
 // without a Provisioner. b.mu is held on entry and released on return.
 func (rt *Runtime) reserveProvisioned(ctx context.Context, op string, pr Provisioner, req *backend.SliceRequest, short int, newWait func(*shapePool) *sliceWait) (r *backend.SliceReservation, err error, tried bool) {
 	rt.mu.Unlock()
-	q := &provisioned{pr: pr}
+	// A provisioning that fails for good (ProvisioningFailer) ends the
+	// wait at once, with its error.
+	parent := ctx
+	ctx, failWait := context.WithCancelCause(ctx)
+	defer failWait(nil)
+	q := &provisioned{pr: pr, fail: func(err error) { failWait(&provisionFailed{err}) }, done: make(chan struct{})}
 	q.req.Name = req.Name
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), provisionCloseTimeout)
@@ -153,6 +181,10 @@ func (rt *Runtime) reserveProvisioned(ctx context.Context, op string, pr Provisi
 	}
 	p := rt.slices.poolFor(w.shape)
 	r, err = rt.awaitSlices(ctx, op, p, w)
+	var pf *provisionFailed
+	if err != nil && parent.Err() == nil && errors.As(context.Cause(ctx), &pf) {
+		return nil, backend.Wrap(backend.CodeOf(pf.err), op, pf.err), true
+	}
 	if err != nil && ctx.Err() != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		status := q.status(sctx)
@@ -164,3 +196,9 @@ func (rt *Runtime) reserveProvisioned(ctx context.Context, op string, pr Provisi
 	}
 	return r, err, true
 }
+
+// provisionFailed is the cause of a reservation's wait ended by a
+// provisioning that failed for good.
+type provisionFailed struct{ err error }
+
+func (e *provisionFailed) Error() string { return e.err.Error() }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/matryer/is"
+
 	"github.com/goray-dev/goray/backend"
 	"github.com/goray-dev/goray/backend/cluster"
 	"github.com/goray-dev/goray/internal/testkit"
@@ -321,4 +323,62 @@ func TestProvisionedBundleTakesTasks(t *testing.T) {
 	if _, err := rt.Get(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// failingProvisioning is a provisioning whose request fails for good when
+// the test sends on failed (cluster.ProvisioningFailer).
+type failingProvisioning struct {
+	*provisioning
+	failed chan error
+}
+
+func (p failingProvisioning) Failed() <-chan error { return p.failed }
+
+type failingSource struct {
+	*provSource
+	failed chan error
+}
+
+func (s failingSource) Provision(ctx context.Context, req cluster.ProvisionRequest) (cluster.Provisioning, error) {
+	p, err := s.provSource.Provision(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return failingProvisioning{p.(*provisioning), s.failed}, nil
+}
+
+// A provisioning that fails for good (a ProvisioningRequest marked Failed,
+// or rejected by Kueue's admission check) fails the waiting reservation at
+// once with its error and code, not at the reservation's deadline; the
+// provisioning is closed once.
+func TestProvisionFailureEndsTheWait(t *testing.T) {
+	is := is.New(t)
+	src := failingSource{newProvSource(nil), make(chan error, 1)}
+	rt, err := cluster.New(src, cluster.GoroutineRunner{}, cluster.Options{})
+	is.NoErr(err)
+	is.NoErr(rt.Start(context.Background(), anyTask{}))
+	t.Cleanup(func() { rt.Close() })
+	done := make(chan error, 1)
+	go func() {
+		_, err := rt.ReserveSlices(context.Background(), request("doomed"))
+		done <- err
+	}()
+	select {
+	case <-src.askedNow:
+	case err := <-done:
+		t.Fatalf("reservation ended before provisioning: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Provision was never called")
+	}
+	src.failed <- backend.Errorf(backend.ResourceExhausted, "provision", "ProvisioningRequest pr-1: Failed=True (OutOfStock: no TPU v6e in the zone)")
+	select {
+	case err := <-done:
+		is.Equal(backend.CodeOf(err), backend.ResourceExhausted) // the provisioning's code
+		testkit.ErrContains(t, err, "OutOfStock: no TPU v6e in the zone")
+		testkit.ErrContains(t, err, "reserve")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reservation still waits after its provisioning failed")
+	}
+	_, closed := src.state()
+	is.Equal(closed, 1) // the provisioning is closed once
 }

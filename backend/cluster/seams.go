@@ -284,3 +284,14 @@ type Provisioning interface {
 	// once. The runtime calls it with a context bounded to 30s.
 	Close(ctx context.Context) error
 }
+
+// ProvisioningFailer is an optional interface of a [Provisioning] whose
+// request can fail for good while the reservation waits (on GKE: a
+// ProvisioningRequest marked Failed, or Kueue's admission check that
+// rejected it). The runtime fails the waiting reservation at once with
+// the error received, instead of waiting for its timeout.
+type ProvisioningFailer interface {
+	// Failed returns a channel that receives at most one error, when the
+	// request has failed for good; its code is the reservation's.
+	Failed() <-chan error
+}

@@ -336,7 +336,7 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Provision.validate()...)
-	errs = append(errs, c.Kueue.validate(c.Provision.Mode)...)
+	errs = append(errs, c.Kueue.validate(c.Provision)...)
 	if c.Worker.StartTimeout < 0 || c.Worker.IdleTimeout < 0 || c.Worker.HostIdle < 0 {
 		bad("Worker.StartTimeout %v, Worker.IdleTimeout %v and Worker.HostIdle %v: want >= 0 (0 means the default)", c.Worker.StartTimeout, c.Worker.IdleTimeout, c.Worker.HostIdle)
 	}

@@ -48,8 +48,11 @@ func TestConfigValidate(t *testing.T) {
 		{name: "kueue names", cfg: ok(func(c *Config) { c.Kueue = KueueConfig{LocalQueue: "Team A", PriorityClass: "x"} }), want: []string{`Kueue.LocalQueue "Team A"`}},
 		{name: "kueue priority alone", cfg: ok(func(c *Config) { c.Kueue.PriorityClass = "low" }), want: []string{`Kueue.PriorityClass "low" without Kueue.LocalQueue`}},
 		{name: "kueue with provisioning", cfg: ok(func(c *Config) {
-			c.Kueue.LocalQueue, c.Provision.Mode = "team", ProvisionPods
-		}), want: []string{`Kueue.LocalQueue "team" with Provision.Mode "pods"`}},
+			c.Kueue.LocalQueue, c.Provision.Mode = "team", ProvisionRequest
+		})},
+		{name: "kueue with placeholders", cfg: ok(func(c *Config) {
+			c.Kueue.LocalQueue, c.Provision.Mode, c.Provision.Placeholders = "team", ProvisionPods, true
+		}), want: []string{`Kueue.LocalQueue "team" with Provision.Placeholders`}},
 		{name: "log level", cfg: ok(func(c *Config) { c.Worker.LogLevel = "loud" }), want: []string{`Worker.LogLevel "loud": want debug, info, warn, error or off`}},
 	}
 	for _, tt := range tests {

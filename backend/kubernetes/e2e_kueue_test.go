@@ -381,6 +381,44 @@ func TestE2EKueueManagesEveryPod(t *testing.T) {
 	is.NoErr(err)
 	is.Equal(got[0]+got[1], 21)
 	is.NoErr(spg.Release(ctx))
+
+	// A CPU task's pod is queued too: a pod group of its own in the
+	// LocalQueue, admitted (it requests nothing the ClusterQueue counts),
+	// where without it Kueue would gate it for ever.
+	// (Once the reservation's pods are gone: a task placed on a host while
+	// its released reservation's worker is still being closed can fail.)
+	is.NoErr(cp.WaitForPodsGone(ctx, "default", LabelReservation))
+	pod, err := k8sSay.Remote(ctx, c, "a CPU task").Get(ctx)
+	is.NoErr(err)
+	cpuPods, err := cp.Client().CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: LabelCluster + "," + labelKueueQueue + "=team"})
+	is.NoErr(err)
+	is.Equal(len(cpuPods.Items), 1)
+	is.Equal(cpuPods.Items[0].Name, pod) // the task ran in it
+	hasWorkload := func(name string) bool {
+		wls, err := k.Workloads(ctx, "default")
+		is.NoErr(err)
+		for _, w := range wls {
+			if w.GetName() == name {
+				return true
+			}
+		}
+		return false
+	}
+	is.True(hasWorkload(pod)) // its Workload, named as the pod
+	is.NoErr(c.Close())
+	is.NoErr(wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return !hasWorkload(pod), nil
+	})) // and gone with it
+
+	// A CPU pod requesting what the ClusterQueue has no quota of could
+	// never be admitted: FailedPrecondition at once, naming it.
+	_, c = kueueDriver(t, rc, "team", "", func(cfg *Config) { cfg.Worker.CPU = "100m" })
+	t0 = time.Now()
+	_, err = k8sSay.Remote(ctx, c, "never").Get(ctx)
+	is.Equal(ray.CodeOf(err), ray.FailedPrecondition)
+	is.True(strings.Contains(err.Error(), "requests cpu, which ClusterQueue tpu"))
+	is.True(time.Since(t0) < 30*time.Second)
+	t.Logf("a CPU pod the ClusterQueue cannot admit (%v): %v", time.Since(t0).Round(time.Millisecond), err)
 }
 
 // TestE2EKueueServeReplicaReadmitted: a serve deployment's replica in

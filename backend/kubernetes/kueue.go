@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/goray-dev/goray/backend"
@@ -48,7 +49,7 @@ type KueueConfig struct {
 	PriorityClass string
 }
 
-func (k KueueConfig) validate(mode ProvisionMode) []error {
+func (k KueueConfig) validate(prov ProvisionConfig) []error {
 	var errs []error
 	for name, v := range map[string]string{"Kueue.LocalQueue": k.LocalQueue, "Kueue.PriorityClass": k.PriorityClass} {
 		if v == "" {
@@ -61,8 +62,8 @@ func (k KueueConfig) validate(mode ProvisionMode) []error {
 	if k.LocalQueue == "" && k.PriorityClass != "" {
 		errs = append(errs, fmt.Errorf("Kueue.PriorityClass %q without Kueue.LocalQueue: name the LocalQueue the reservations are admitted by", k.PriorityClass))
 	}
-	if k.LocalQueue != "" && mode != ProvisionOff {
-		errs = append(errs, fmt.Errorf("Kueue.LocalQueue %q with Provision.Mode %q: the LocalQueue mode works on existing node pools only; leave Provision.Mode off (let Kueue's ProvisioningRequest admission check make the capacity instead)", k.LocalQueue, mode))
+	if k.LocalQueue != "" && prov.Mode != ProvisionOff && prov.Placeholders {
+		errs = append(errs, fmt.Errorf("Kueue.LocalQueue %q with Provision.Placeholders: in the LocalQueue mode the capacity pods are the reservation's worker pods in waiting (one Kueue pod group); leave Placeholders off", k.LocalQueue))
 	}
 	return errs
 }
@@ -87,17 +88,31 @@ type kueueObject struct {
 		// LocalQueue
 		ClusterQueue string `json:"clusterQueue"`
 		// ClusterQueue
-		CohortName     string               `json:"cohortName"`
-		ResourceGroups []kueueResourceGroup `json:"resourceGroups"`
+		CohortName              string               `json:"cohortName"`
+		ResourceGroups          []kueueResourceGroup `json:"resourceGroups"`
+		AdmissionChecksStrategy *struct {
+			AdmissionChecks []struct {
+				Name string `json:"name"`
+			} `json:"admissionChecks"`
+		} `json:"admissionChecksStrategy"`
+		// AdmissionCheck
+		ControllerName string `json:"controllerName"`
 		// ResourceFlavor
 		NodeLabels map[string]string `json:"nodeLabels"`
 		// Workload
 		QueueName string `json:"queueName"`
 		Priority  *int32 `json:"priority"`
+		Active    *bool  `json:"active"`
 	} `json:"spec"`
 	Status struct {
 		Conditions       []metav1.Condition `json:"conditions"`
 		PendingWorkloads int32              `json:"pendingWorkloads"`
+		// Workload
+		AdmissionChecks []struct {
+			Name    string `json:"name"`
+			State   string `json:"state"`
+			Message string `json:"message"`
+		} `json:"admissionChecks"`
 	} `json:"status"`
 }
 
@@ -128,7 +143,18 @@ type kueueList struct {
 type kueueQueue struct {
 	lq, cq  string
 	flavors []kueueFlavor
+	// provChecks are the ClusterQueue's admission checks whose controller
+	// is Kueue's ProvisioningRequest one; checksErr, why they could not be
+	// read.
+	provChecks []string
+	checksErr  error
+	// covered are the resources the ClusterQueue has quota of.
+	covered []string
 }
+
+// kueueProvisioningController is the controllerName of Kueue's
+// ProvisioningRequest admission checks.
+const kueueProvisioningController = "kueue.x-k8s.io/provisioning-request"
 
 type kueueFlavor struct {
 	name   string
@@ -170,10 +196,17 @@ func (q *kueueQueue) flavorsOf(nodeLabels map[string]string) []kueueFlavor {
 	return out
 }
 
+// kueueClient reads Kueue's objects for the LocalQueue lq of namespace
+// ns (the runner's pod groups, the source's capacity groups).
+type kueueClient struct {
+	client kubernetes.Interface
+	ns, lq string
+}
+
 // kueueRest returns the REST client for Kueue's API, or an error saying
 // why there is none.
-func (r *Runner) kueueRest(op string) (rest.Interface, error) {
-	d := r.client.Discovery()
+func (k kueueClient) kueueRest(op string) (rest.Interface, error) {
+	d := k.client.Discovery()
 	if d != nil {
 		if rc := d.RESTClient(); rc != nil {
 			if c, ok := rc.(*rest.RESTClient); !ok || c != nil {
@@ -181,10 +214,10 @@ func (r *Runner) kueueRest(op string) (rest.Interface, error) {
 			}
 		}
 	}
-	return nil, backend.Errorf(backend.FailedPrecondition, op, "Kueue.LocalQueue %q needs a client of a real API server (Kueue's objects are CRDs the client-go fake does not serve)", r.cfg.Kueue.LocalQueue)
+	return nil, backend.Errorf(backend.FailedPrecondition, op, "Kueue.LocalQueue %q needs a client of a real API server (Kueue's objects are CRDs the client-go fake does not serve)", k.lq)
 }
 
-func (r *Runner) kueueGet(ctx context.Context, rc rest.Interface, path string, into any) error {
+func (k kueueClient) kueueGet(ctx context.Context, rc rest.Interface, path string, into any) error {
 	raw, err := rc.Get().AbsPath(kueueAPI + path).Do(ctx).Raw()
 	if err != nil {
 		return err
@@ -194,17 +227,17 @@ func (r *Runner) kueueGet(ctx context.Context, rc rest.Interface, path string, i
 
 // kueueQueueOf reads the LocalQueue of the mode, its ClusterQueue and
 // flavors.
-func (r *Runner) kueueQueueOf(ctx context.Context, op string) (*kueueQueue, error) {
-	rc, err := r.kueueRest(op)
+func (k kueueClient) kueueQueueOf(ctx context.Context, op string) (*kueueQueue, error) {
+	rc, err := k.kueueRest(op)
 	if err != nil {
 		return nil, err
 	}
-	ns, name := r.cfg.Namespace, r.cfg.Kueue.LocalQueue
+	ns, name := k.ns, k.lq
 	var lq kueueObject
-	if err := r.kueueGet(ctx, rc, "/namespaces/"+ns+"/localqueues/"+name, &lq); err != nil {
+	if err := k.kueueGet(ctx, rc, "/namespaces/"+ns+"/localqueues/"+name, &lq); err != nil {
 		if apierrors.IsNotFound(err) {
 			var l kueueList
-			if lerr := r.kueueGet(ctx, rc, "/namespaces/"+ns+"/localqueues", &l); apierrors.IsNotFound(lerr) {
+			if lerr := k.kueueGet(ctx, rc, "/namespaces/"+ns+"/localqueues", &l); apierrors.IsNotFound(lerr) {
 				return nil, backend.Errorf(backend.FailedPrecondition, op, "Kueue.LocalQueue %q: the cluster does not serve Kueue's API (%s localqueues): is Kueue installed?", name, kueueAPI)
 			} else if lerr == nil {
 				var names []string
@@ -219,18 +252,30 @@ func (r *Runner) kueueQueueOf(ctx context.Context, op string) (*kueueQueue, erro
 	}
 	q := &kueueQueue{lq: name, cq: lq.Spec.ClusterQueue}
 	var cq kueueObject
-	if err := r.kueueGet(ctx, rc, "/clusterqueues/"+q.cq, &cq); err != nil {
+	if err := k.kueueGet(ctx, rc, "/clusterqueues/"+q.cq, &cq); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, backend.Errorf(backend.FailedPrecondition, op, "LocalQueue %s/%s points at ClusterQueue %q, which does not exist; ask the cluster's admin", ns, name, q.cq)
 		}
 		return nil, backend.Wrap(apiCode(err), op, fmt.Errorf("read ClusterQueue %s of LocalQueue %s/%s: %w%s", q.cq, ns, name, err, kueueRBACHint(err)))
+	}
+	if st := cq.Spec.AdmissionChecksStrategy; st != nil {
+		for _, c := range st.AdmissionChecks {
+			var ac kueueObject
+			if err := k.kueueGet(ctx, rc, "/admissionchecks/"+c.Name, &ac); err != nil {
+				q.checksErr = fmt.Errorf("read AdmissionCheck %s of ClusterQueue %s: %w%s", c.Name, q.cq, err, kueueRBACHint(err))
+				continue
+			}
+			if ac.Spec.ControllerName == kueueProvisioningController {
+				q.provChecks = append(q.provChecks, c.Name)
+			}
+		}
 	}
 	// A cohort lends its members' unused quota: without a borrowing limit
 	// a flavor can grow by what the cohort's other ClusterQueues lend.
 	var cohort []kueueObject
 	if cq.Spec.CohortName != "" {
 		var l kueueList
-		if err := r.kueueGet(ctx, rc, "/clusterqueues", &l); err == nil {
+		if err := k.kueueGet(ctx, rc, "/clusterqueues", &l); err == nil {
 			for _, it := range l.Items {
 				if it.Spec.CohortName == cq.Spec.CohortName && it.Metadata.Name != q.cq {
 					cohort = append(cohort, it)
@@ -239,6 +284,7 @@ func (r *Runner) kueueQueueOf(ctx context.Context, op string) (*kueueQueue, erro
 		}
 	}
 	for _, g := range cq.Spec.ResourceGroups {
+		q.covered = append(q.covered, g.CoveredResources...)
 		if !slices.Contains(g.CoveredResources, string(resourceTPU)) {
 			continue
 		}
@@ -258,7 +304,7 @@ func (r *Runner) kueueQueueOf(ctx context.Context, op string) (*kueueQueue, erro
 				}
 			}
 			var rf kueueObject
-			if err := r.kueueGet(ctx, rc, "/resourceflavors/"+f.Name, &rf); err != nil && !apierrors.IsNotFound(err) {
+			if err := k.kueueGet(ctx, rc, "/resourceflavors/"+f.Name, &rf); err != nil && !apierrors.IsNotFound(err) {
 				return nil, backend.Wrap(apiCode(err), op, fmt.Errorf("read ResourceFlavor %s of ClusterQueue %s: %w%s", f.Name, q.cq, err, kueueRBACHint(err)))
 			}
 			kf.labels = rf.Spec.NodeLabels
@@ -296,7 +342,7 @@ func lentBy(cohort []kueueObject, flavor string) int64 {
 
 func kueueRBACHint(err error) string {
 	if apierrors.IsForbidden(err) {
-		return " (the driver's role needs get and list on Kueue's localqueues, clusterqueues, resourceflavors and workloads: apply backend/kubernetes/deploy/rbac.yaml)"
+		return " (the driver's role needs get and list on Kueue's localqueues, clusterqueues, resourceflavors, admissionchecks and workloads: apply backend/kubernetes/deploy/rbac.yaml)"
 	}
 	return ""
 }
@@ -306,6 +352,11 @@ func listOrNone(names []string) string {
 		return "none"
 	}
 	return strings.Join(names, ", ")
+}
+
+// kq is the runner's client of Kueue's objects.
+func (r *Runner) kq() kueueClient {
+	return kueueClient{client: r.client, ns: r.cfg.Namespace, lq: r.cfg.Kueue.LocalQueue}
 }
 
 // kueueGroup is one reservation's pod group.
@@ -325,7 +376,7 @@ type kueueGroup struct {
 // pod group: Infeasible when the slices' nodes match no flavor of the
 // ClusterQueue or need more chips than it can ever admit in their flavor.
 func (r *Runner) kueueGroupOf(ctx context.Context, op string, c cluster.Claim, kubeNodes [][]string, chips int64) (*kueueGroup, error) {
-	q, err := r.kueueQueueOf(ctx, op)
+	q, err := r.kq().kueueQueueOf(ctx, op)
 	if err != nil {
 		return nil, err
 	}
@@ -472,12 +523,12 @@ func (r *Runner) kueueWaiting(ctx context.Context, g *kueueGroup) string {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	where := fmt.Sprintf("LocalQueue %s/%s, ClusterQueue %s, %d google.com/tpu in flavor %s", r.cfg.Namespace, g.q.lq, g.q.cq, g.chips, g.flavor)
-	rc, err := r.kueueRest("")
+	rc, err := r.kq().kueueRest("")
 	if err != nil {
 		return where
 	}
 	var l kueueList
-	if err := r.kueueGet(ctx, rc, "/namespaces/"+r.cfg.Namespace+"/workloads", &l); err != nil {
+	if err := r.kq().kueueGet(ctx, rc, "/namespaces/"+r.cfg.Namespace+"/workloads", &l); err != nil {
 		return where + "; workloads not readable: " + err.Error()
 	}
 	var self *kueueObject
@@ -574,7 +625,7 @@ func (r *Runner) deleteKueueWorkload(ctx context.Context, name string) {
 	if r.cfg.Kueue.LocalQueue == "" {
 		return
 	}
-	rc, err := r.kueueRest("")
+	rc, err := r.kq().kueueRest("")
 	if err != nil {
 		return
 	}
@@ -582,4 +633,73 @@ func (r *Runner) deleteKueueWorkload(ctx context.Context, name string) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		r.log.Warn("kubernetes: delete the Kueue Workload of a released reservation", "workload", r.cfg.Namespace+"/"+name, "err", err)
 	}
+}
+
+// capacityGroups returns the Kueue pod groups of the workers' adopted
+// capacity pods (the LocalQueue mode with Provision.Mode), other than
+// their reservation's own: their Workloads end with the reservation.
+func (r *Runner) capacityGroups(workers []*podWorker) []string {
+	if r.cfg.Kueue.LocalQueue == "" {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.capacityGroupsLocked(workers)
+}
+
+// capacityGroupsLocked is capacityGroups with r.mu held.
+func (r *Runner) capacityGroupsLocked(workers []*podWorker) []string {
+	if r.cfg.Kueue.LocalQueue == "" || r.pods == nil {
+		return nil
+	}
+	var out []string
+	for _, w := range workers {
+		p, err := r.pods.Pods(r.cfg.Namespace).Get(w.name)
+		if err != nil || p.Labels[labelKueueGroup] == "" {
+			continue
+		}
+		if g := p.Labels[labelKueueGroup]; strings.HasPrefix(g, "goray-capacity") && !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// kueueSoloPod makes pod, a CPU pod, a Kueue pod group of its own in the
+// LocalQueue (named as the pod, so that its Workload can be deleted with
+// it), which Kueue admits against the ClusterQueue's quota of what it
+// requests: with manageJobsWithoutQueueName Kueue would otherwise gate it
+// for ever. A request of a resource the ClusterQueue has no quota of
+// (Worker.CPU or Memory, where it covers only google.com/tpu) could never
+// be admitted: FailedPrecondition at once, naming it.
+func (r *Runner) kueueSoloPod(ctx context.Context, pod *corev1.Pod) error {
+	op := "start CPU pod " + r.cfg.Namespace + "/" + pod.Name
+	q, err := r.kq().kueueQueueOf(ctx, op)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+		for res := range c.Resources.Requests {
+			if !slices.Contains(q.covered, string(res)) && !slices.Contains(missing, string(res)) {
+				missing = append(missing, string(res))
+			}
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return backend.Errorf(backend.FailedPrecondition, op, "the pod requests %s, which ClusterQueue %s (LocalQueue %s/%s) has no quota of (it covers %s), so Kueue could never admit it: ask the cluster's admin to add them to the ClusterQueue's resourceGroups, or leave Worker.CPU and Worker.Memory empty",
+			strings.Join(missing, ", "), q.cq, r.cfg.Namespace, q.lq, listOrNone(q.covered))
+	}
+	pod.Labels[labelKueueQueue] = q.lq
+	pod.Labels[labelKueueGroup] = pod.Name
+	if p := r.cfg.Kueue.PriorityClass; p != "" {
+		pod.Labels[labelKueuePriority] = p
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[annotationKueueCount] = "1"
+	pod.Annotations[annotationKueueRetry] = "false"
+	return nil
 }

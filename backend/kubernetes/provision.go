@@ -215,14 +215,26 @@ func (s *Source) Provision(ctx context.Context, req cluster.ProvisionRequest) (c
 		}
 		s.sweepGone(ctx)
 	}
-	if s.prov.Mode == ProvisionRequest {
+	if s.kueue.LocalQueue != "" {
+		// The LocalQueue mode: the capacity pods are one Kueue pod group;
+		// with ProvisionRequest the ClusterQueue's admission check makes
+		// the ProvisioningRequest, not the driver.
+		kg, err := s.kueueCapacityOf(ctx, op, dnsName(base...), req.NumSlices, req.Shape)
+		if err != nil {
+			return nil, err
+		}
+		pv.kueue = kg
+	} else if s.prov.Mode == ProvisionRequest {
 		if err := pv.createRequest(ctx, dnsName(base...), req.NumSlices*pv.hosts); err != nil {
 			return nil, err
 		}
 	}
-	for _, g := range pv.groups {
+	for k, g := range pv.groups {
 		for i := range pv.hosts {
 			pod := s.capacityPod(g, i, req.Shape)
+			if pv.kueue != nil {
+				pv.kueue.label(pod, k)
+			}
 			if pv.provReq != "" {
 				if pod.Annotations == nil {
 					pod.Annotations = map[string]string{}
@@ -239,6 +251,9 @@ func (s *Source) Provision(ctx context.Context, req cluster.ProvisionRequest) (c
 				return nil, backend.Wrap(apiCode(err), op, fmt.Errorf("create capacity pod %s: %w", pod.Name, err))
 			}
 		}
+	}
+	if pv.kueue != nil {
+		pv.kueue.watch()
 	}
 	s.log.Info("kubernetes: asked the cluster for TPU capacity", "slices", req.NumSlices, "shape", req.Shape.String(), "pods", req.NumSlices*pv.hosts, "groups", strings.Join(pv.groups, ","))
 	return pv, nil
@@ -333,7 +348,23 @@ type provisioning struct {
 	// provReq names the ProvisioningRequest and its PodTemplate
 	// (ProvisionRequest), or is "".
 	provReq string
+	// kueue is the capacity pods' Kueue pod group (the LocalQueue mode),
+	// or nil.
+	kueue *kueueCapacity
 }
+
+// Failed implements cluster.ProvisioningFailer: in the LocalQueue mode,
+// Kueue rejecting the capacity's Workload (its ProvisioningRequest
+// failed, or its capacity was revoked) fails the reservation at once
+// with ResourceExhausted. Otherwise it never fails.
+func (pv *provisioning) Failed() <-chan error {
+	if pv.kueue == nil {
+		return nil
+	}
+	return pv.kueue.failed
+}
+
+var _ cluster.ProvisioningFailer = (*provisioning)(nil)
 
 func (pv *provisioning) selector() string {
 	return labelCapacity + " in (" + strings.Join(pv.groups, ",") + ")"
@@ -353,12 +384,15 @@ func (pv *provisioning) Close(ctx context.Context) error {
 			}
 		}
 	}
-	errs := make([]error, 2)
+	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	if pv.provReq != "" {
 		wg.Go(func() { errs[0] = pv.deleteRequest(ctx) })
 	}
 	errs[1] = deletePodsNamed(ctx, pv.s.client, pv.s.ns, names)
+	if pv.kueue != nil {
+		errs[2] = pv.kueue.close(ctx, len(names) < len(pv.groups)*pv.hosts)
+	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
@@ -434,6 +468,10 @@ func (pv *provisioning) Status(ctx context.Context) string {
 	}
 	if pv.provReq != "" {
 		msg += "; " + pv.requestStatus(ctx)
+	}
+	if pv.kueue != nil {
+		st, _ := pv.kueue.status(ctx)
+		msg += "; " + st
 	}
 	reasons := slices.Sorted(maps.Keys(latest))
 	for _, r := range reasons {

@@ -127,6 +127,9 @@ type podWorker struct {
 	// pod; idleSince is when it last went to 0 (r.mu guards both).
 	busy      int
 	idleSince time.Time
+	// kueueSolo: a CPU pod in the LocalQueue mode, a Kueue pod group of
+	// its own, whose Workload (named as the pod) goes with the pod.
+	kueueSolo bool
 }
 
 // NewRunner returns the pod runner for cfg on client; id is the
@@ -390,6 +393,7 @@ func (r *Runner) cpuPodLocked(node string) *podWorker {
 	w.idleSince = time.Now()
 	r.cpuPods[node] = w
 	pod := r.pt.pod(podSpec{name: w.name, node: r.kubeNodeLocked(node, nil), tpuHost: r.nodes[node].TPU != nil})
+	w.kueueSolo = r.cfg.Kueue.LocalQueue != ""
 	r.bg.Go(func() { r.launch(w, pod) })
 	return w
 }
@@ -418,7 +422,13 @@ func (r *Runner) newWorkerLocked(name, node string) *podWorker {
 func (r *Runner) launch(w *podWorker, pod *corev1.Pod) {
 	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.Worker.StartTimeout)
 	defer cancel()
-	w.client, w.err = r.startPod(ctx, w, pod, nil, nil)
+	if w.kueueSolo {
+		// The LocalQueue mode: the pod is admitted by Kueue too.
+		w.err = r.kueueSoloPod(ctx, pod)
+	}
+	if w.err == nil {
+		w.client, w.err = r.startPod(ctx, w, pod, nil, nil)
+	}
 	r.mu.Lock()
 	if w.err != nil && r.cpuPods[w.node] == w {
 		delete(r.cpuPods, w.node) // the next work tries again
@@ -718,13 +728,13 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 	var labelsOf []map[string]string
 	kubeNodes := make([][]string, len(c.Hosts)) // for the LocalQueue mode
 	var sliceOf []int
-	var chips int64
+	var podChips []int64
 	for i, hosts := range c.Hosts {
 		for j, host := range hosts {
 			node := r.kubeNodeLocked(host, handleAt(c.Handles, i, j))
 			kubeNodes[i] = append(kubeNodes[i], node)
 			sliceOf = append(sliceOf, i)
-			chips += int64(r.nodes[host].Resources[backend.TPU])
+			podChips = append(podChips, int64(r.nodes[host].Resources[backend.TPU]))
 			lbl := map[string]string{LabelReservation: labelValue(c.ID), LabelSlice: labelValue(c.Slices[i]), LabelWorkerID: strconv.Itoa(j)}
 			if name := adopt[host]; name != "" {
 				workers = append(workers, r.newWorkerLocked(name, host))
@@ -752,15 +762,28 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 	defer context.AfterFunc(r.runCtx, cancel)()
 	exists := make([]bool, len(workers))
 	if r.cfg.Kueue.LocalQueue != "" {
-		// The LocalQueue mode: every pod of the reservation is made, as one
-		// Kueue pod group, and admitted whole before any starts.
-		err := r.queueReserved(ctx, op, c, kubeNodes, chips, workers, pods, sliceOf)
-		if err != nil {
-			r.Released(c)
-			return err
+		// The LocalQueue mode: every new pod of the reservation is made, as
+		// one Kueue pod group, and admitted whole before any starts. An
+		// adopted capacity pod was admitted with its own group already.
+		var nw []*podWorker
+		var np []*corev1.Pod
+		var ns []int
+		var nchips int64
+		for i, p := range pods {
+			if p != nil {
+				nw, np, ns = append(nw, workers[i]), append(np, p), append(ns, sliceOf[i])
+				nchips += podChips[i]
+			}
+		}
+		if len(np) > 0 {
+			err := r.queueReserved(ctx, op, c, kubeNodes, nchips, nw, np, ns)
+			if err != nil {
+				r.Released(c)
+				return err
+			}
 		}
 		for i := range exists {
-			exists[i] = true
+			exists[i] = pods[i] != nil
 		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -810,11 +833,15 @@ func (r *Runner) Released(c cluster.Claim) {
 		}
 	}
 	r.mu.Unlock()
+	groups := r.capacityGroups(workers)
 	r.deleteWorkers(workers)
 	if workers != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		r.deleteKueueWorkload(ctx, r.kueueGroupName(c.ID))
+		for _, g := range groups {
+			r.deleteKueueWorkload(ctx, g)
+		}
 	}
 }
 
@@ -857,6 +884,9 @@ func (r *Runner) deleteWorker(ctx context.Context, w *podWorker) {
 	if err != nil {
 		r.log.Warn("delete worker pod: retrying until the API server answers", "pod", w.name, "err", err)
 		r.deleteInBackground(w.name)
+	}
+	if w.kueueSolo {
+		r.deleteKueueWorkload(ctx, w.name)
 	}
 }
 
@@ -904,8 +934,14 @@ func (r *Runner) Close() error {
 		all = append(all, w)
 	}
 	var groups []string // the LocalQueue mode's pod groups
-	for id := range r.claims {
+	for id, workers := range r.claims {
 		groups = append(groups, r.kueueGroupName(id))
+		groups = append(groups, r.capacityGroupsLocked(workers)...)
+	}
+	for _, w := range r.byPod {
+		if w.kueueSolo {
+			groups = append(groups, w.name) // a CPU pod's
+		}
 	}
 	r.claims = map[string][]*podWorker{}
 	r.reserved, r.cpuPods = map[string]*podWorker{}, map[string]*podWorker{}
@@ -977,7 +1013,14 @@ func (r *Runner) workerFor(ctx context.Context, node string) (_ *worker.Client, 
 	c, err := w.wait(ctx)
 	if err != nil {
 		done()
-		return nil, nil, backend.Wrap(backend.Unavailable, "run on node "+node, err)
+		code := backend.Unavailable
+		if backend.CodeOf(err) == backend.FailedPrecondition {
+			// A pod that can never start here (Kueue's gate without the
+			// LocalQueue mode, a request the ClusterQueue cannot admit):
+			// not a lost node to retry on.
+			code = backend.FailedPrecondition
+		}
+		return nil, nil, backend.Wrap(code, "run on node "+node, err)
 	}
 	return c, done, nil
 }

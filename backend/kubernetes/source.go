@@ -48,6 +48,7 @@ type Source struct {
 	cpuSel   labels.Selector
 	cpuMax   int
 	prov     ProvisionConfig
+	kueue    KueueConfig // capacity pods as a Kueue pod group (kueue_capacity.go)
 	leases   *Leases
 	log      *slog.Logger
 	resync   time.Duration
@@ -115,7 +116,7 @@ func NewSource(client kubernetes.Interface, cfg Config, cluster ClusterID, lease
 		sel = labels.SelectorFromSet(cfg.CPUPool.NodeSelector)
 	}
 	s := &Source{
-		client: client, ns: cfg.Namespace, cluster: string(cluster), cpuSel: sel, cpuMax: cfg.CPUPool.Max, prov: cfg.Provision,
+		client: client, ns: cfg.Namespace, cluster: string(cluster), cpuSel: sel, cpuMax: cfg.CPUPool.Max, prov: cfg.Provision, kueue: cfg.Kueue,
 		leases: leases, log: cfg.Logger, resync: 10 * time.Minute,
 		synced: make(chan struct{}),
 		slices: map[string]*sliceState{}, cpu: map[string]bool{}, killed: map[string]bool{}, draining: map[string]bool{},

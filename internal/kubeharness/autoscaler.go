@@ -44,8 +44,8 @@ import (
 //   - Preempt deletes a Spot pool's nodes at once, as a Spot preemption
 //     does.
 //
-// Not modelled: zones, machine provisioning failures other than quota,
-// ProvisioningRequests, scale-up of existing pools, and GKE's minimum
+// Not modelled: zones, machine provisioning failures other than quota
+// (FailProvisioningRequests fails ProvisioningRequests on demand), scale-up of existing pools, and GKE's minimum
 // delays (a real scale-up takes minutes; Delay defaults to 300ms).
 
 // AutoscalerOptions configures StartAutoscaler.
@@ -89,6 +89,7 @@ type Autoscaler struct {
 	// provReqs are the ProvisioningRequests seen: namespace/name → state
 	// ("provisioning", "provisioned", "quota").
 	provReqs map[string]string
+	failNext *provFailure // FailProvisioningRequests
 	dyn      dynamic.Interface
 }
 
@@ -102,6 +103,7 @@ type scaledPool struct {
 	readyAt    time.Time
 	emptySince time.Time
 	podLabels  []map[string]string // of the pods that triggered it
+	provReq    string              // namespace/name of the ProvisioningRequest it was made for
 }
 
 // StartAutoscaler starts the autoscaler; it stops when the test ends,
@@ -346,12 +348,20 @@ func hostsOf(ask tpuAsk) (int, error) {
 }
 
 func (a *Autoscaler) create(ctx context.Context, p *scaledPool, ask tpuAsk, hosts int) {
+	a.createLabelled(ctx, p, ask, hosts, nil)
+}
+
+// createLabelled makes pool p's nodes after Delay, with extra node labels.
+func (a *Autoscaler) createLabelled(ctx context.Context, p *scaledPool, ask tpuAsk, hosts int, extra map[string]string) {
 	select {
 	case <-ctx.Done():
 		return
 	case <-time.After(a.opts.Delay):
 	}
-	labels := map[string]string{}
+	labels := maps.Clone(extra)
+	if labels == nil {
+		labels = map[string]string{}
+	}
 	taints := []corev1.Taint{TPUTaint}
 	if ask.spot {
 		// GKE labels Spot nodes; it taints them only when asked.

@@ -100,6 +100,11 @@ var (
 	KueueResourceFlavor = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "resourceflavors"}
 	KueueWorkloads      = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
 	KueuePriorities     = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloadpriorityclasses"}
+	KueueAdmissionCheck = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "admissionchecks"}
+	KueueProvReqConfig  = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "provisioningrequestconfigs"}
+	// ProvisioningRequests is the cluster autoscaler's ProvisioningRequest
+	// resource (AutoscalerOptions.ProvisioningRequests installs it).
+	ProvisioningRequests = provReqGVR
 )
 
 // kueueNamespace is where Kueue's manager would run in a cluster; its pod
@@ -424,7 +429,34 @@ type KueueQueue struct {
 	// Preemption is the ClusterQueue's withinClusterQueue policy: Never,
 	// LowerPriority (the default here) or LowerOrNewerEqualPriority.
 	Preemption string
+	// Provisioning, if set, gives the ClusterQueue Kueue's
+	// ProvisioningRequest admission check, as GKE's flex-start (Dynamic
+	// Workload Scheduler) guide sets it up: an AdmissionCheck of
+	// controllerName kueue.x-k8s.io/provisioning-request and its
+	// ProvisioningRequestConfig. Kueue then makes a ProvisioningRequest
+	// for each workload it reserves quota for, and admits the workload
+	// once the request is Provisioned. The ProvisioningRequest CRD must be
+	// served when Kueue starts (start the autoscaler with
+	// ProvisioningRequests first), or Kueue leaves the check inactive.
+	Provisioning *KueueProvisioning
 }
+
+// KueueProvisioning is a ProvisioningRequest admission check.
+type KueueProvisioning struct {
+	// Class is the requests' provisioningClassName; default
+	// queued-provisioning.gke.io.
+	Class string
+	// Retries is the config's retryStrategy.backoffLimitCount: how many
+	// times Kueue asks again after a request failed before it rejects
+	// the workload (deactivates it). The harness's default is 0, so that a
+	// failed request rejects the workload at once (Kueue's own default is
+	// 3, with a backoff from 60 s).
+	Retries int
+}
+
+// ProvisioningCheckName is the AdmissionCheck (and its
+// ProvisioningRequestConfig) AddQueue makes for ClusterQueue cq.
+func ProvisioningCheckName(cq string) string { return cq + "-provisioning" }
 
 // AddQueue creates the flavors (if missing), the ClusterQueue and the
 // LocalQueue of q.
@@ -463,6 +495,13 @@ func (k *Kueue) AddQueue(ctx context.Context, q KueueQueue) error {
 	if q.Cohort != "" {
 		spec["cohortName"] = q.Cohort
 	}
+	if q.Provisioning != nil {
+		name, err := k.addProvisioningCheck(ctx, q.ClusterQueue, *q.Provisioning)
+		if err != nil {
+			return err
+		}
+		spec["admissionChecksStrategy"] = map[string]any{"admissionChecks": []any{map[string]any{"name": name}}}
+	}
 	cq := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
 		"metadata": map[string]any{"name": q.ClusterQueue}, "spec": spec,
@@ -486,6 +525,54 @@ func (k *Kueue) AddQueue(ctx context.Context, q KueueQueue) error {
 		u, err := k.dyn.Resource(KueueLocalQueues).Namespace(q.Namespace).Get(ctx, q.LocalQueue, metav1.GetOptions{})
 		return err == nil && condTrue(u, "Active"), nil
 	})
+}
+
+// addProvisioningCheck creates ClusterQueue cq's ProvisioningRequestConfig
+// and AdmissionCheck and waits until Kueue marks the check Active.
+func (k *Kueue) addProvisioningCheck(ctx context.Context, cq string, p KueueProvisioning) (string, error) {
+	if p.Class == "" {
+		p.Class = "queued-provisioning.gke.io"
+	}
+	name := ProvisioningCheckName(cq)
+	prc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ProvisioningRequestConfig",
+		"metadata": map[string]any{"name": name},
+		"spec": map[string]any{
+			"provisioningClassName": p.Class,
+			"managedResources":      []any{"google.com/tpu"},
+			"retryStrategy": map[string]any{
+				"backoffLimitCount": int64(p.Retries), "backoffBaseSeconds": int64(1), "backoffMaxSeconds": int64(2),
+			},
+		},
+	}}
+	if err := k.create(ctx, KueueProvReqConfig, "", prc); err != nil {
+		return "", err
+	}
+	ac := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
+		"metadata": map[string]any{"name": name},
+		"spec": map[string]any{
+			"controllerName": "kueue.x-k8s.io/provisioning-request",
+			"parameters":     map[string]any{"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig", "name": name},
+		},
+	}}
+	if err := k.create(ctx, KueueAdmissionCheck, "", ac); err != nil {
+		return "", err
+	}
+	var last *unstructured.Unstructured
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		u, err := k.dyn.Resource(KueueAdmissionCheck).Get(ctx, name, metav1.GetOptions{})
+		last = u
+		return err == nil && condTrue(u, "Active"), nil
+	})
+	if err != nil {
+		var conds any
+		if last != nil {
+			conds, _, _ = unstructured.NestedSlice(last.Object, "status", "conditions")
+		}
+		return "", fmt.Errorf("kubeharness: AdmissionCheck %s not Active (is the ProvisioningRequest CRD served? start the autoscaler with ProvisioningRequests before Kueue): %w; conditions %v", name, err, conds)
+	}
+	return name, nil
 }
 
 // AddPriorityClass creates a WorkloadPriorityClass: workloads labelled
