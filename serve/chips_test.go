@@ -119,8 +119,15 @@ func TestChipsPerReplicaDeploySaysWhatItWaitedFor(t *testing.T) {
 	c := newSingleHostCluster(t, 1)
 	srv := serve.New(c, nil)
 	defer srv.Shutdown(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// The Deploy's context ends once the 4 replicas that fit are ready
+	// (a condition, not a time: under load they may take more than any
+	// fixed wait), or after a minute.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	go func() {
+		srv.WaitStatus(ctx, func(st serve.Status) bool { return dep(st, "five").Ready == 4 }) //nolint:errcheck // ends with ctx either way
+		cancel()
+	}()
 	err := srv.Deploy(ctx, serve.Deployment{
 		Name: "five", Replica: serve.Actor(chipModel, struct{}{}, serve.Unary(chipModelCall)),
 		Accelerator: "v6e", Topology: "2x2", ChipsPerReplica: 1, MinReplicas: 5,
