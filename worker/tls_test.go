@@ -284,7 +284,9 @@ func TestDriverOfAnotherCALargeHello(t *testing.T) {
 	}
 	for range 20 {
 		is := is.New(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// A hang detector: a dial with a 3 MB hello takes 2-4 s under
+		// -race at load 15, and more at 20.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		cli := clientTLS(t, testCreds(t, other, RoleDriver))
 		cli.RootCAs = clientTLS(t, testCreds(t, ca, RoleDriver)).RootCAs // only the worker can refuse
 		c, err := Dial(ctx, addr, &ClientOptions{Token: testToken, Manifest: big, TLS: cli})
@@ -327,7 +329,7 @@ func TestDriverOfAnotherCAResetMidHello(t *testing.T) {
 		big.Entries = append(big.Entries, Entry{Kind: KindTask, Name: fmt.Sprintf("task-%06d", i), Signature: "func(string) string"})
 	}
 	is := is.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang detector, as above
 	defer cancel()
 	// The driver trusts the cluster's CA but holds a certificate of
 	// another: only the worker can refuse, after the driver's side of the
