@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/matryer/is"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -183,10 +184,11 @@ func waitNothingOfKueueLeft(t *testing.T, cp *kubeharness.ControlPlane, k *kubeh
 			parts = append(parts, fmt.Sprintf("%d Workloads", len(wls)))
 		}
 		prs, err := k.Dynamic().Resource(kubeharness.ProvisioningRequests).Namespace("default").List(ctx, metav1.ListOptions{})
-		if err != nil {
+		switch {
+		case apierrors.IsNotFound(err): // no ProvisioningRequest CRD here
+		case err != nil:
 			return false, err
-		}
-		if len(prs.Items) > 0 {
+		case len(prs.Items) > 0:
 			parts = append(parts, fmt.Sprintf("%d ProvisioningRequests", len(prs.Items)))
 		}
 		pts, err := cp.Client().CoreV1().PodTemplates("default").List(ctx, metav1.ListOptions{})
@@ -226,4 +228,45 @@ func waitNothingOfKueueLeft(t *testing.T, cp *kubeharness.ControlPlane, k *kubeh
 	if err != nil {
 		t.Fatalf("left after release: %s (%v)", left, err)
 	}
+}
+
+// TestE2EKueueTopologyAwareFlavor: the LocalQueue mode on a ClusterQueue
+// whose flavor is topology-aware (Kueue's TAS, a Topology of the node pool,
+// a slice, then the host): Kueue places each of goray's worker pods on the
+// host goray pinned it to (its topology assignment agrees with the pod's
+// node requirements), the reservation runs, and its Workload goes with it.
+func TestE2EKueueTopologyAwareFlavor(t *testing.T) {
+	is := is.New(t)
+	cp := startHarness(t)
+	ctx := t.Context()
+	k, err := cp.StartKueue(ctx, nil)
+	is.NoErr(err)
+	for _, name := range []string{"slice-a", "slice-b"} {
+		_, err = cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: name, Generation: "v6e", Topology: "2x4", ChipsPerHost: 4,
+			Labels: kubeharness.OnDemandLabels()})
+		is.NoErr(err)
+	}
+	is.NoErr(k.AddTopology(ctx, "gke-tpu", kubeharness.LabelNodePool, "kubernetes.io/hostname"))
+	flavor := kubeharness.OnDemandFlavor(16)
+	flavor.TopologyName = "gke-tpu"
+	is.NoErr(k.AddQueue(ctx, kubeharness.KueueQueue{ClusterQueue: "tpu", LocalQueue: "team", Flavors: []kubeharness.KueueFlavor{flavor}}))
+	_, c := kueueDriver(t, driverConfig(t, cp), "team", "")
+	spec := kueueSlice
+	spec.NumSlices = 2
+	spec.Timeout = time.Minute
+	spg, err := ray.NewSlicePlacementGroup(ctx, c, spec)
+	is.NoErr(err)
+	got, err := ray.RunOnSlice(ctx, spg, echoHost, 3)
+	is.NoErr(err)
+	is.Equal(got, []int{3, 3, 3, 3})
+	wls, err := k.Workloads(ctx, "default")
+	is.NoErr(err)
+	is.Equal(len(wls), 1)
+	psa, _, _ := unstructured.NestedSlice(wls[0].Object, "status", "admission", "podSetAssignments")
+	is.True(len(psa) > 0)
+	_, hasTA := psa[0].(map[string]any)["topologyAssignment"]
+	is.True(hasTA) // Kueue placed the pods by topology
+	is.NoErr(spg.Release(ctx))
+	is.NoErr(c.Close())
+	waitNothingOfKueueLeft(t, cp, k, true)
 }

@@ -100,6 +100,7 @@ var (
 	KueueResourceFlavor = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "resourceflavors"}
 	KueueWorkloads      = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
 	KueuePriorities     = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloadpriorityclasses"}
+	KueueTopologies     = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "topologies"}
 	KueueAdmissionCheck = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "admissionchecks"}
 	KueueProvReqConfig  = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "provisioningrequestconfigs"}
 	// ProvisioningRequests is the cluster autoscaler's ProvisioningRequest
@@ -392,6 +393,9 @@ type KueueFlavor struct {
 	// BorrowingLimit, if set, caps what the ClusterQueue may borrow from
 	// its cohort in this flavor.
 	BorrowingLimit *int
+	// TopologyName, if set, makes the flavor topology-aware
+	// (ResourceFlavor.spec.topologyName, a Topology of AddTopology).
+	TopologyName string
 }
 
 // OnDemandFlavor and SpotFlavor are the two flavors of a GKE TPU
@@ -473,10 +477,14 @@ func (k *Kueue) AddQueue(ctx context.Context, q KueueQueue) error {
 		for k, v := range f.NodeLabels {
 			labels[k] = v
 		}
+		rfSpec := map[string]any{"nodeLabels": labels}
+		if f.TopologyName != "" {
+			rfSpec["topologyName"] = f.TopologyName
+		}
 		rf := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
 			"metadata": map[string]any{"name": f.Name},
-			"spec":     map[string]any{"nodeLabels": labels},
+			"spec":     rfSpec,
 		}}
 		if err := k.create(ctx, KueueResourceFlavor, "", rf); err != nil {
 			return err
@@ -573,6 +581,22 @@ func (k *Kueue) addProvisioningCheck(ctx context.Context, cq string, p KueueProv
 		return "", fmt.Errorf("kubeharness: AdmissionCheck %s not Active (is the ProvisioningRequest CRD served? start the autoscaler with ProvisioningRequests before Kueue): %w; conditions %v", name, err, conds)
 	}
 	return name, nil
+}
+
+// AddTopology creates a Topology for Kueue's topology-aware scheduling:
+// levels are node label keys, from the widest domain to the narrowest
+// (for a GKE TPU cluster: cloud.google.com/gke-nodepool, a slice, then
+// kubernetes.io/hostname, a host).
+func (k *Kueue) AddTopology(ctx context.Context, name string, levels ...string) error {
+	var ls []any
+	for _, l := range levels {
+		ls = append(ls, map[string]any{"nodeLabel": l})
+	}
+	t := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology",
+		"metadata": map[string]any{"name": name}, "spec": map[string]any{"levels": ls},
+	}}
+	return k.create(ctx, KueueTopologies, "", t)
 }
 
 // AddPriorityClass creates a WorkloadPriorityClass: workloads labelled

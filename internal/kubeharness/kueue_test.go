@@ -112,3 +112,65 @@ func condMessage(u *unstructured.Unstructured, typ string) string {
 	}
 	return ""
 }
+
+// TestKueueTopologyAwareSlices: Kueue's topology-aware scheduling on the
+// harness's nodes, with a GKE TPU cluster's levels (the node pool, which
+// is a slice, then the host). Two v6e 2x4 slices of two 4-chip hosts; one
+// host of slice "a" is taken by a pod Kueue does not manage. A pod group
+// of two 4-chip pods that requires one node pool
+// (kueue.x-k8s.io/podset-required-topology) is admitted with a topology
+// assignment and lands whole on slice "b", never split across slices.
+func TestKueueTopologyAwareSlices(t *testing.T) {
+	is := is.New(t)
+	cp := kubeharness.Start(t, nil)
+	ctx := ctxFor(t, 2*time.Minute)
+	k, err := cp.StartKueue(ctx, nil)
+	is.NoErr(err)
+	for _, name := range []string{"a", "b"} {
+		_, err = cp.AddTPUNodePool(ctx, kubeharness.NodePool{Name: name, Generation: "v6e", Topology: "2x4", ChipsPerHost: 4, Labels: kubeharness.OnDemandLabels()})
+		is.NoErr(err)
+	}
+	is.NoErr(k.AddTopology(ctx, "gke-tpu", kubeharness.LabelNodePool, "kubernetes.io/hostname"))
+	flavor := kubeharness.OnDemandFlavor(16)
+	flavor.TopologyName = "gke-tpu"
+	is.NoErr(k.AddQueue(ctx, kubeharness.KueueQueue{ClusterQueue: "tpu", LocalQueue: "team", Flavors: []kubeharness.KueueFlavor{flavor}}))
+
+	pods := cp.Client().CoreV1().Pods("default")
+	other := tpuPod(t, "other", "v6e", "2x4", 4, "sleep", "120s")
+	other.Spec.NodeName = "a-0"
+	_, err = pods.Create(ctx, other, metav1.CreateOptions{})
+	is.NoErr(err)
+	_, err = cp.WaitForPod(ctx, "default", "other", isPhase(corev1.PodRunning))
+	is.NoErr(err)
+
+	for i := range 2 {
+		p := tpuPod(t, fmt.Sprintf("g-%d", i), "v6e", "2x4", 4, "sleep", "120s")
+		p.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "team", "kueue.x-k8s.io/pod-group-name": "g"}
+		p.Annotations = map[string]string{"kueue.x-k8s.io/pod-group-total-count": "2", "kueue.x-k8s.io/retriable-in-group": "false",
+			"kueue.x-k8s.io/podset-required-topology": kubeharness.LabelNodePool}
+		_, err = pods.Create(ctx, p, metav1.CreateOptions{})
+		is.NoErr(err)
+	}
+	var nodes []string
+	for i := range 2 {
+		p, err := cp.WaitForPod(ctx, "default", fmt.Sprintf("g-%d", i), isPhase(corev1.PodRunning))
+		if err != nil {
+			w := workloadOf(ctx, k, "g")
+			if w != nil {
+				t.Logf("workload: %v", w.Object["status"])
+			}
+		}
+		is.NoErr(err)
+		nodes = append(nodes, p.Spec.NodeName)
+	}
+	t.Logf("the group's pods run on %v", nodes)
+	for _, n := range nodes {
+		is.True(strings.HasPrefix(n, "b-")) // both on slice b, the one with room for the whole group
+	}
+	w := workloadOf(ctx, k, "g")
+	is.True(w != nil)
+	ta, _, _ := unstructured.NestedSlice(w.Object, "status", "admission", "podSetAssignments")
+	is.True(len(ta) > 0)
+	_, hasTA := ta[0].(map[string]any)["topologyAssignment"]
+	is.True(hasTA) // Kueue placed it by topology
+}
