@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -116,6 +117,33 @@ func TestE2EKueueProvisioningRequest(t *testing.T) {
 	got, err := ray.RunOnSlice(ctx, spg, echoHost, 7)
 	is.NoErr(err)
 	is.Equal(got, []int{7, 7}) // on both hosts
+
+	// The capacity revoked (as when a flex-start booking ends): the nodes
+	// go, and the work on them fails with Unavailable, as on a lost slice.
+	done := make(chan error, 1)
+	go func() {
+		_, err := ray.RunOnSlice(ctx, spg, waitFileTask, waitFileArg{Path: filepath.Join(t.TempDir(), "never")})
+		done <- err
+	}()
+	is.NoErr(wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		snap, err := c.Snapshot(ctx)
+		if err != nil {
+			return false, err
+		}
+		running := 0
+		for _, n := range snap.Nodes {
+			running += n.Running
+		}
+		return running == 2, nil
+	}))
+	is.NoErr(as.RevokeCapacity(ctx, "default", prs.Items[0].GetName(), "the flex-start booking ended"))
+	select {
+	case err := <-done:
+		t.Logf("capacity revoked: %v", err)
+		is.Equal(ray.CodeOf(err), ray.Unavailable)
+	case <-time.After(time.Minute):
+		t.Fatal("the work on revoked capacity did not fail")
+	}
 	is.NoErr(spg.Release(ctx))
 	waitNothingOfKueueLeft(t, cp, k, false)
 
