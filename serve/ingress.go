@@ -325,6 +325,29 @@ func lostReplica(err error) bool {
 	return errors.Is(err, ray.ErrPlacementGroupRemoved) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
 
+// lostCause returns the error that shows a request's replica lost (see
+// lostReplica), or nil when the request failed for another reason: its
+// own (a bad body, nothing to send again) or its context's, unless the
+// replica's server cut the response off.
+func lostCause(ctx context.Context, err error) error {
+	var bad badRequest
+	var body clientBodyError
+	var noReplay noReplayError
+	if errors.As(err, &bad) || errors.As(err, &body) || errors.As(err, &noReplay) {
+		return nil
+	}
+	if up, ok := errors.AsType[upstreamError](err); ok {
+		if (ctx.Err() != nil && !up.cut) || !lostReplica(up.err) {
+			return nil
+		}
+		return up.err
+	}
+	if ctx.Err() != nil || !lostReplica(err) {
+		return nil
+	}
+	return err
+}
+
 // attempt runs do on replicas until it succeeds, fails for a reason other
 // than a lost replica, or retries run out (non-idempotent requests are not
 // retried). It returns the HTTP code and message of a failure, or 0.
@@ -367,6 +390,14 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 		if slot != nil {
 			releaseModel(slot)
 		}
+		if err != nil {
+			// A replica the error shows lost leaves routing before its
+			// slot is given back: the slot would go to a queued request,
+			// which would meet the same dead replica.
+			if cause := lostCause(ctx, err); cause != nil {
+				rep.d.lost(rep, fmt.Sprintf("request failed: %v", cause), false)
+			}
+		}
 		d.release(rep)
 		if err == nil {
 			return nil
@@ -391,10 +422,7 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 		case errors.As(err, &up):
 			// The connection to the replica's server failed before the
 			// response began: retried where the request may be.
-			lost := lostReplica(up.err)
-			if lost {
-				rep.d.lost(rep, fmt.Sprintf("request failed: %v", up.err), false)
-			}
+			lost := lostReplica(up.err) // and taken out of routing above
 			// A lost replica is replaced, so a retry waits for one; a
 			// replica that is up but failed this request is retried
 			// elsewhere only if another is ready.
@@ -408,8 +436,7 @@ func (d *deployment) try(ctx context.Context, do func(*replica) error) *CallErro
 				continue
 			}
 			return fail(http.StatusBadGateway, kindLost, fmt.Sprintf("deployment %q: replica %s: %v", d.spec.Name, rep.id, up))
-		case lostReplica(err):
-			rep.d.lost(rep, fmt.Sprintf("request failed: %v", err), false)
+		case lostReplica(err): // taken out of routing above
 			if d.spec.Idempotent && n < d.spec.MaxRetries {
 				tried = append(tried, rep)
 				d.s.metrics.dep(d.spec.Name).retries.Inc()
