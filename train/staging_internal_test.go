@@ -31,14 +31,18 @@ func TestClearStagingBesideWriters(t *testing.T) {
 	s := &store{b: b, prefix: "run/", root: dir}
 	staging := filepath.Join(dir, "run", stagingName)
 
+	const maxDirs = 2000 // per writer: at most 2 x 2000 x 5 entries on disk
 	var stop atomic.Bool
 	var wrote atomic.Int64
 	var wg sync.WaitGroup
 	for w := range 2 {
 		wg.Go(func() {
 			// What goray_train.staging_dir and a program do: make a fresh
-			// directory and write into it; errors are the program's.
-			for i := 0; !stop.Load(); i++ {
+			// directory and write into it; errors are the program's. A
+			// writer stops after maxDirs directories: on a loaded machine
+			// the writers can outrun the clears, and an unbounded writer
+			// filled a disk with millions of files when a run was killed.
+			for i := 0; i < maxDirs && !stop.Load(); i++ {
 				d := filepath.Join(staging, "rank_0000"+strconv.Itoa(w)+"-"+strconv.Itoa(i))
 				if os.MkdirAll(d, 0o755) != nil {
 					continue
