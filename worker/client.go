@@ -108,10 +108,13 @@ type pendingCall struct {
 	ch   chan reply
 	typ  msgType
 	name string
-	// done, if set, receives the reply instead of ch (StartTask); stop
-	// ends the watch of the call's context.
-	done backend.TaskDone
-	stop func() bool
+	// done, if set, receives the reply instead of ch (StartTask); stop,
+	// or watcher's watch number watch, ends the watch of the call's
+	// context.
+	done    backend.TaskDone
+	stop    func() bool
+	watcher idWatcher
+	watch   uint64
 }
 
 // deliver hands r to the call's waiter.
@@ -120,10 +123,18 @@ func (p pendingCall) deliver(r reply) {
 		p.ch <- r
 		return
 	}
-	if p.stop != nil {
+	p.unwatch()
+	p.done.TaskDone(r.v, r.err)
+}
+
+// unwatch ends the watch of a started task's context.
+func (p pendingCall) unwatch() {
+	switch {
+	case p.watch != 0:
+		p.watcher.StopAfterFunc(p.watch)
+	case p.stop != nil:
 		p.stop()
 	}
-	p.done.TaskDone(r.v, r.err)
 }
 
 type reply struct {
@@ -481,6 +492,14 @@ type afterFuncer interface {
 	AfterFunc(f func()) (stop func() bool)
 }
 
+// idWatcher is an afterFuncer whose watch is stopped by number, which
+// spares allocating a stop function per task (backend/cluster's task
+// contexts): AfterFuncID returns the number, or 0 and a stop function.
+type idWatcher interface {
+	AfterFuncID(f func()) (id uint64, stop func() bool)
+	StopAfterFunc(id uint64) bool
+}
+
 // StartTask implements backend.TaskStarter: it sends the task to the
 // worker and returns; done receives the result from the connection's
 // reader goroutine. No goroutine waits per task in flight, and the sends
@@ -504,7 +523,10 @@ func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, 
 	// so that the reply (which takes pmu to find the call) sees p.stop,
 	// and a watch that fires at once waits for pmu and finds the call.
 	id := m.id
-	if af, ok := ctx.(afterFuncer); ok {
+	if w, ok := ctx.(idWatcher); ok {
+		p.watcher = w
+		p.watch, p.stop = w.AfterFuncID(func() { c.cancelStarted(ctx, id) })
+	} else if af, ok := ctx.(afterFuncer); ok {
 		p.stop = af.AfterFunc(func() { c.cancelStarted(ctx, id) })
 	} else if ctx.Done() != nil {
 		p.stop = context.AfterFunc(ctx, func() { c.cancelStarted(ctx, id) })
@@ -520,9 +542,7 @@ func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, 
 		if !mine {
 			return true // the reader or the cancellation delivered it
 		}
-		if p.stop != nil {
-			p.stop()
-		}
+		p.unwatch()
 		var closed *errConnClosed
 		if errors.As(err, &closed) {
 			go func() {

@@ -171,6 +171,10 @@ type infoCache struct {
 	raw  []byte
 	info backend.RuntimeInfo
 	ok   bool
+	// name is the name of the last request decoded: requests for the
+	// same task or method in a row share it instead of allocating it
+	// each time.
+	name string
 }
 
 // maxCachedInfo bounds the encoding infoCache keeps.
@@ -205,7 +209,7 @@ func decodeInto(m *message, body []byte, cache *infoCache) error {
 		if m.typ != msgRunTask {
 			m.actor = d.uvarint()
 		}
-		m.name = d.string()
+		m.name = d.name()
 		if d.info(&m.infoBuf) {
 			m.info = &m.infoBuf
 		}
@@ -526,6 +530,19 @@ func (d *decoder) float64() float64 {
 
 func (d *decoder) string() string {
 	return string(d.bytes(d.uvarint()))
+}
+
+// name decodes a request's name, sharing the last name decoded with the
+// same cache when it is the same.
+func (d *decoder) name() string {
+	b := d.bytes(d.uvarint())
+	if d.cache == nil {
+		return string(b)
+	}
+	if string(b) != d.cache.name { // compares without allocating
+		d.cache.name = string(b)
+	}
+	return d.cache.name
 }
 
 func (d *decoder) value() backend.Value {

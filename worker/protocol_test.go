@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/matryer/is"
 
@@ -293,6 +294,39 @@ func TestInfoCache(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRepeatedNamesShared: a connection's reader decodes requests for the
+// task or method it decoded last into the same name string, without
+// allocating it again, and other names as themselves.
+func TestRepeatedNamesShared(t *testing.T) {
+	is := is.New(t)
+	var cache infoCache
+	var prev string
+	for i, name := range []string{"t.a", "t.a", "t.b", "t.a", "t.a", "m"} {
+		typ := msgRunTask
+		if name == "m" {
+			typ = msgCall
+		}
+		frame, err := appendFrame(nil, &message{typ: typ, id: uint64(i + 1), actor: 1, name: name, value: backend.Value{Data: []byte("1")}})
+		is.NoErr(err)
+		var m message
+		is.NoErr(decodeInto(&m, frame[frameHeader:], &cache))
+		is.Equal(m.name, name)
+		if name == prev {
+			is.Equal(unsafe.StringData(m.name), unsafe.StringData(prev)) // shared
+		}
+		prev = m.name
+	}
+	frame, err := appendFrame(nil, &message{typ: msgRunTask, id: 9, name: "t.a"})
+	is.NoErr(err)
+	var m message
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := decodeInto(&m, frame[frameHeader:], &cache); err != nil {
+			panic(err)
+		}
+	})
+	is.Equal(allocs, 0.0) // a repeated name, no value: nothing to allocate
 }
 
 // TestMapsEncodeInKeyOrder: equal maps encode to equal bytes whatever

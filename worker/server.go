@@ -758,12 +758,19 @@ func (sc *serverConn) replyOp(id uint64, v backend.Value, err error, lone bool, 
 		return
 	}
 	serr := sc.send(&message{typ: msgResult, id: id, value: v}, false, lone)
-	var closed *errConnClosed
-	if serr == nil || errors.As(serr, &closed) {
+	if serr == nil || connClosed(serr) {
 		return
 	}
 	code := backend.CodeOf(serr)
 	sc.send(&message{typ: msgError, id: id, err: backend.Errorf(code, "worker", "result of %s cannot be sent to the driver: %v", kind+name, errors.Unwrap(serr))}, false, lone) //nolint:errcheck
+}
+
+// connClosed reports whether err is a send's on a closed connection. Its
+// own function: the target errors.As writes to escapes, and a variable
+// for it in replyOp would cost an allocation per result sent.
+func connClosed(err error) bool {
+	var closed *errConnClosed
+	return errors.As(err, &closed)
 }
 
 // Output sends a line that this process wrote to its stdout (stream 1) or
