@@ -17,7 +17,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -387,7 +386,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// of requests in fewer reads.
 		conn: newConn(nc, bufio.NewReaderSize(brw.Reader, 64<<10), limit, hb, s.log), s: s, exec: exec, remote: r.RemoteAddr,
 		running: map[uint64]runEntry{}, actors: map[uint64]*actorSlot{},
-		output: hello.Output, idle: make(chan job),
+		output: hello.Output, wakeup: make(chan struct{}, maxIdleRunners),
 	}
 	sc.ctx, sc.cancel = context.WithCancel(context.Background())
 	if !s.add(sc) {
@@ -454,10 +453,16 @@ type serverConn struct {
 	output  bool                // the driver asked for the worker's output
 	actors  map[uint64]*actorSlot
 	work    sync.WaitGroup
-	// idle hands work to the connection's idle runner goroutines
-	// (spawn); nIdle counts them.
-	idle  chan job
-	nIdle atomic.Int32
+	// The queue of work to run (spawn) and the runner goroutines that
+	// take from it: qmu guards q, qhead, nIdle, searching and qclosed.
+	// An idle runner waits for a token on wakeup.
+	qmu       sync.Mutex
+	q         []job
+	qhead     int
+	nIdle     int // runners waiting on wakeup
+	searching int // runners woken or started that have not taken a job yet
+	qclosed   bool
+	wakeup    chan struct{} // capacity maxIdleRunners: a send never waits
 }
 
 // runEntry is running work: its cancellation (a task's context, or the
@@ -503,9 +508,9 @@ type actorSlot struct {
 func (sc *serverConn) serve() {
 	sc.start()
 	sc.readLoop(sc.handle)
-	// The reader was the only sender on idle (spawn): the idle runners
-	// exit.
-	close(sc.idle)
+	// The reader was the only caller of spawn: the runners exit once the
+	// queue is empty.
+	sc.closeQueue()
 	<-sc.done // a goodbye is flushed, or times out, before the connection closes
 	cause := sc.conn.cause
 	sc.cancel()
@@ -662,39 +667,110 @@ type job struct {
 // pay for stack growth again.
 const maxIdleRunners = 64
 
-// spawn runs j on an idle goroutine of the connection, or a new one. The
-// goroutines are counted in sc.work and exit when idle closes (serve,
-// once the reader, the only caller of spawn, has ended). A job goes by
-// value, sparing an allocation per request. An idle runner waits on one
-// channel, not in a select: a plain receive costs less per job.
+// spawn queues j for the connection's runner goroutines. The work of a
+// burst of requests is taken by a few runners, each running one job
+// after another, instead of one goroutine woken per job: a runner that
+// takes a job and leaves more queued makes sure another runner comes for
+// them (a woken idle one or a new one), unless one is on its way
+// already (searching), so a job that blocks holds up only its own runner
+// and queued work always has a runner coming. The goroutines are counted
+// in sc.work and exit once the queue is closed and empty (serve, once
+// the reader, the only caller of spawn, has ended). A job goes by value,
+// sparing an allocation per request.
 func (sc *serverConn) spawn(j job) {
-	select {
-	case sc.idle <- j:
-		return
-	default:
-	}
-	sc.work.Add(1)
-	go sc.runner(j)
+	sc.qmu.Lock()
+	sc.q = append(sc.q, j)
+	start := sc.moreLocked()
+	sc.qmu.Unlock()
+	sc.startRunner(start)
 }
 
-func (sc *serverConn) runner(j job) {
+// moreLocked makes sure that a runner comes for the queued work, with qmu
+// held: it counts one in searching, unless one is on its way already, and
+// reports how: wake an idle runner, start a new one, or neither.
+func (sc *serverConn) moreLocked() runnerStart {
+	if sc.searching > 0 {
+		return noRunner
+	}
+	sc.searching++
+	if sc.nIdle > 0 {
+		sc.nIdle--
+		return wakeRunner
+	}
+	return newRunner
+}
+
+type runnerStart uint8
+
+const (
+	noRunner runnerStart = iota
+	wakeRunner
+	newRunner
+)
+
+// startRunner does what moreLocked decided, without qmu.
+func (sc *serverConn) startRunner(how runnerStart) {
+	switch how {
+	case wakeRunner:
+		sc.wakeup <- struct{}{}
+	case newRunner:
+		sc.work.Add(1)
+		go sc.runner()
+	}
+}
+
+// closeQueue tells the runners to exit once the queue is empty, waking
+// the idle ones.
+func (sc *serverConn) closeQueue() {
+	sc.qmu.Lock()
+	sc.qclosed = true
+	n := sc.nIdle
+	sc.nIdle = 0
+	sc.searching += n
+	sc.qmu.Unlock()
+	for range n {
+		sc.wakeup <- struct{}{}
+	}
+}
+
+// runner runs queued jobs until the queue is empty, then waits idle for
+// more (or exits when maxIdleRunners wait already, or the queue is
+// closed). It starts searching: counted in sc.searching until it takes a
+// job or finds none.
+func (sc *serverConn) runner() {
 	defer sc.work.Done()
+	searching := true
 	for {
+		sc.qmu.Lock()
+		if searching {
+			sc.searching--
+			searching = false
+		}
+		if sc.qhead == len(sc.q) {
+			sc.q, sc.qhead = sc.q[:0], 0
+			if sc.qclosed || sc.nIdle >= maxIdleRunners {
+				sc.qmu.Unlock()
+				return
+			}
+			sc.nIdle++
+			sc.qmu.Unlock()
+			<-sc.wakeup
+			searching = true // the waker counted this runner in
+			continue
+		}
+		j := sc.q[sc.qhead]
+		sc.q[sc.qhead] = job{}
+		sc.qhead++
+		start := noRunner
+		if sc.qhead < len(sc.q) {
+			start = sc.moreLocked()
+		}
+		sc.qmu.Unlock()
+		sc.startRunner(start)
 		if j.inst != nil {
 			sc.call(j.ctx, j.id, j.inst, j.name, j.arg, j.info)
 		} else {
 			sc.runTask(j.ctx, j.id, j.name, j.arg, j.info)
-		}
-		j = job{}
-		if sc.nIdle.Add(1) > maxIdleRunners {
-			sc.nIdle.Add(-1)
-			return
-		}
-		var ok bool
-		j, ok = <-sc.idle
-		sc.nIdle.Add(-1)
-		if !ok {
-			return
 		}
 	}
 }

@@ -485,6 +485,36 @@ func TestStartTaskCancel(t *testing.T) {
 	is.Equal(len(res), 0)
 }
 
+// TestBlockedTasksHoldOnlyTheirRunners: a burst of tasks that all block
+// (more than the runners a connection keeps idle) all start, each on a
+// runner of its own, while they block; other work still runs; all end
+// when cancelled, and the connection's goroutines with them.
+func TestBlockedTasksHoldOnlyTheirRunners(t *testing.T) {
+	is := is.New(t)
+	addr, _ := startServer(t, nil)
+	c := dialTest(t, addr, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 2*maxIdleRunners + 3
+	results := make([]<-chan startResult, n)
+	for i := range results {
+		results[i] = startTask(ctx, c, "block", "x")
+	}
+	for i := range n {
+		select {
+		case <-blockStarted: // every one runs, though all that started before it block
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of %d blocking tasks started; the others wait for a runner", i, n)
+		}
+	}
+	echoWorks(t, c)
+	cancel()
+	for _, res := range results {
+		is.Equal((<-res).err, context.Canceled)
+	}
+	echoWorks(t, c)
+}
+
 func TestStartTaskLostAndClosed(t *testing.T) {
 	is := is.New(t)
 	srv, err := NewServer(fakeRegistry{}, &ServerOptions{Token: testToken})
