@@ -21,6 +21,12 @@ type NodeExecutor struct {
 	// work; a runner that cannot start the node's worker reports the node
 	// lost first, so that the work is retried as after a node failure.
 	Worker func(ctx context.Context, node string) (c *Client, done func(), err error)
+	// WorkerFor, if set, is used instead of Worker, with the work's whole
+	// RuntimeInfo (nil when the backend gave none): for a runner with
+	// several workers on a node, which picks one by the work's placement
+	// and resources (backend/kubernetes: a slice reservation's pod for the
+	// reservation's work, the node's CPU pod for other work).
+	WorkerFor func(ctx context.Context, info *backend.RuntimeInfo) (c *Client, done func(), err error)
 	// Connected, if set, returns the worker of node when it is connected
 	// now, without waiting, and nil otherwise; done, if not nil, is as
 	// Worker's (nil when the work need not say it is over). With it,
@@ -66,7 +72,7 @@ func (r releasing) TaskDone(v backend.Value, err error) {
 
 // RunTask runs the task in the worker of its node.
 func (x NodeExecutor) RunTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
-	c, done, err := x.Worker(ctx, nodeOf(info))
+	c, done, err := x.workerOf(ctx, info)
 	if err != nil {
 		return backend.Value{}, err
 	}
@@ -77,7 +83,7 @@ func (x NodeExecutor) RunTask(ctx context.Context, name string, arg backend.Valu
 // NewActor creates the actor in the worker of its node, which it keeps
 // (done is called) until ctx, the actor's life, ends.
 func (x NodeExecutor) NewActor(ctx context.Context, class string, arg backend.Value, info *backend.RuntimeInfo) (backend.ActorInstance, error) {
-	c, done, err := x.Worker(ctx, nodeOf(info))
+	c, done, err := x.workerOf(ctx, info)
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +110,15 @@ func (x NodeExecutor) HasActorMethod(class, method string) bool {
 func (x NodeExecutor) WorkerManifest() Manifest {
 	m, _ := ManifestOf(x.Local)
 	return m
+}
+
+// workerOf returns the worker of the work described by info (WorkerFor,
+// else Worker of its node).
+func (x NodeExecutor) workerOf(ctx context.Context, info *backend.RuntimeInfo) (*Client, func(), error) {
+	if x.WorkerFor != nil {
+		return x.WorkerFor(ctx, info)
+	}
+	return x.Worker(ctx, nodeOf(info))
 }
 
 func nodeOf(info *backend.RuntimeInfo) string {

@@ -242,6 +242,49 @@ func (s *suite) testSlices(t *testing.T) {
 		}
 		allFree(t, c)
 	})
+	t.Run("WorkBesideAReservation", func(t *testing.T) {
+		// Work on a reserved host that is not the reservation's (CPU its
+		// bundles leave free, no placement in its group) is not stopped by
+		// its release: actors living there keep their state, and tasks
+		// placed on the hosts just after the release run.
+		s.need(t, finite, "TPUSlices")
+		is := is.New(t)
+		c, ctx := s.cluster(t, DefaultTPUNodes()), s.ctxT(t)
+		spg, err := ray.NewSlicePlacementGroup(ctx, c, one)
+		is.NoErr(err)
+		hosts, slice := spg.Hosts(), spg.SliceNames()[0]
+		host := func(w int) ray.NodeSelector {
+			return ray.NodeSelector{tpu.LabelSliceName: slice, tpu.LabelWorkerID: strconv.Itoa(w)}
+		}
+		var actors []*ray.ActorHandle[*counter]
+		for i := range hosts {
+			a := counterClass.Remote(ctx, c, 0, ray.Resources{ray.CPU: 1}, host(i))
+			actors = append(actors, a)
+			w, err := counterWhere.Remote(ctx, a, "").Get(ctx)
+			is.NoErr(err)
+			is.Equal(w.Node, hosts[i])
+			n, err := counterAdd.Remote(ctx, a, 1).Get(ctx)
+			is.NoErr(err)
+			is.Equal(n, 1)
+		}
+		is.NoErr(spg.Release(ctx))
+		var refs []ray.ObjectRef[map[string]string]
+		for i := range 2 * len(hosts) {
+			refs = append(refs, tpuEnv.Remote(ctx, c, struct{}{}, ray.Resources{ray.CPU: 1}, host(i%len(hosts))))
+		}
+		for i, ref := range refs {
+			env, err := ref.Get(ctx)
+			is.NoErr(err) // placed on a host whose reservation was just released
+			is.Equal(env["NODE"], hosts[i%len(hosts)])
+		}
+		for _, a := range actors {
+			n, err := counterAdd.Remote(ctx, a, 1).Get(ctx)
+			is.NoErr(err)  // alive after the release
+			is.Equal(n, 2) // the same instance, not a restarted one
+			is.NoErr(a.Kill(ctx))
+		}
+		allFree(t, c)
+	})
 	t.Run("BusyWaitsThenTimesOut", func(t *testing.T) {
 		s.need(t, finite, "TPUSlices")
 		is := is.New(t)

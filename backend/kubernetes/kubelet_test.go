@@ -41,8 +41,52 @@ func (echoExec) WorkerManifest() worker.Manifest {
 func (x echoExec) NewActor(context.Context, string, backend.Value, *backend.RuntimeInfo) (backend.ActorInstance, error) {
 	return nil, errors.New("no actors")
 }
-func (x echoExec) RunTask(_ context.Context, _ string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
+func (x echoExec) RunTask(ctx context.Context, _ string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
+	if key, ok := strings.CutPrefix(string(arg.Data), "hold:"); ok {
+		if err := echoHolds.hold(ctx, key); err != nil {
+			return backend.Value{}, err
+		}
+	}
 	return backend.Value{Data: []byte(info.Node + ":" + x.env["TPU_WORKER_ID"] + ":" + string(arg.Data))}, nil
+}
+
+// echoHolds holds an echo task of the data "hold:<key>" in its worker
+// until the test lets key go (echoHold).
+var echoHolds = &holds{m: map[string]*echoHold{}}
+
+type holds struct {
+	mu sync.Mutex
+	m  map[string]*echoHold
+}
+
+// echoHold is one key of echoHolds: started is closed when a task of it
+// runs in a worker, and the task returns once release is closed.
+type echoHold struct {
+	started, release chan struct{}
+	once             sync.Once
+}
+
+// get returns key's hold, made at first use.
+func (h *holds) get(key string) *echoHold {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.m[key]
+	if e == nil {
+		e = &echoHold{started: make(chan struct{}), release: make(chan struct{})}
+		h.m[key] = e
+	}
+	return e
+}
+
+func (h *holds) hold(ctx context.Context, key string) error {
+	e := h.get(key)
+	e.once.Do(func() { close(e.started) })
+	select {
+	case <-e.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // fakeKubelet runs the pods created in a fake clientset: each gets its own

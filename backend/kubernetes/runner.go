@@ -44,7 +44,9 @@ import (
 //     TPU_WORKER_HOSTNAMES as DNS names of the headless Service,
 //     MEGASCALE_*). On capacity this driver provisioned, the host's
 //     capacity pod, a worker pod in waiting, becomes its pod instead
-//     (adoptPod): it gets the env in the handshake. Released deletes them.
+//     (adoptPod): it gets the env in the handshake. The reservation's work
+//     (in its placement group), or on a claimed host the work holding
+//     chips, runs there (podForLocked). Released deletes them.
 //   - Other work on a node runs in one CPU pod per node, started when work
 //     is first placed there (or with the cluster, for CPUPool.Min nodes),
 //     and deleted once idle for CPUPool.IdleTimeout while more than
@@ -127,6 +129,9 @@ type podWorker struct {
 	// pod; idleSince is when it last went to 0 (r.mu guards both).
 	busy      int
 	idleSince time.Time
+	// claim is the ID of the claim whose pod this is (Reserved); "" for
+	// CPU pods.
+	claim string
 	// kueueSolo: a CPU pod in the LocalQueue mode, a Kueue pod group of
 	// its own, whose Workload (named as the pod) goes with the pod.
 	kueueSolo bool
@@ -221,7 +226,7 @@ func (r *Runner) Start(ctx context.Context, exec backend.Executor, lost cluster.
 			return nil, backend.Errorf(backend.Unavailable, op, "the pod watch did not sync: %w", ctx.Err())
 		}
 	}
-	return worker.NodeExecutor{Local: exec, Worker: r.workerFor}, nil
+	return worker.NodeExecutor{Local: exec, WorkerFor: r.workerFor}, nil
 }
 
 // podChanged reports the loss of a worker pod that is deleted, evicted
@@ -813,6 +818,7 @@ func (r *Runner) Reserved(ctx context.Context, c cluster.Claim, env map[string]m
 		return backend.Errorf(backend.Unavailable, op, "the reservation ended while its pods started")
 	}
 	for _, w := range workers {
+		w.claim = c.ID
 		r.reserved[w.node] = w
 	}
 	return nil
@@ -989,18 +995,20 @@ func (r *Runner) deleteShared() {
 	}
 }
 
-// workerFor returns the worker that runs work on node, marked busy until
-// the caller calls done (a CPU pod is not scaled down while busy).
-func (r *Runner) workerFor(ctx context.Context, node string) (_ *worker.Client, done func(), _ error) {
+// workerFor returns the worker that runs the work info describes on its
+// node (podForLocked), marked busy until the caller calls done (a CPU pod
+// is not scaled down while busy).
+func (r *Runner) workerFor(ctx context.Context, info *backend.RuntimeInfo) (_ *worker.Client, done func(), _ error) {
+	if info == nil {
+		info = &backend.RuntimeInfo{}
+	}
+	node := info.Node
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		return nil, nil, backend.Errorf(backend.Unavailable, "run on node "+node, "%w", backend.ErrClosed)
 	}
-	w := r.reserved[node]
-	if w == nil {
-		w = r.cpuPodLocked(node)
-	}
+	w := r.podForLocked(info)
 	w.busy++
 	r.mu.Unlock()
 	done = sync.OnceFunc(func() {
@@ -1023,6 +1031,26 @@ func (r *Runner) workerFor(ctx context.Context, node string) (_ *worker.Client, 
 		return nil, nil, backend.Wrap(code, "run on node "+node, err)
 	}
 	return c, done, nil
+}
+
+// podForLocked returns the pod that runs the work info describes on its
+// node: the pod of the host's claim (r.reserved) for the work of that
+// claim's slice reservation (in its placement group) and for work holding
+// chips outside reservations (the claim of a host for them, whose pod
+// holds the chips: ChipsOutsideReservations); the node's CPU pod, started
+// if need be, for any other work. So work that is not a reservation's,
+// such as CPU work on a reserved host, never runs in the reservation's
+// pod: that pod carries the reservation's env and chips and lives exactly
+// as long as the reservation, and its release (Released) deletes it while
+// the runtime may already place new work on the host. r.mu is held.
+func (r *Runner) podForLocked(info *backend.RuntimeInfo) *podWorker {
+	if w := r.reserved[info.Node]; w != nil {
+		g := info.Placement.Group
+		if (g != 0 && w.claim == g.String()) || info.Resources[backend.TPU] > 0 {
+			return w
+		}
+	}
+	return r.cpuPodLocked(info.Node)
 }
 
 // scaleDown deletes, every period until Close, the CPU pods idle for

@@ -132,8 +132,8 @@ func TestRunnerReservedStartsOnePodPerHost(t *testing.T) {
 		is.Equal(p.Spec.Hostname, "r1-s0-w"+wid)
 	}
 
-	// Work on a reserved host runs in its reservation's pod.
-	v, err := exec.RunTask(ctx, "echo", backend.Value{Data: []byte("hi")}, &backend.RuntimeInfo{Node: hosts[2]})
+	// The reservation's work on a host runs in its pod.
+	v, err := exec.RunTask(ctx, "echo", backend.Value{Data: []byte("hi")}, &backend.RuntimeInfo{Node: hosts[2], Placement: backend.Placement{Group: 1}})
 	is.NoErr(err)
 	is.Equal(string(v.Data), hosts[2]+":2:hi")
 
@@ -149,6 +149,66 @@ func TestRunnerReservedStartsOnePodPerHost(t *testing.T) {
 	is.True(apierrors.IsNotFound(err))
 	_, err = client.CoreV1().Services("default").Get(ctx, "goray-c1", metav1.GetOptions{})
 	is.True(apierrors.IsNotFound(err))
+}
+
+// Work on a reserved host that is not the reservation's (no placement in
+// its group, no chips) runs in the node's CPU pod, not in the
+// reservation's pod: the release, which deletes that pod, neither stops it
+// nor catches work placed there while it runs.
+func TestRunnerWorkBesideAReservation(t *testing.T) {
+	is := is.New(t)
+	r, exec, client, _ := startRunner(t, "example.com/app")
+	ctx := t.Context()
+	hosts := v6eHosts(r, t, "a")
+	claim := cluster.Claim{ID: "pg-7", Slices: []string{"a"}, Hosts: [][]string{hosts}}
+	is.NoErr(r.Reserved(ctx, claim, hostEnvNamed(hosts, r.HostNames(claim)[0])))
+	run := func(info *backend.RuntimeInfo, data string) (string, error) {
+		v, err := exec.RunTask(ctx, "echo", backend.Value{Data: []byte(data)}, info)
+		return string(v.Data), err
+	}
+	inGroup := &backend.RuntimeInfo{Node: hosts[1], Placement: backend.Placement{Group: 7}, Resources: backend.Resources{backend.TPU: 4}}
+	outside := &backend.RuntimeInfo{Node: hosts[1], Resources: backend.Resources{backend.CPU: 1}}
+	got, err := run(inGroup, "pg")
+	is.NoErr(err)
+	is.Equal(got, hosts[1]+":1:pg") // the reservation's pod, with its host's env
+	got, err = run(outside, "cpu")
+	is.NoErr(err)
+	is.Equal(got, hosts[1]+"::cpu") // the node's CPU pod
+
+	// Held in its worker while the reservation is released: it returns.
+	hold := echoHolds.get(t.Name())
+	held := make(chan error, 1)
+	go func() {
+		_, err := run(outside, "hold:"+t.Name())
+		held <- err
+	}()
+	select {
+	case <-hold.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held task did not start")
+	}
+	r.Released(claim)
+	close(hold.release)
+	is.NoErr(<-held)
+	got, err = run(outside, "after")
+	is.NoErr(err)
+	is.Equal(got, hosts[1]+"::after")
+	pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: LabelNode + "=" + hosts[1]})
+	is.NoErr(err)
+	is.Equal(len(pods.Items), 1) // the CPU pod; the reservation's is gone
+	is.Equal(pods.Items[0].Labels[LabelReservation], "")
+
+	// A host claimed for chips outside reservations (a one-host sub-slice
+	// claim): work holding chips runs in the claim's pod, which holds them.
+	hostClaim := cluster.Claim{ID: "chips-8", Slices: []string{"a"}, Hosts: [][]string{{hosts[2]}}, Subslice: true}
+	is.NoErr(r.Reserved(ctx, hostClaim, map[string]map[string]string{hosts[2]: {tpu.EnvWorkerID: "2"}}))
+	got, err = run(&backend.RuntimeInfo{Node: hosts[2], Resources: backend.Resources{backend.TPU: 1}}, "chip")
+	is.NoErr(err)
+	is.Equal(got, hosts[2]+":2:chip")
+	got, err = run(&backend.RuntimeInfo{Node: hosts[2], Resources: backend.Resources{backend.CPU: 1}}, "cpu")
+	is.NoErr(err)
+	is.Equal(got, hosts[2]+"::cpu")
+	r.Released(hostClaim)
 }
 
 func TestRunnerCPUPodAtFirstUseAndLoss(t *testing.T) {
@@ -290,9 +350,9 @@ func TestRunnerCPUPoolFollowsDemand(t *testing.T) {
 	is.Equal(r.scaleDownIdle(time.Now()), 0) // not idle long enough
 
 	// Work in flight on cpu-2 and cpu-3 keeps their pods; the idle one goes.
-	_, done2, err := r.workerFor(ctx, "cpu-2")
+	_, done2, err := r.workerFor(ctx, &backend.RuntimeInfo{Node: "cpu-2"})
 	is.NoErr(err)
-	_, done3, err := r.workerFor(ctx, "cpu-3")
+	_, done3, err := r.workerFor(ctx, &backend.RuntimeInfo{Node: "cpu-3"})
 	is.NoErr(err)
 	is.Equal(r.scaleDownIdle(time.Now().Add(2*time.Hour)), 1)
 	is.Equal(countPods(), 2)
@@ -353,7 +413,7 @@ func TestRunnerAdoptsCapacityPod(t *testing.T) {
 	is.True(strings.Contains(p.Annotations[AnnotationWorkerEnv], "\n"+tpu.EnvWorkerHostnames+"="+strings.Join(names, ",")+"\n"))
 	is.True(strings.Contains(p.Annotations[AnnotationWorkerEnv], tpu.EnvWorkerID+"=2"))
 	// The worker reads its TPU_WORKER_ID from the env the driver sent.
-	v, err := exec.RunTask(ctx, "echo", backend.Value{Data: []byte("hi")}, &backend.RuntimeInfo{Node: hosts[2]})
+	v, err := exec.RunTask(ctx, "echo", backend.Value{Data: []byte("hi")}, &backend.RuntimeInfo{Node: hosts[2], Placement: backend.Placement{Group: 1}})
 	is.NoErr(err)
 	is.Equal(string(v.Data), hosts[2]+":2:hi")
 
