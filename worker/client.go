@@ -98,6 +98,7 @@ type Client struct {
 
 	pmu     sync.Mutex
 	pending map[uint64]pendingCall // by value: no allocation per call
+	watches []*taskWatch           // free watches, for reuse (StartTask)
 	lost    error                  // set once the reader has ended
 	closed  atomic.Bool
 	inLost  atomic.Bool // OnLost is running
@@ -111,10 +112,54 @@ type pendingCall struct {
 	// done, if set, receives the reply instead of ch (StartTask); stop,
 	// or watcher's watch number watch, ends the watch of the call's
 	// context.
-	done    backend.TaskDone
-	stop    func() bool
-	watcher idWatcher
-	watch   uint64
+	done  backend.TaskDone
+	stop  func() bool
+	tw    *taskWatch
+	watch uint64
+}
+
+// taskWatch is what the watch of a started task's context (an
+// idWatcher's) runs when the context is cancelled. The client reuses it
+// for later tasks once the watch is stopped before it ran, and its
+// function value is made once: a task's watch then allocates nothing.
+type taskWatch struct {
+	c   *Client
+	ctx context.Context
+	w   idWatcher
+	id  uint64
+	fn  func() // w.fire
+}
+
+func (w *taskWatch) fire() { w.c.cancelStarted(w.ctx, w.id) }
+
+// maxFreeWatches bounds the watches a client keeps for reuse.
+const maxFreeWatches = 1024
+
+// newWatchLocked returns a free watch, or a new one, with pmu held.
+func (c *Client) newWatchLocked() *taskWatch {
+	if n := len(c.watches); n > 0 {
+		w := c.watches[n-1]
+		c.watches[n-1] = nil
+		c.watches = c.watches[:n-1]
+		return w
+	}
+	w := &taskWatch{c: c}
+	w.fn = w.fire
+	return w
+}
+
+// unwatchLocked ends the watch of p, a started task's, with pmu held,
+// and keeps its taskWatch for reuse if the watch had not run.
+func (c *Client) unwatchLocked(p *pendingCall) {
+	if p.done == nil {
+		return
+	}
+	stopped := p.unwatch()
+	if w := p.tw; w != nil && stopped && len(c.watches) < maxFreeWatches {
+		w.ctx, w.w = nil, nil
+		c.watches = append(c.watches, w)
+	}
+	p.tw, p.watch, p.stop = nil, 0, nil
 }
 
 // deliver hands r to the call's waiter.
@@ -127,14 +172,16 @@ func (p pendingCall) deliver(r reply) {
 	p.done.TaskDone(r.v, r.err)
 }
 
-// unwatch ends the watch of a started task's context.
-func (p pendingCall) unwatch() {
+// unwatch ends the watch of a started task's context and reports
+// whether it stopped it before it ran.
+func (p pendingCall) unwatch() bool {
 	switch {
 	case p.watch != 0:
-		p.watcher.StopAfterFunc(p.watch)
+		return p.tw.w.StopAfterFunc(p.watch)
 	case p.stop != nil:
-		p.stop()
+		return p.stop()
 	}
+	return false
 }
 
 type reply struct {
@@ -419,6 +466,9 @@ func (c *Client) handle(m *message) error {
 		c.pmu.Lock()
 		p, ok := c.pending[m.id]
 		delete(c.pending, m.id)
+		if ok {
+			c.unwatchLocked(&p)
+		}
 		c.pmu.Unlock()
 		if ok {
 			p.deliver(reply{v: m.value, err: m.err})
@@ -523,9 +573,11 @@ func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, 
 	// so that the reply (which takes pmu to find the call) sees p.stop,
 	// and a watch that fires at once waits for pmu and finds the call.
 	id := m.id
-	if w, ok := ctx.(idWatcher); ok {
-		p.watcher = w
-		p.watch, p.stop = w.AfterFuncID(func() { c.cancelStarted(ctx, id) })
+	if iw, ok := ctx.(idWatcher); ok {
+		w := c.newWatchLocked()
+		w.ctx, w.w, w.id = ctx, iw, id
+		p.tw = w
+		p.watch, p.stop = iw.AfterFuncID(w.fn)
 	} else if af, ok := ctx.(afterFuncer); ok {
 		p.stop = af.AfterFunc(func() { c.cancelStarted(ctx, id) })
 	} else if ctx.Done() != nil {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -512,6 +513,69 @@ func TestBlockedTasksHoldOnlyTheirRunners(t *testing.T) {
 	for _, res := range results {
 		is.Equal((<-res).err, context.Canceled)
 	}
+	echoWorks(t, c)
+}
+
+// idCtx is a context with numbered watches (idWatcher), as backend/cluster's
+// task contexts have.
+type idCtx struct {
+	context.Context
+	mu    sync.Mutex
+	n     uint64
+	stops map[uint64]func() bool
+}
+
+func newIDCtx() (*idCtx, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &idCtx{Context: ctx, stops: map[uint64]func() bool{}}, cancel
+}
+
+func (c *idCtx) AfterFuncID(f func()) (uint64, func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	c.stops[c.n] = context.AfterFunc(c.Context, f)
+	return c.n, nil
+}
+
+func (c *idCtx) StopAfterFunc(id uint64) bool {
+	c.mu.Lock()
+	stop := c.stops[id]
+	delete(c.stops, id)
+	c.mu.Unlock()
+	return stop != nil && stop()
+}
+
+// TestStartTaskWatchReuse: the watches of finished tasks' contexts are
+// reused for later tasks; cancelling a later task's context cancels that
+// task, and cancelling a finished task's context cancels nothing.
+func TestStartTaskWatchReuse(t *testing.T) {
+	is := is.New(t)
+	addr, _ := startServer(t, nil)
+	c := dialTest(t, addr, nil)
+	var old []context.CancelFunc
+	for i := range 20 {
+		ctx, cancel := newIDCtx()
+		old = append(old, cancel)
+		r := <-startTask(ctx, c, "echo", strconv.Itoa(i))
+		is.NoErr(r.err)
+		is.Equal(string(r.v.Data), strconv.Itoa(i))
+	}
+	c.pmu.Lock()
+	free := len(c.watches)
+	c.pmu.Unlock()
+	is.True(free > 0) // kept for reuse
+
+	ctx, cancel := newIDCtx()
+	res := startTask(ctx, c, "block", "x") // on a reused watch
+	<-blockStarted
+	for _, cancelOld := range old {
+		cancelOld() // the finished tasks' contexts: nothing to cancel
+	}
+	echoWorks(t, c)
+	is.Equal(len(res), 0) // still running
+	cancel()
+	is.Equal((<-res).err, context.Canceled)
 	echoWorks(t, c)
 }
 
