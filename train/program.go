@@ -111,7 +111,7 @@ func runProgram(ctx context.Context, w *Worker, coordinator string) error {
 	p := w.in.Program
 	// goray_train, the report module for Python programs, goes on their
 	// PYTHONPATH from a directory of this process's own.
-	pyDir, err := os.MkdirTemp("", "goray-train-py-")
+	pyDir, err := newPyDir()
 	if err != nil {
 		return withCode(backend.Unavailable, fmt.Errorf("train: rank %d: a directory for goray_train.py: %w", w.in.Rank, err))
 	}
@@ -141,6 +141,41 @@ func runProgram(ctx context.Context, w *Worker, coordinator string) error {
 		return fmt.Errorf("train: rank %d: program %s: %w", w.in.Rank, p.Path, err)
 	}
 	return nil
+}
+
+// pyDirPrefix begins the name of a directory of goray_train.py, followed
+// by the pid of the process that made it and a random suffix.
+const pyDirPrefix = "goray-train-py-"
+
+// newPyDir makes a directory for goray_train.py in the temporary
+// directory, named with this process's pid, after removing those of
+// processes that are gone: a worker process killed while its program ran
+// (the OOM killer, a test's SIGKILL) never ran its deferred removal.
+func newPyDir() (string, error) {
+	reapPyDirs(os.TempDir())
+	return os.MkdirTemp("", pyDirPrefix+strconv.Itoa(os.Getpid())+"-")
+}
+
+// reapPyDirs removes the directories of goray_train.py in tmp whose
+// process is gone. Those of live processes (and names without a pid) are
+// left alone.
+func reapPyDirs(tmp string) {
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), pyDirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pid, _, ok := strings.Cut(rest, "-")
+		n, err := strconv.Atoi(pid)
+		if !ok || err != nil || n <= 0 || n == os.Getpid() || !processGone(n) {
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(tmp, e.Name()))
+	}
 }
 
 // lineWriter splits a program's output into lines.

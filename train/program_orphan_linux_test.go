@@ -19,11 +19,13 @@ import (
 // program is killed (SIGKILL: an OOM kill, a crash, a deleted pod's
 // process): the program, which runs in a process group of its own, is
 // killed with it instead of running on with nobody to stop it (holding its
-// TPU chips and ports).
+// TPU chips and ports). The directory of goray_train.py it left behind
+// is removed when the next program starts.
 func TestProgramDiesWithItsWorker(t *testing.T) {
 	is := is.New(t)
+	dir, tmp := t.TempDir(), t.TempDir()
+	t.Setenv("TMPDIR", tmp) // the worker processes' temporary directory
 	_, c := newCluster(t, "4x4", 1, true)
-	dir := t.TempDir()
 	// Every program writes "pid ppid" (its parent is the worker process
 	// that runs its rank) and sleeps; none ever ends by itself.
 	script := `echo $$ $PPID > "$PIDS/rank$GORAY_TRAIN_RANK.tmp" && mv "$PIDS/rank$GORAY_TRAIN_RANK.tmp" "$PIDS/rank$GORAY_TRAIN_RANK" && exec sleep 600`
@@ -36,9 +38,9 @@ func TestProgramDiesWithItsWorker(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	killed := make(chan error, 1)
+	var worker int
 	go func() {
 		// When every rank's program is up, kill rank 0's worker process.
-		var worker int
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
 			ents, _ := os.ReadDir(dir)
 			up := 0
@@ -92,6 +94,26 @@ func TestProgramDiesWithItsWorker(t *testing.T) {
 			}
 		}
 	}
+
+	// Once the killed worker process is reaped, the next run's programs
+	// remove what it left in the temporary directory, and their own.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(worker)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed worker process %d was not reaped", worker)
+		}
+	}
+	tr, err = train.NewProgram(c, train.Program{Path: "/bin/sh", Args: []string{"-c", "exit 0"}},
+		train.ScalingConfig{AcceleratorVersion: "v6e", Topology: "4x4"},
+		train.RunConfig{Name: "next", Progress: train.ProgressOff, Output: testWriter{t}})
+	is.NoErr(err)
+	_, err = tr.Fit(ctx)
+	is.NoErr(err)
+	left, err := filepath.Glob(filepath.Join(tmp, "goray-train-py-*"))
+	is.NoErr(err)
+	is.Equal(left, []string(nil)) // nothing of goray_train.py is left
 }
 
 // alive reports whether pid is a running process (not a zombie).

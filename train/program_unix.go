@@ -20,3 +20,9 @@ func stopGroup(cmd *exec.Cmd, _ time.Duration) {
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 	}
 }
+
+// processGone reports whether no process pid exists (kill(pid, 0) fails
+// with ESRCH); a process of another user is not gone.
+func processGone(pid int) bool {
+	return syscall.Kill(pid, 0) == syscall.ESRCH
+}
