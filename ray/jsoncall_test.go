@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/matryer/is"
 
@@ -18,6 +19,9 @@ import (
 type jsonCallIn struct {
 	Text string
 	Gate string `json:",omitempty"` // wait for jsonCallGates[Gate] (or the context's end)
+	// Poll: wait for the context's end by asking its Err, never its Done;
+	// Derive: by a context derived from it.
+	Poll, Derive bool `json:",omitempty"`
 }
 
 type jsonCallOut struct {
@@ -41,6 +45,20 @@ var jsonCallStarted = make(chan struct{}, 16)
 var (
 	jsonCallClass = ray.NewActorClass("test.jsonCall", func(ctx context.Context, prefix string) (string, error) { return prefix, nil })
 	jsonCallEcho  = ray.NewMethod(jsonCallClass, "echo", func(ctx context.Context, prefix string, in jsonCallIn) (jsonCallOut, error) {
+		switch {
+		case in.Poll:
+			jsonCallStarted <- struct{}{}
+			for ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
+			return jsonCallOut{}, ctx.Err()
+		case in.Derive:
+			jsonCallStarted <- struct{}{}
+			dctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			<-dctx.Done()
+			return jsonCallOut{}, dctx.Err()
+		}
 		if in.Gate != "" {
 			jsonCallStarted <- struct{}{}
 			select {
@@ -128,6 +146,32 @@ func TestCallJSON(t *testing.T) {
 		b, err := jsonCallEcho.CallJSON(ctx, h, []byte(`{"Text":"after"}`)) // the slot is free again
 		is.NoErr(err)
 		is.Equal(decode(t, b).Text, "v1:after")
+	})
+
+	t.Run("the caller's context ends, the call asks Err or derives", func(t *testing.T) {
+		// The call's context follows its caller's however the method
+		// looks: Err alone (no Done channel asked for), or a context
+		// derived from it; by the deadline too.
+		for _, in := range []string{`{"Poll":true}`, `{"Derive":true}`} {
+			is := is.New(t)
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := jsonCallEcho.CallJSON(cctx, h, []byte(in))
+				done <- err
+			}()
+			<-jsonCallStarted
+			cancel()
+			is.Equal(<-done, context.Canceled)
+			dctx, dcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			_, err := jsonCallEcho.CallJSON(dctx, h, []byte(in))
+			dcancel()
+			select { // it ran unless the deadline passed first
+			case <-jsonCallStarted:
+			default:
+			}
+			is.Equal(err, context.DeadlineExceeded)
+		}
 	})
 
 	t.Run("decoded already", func(t *testing.T) {

@@ -25,6 +25,21 @@ import (
 // retryAfter is the Retry-After, in seconds, of a 503.
 const retryAfter = "1"
 
+// modelIDKey is ModelIDHeader in canonical form: Header.Get would make it
+// again, an allocation, for every request.
+var modelIDKey = http.CanonicalHeaderKey(ModelIDHeader)
+
+// headerValue is h.Get for a key in canonical form.
+func headerValue(h http.Header, key string) string {
+	if vs := h[key]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+// newline ends a JSON reply.
+var newline = []byte{'\n'}
+
 func (s *Server) httpRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /-/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -117,7 +132,7 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 		d.fail(w, time.Now(), http.StatusBadRequest, fmt.Sprintf("path %q has the dot-segment %q (percent-encoded dots are dots, RFC 3986 §6.2.2): send the path without it", r.URL.EscapedPath(), seg))
 		return
 	}
-	if id := r.Header.Get(ModelIDHeader); id != "" {
+	if id := headerValue(r.Header, modelIDKey); id != "" {
 		model, e := d.routeModel(id)
 		if e != nil {
 			d.fail(w, time.Now(), e.Code, e.Message)
@@ -170,11 +185,13 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 	ep := d.endpoints()
 	switch {
 	case hasHTTP && !(rest == "" && r.Method == http.MethodPost && ep.unary) && !(rest == "/stream" && r.Method == http.MethodPost && ep.stream):
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		ctx, cancel := withDeadline(r.Context(), timeout)
 		defer cancel()
 		d.serveHTTPMethod(ctx, held, r, rest, body, start)
 	case rest == "" && r.Method == http.MethodPost:
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		// (withDeadline: a call that runs at once on this goroutine
+		// starts no timer)
+		ctx, cancel := withDeadline(r.Context(), timeout)
 		defer cancel()
 		d.unary(ctx, held, body, start)
 	case rest == "/stream" && r.Method == http.MethodPost:
@@ -487,7 +504,7 @@ func (d *deployment) unary(ctx context.Context, w http.ResponseWriter, body []by
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(out) // not appended to: out may be the backend's own bytes
-	_, _ = io.WriteString(w, "\n")
+	_, _ = w.Write(newline)
 	d.observe(http.StatusOK, start)
 }
 
@@ -748,7 +765,12 @@ func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.
 		// The transport, not the client: a redirect is the client's to
 		// follow (a reverse proxy that followed it would fetch whatever URL
 		// a replica's server names, from inside the cluster).
-		resp, err := d.s.transport().RoundTrip(req)
+		var resp *http.Response
+		if body == nil && d.s.conns != nil {
+			resp, err = d.s.conns.roundTrip(req) // no goroutine hand-offs
+		} else {
+			resp, err = d.s.transport().RoundTrip(req)
+		}
 		if err != nil {
 			if e, ok := body.clientErr(ctx); ok {
 				// The rest of the body is not read: the connection closes

@@ -83,8 +83,15 @@ type lenientKey struct{}
 // an error) unless ctx says the deployment allows unknown fields.
 func decodeBody[I any](ctx context.Context, body []byte) (I, error) {
 	var in I
+	strict := ctx.Value(lenientKey{}) == nil
+	if namesOf(reflect.TypeFor[I]()).fastDecode(body, &in, strict) {
+		setModelID(ctx, &in)
+		return in, nil
+	}
+	var zero I
+	in = zero // what json.Unmarshal set, if it failed or doubted
 	dec := json.NewDecoder(bytes.NewReader(body))
-	if ctx.Value(lenientKey{}) == nil {
+	if strict {
 		dec.DisallowUnknownFields()
 	}
 	err := dec.Decode(&in)
@@ -98,10 +105,16 @@ func decodeBody[I any](ctx context.Context, body []byte) (I, error) {
 		}
 		return in, badRequest{fmt.Errorf("request body is not a JSON %v: %s", reflect.TypeFor[I](), msg)}
 	}
-	if s, ok := any(&in).(modelIDSetter); ok {
-		s.setMultiplexedModelID(modelOf(ctx)) // the router's, never the body's
-	}
+	setModelID(ctx, &in)
 	return in, nil
+}
+
+// setModelID sets the router's model ID in an input that takes one
+// (never the body's).
+func setModelID[I any](ctx context.Context, in *I) {
+	if s, ok := any(in).(modelIDSetter); ok {
+		s.setMultiplexedModelID(modelOf(ctx))
+	}
 }
 
 // Unary serves POST /<deployment>: the JSON body is decoded into I, m is

@@ -101,8 +101,11 @@ type Server struct {
 	log       *slog.Logger
 	client    *http.Client
 	ownClient bool
-	metrics   *metrics
-	handler   http.Handler
+	// conns carries the requests to Process replicas whose body is in
+	// memory when Options.Client is nil (see connPool); nil otherwise.
+	conns   *connPool
+	metrics *metrics
+	handler http.Handler
 
 	// bodiesHeld is what bodies gives out, and retryBuffered the bytes of
 	// Process bodies' retry buffers in memory, with their high-water marks
@@ -152,6 +155,7 @@ func New(c *ray.Cluster, opts *Options) *Server {
 	}
 	if s.client == nil {
 		s.ownClient = true
+		s.conns = newConnPool()
 		s.client = &http.Client{Transport: &http.Transport{
 			Proxy: nil, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second,
 			DialContext: watchDial((&net.Dialer{Timeout: 5 * time.Second}).DialContext),
@@ -782,6 +786,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.ownClient {
 		s.client.CloseIdleConnections()
+	}
+	if s.conns != nil {
+		s.conns.close()
 	}
 	return errors.Join(errs...)
 }

@@ -450,7 +450,14 @@ type callRun struct {
 	inst backend.ActorInstance
 
 	lazyCancel             // the call's own cancellation
-	stop       func() bool // stops watching the actor's context; guarded by mu
+	stop       func() bool // stops watching the actor's context (and caller's); guarded by mu
+	// caller, while the call runs on its caller's goroutine
+	// (CallActorWait), is the caller's context, which ends the call's
+	// too: followed lazily (Err asks it; Done and AfterFunc watch it),
+	// so that a call whose code never looks costs no watch. A pointer:
+	// the call record's size is budgeted (TestTaskRecordSize). Guarded
+	// by mu.
+	caller *context.Context
 }
 
 func (r *callRun) Value(key any) any {
@@ -462,20 +469,47 @@ func (r *callRun) Value(key any) any {
 
 func (r *callRun) Err() error {
 	r.mu.Lock()
-	err := r.cause.err()
+	err, caller := r.cause.err(), r.caller
 	r.mu.Unlock()
 	if err != nil {
+		return err
+	}
+	if caller != nil && (*caller).Err() != nil {
+		r.cancel(context.Canceled)
+		r.mu.Lock()
+		err = r.cause.err()
+		r.mu.Unlock()
 		return err
 	}
 	return r.Context.Err()
 }
 
-// watchLocked makes the call's context follow the actor's. r.mu must be
-// held.
+// watchLocked makes the call's context follow the actor's, and its
+// caller's while it runs on the caller's goroutine. r.mu must be held.
 func (r *callRun) watchLocked() {
 	if r.stop == nil && r.cause == notCancelled {
-		r.stop = context.AfterFunc(r.Context, func() { r.cancel(r.Context.Err()) })
+		stop := context.AfterFunc(r.Context, func() { r.cancel(r.Context.Err()) })
+		if c := r.caller; c != nil {
+			stopCaller := context.AfterFunc(*c, func() { r.cancel(context.Canceled) })
+			r.stop = func() bool { a, b := stop(), stopCaller(); return a || b }
+			return
+		}
+		r.stop = stop
 	}
+}
+
+// runFor runs the call on its caller's goroutine (CallActorWait), its
+// context ending with ctx, then stops watching both.
+func (r *callRun) runFor(ctx *context.Context) (backend.Value, error) {
+	r.mu.Lock()
+	r.caller = ctx
+	r.mu.Unlock()
+	v, err := r.inst.Call(r, r.cl.spec.Method, r.cl.arg, &r.info)
+	r.mu.Lock()
+	r.caller = nil
+	r.mu.Unlock()
+	r.finished()
+	return v, err
 }
 
 func (r *callRun) Done() <-chan struct{} { return r.doneChan(r.watchLocked) }

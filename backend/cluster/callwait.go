@@ -41,10 +41,7 @@ func (rt *Runtime) CallActorWait(ctx context.Context, spec *backend.CallSpec, ar
 	}
 	defer rt.Free(id)
 	if r != nil {
-		stop := context.AfterFunc(ctx, func() { r.cancel(context.Canceled) })
-		v, err := r.inst.Call(r, r.cl.spec.Method, r.cl.arg, &r.info)
-		stop()
-		r.finished()
+		v, err := r.runFor(&ctx)
 		if next := rt.finishCall(r, v, err); next != nil {
 			rt.pool.run(next) // the caller returns now; the next call runs on the pool
 		}

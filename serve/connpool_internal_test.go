@@ -1,0 +1,172 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/matryer/is"
+)
+
+// poolServer is an HTTP server for connPool's tests that counts the
+// connections it accepted and those closed.
+func poolServer(t *testing.T, h http.HandlerFunc) (srv *httptest.Server, opened, closed *atomic.Int64) {
+	opened, closed = new(atomic.Int64), new(atomic.Int64)
+	srv = httptest.NewUnstartedServer(h)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			opened.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			closed.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, opened, closed
+}
+
+func poolRequest(t *testing.T, ctx context.Context, p *connPool, method, url, body string) (*http.Response, []byte, error) {
+	t.Helper()
+	var rb io.Reader = http.NoBody
+	if body != "" {
+		rb = bytes.NewReader([]byte(body))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := p.roundTrip(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+// waitFor polls cond (the server's connection states arrive on its own
+// goroutines) for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// The proxy's own client keeps one connection for sequential requests,
+// passes bodies both ways (streamed, chunked responses included), skips
+// informational responses, and does not reuse a connection its server
+// said it closes.
+func TestConnPoolReuse(t *testing.T) {
+	srv, opened, _ := poolServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		switch r.URL.Path {
+		case "/early":
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+		case "/close":
+			w.Header().Set("Connection", "close")
+		case "/chunks":
+			for i := range 3 {
+				_, _ = io.WriteString(w, "chunk")
+				_ = http.NewResponseController(w).Flush()
+				_ = i
+			}
+			return
+		}
+		_, _ = w.Write(append([]byte(r.Method+" "), b...))
+	})
+	p := newConnPool()
+	defer p.close()
+	ctx := context.Background()
+	for _, tc := range []struct{ method, path, body, want string }{
+		{"POST", "/", `{"a":1}`, `POST {"a":1}`},
+		{"GET", "/x?q=1", "", "GET "},
+		{"POST", "/early", "e", "POST e"},
+		{"GET", "/chunks", "", "chunkchunkchunk"},
+		{"PUT", "/", "", "PUT "},
+	} {
+		resp, b, err := poolRequest(t, ctx, p, tc.method, srv.URL+tc.path, tc.body)
+		is := is.New(t)
+		is.NoErr(err)
+		is.Equal(resp.StatusCode, http.StatusOK)
+		is.Equal(string(b), tc.want)
+	}
+	is := is.New(t)
+	is.Equal(opened.Load(), int64(1)) // one connection for all
+	for range 3 {
+		_, b, err := poolRequest(t, ctx, p, "POST", srv.URL+"/close", "c")
+		is.NoErr(err)
+		is.Equal(string(b), "POST c")
+	}
+	is.Equal(opened.Load(), int64(3)) // the first, which closes after its answer; then a new one each
+}
+
+// A connection its server closed while idle is not used again: a POST,
+// which may not be sent twice, still succeeds.
+func TestConnPoolServerClosedIdle(t *testing.T) {
+	srv, opened, _ := poolServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	})
+	p := newConnPool()
+	defer p.close()
+	ctx := context.Background()
+	for i := range 20 {
+		is := is.New(t)
+		_, b, err := poolRequest(t, ctx, p, "POST", srv.URL, "x")
+		is.NoErr(err)
+		is.Equal(string(b), "ok")
+		srv.CloseClientConnections()
+		waitFor(t, "the connection closed", func() bool { return opened.Load() == int64(i+1) })
+	}
+}
+
+// A request whose context ends while it waits for the response returns
+// at once; its connection is closed, not reused. Closing the pool closes
+// the idle connections.
+func TestConnPoolCancel(t *testing.T) {
+	release := make(chan struct{})
+	srv, opened, closed := poolServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // then a closed connection ends r's context
+		if r.URL.Path == "/wait" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	defer close(release)
+	p := newConnPool()
+	is := is.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, _, err := poolRequest(t, ctx, p, "POST", srv.URL+"/wait", "x")
+	is.True(err != nil)
+	is.Equal(ctx.Err(), context.DeadlineExceeded)
+	waitFor(t, "the cancelled request's connection closed", func() bool { return closed.Load() == 1 })
+	_, b, err := poolRequest(t, context.Background(), p, "GET", srv.URL, "")
+	is.NoErr(err)
+	is.Equal(string(b), "ok")
+	is.Equal(opened.Load(), int64(2))
+	p.close()
+	waitFor(t, "the idle connection closed", func() bool { return closed.Load() == 2 })
+	// A response whose body is not read to its end closes its connection.
+	p = newConnPool()
+	defer p.close()
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	resp, err := p.roundTrip(req)
+	is.NoErr(err)
+	is.NoErr(resp.Body.Close())
+	waitFor(t, "the unread response's connection closed", func() bool { return closed.Load() == 3 })
+}
