@@ -40,8 +40,11 @@
 // (request parsing, header limits, timeouts, status codes) and the frame
 // codec is small enough to fuzz (FuzzDecodeMessage in the tests). Frames
 // sent while a write is in progress are written together, so throughput
-// comes from batching: one worker process serves tens of thousands of
-// no-op tasks per second on loopback (docs/workers.md).
+// comes from batching: one worker process serves over a hundred thousand
+// no-op tasks per second on loopback (docs/workers.md). A worker runs a
+// connection's work from one queue that a few goroutines take from, one
+// job after another, so a burst of requests wakes a few goroutines, not
+// one per request.
 //
 // # Handshake and version skew
 //
