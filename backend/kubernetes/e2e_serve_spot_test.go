@@ -32,7 +32,10 @@ func TestE2EServeSpotReplicaReplaced(t *testing.T) {
 	})
 	srv, base := serveProcess(t, c, func(d *serve.Deployment) {
 		d.MinReplicas, d.MaxReplicas, d.Idempotent = 1, 1, true
-		d.Health = &serve.HealthCheck{Period: 200 * time.Millisecond, FailureThreshold: 2}
+		// A check's timeout is generous: at load 16+ with -race, a check's
+		// round trip to the pod took over 200 ms twice in a row, which lost
+		// healthy replicas; a lost pod is noticed as its host's loss anyway.
+		d.Health = &serve.HealthCheck{Period: 200 * time.Millisecond, Timeout: 10 * time.Second, FailureThreshold: 2}
 	})
 	get := func() (int, string) {
 		resp, err := http.Post(base+"/proc/slow", "application/json", strings.NewReader("{}"))

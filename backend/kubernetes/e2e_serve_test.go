@@ -135,7 +135,10 @@ func TestE2EServeFailoverAndScaleUp(t *testing.T) {
 	srv, base := serveProcess(t, c, func(d *serve.Deployment) {
 		d.Idempotent, d.MinReplicas, d.MaxReplicas, d.MaxConcurrentRequests, d.MaxQueuedRequests = true, 2, 3, 32, 1024
 		d.Autoscaling = &serve.Autoscaling{TargetOngoingRequests: 8, UpscaleDelay: 2 * time.Second, Interval: 200 * time.Millisecond}
-		d.Health = &serve.HealthCheck{Period: 200 * time.Millisecond, FailureThreshold: 2}
+		// A check's timeout is generous: at load 16+ with -race, a check's
+		// round trip to the pod took over 200 ms twice in a row, which lost
+		// healthy replicas; a lost pod is noticed as its host's loss anyway.
+		d.Health = &serve.HealthCheck{Period: 200 * time.Millisecond, Timeout: 10 * time.Second, FailureThreshold: 2}
 	})
 	st, _ := srv.Status().Deployment("proc")
 	is.Equal(st.Ready, 2)
