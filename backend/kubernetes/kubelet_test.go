@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -55,8 +56,19 @@ func (x echoExec) RunTask(ctx context.Context, _ string, arg backend.Value, info
 var echoHolds = &holds{m: map[string]*echoHold{}}
 
 type holds struct {
-	mu sync.Mutex
-	m  map[string]*echoHold
+	mu   sync.Mutex
+	m    map[string]*echoHold
+	next int
+}
+
+// add returns a new key and its hold (a key of its own per call, so that
+// test runs of -count N do not share one).
+func (h *holds) add() (string, *echoHold) {
+	h.mu.Lock()
+	h.next++
+	key := strconv.Itoa(h.next)
+	h.mu.Unlock()
+	return key, h.get(key)
 }
 
 // echoHold is one key of echoHolds: started is closed when a task of it

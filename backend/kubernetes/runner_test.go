@@ -176,10 +176,10 @@ func TestRunnerWorkBesideAReservation(t *testing.T) {
 	is.Equal(got, hosts[1]+"::cpu") // the node's CPU pod
 
 	// Held in its worker while the reservation is released: it returns.
-	hold := echoHolds.get(t.Name())
+	key, hold := echoHolds.add()
 	held := make(chan error, 1)
 	go func() {
-		_, err := run(outside, "hold:"+t.Name())
+		_, err := run(outside, "hold:"+key)
 		held <- err
 	}()
 	select {
