@@ -73,6 +73,12 @@ func (r ObjectRef[T]) String() string {
 // Get waits for the value and returns it, or the error of the work that
 // produces it: the submission error, a TaskFailed error carrying a
 // *TaskError, Unavailable after retries ran out, ctx.Err() when ctx ends.
+//
+// With a ctx that can never end (context.Background()), Get of a task
+// that runs in this process and has not yet been picked up by one of the
+// backend's goroutines may run the task on the calling goroutine instead
+// of waiting for it (docs/runtime.md, "A Get may run the task itself");
+// the task keeps its own context, resources and retries.
 func (r ObjectRef[T]) Get(ctx context.Context) (T, error) {
 	var zero T
 	if ctx == nil {

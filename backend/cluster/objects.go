@@ -153,6 +153,10 @@ func (rt *Runtime) Get(ctx context.Context, id backend.ObjectID) (backend.Value,
 		rt.mu.Unlock()
 		return o.val, o.err
 	}
+	if c := rt.claimForGet(ctx, o); c != nil {
+		rt.mu.Unlock()
+		return rt.runClaimed(ctx, c, id)
+	}
 	if o.ch == nil {
 		// The usual single waiter takes a channel from a pool, which
 		// completion sends to instead of closing.

@@ -23,6 +23,9 @@ type pool struct {
 	quitting atomic.Bool
 	gone     chan struct{} // closed when quitting and the last goroutine exits
 	goneOnce sync.Once
+	// hold, set by tests only, takes a runner instead of running it when
+	// it returns true.
+	hold func(runner) bool
 }
 
 func newPool(wg *sync.WaitGroup, quit <-chan struct{}, maxIdle int) *pool {
@@ -60,6 +63,9 @@ func (f funcRunner) run() { f() }
 
 // run runs f on an idle goroutine, or a new one.
 func (p *pool) run(f runner) {
+	if p.hold != nil && p.hold(f) {
+		return
+	}
 	select {
 	case p.idle <- f:
 		return

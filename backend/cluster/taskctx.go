@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goray-dev/goray/backend"
@@ -73,11 +74,16 @@ func (c *taskCtx) run() {
 	if s := c.b.starter; s != nil && s.StartTask(c, c.t.spec.Name, c.t.arg, &c.info, c) {
 		return
 	}
-	for c != nil {
+	for c != nil && c.claim() {
 		v, err := c.b.exec.RunTask(c, c.t.spec.Name, c.t.arg, &c.info)
 		c = c.b.finishTask(c.t, c.attempt, v, err)
 	}
 }
+
+// claim reports whether the caller is the one to run this attempt: a pool
+// goroutine and a Get of the task's result (getclaim.go) may both try;
+// the first wins.
+func (c *taskCtx) claim() bool { return c.claimed.CompareAndSwap(0, 1) }
 
 // TaskDone implements backend.TaskDone for a task started with the
 // executor's StartTask. The tasks that finishing this one lets start are
@@ -108,6 +114,10 @@ type lazyCancel struct {
 	cause ctxCause
 	// forced: a task's context cancelled by CancelTask with Force.
 	forced bool
+	// claimed is set (0 to 1) by whoever runs a task's attempt: the pool
+	// goroutine it was handed to, or a Get that runs it itself
+	// (getclaim.go). Only taskCtx uses it; it sits here, in padding.
+	claimed atomic.Uint32
 }
 
 // ctxCause is a context's error: none, context.Canceled or
