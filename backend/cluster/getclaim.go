@@ -33,7 +33,11 @@ import (
 
 // claimForGet returns the context of o's task's running attempt when the
 // caller, a Get with a ctx that cannot end, is to run it itself; nil
-// otherwise. On success the run is counted in rt.wg. rt.mu must be held.
+// otherwise. It claims only the run handed to the pool last (the one a
+// Remote just before this Get started): a Get of older work (the first of
+// a thousand refs) would otherwise run on the caller what the pool
+// goroutines it was handed to are about to run, and each of those woken
+// for nothing would leave the pool short of idle goroutines. On success the run is counted in rt.wg. rt.mu must be held.
 func (rt *Runtime) claimForGet(ctx context.Context, o *object) *taskCtx {
 	if o.work != workTask || rt.starter != nil || ctx.Done() != nil || rt.closed {
 		return nil
@@ -43,9 +47,10 @@ func (rt *Runtime) claimForGet(ctx context.Context, o *object) *taskCtx {
 		return nil
 	}
 	c := t.run()
-	if c.t != t || c.attempt != t.attempt || !c.claim() {
+	if c != rt.lastHanded || c.t != t || c.attempt != t.attempt || !c.claim() {
 		return nil
 	}
+	rt.lastHanded = nil
 	rt.wg.Add(1) // Close waits for it, as for a pool goroutine
 	return c
 }
@@ -66,11 +71,18 @@ func (rt *Runtime) runClaimed(ctx context.Context, c *taskCtx, id backend.Object
 			rt.wg.Done()
 		}
 	}()
-	v, err := rt.exec.RunTask(c, c.t.spec.Name, c.t.arg, &c.info)
-	next := rt.finishTask(c.t, c.attempt, v, err)
-	finished = true
-	if next != nil {
-		rt.pool.run(next) // a task the finish started: to the pool, the caller returns
+	for {
+		v, err := rt.exec.RunTask(c, c.t.spec.Name, c.t.arg, &c.info)
+		next := rt.finishTask(c.t, c.attempt, v, err)
+		if next != nil && next.t == c.t && next.claim() {
+			c = next // the task's retry, which the finish started: run it too
+			continue
+		}
+		finished = true
+		if next != nil {
+			rt.pool.run(next) // another task the finish started: to the pool, the caller returns
+		}
+		break
 	}
 	rt.wg.Done()
 	return rt.Get(ctx, id)

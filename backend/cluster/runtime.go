@@ -128,6 +128,9 @@ type Runtime struct {
 	// then goes to inlineNext, for finishTask's goroutine to run.
 	inline     bool
 	inlineNext *taskCtx
+	// lastHanded is the task run last handed to the pool, the one a Get
+	// may run itself (getclaim.go).
+	lastHanded *taskCtx
 	// inlineCalls is set while finishCall dispatches: the first call
 	// started then goes to inlineCall.
 	inlineCalls bool

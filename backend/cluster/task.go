@@ -211,6 +211,7 @@ func (rt *Runtime) start(t *task) {
 		rt.inlineNext = ctx // finishTask's goroutine runs it next
 		return
 	}
+	rt.lastHanded = ctx
 	rt.pool.run(ctx)
 }
 
