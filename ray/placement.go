@@ -58,7 +58,13 @@ func NewPlacementGroup(ctx context.Context, c *Cluster, spec PlacementGroupSpec)
 	if err := c.checkCtx(ctx, op); err != nil {
 		return nil, err
 	}
-	bs := make([]backend.Bundle, len(spec.Bundles))
+	// The handle, the backend's spec and (for one bundle) its bundle
+	// come in one allocation.
+	a := &pgAlloc{}
+	bs := a.one[:]
+	if len(spec.Bundles) != 1 {
+		bs = make([]backend.Bundle, len(spec.Bundles))
+	}
 	for i, b := range spec.Bundles {
 		bs[i] = backend.Bundle{
 			Resources:     backend.Resources(maps.Clone(b.Resources)),
@@ -66,11 +72,20 @@ func NewPlacementGroup(ctx context.Context, c *Cluster, spec PlacementGroupSpec)
 			Env:           maps.Clone(b.Env),
 		}
 	}
-	id, err := c.b.CreatePlacementGroup(ctx, &backend.PlacementGroupSpec{Name: spec.Name, Strategy: spec.Strategy, Bundles: bs})
+	a.spec = backend.PlacementGroupSpec{Name: spec.Name, Strategy: spec.Strategy, Bundles: bs}
+	id, err := c.b.CreatePlacementGroup(ctx, &a.spec)
 	if err != nil {
 		return nil, err
 	}
-	return &PlacementGroup{c: c, id: id, spec: spec}, nil
+	a.h = PlacementGroup{c: c, id: id, spec: spec}
+	return &a.h, nil
+}
+
+// pgAlloc is what NewPlacementGroup allocates.
+type pgAlloc struct {
+	h    PlacementGroup
+	spec backend.PlacementGroupSpec
+	one  [1]backend.Bundle
 }
 
 // ID returns the backend's ID of the group.

@@ -87,7 +87,7 @@ func (rt *Runtime) nodeLostLocked(n *node, cause error, restarting bool) {
 		bu.free = nil
 		if pg.state == pgCreated && pg.lost == nil {
 			pg.state = pgPending
-			pg.ready = make(chan struct{})
+			pg.ready = nil // made by the next waiter
 			pg.readyOK = false
 			rt.seq++
 			pg.seq = rt.seq

@@ -24,6 +24,9 @@ type pgroup struct {
 	spec    *backend.PlacementGroupSpec
 	state   pgState
 	bundles []*bundle
+	// ready is closed once the group is placed or removed (readyOK); it
+	// is made when someone waits for it (readyChan), which most groups,
+	// placed at once, never need.
 	ready   chan struct{}
 	readyOK bool
 	seq     uint64
@@ -61,8 +64,29 @@ type bundle struct {
 func (pg *pgroup) signal() {
 	if !pg.readyOK {
 		pg.readyOK = true
-		close(pg.ready)
+		if pg.ready != nil {
+			close(pg.ready)
+		}
 	}
+}
+
+// readyChan returns the channel closed by the next signal, made if need
+// be (closed already if signalled). b.mu must be held.
+func (pg *pgroup) readyChan() chan struct{} {
+	if pg.ready == nil {
+		pg.ready = make(chan struct{})
+		if pg.readyOK {
+			close(pg.ready)
+		}
+	}
+	return pg.ready
+}
+
+// onePG is a group of one bundle, in one allocation.
+type onePG struct {
+	pg  pgroup
+	bu  [1]bundle
+	bus [1]*bundle
 }
 
 // failRequest fails a request that can never run. b.mu must be held.
@@ -114,13 +138,26 @@ func (rt *Runtime) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, 
 	if err := spec.Validate(op); err != nil {
 		return nil, err
 	}
-	pg := &pgroup{spec: spec, ready: make(chan struct{})}
+	var pg *pgroup
+	var bundles []bundle
+	if len(spec.Bundles) == 1 {
+		one := &onePG{}
+		pg, bundles = &one.pg, one.bu[:]
+		pg.bundles = one.bus[:]
+	} else {
+		pg = &pgroup{}
+		bundles = make([]bundle, len(spec.Bundles))
+		pg.bundles = make([]*bundle, len(spec.Bundles))
+	}
+	pg.spec = spec
 	for i, bs := range spec.Bundles {
 		m, err := bs.LabelSelector.Compile()
 		if err != nil {
 			return nil, backend.Reop(backend.InvalidArgument, fmt.Sprintf("%s: bundle %d", op, i), err)
 		}
-		pg.bundles = append(pg.bundles, &bundle{pg: pg, index: i, sel: nodeMatcher{Matcher: m}, env: bs.Env})
+		bu := &bundles[i]
+		*bu = bundle{pg: pg, index: i, sel: nodeMatcher{Matcher: m}, env: bs.Env}
+		pg.bundles[i] = bu
 	}
 	return pg, nil
 }
@@ -144,7 +181,9 @@ func (rt *Runtime) pgDemands(op string, pg *pgroup) error {
 		if rt.noLooseChips && res[backend.TPU] > 0 {
 			return bop(looseChipsErr(op, res))
 		}
-		bu.demand, bu.sel.slice = rt.vector(res), slice
+		// The demand's spare capacity is the bundle's free vector
+		// (placePG): one allocation for both.
+		bu.demand, bu.sel.slice = rt.vectorSpare(res, len(rt.resNames)), slice
 	}
 	return nil
 }
@@ -210,7 +249,7 @@ func (rt *Runtime) placePG(pg *pgroup, bl []blocker) bool {
 		}
 		sub(n.free, bu.demand)
 		bu.node = n
-		bu.free = slices.Clone(bu.demand)
+		bu.free = bu.freeVector()
 		bu.chips = n.takeChips(chipsOf(n, bu.demand))
 		bu.env = admission.OverlayEnv(pg.spec.Bundles[i].Env, chipEnv(n, bu.chips))
 		n.addBundle(bu)
@@ -283,7 +322,7 @@ func (rt *Runtime) PlacementGroupReady(ctx context.Context, id backend.Placement
 			rt.mu.Unlock()
 			return admission.PlacementGroupRemovedError(id)
 		}
-		ch := pg.ready
+		ch := pg.readyChan()
 		rt.mu.Unlock()
 		select {
 		case <-ch:
@@ -374,4 +413,16 @@ func selString(s backend.LabelSelector) string {
 		return ""
 	}
 	return s.String()
+}
+
+// freeVector returns a copy of bu.demand for its free amounts: in the
+// demand's spare capacity when it has it (pgDemands), else new.
+func (bu *bundle) freeVector() []int64 {
+	n := len(bu.demand)
+	if cap(bu.demand) >= 2*n {
+		free := bu.demand[n : 2*n : 2*n]
+		copy(free, bu.demand)
+		return free
+	}
+	return slices.Clone(bu.demand)
 }

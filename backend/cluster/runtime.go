@@ -284,6 +284,18 @@ func (rt *Runtime) vector(r backend.Resources) []int64 {
 	return v
 }
 
+// vectorSpare is vector with spare capacity of extra elements after it
+// (which nothing may append into: the caller uses it).
+func (rt *Runtime) vectorSpare(r backend.Resources, extra int) []int64 {
+	v := make([]int64, len(rt.resNames), len(rt.resNames)+extra)
+	for k, x := range r {
+		if i, ok := rt.resIndex[k]; ok {
+			v[i] = backend.Quantize(x)
+		}
+	}
+	return v
+}
+
 // checkResources validates amounts and names: a name no node has is
 // Infeasible, naming the names the cluster has.
 func (rt *Runtime) checkResources(op string, r backend.Resources) error {

@@ -605,7 +605,7 @@ func (rt *Runtime) pinGroup(id backend.PlacementGroupID, name string, hosts []*n
 	if id == 0 {
 		id = backend.PlacementGroupID(rt.newID())
 	}
-	pg := &pgroup{id: id, spec: spec, ready: make(chan struct{})}
+	pg := &pgroup{id: id, spec: spec}
 	pg.bundles = make([]*bundle, 0, total)
 	pg.pinned = hosts
 	bundles := make([]bundle, total)
