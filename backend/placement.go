@@ -31,10 +31,21 @@ func (s *PlacementGroupSpec) Validate(op string) error {
 	for i, bu := range s.Bundles {
 		// The bundle's operation name is made only for an error.
 		bop := func() string { return fmt.Sprintf("%s: bundle %d", op, i) }
-		if err := bu.Resources.Validate(); err != nil {
-			return Reop(InvalidArgument, bop(), err)
+		// One pass for the usual valid bundle; Validate words an error.
+		valid, some := true, false
+		for k, v := range bu.Resources {
+			if k == "" || !ValidAmount(v) {
+				valid = false
+				break
+			}
+			some = some || v != 0
 		}
-		if !reservesSome(bu.Resources) {
+		if !valid {
+			if err := bu.Resources.Validate(); err != nil {
+				return Reop(InvalidArgument, bop(), err)
+			}
+		}
+		if !some && !reservesSome(bu.Resources) {
 			return Errorf(InvalidArgument, bop(), "empty bundle: a bundle must reserve some resource")
 		}
 		if err := bu.LabelSelector.Validate(); err != nil {

@@ -167,6 +167,14 @@ func (rt *Runtime) newPG(op string, spec *backend.PlacementGroupSpec) (*pgroup, 
 func (rt *Runtime) pgDemands(op string, pg *pgroup) error {
 	for i, bu := range pg.bundles {
 		res := pg.spec.Bundles[i].Resources
+		// The usual bundle passes in one pass; the checks below say
+		// what is wrong with one that does not.
+		if !rt.noLooseChips || res[backend.TPU] == 0 {
+			if v, slice, ok := rt.bundleDemand(res); ok {
+				bu.demand, bu.sel.slice = v, slice
+				continue
+			}
+		}
 		// The bundle's operation name is made only for an error.
 		bop := func(err error) error {
 			return backend.Reop(backend.CodeOf(err), fmt.Sprintf("%s: bundle %d", op, i), err)
@@ -425,4 +433,34 @@ func (bu *bundle) freeVector() []int64 {
 		return free
 	}
 	return slices.Clone(bu.demand)
+}
+
+// bundleDemand is what pgDemands makes of a bundle's resources, in one
+// pass: the demand vector (with spare capacity for the free vector), and
+// the TPU slice it names. ok is false when a check fails (an invalid
+// amount, a name no node has, two slices): pgDemands' checks then say
+// which. b.mu must be held.
+func (rt *Runtime) bundleDemand(res backend.Resources) (v []int64, slice string, ok bool) {
+	n := len(rt.resNames)
+	v = make([]int64, n, 2*n)
+	for k, x := range res {
+		if k == "" || !backend.ValidAmount(x) {
+			return nil, "", false
+		}
+		i, known := rt.resIndex[k]
+		if !known {
+			if x > 0 {
+				return nil, "", false
+			}
+			continue
+		}
+		if i == sliceCol && x != 0 {
+			if slice != "" && slice != k {
+				return nil, "", false
+			}
+			slice = k
+		}
+		v[i] = backend.Quantize(x)
+	}
+	return v, slice, true
 }

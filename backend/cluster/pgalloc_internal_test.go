@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/matryer/is"
@@ -96,5 +97,39 @@ func TestPlacementGroupWaitAndReplace(t *testing.T) {
 		rt.mu.Unlock()
 		is.True(node != first)
 		is.Equal(free, cpu1)
+	}
+}
+
+// TestBundleDemandChecks: what the one-pass bundle demand accepts, the
+// full checks accept too, and what it refuses they refuse with the
+// error that says why.
+func TestBundleDemandChecks(t *testing.T) {
+	is := is.New(t)
+	ctx := t.Context()
+	rt, err := New(NewStaticSource([]Node{{Name: "a", Resources: backend.Resources{backend.CPU: 2, "disk": 1}}}), GoroutineRunner{}, Options{NativeValues: true})
+	is.NoErr(err)
+	is.NoErr(rt.Start(ctx, echoExec{}))
+	defer rt.Close()
+	for _, c := range []struct {
+		res  backend.Resources
+		code backend.Code
+		msg  string
+	}{
+		{backend.Resources{backend.CPU: 1, "disk": 0.5}, backend.OK, ""},
+		{backend.Resources{backend.CPU: 1, "GPU": 0}, backend.OK, ""}, // a name no node has, asked 0 of
+		{backend.Resources{backend.CPU: 1, "GPU": 1}, backend.Infeasible, `no node has resource "GPU"`},
+		{backend.Resources{backend.CPU: 1e-9}, backend.InvalidArgument, "rounds to 0"},
+	} {
+		id, err := rt.CreatePlacementGroup(ctx, &backend.PlacementGroupSpec{Bundles: []backend.Bundle{{Resources: c.res}}})
+		is.Equal(backend.CodeOf(err), c.code)
+		if c.code != backend.OK {
+			is.True(strings.Contains(err.Error(), c.msg))
+			continue
+		}
+		rt.mu.Lock()
+		demand, want := rt.pgs[id].bundles[0].demand, rt.vector(c.res)
+		rt.mu.Unlock()
+		is.Equal(demand, want)
+		is.NoErr(rt.RemovePlacementGroup(ctx, id))
 	}
 }
