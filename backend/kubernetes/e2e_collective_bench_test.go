@@ -262,10 +262,13 @@ func BenchmarkE2EServeThroughPod(b *testing.B) {
 	const clients, round = 16, 500 * time.Millisecond
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	defer client.CloseIdleConnections()
-	run := func(url string) float64 {
+	// run returns the requests per second, and this process's CPU time
+	// per request (the client's, plus the router's or the
+	// ReverseProxy's: the pod's server is another process).
+	run := func(url string) (float64, float64) {
 		var n atomic.Int64
 		var wg sync.WaitGroup
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU()
 		for range clients {
 			wg.Go(func() {
 				for time.Since(start) < round {
@@ -285,22 +288,28 @@ func BenchmarkE2EServeThroughPod(b *testing.B) {
 			})
 		}
 		wg.Wait()
-		return float64(n.Load()) / time.Since(start).Seconds()
+		el, cpu := time.Since(start), processCPU()-cpu0
+		return float64(n.Load()) / el.Seconds(), float64(cpu.Microseconds()) / float64(max(1, n.Load()))
 	}
 	run(direct) // warm them up
 	run(router)
 	run(bareProxy)
-	var directRPS, routerRPS, proxyRPS, ratios, proxyRatios []float64
+	var directRPS, routerRPS, proxyRPS, ratios, proxyRatios, directCPU, routerCPU, proxyCPU []float64
 	b.ResetTimer()
 	for i := range b.N {
-		var d, r, p float64
+		var d, r, p, dc, rc, pc float64
 		if i%2 == 0 {
-			d, r, p = run(direct), run(router), run(bareProxy)
+			d, dc = run(direct)
+			r, rc = run(router)
+			p, pc = run(bareProxy)
 		} else {
-			p, r, d = run(bareProxy), run(router), run(direct)
+			p, pc = run(bareProxy)
+			r, rc = run(router)
+			d, dc = run(direct)
 		}
 		directRPS, routerRPS, proxyRPS = append(directRPS, d), append(routerRPS, r), append(proxyRPS, p)
 		ratios, proxyRatios = append(ratios, r/d), append(proxyRatios, p/d)
+		directCPU, routerCPU, proxyCPU = append(directCPU, dc), append(routerCPU, rc), append(proxyCPU, pc)
 	}
 	b.StopTimer()
 	med := func(xs []float64) float64 {
@@ -312,5 +321,8 @@ func BenchmarkE2EServeThroughPod(b *testing.B) {
 	b.ReportMetric(med(proxyRPS), "reverseproxy-req/s")
 	b.ReportMetric(med(ratios), "ratio")
 	b.ReportMetric(med(proxyRatios), "reverseproxy-ratio")
+	b.ReportMetric(med(directCPU), "direct-cpu-µs/req")
+	b.ReportMetric(med(routerCPU), "router-cpu-µs/req")
+	b.ReportMetric(med(proxyCPU), "reverseproxy-cpu-µs/req")
 	b.ReportMetric(0, "ns/op")
 }
