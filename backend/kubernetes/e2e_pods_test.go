@@ -34,9 +34,9 @@ var podEnvTask = ray.NewTask("k8stest.podenv", func(ctx context.Context, _ struc
 		Hostnames: os.Getenv(tpu.EnvWorkerHostnames), Name: os.Getenv("TPU_NAME")}, nil
 })
 
-func runPodEnv(t *testing.T, exec backend.Executor, node string) PodEnv {
+func runPodEnv(t *testing.T, exec backend.Executor, node string, group backend.PlacementGroupID) PodEnv {
 	t.Helper()
-	v, err := exec.RunTask(t.Context(), "k8stest.podenv", backend.Value{Data: []byte("{}")}, &backend.RuntimeInfo{Node: node, Task: "k8stest.podenv"})
+	v, err := exec.RunTask(t.Context(), "k8stest.podenv", backend.Value{Data: []byte("{}")}, &backend.RuntimeInfo{Node: node, Task: "k8stest.podenv", Placement: backend.Placement{Group: group}})
 	if err != nil {
 		t.Fatalf("run on %s: %v", node, err)
 	}
@@ -111,7 +111,7 @@ func TestE2EWorkerPods(t *testing.T) {
 	is.NoErr(runner.Reserved(ctx, claim, env))
 	t.Logf("v6e 2x4 reserved, 2 worker pods connected in %v", time.Since(t0))
 	for i, h := range hosts {
-		got := runPodEnv(t, exec, h)
+		got := runPodEnv(t, exec, h, 1) // the reservation's work, in its group
 		is.Equal(got.WorkerID, string(rune('0'+i)))
 		is.Equal(got.Name, "slice-a")
 		is.Equal(got.Hostnames, "r1-s0-w0.goray-e2e.default.svc,r1-s0-w1.goray-e2e.default.svc")
@@ -120,7 +120,7 @@ func TestE2EWorkerPods(t *testing.T) {
 		is.Equal(pod.Spec.NodeName, h) // kube-scheduler put it on its host
 	}
 	// CPU work gets its own pod on its node.
-	cpuEnv := runPodEnv(t, exec, "cpu-1")
+	cpuEnv := runPodEnv(t, exec, "cpu-1", 0)
 	is.Equal(cpuEnv.WorkerID, "")
 	pod, err := cp.Client().CoreV1().Pods("default").Get(ctx, cpuEnv.Pod, metav1.GetOptions{})
 	is.NoErr(err)
