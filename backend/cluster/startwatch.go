@@ -29,8 +29,11 @@ func (c *taskCtx) AfterFuncID(f func()) (id uint64, stop func() bool) {
 // StopAfterFunc ends the watch numbered id (AfterFuncID) and reports
 // whether it stopped it before it ran; false when it ran, was stopped, or
 // a later watch took its place.
-func (c *taskCtx) StopAfterFunc(id uint64) bool {
-	l := &c.lazyCancel
+func (c *taskCtx) StopAfterFunc(id uint64) bool { return c.lazyCancel.stopOne(id) }
+
+// stopOne ends the single watch numbered id, if it is still the one
+// registered, and reports whether it did.
+func (l *lazyCancel) stopOne(id uint64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.one != nil && l.oneID == id {

@@ -184,15 +184,7 @@ func (l *lazyCancel) afterFunc(f, first func()) (stop func() bool) {
 		l.oneID++
 		l.one = f
 		id := l.oneID
-		return func() bool {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			if l.one != nil && l.oneID == id {
-				l.one = nil
-				return true
-			}
-			return false
-		}
+		return func() bool { return l.stopOne(id) }
 	}
 	a := &afterFunc{f: f}
 	if l.afters == nil {
