@@ -81,17 +81,7 @@ func TestE2ENodeLossMidTask(t *testing.T) {
 	slowOnSlice := ray.RunOnSlice[struct{}, string]
 	done := make(chan error, 1)
 	go func() { _, err := slowOnSlice(ctx, spg, slowTask, struct{}{}); done <- err }()
-	is.NoErr(wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		snap, err := c.Snapshot(ctx)
-		if err != nil {
-			return false, err
-		}
-		running := 0
-		for _, n := range snap.Nodes {
-			running += n.Running
-		}
-		return running == 4, nil
-	}))
+	is.NoErr(waitRunning(ctx, c, 4))
 	setReady := func(name string, ready bool) {
 		n, err := cp.Client().CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		is.NoErr(err)

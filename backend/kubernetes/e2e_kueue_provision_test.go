@@ -125,17 +125,7 @@ func TestE2EKueueProvisioningRequest(t *testing.T) {
 		_, err := ray.RunOnSlice(ctx, spg, waitFileTask, waitFileArg{Path: filepath.Join(t.TempDir(), "never")})
 		done <- err
 	}()
-	is.NoErr(wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		snap, err := c.Snapshot(ctx)
-		if err != nil {
-			return false, err
-		}
-		running := 0
-		for _, n := range snap.Nodes {
-			running += n.Running
-		}
-		return running == 2, nil
-	}))
+	is.NoErr(waitRunning(ctx, c, 2))
 	is.NoErr(as.RevokeCapacity(ctx, "default", prs.Items[0].GetName(), "the flex-start booking ended"))
 	select {
 	case err := <-done:

@@ -204,17 +204,7 @@ func TestE2EKueueSharesClusterQueue(t *testing.T) {
 		_, err := ray.RunOnSlice(ctx, spg, waitFileTask, waitFileArg{Path: release})
 		done <- err
 	}()
-	is.NoErr(wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		snap, err := c.Snapshot(ctx)
-		if err != nil {
-			return false, err
-		}
-		running := 0
-		for _, n := range snap.Nodes {
-			running += n.Running
-		}
-		return running == 2, nil
-	}))
+	is.NoErr(waitRunning(ctx, c, 2))
 	_, err = jobs.Create(ctx, tpuJob("urgent", "high", 3*time.Second), metav1.CreateOptions{})
 	is.NoErr(err)
 	t1 := time.Now()

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	k8s "k8s.io/client-go/kubernetes"
@@ -192,4 +193,19 @@ func slicesCluster(t testing.TB, topology string, pools []string, edit func(*Con
 	}
 	t.Cleanup(func() { c.Close() })
 	return cp, c
+}
+
+// waitRunning waits, up to a minute, until n tasks run across c's nodes.
+func waitRunning(ctx context.Context, c *ray.Cluster, n int) error {
+	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		snap, err := c.Snapshot(ctx)
+		if err != nil {
+			return false, err
+		}
+		running := 0
+		for _, nd := range snap.Nodes {
+			running += nd.Running
+		}
+		return running == n, nil
+	})
 }

@@ -245,17 +245,7 @@ func TestE2EProvisionSpotPreemption(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() { _, err := ray.RunOnSlice[struct{}, string](ctx, spg, slowTask, struct{}{}); done <- err }()
-	is.NoErr(wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		snap, err := c.Snapshot(ctx)
-		if err != nil {
-			return false, err
-		}
-		running := 0
-		for _, n := range snap.Nodes {
-			running += n.Running
-		}
-		return running == 4, nil
-	}))
+	is.NoErr(waitRunning(ctx, c, 4))
 	t0 := time.Now()
 	is.NoErr(as.Preempt(ctx, pool))
 	select {
