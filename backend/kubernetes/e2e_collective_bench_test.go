@@ -225,7 +225,10 @@ func BenchmarkE2EAllReduce(b *testing.B) {
 // same client: each iteration is one round of a fixed time on each, in
 // turn (which goes first alternates), so that the machine's changing load
 // affects both alike. It reports the medians over the rounds of each one's
-// requests per second and of the ratio router/direct within a round.
+// requests per second and of the ratio router/direct within a round. Its
+// *-cpu-µs/req metrics are this process's CPU per request on each path:
+// the client's alone (direct), or the client's plus the router's or the
+// ReverseProxy's, never the router's alone (subtract direct's for that).
 //
 //	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EServeThroughPod -benchtime 10x ./
 func BenchmarkE2EServeThroughPod(b *testing.B) {
