@@ -639,13 +639,23 @@ func (sc *serverConn) begin(id uint64, e runEntry) bool {
 // a lone frame (send's lone): no other work runs on the connection and
 // the reader has no more requests buffered.
 func (sc *serverConn) end(id uint64) (lone bool) {
+	if sc.output {
+		// Output names a line by what runs and what last ended alone,
+		// under s.mu: the request leaves running and is recorded as
+		// ended in one step for it, or a line read between the two is
+		// named by neither.
+		sc.s.mu.Lock()
+	}
 	sc.mu.Lock()
 	e, labelled := sc.running[id]
 	delete(sc.running, id)
-	alone := len(sc.running) == 0 // on this connection; ended checks the others
+	alone := len(sc.running) == 0 // on this connection; endedLocked checks the others
 	sc.mu.Unlock()
-	if labelled && alone && sc.output {
-		sc.s.ended(e.lbl)
+	if sc.output {
+		if labelled && alone {
+			sc.s.endedLocked(e.lbl)
+		}
+		sc.s.mu.Unlock()
 	}
 	e.stop()
 	return alone && !sc.backlog.Load()
@@ -858,18 +868,10 @@ func connClosed(err error) bool {
 // tell more, so the name is a best guess and lines written while several
 // run are not named.
 func (s *Server) Output(stream int, line []byte) bool {
-	s.mu.Lock()
-	conns := make([]*serverConn, 0, len(s.conns))
-	for sc := range s.conns {
-		if sc.output {
-			conns = append(conns, sc)
-		}
-	}
-	s.mu.Unlock()
+	conns, lbl := s.outputTo()
 	if len(conns) == 0 {
 		return false
 	}
-	lbl := s.outputLabel(conns)
 	sent := false
 	for _, sc := range conns {
 		m := &message{typ: msgOutput, id: uint64(stream), name: lbl.source(), node: lbl.node, value: backend.Value{Data: line}}
@@ -880,8 +882,26 @@ func (s *Server) Output(stream int, line []byte) bool {
 	return sent
 }
 
-// outputLabel names the work a line of output comes from (see Output).
-func (s *Server) outputLabel(conns []*serverConn) workLabel {
+// outputTo returns the connections whose drivers asked for output and
+// the work a line read now comes from (see Output).
+func (s *Server) outputTo() ([]*serverConn, workLabel) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var conns []*serverConn
+	for sc := range s.conns {
+		if sc.output {
+			conns = append(conns, sc)
+		}
+	}
+	if len(conns) == 0 {
+		return nil, workLabel{}
+	}
+	return conns, s.outputLabelLocked(conns)
+}
+
+// outputLabelLocked names the work a line of output comes from (see
+// Output), with s.mu held.
+func (s *Server) outputLabelLocked(conns []*serverConn) workLabel {
 	var lbl workLabel
 	n := 0
 	for _, sc := range conns {
@@ -896,8 +916,6 @@ func (s *Server) outputLabel(conns []*serverConn) workLabel {
 	case n == 1:
 		return lbl
 	case n == 0:
-		s.mu.Lock()
-		defer s.mu.Unlock()
 		if time.Since(s.lastAloneAt) < time.Second {
 			return s.lastAlone
 		}
@@ -905,12 +923,10 @@ func (s *Server) outputLabel(conns []*serverConn) workLabel {
 	return workLabel{}
 }
 
-// ended records that work labelled lbl ended with nothing else running on
-// its connection; it was alone in the process if no other connection runs
-// work either.
-func (s *Server) ended(lbl workLabel) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// endedLocked records, with s.mu held, that work labelled lbl ended with
+// nothing else running on its connection; it was alone in the process if
+// no other connection runs work either.
+func (s *Server) endedLocked(lbl workLabel) {
 	for sc := range s.conns {
 		sc.mu.Lock()
 		n := len(sc.running)

@@ -143,7 +143,7 @@ func (w *stderrWatch) wait(t *testing.T) {
 	select {
 	case <-w.seen:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("timed out waiting for %q on the workers' stderr", w.want)
+		t.Fatalf("timed out waiting for %q in the workers' output; it had:\n%s", w.want, w.text())
 	}
 }
 
