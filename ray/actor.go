@@ -54,6 +54,14 @@ type Method[A, I, O any] struct {
 
 // NewMethod registers fn as method name of class. It panics on an empty or
 // duplicate method name.
+//
+// fn's ctx is the call's: cancelled when the call is cancelled or its
+// actor dies, and carrying its [RuntimeContext]. Code that fn leaves
+// running after it returns (a goroutine it starts) must look at ctx, or
+// derive a context from it, before fn returns: a call context that its
+// call's code never looked at before the call returned reports
+// context.Canceled, and no values, from then on (its record is reused for
+// a later call).
 func NewMethod[A, CI, I, O any](class *ActorClass[A, CI], name string, fn func(ctx context.Context, actor A, in I) (O, error)) *Method[A, I, O] {
 	if fn == nil {
 		panic(fmt.Sprintf("ray: NewMethod %s.%s: nil function", class.name, name))

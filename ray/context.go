@@ -11,10 +11,21 @@ func withRuntime(ctx context.Context, info *backend.RuntimeInfo) context.Context
 	if info == nil {
 		return ctx
 	}
+	if c, ok := ctx.(runtimeInfoCarrier); ok && c.CarriesRuntimeInfo(info) {
+		return ctx // the backend's context carries it, and asking it costs less than Value
+	}
 	if cur, _ := backend.RuntimeInfoFrom(ctx); cur == info {
 		return ctx // the backend's context already carries it
 	}
 	return context.WithValue(ctx, backend.RuntimeInfoKey{}, info)
+}
+
+// runtimeInfoCarrier is a backend's context that tells whether it carries
+// a RuntimeInfo without being asked for its values (backend/cluster's actor
+// call context: asking for a value marks the context as used, and its
+// record as one not to reuse).
+type runtimeInfoCarrier interface {
+	CarriesRuntimeInfo(info *backend.RuntimeInfo) bool
 }
 
 // RuntimeContext tells running task or actor code where it runs. Obtain it

@@ -56,13 +56,19 @@ type call struct {
 	arg     backend.Value
 	dep     *object
 	run     *callRun // while it runs
-	attempt int
-	done    bool
-	ran     bool // run0 is in use
+	attempt int32
 	// inflightIdx is the call's place in its actor's inflight while it
 	// runs (the slot holds the call itself only then).
 	inflightIdx int32
-	run0        callRun // the first run, saving an allocation
+	done        bool
+	ran         bool // run0 is in use
+	// pinned and gen, guarded by run0.mu, decide whether the record may
+	// be reused once the call ends (callctx.go): gen numbers the record's
+	// uses, and pinned is set once the code of the use numbered gen
+	// looked at its context.
+	pinned bool
+	gen    uint32
+	run0   callRun // the first run, saving an allocation
 }
 
 func (a *actor) signalReady() {
@@ -271,7 +277,8 @@ type methodNames struct {
 // queueCall makes a checked call of a live or dead actor and queues it.
 // rt.mu must be held.
 func (rt *Runtime) queueCall(a *actor, spec *backend.CallSpec, arg backend.Arg, op string) (backend.ObjectID, error) {
-	cl := &call{obj: rt.newObject(), spec: spec, arg: arg.Value}
+	cl := rt.newCall()
+	cl.obj, cl.spec, cl.arg = rt.newObject(), spec, arg.Value
 	cl.obj.call, cl.obj.work = cl, workCall
 	if a.state == actorDead {
 		rt.counters.submitted(workKey{name: spec.Class, method: spec.Method})
@@ -423,7 +430,7 @@ func (rt *Runtime) runCall(a *actor, cl *call) {
 		task = rt.op("", a.spec.Class, cl.spec.Method)
 	}
 	in := &r.info
-	in.Task, in.Attempt, in.Node = task, cl.attempt, a.node.name
+	in.Task, in.Attempt, in.Node = task, int(cl.attempt), a.node.name
 	in.NodeLabels, in.Env, in.Actor, in.Resources = a.node.labels, a.env, a.id, c.res
 	in.Placement.Bundle = -1
 	if a.bundle != nil {
@@ -441,7 +448,9 @@ func (rt *Runtime) runCall(a *actor, cl *call) {
 // also the call's context: the actor incarnation's context (Context), plus
 // the call's RuntimeInfo and its own cancellation (CancelTask), in one
 // allocation. Like taskCtx, it makes its Done channel, and watches the
-// actor's context, only if the code asks for them.
+// actor's context, only if the code asks for them. The first run's code
+// gets it through a callCtx handle, so that its record can be reused
+// (callctx.go).
 type callRun struct {
 	context.Context
 	info backend.RuntimeInfo
@@ -504,7 +513,7 @@ func (r *callRun) runFor(ctx *context.Context) (backend.Value, error) {
 	r.mu.Lock()
 	r.caller = ctx
 	r.mu.Unlock()
-	v, err := r.inst.Call(r, r.cl.spec.Method, r.cl.arg, &r.info)
+	v, err := r.inst.Call(r.ctx(), r.cl.spec.Method, r.cl.arg, &r.info)
 	r.mu.Lock()
 	r.caller = nil
 	r.mu.Unlock()
@@ -536,7 +545,7 @@ func (r *callRun) finished() {
 // it lets start.
 func (r *callRun) run() {
 	for r != nil {
-		v, err := r.inst.Call(r, r.cl.spec.Method, r.cl.arg, &r.info)
+		v, err := r.inst.Call(r.ctx(), r.cl.spec.Method, r.cl.arg, &r.info)
 		r.finished()
 		r = r.a.rt.finishCall(r, v, err)
 	}
@@ -563,6 +572,9 @@ func (rt *Runtime) finishCall(r *callRun, v backend.Value, err error) (next *cal
 	}
 	rt.inlineCalls, rt.inlineCall = true, nil
 	rt.finishCallLocked(cl, v, err)
+	if r == &cl.run0 {
+		rt.reuseCall(cl)
+	}
 	rt.dispatchCalls(a)
 	next = rt.inlineCall
 	rt.inlineCalls, rt.inlineCall = false, nil
@@ -617,7 +629,7 @@ func (rt *Runtime) killActorLocked(a *actor, err error, restart bool) {
 		a.state = actorRestarting
 		var requeue []*call
 		for _, cl := range running {
-			if cl.attempt < a.spec.MaxTaskRetries || a.spec.MaxTaskRetries < 0 {
+			if int(cl.attempt) < a.spec.MaxTaskRetries || a.spec.MaxTaskRetries < 0 {
 				cl.attempt++
 				if cl.spec.Beside {
 					a.side = append(a.side, cl)

@@ -135,8 +135,11 @@ type Runtime struct {
 	// started then goes to inlineCall.
 	inlineCalls bool
 	inlineCall  *callRun
-	ops         map[opKey]string // cached operation names for errors
-	lastSubmit  [2]string        // the last task name submitted and its op (submitOp)
+	// freeCalls are finished call records whose contexts no code kept
+	// (callctx.go), for the next calls; at most maxFreeCalls.
+	freeCalls  []*call
+	ops        map[opKey]string // cached operation names for errors
+	lastSubmit [2]string        // the last task name submitted and its op (submitOp)
 	// lastSpec is the spec SubmitTaskArg took last, and lastSpecClass
 	// its class: the same immutable spec submitted again skips the
 	// checks it passed (its name registered, its class found).

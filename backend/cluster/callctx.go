@@ -1,0 +1,158 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// An actor call's record (call, with its first run's context, run0) is
+// reused for a later call once the call has ended, if no code looked at the
+// call's context while it could: the code of the call's first run gets a
+// callCtx, a handle on the record for one use of it, not the record itself.
+//
+//   - Every method of the handle, while the use it was made for is the
+//     record's current one, pins the record: it is not reused, and the
+//     handle stays what the context was, as if it were the record (a Done
+//     channel, AfterFunc, the RuntimeInfo that ray.Runtime returns, stay
+//     valid for as long as anyone holds them).
+//   - When a call ends whose record is not pinned, and whose context was
+//     not cancelled, the record's use ends (call.gen moves on): the
+//     handle is stale, and behaves as a cancelled context with no values
+//     (Err is context.Canceled, Done is closed, Value is nil). Only code
+//     that first looks at the context after the call returned can see
+//     that, such as a goroutine the call started.
+//   - A retry's run has a record of its own, never reused, and is the
+//     context itself (the first run's code may still be running).
+//
+// So a call whose code never looks at its context allocates 16 bytes for
+// it instead of the 288 of a record, which keeps the collector's work per
+// call down; the records wait in Runtime.freeCalls.
+type callCtx struct {
+	cl  *call
+	gen uint32
+}
+
+// maxFreeCalls bounds the finished call records kept for reuse (288 bytes
+// each).
+const maxFreeCalls = 1024
+
+// closedDone is the Done channel of a stale call context.
+var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// ctx is the context the run's code gets: a handle on the record for the
+// first run, the run itself for a retry.
+func (r *callRun) ctx() context.Context {
+	cl := r.cl
+	if r != &cl.run0 {
+		return r
+	}
+	// gen changes only when the record's use ends (reuseCall), which is
+	// after this run returns.
+	return &callCtx{cl: cl, gen: cl.gen}
+}
+
+// live returns the run h was made for and pins its record, or nil if that
+// use of the record has ended.
+func (h *callCtx) live() *callRun {
+	r := &h.cl.run0
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h.cl.gen != h.gen {
+		return nil
+	}
+	h.cl.pinned = true
+	return r
+}
+
+func (h *callCtx) Deadline() (time.Time, bool) {
+	if r := h.live(); r != nil {
+		return r.Deadline()
+	}
+	return time.Time{}, false
+}
+
+func (h *callCtx) Done() <-chan struct{} {
+	if r := h.live(); r != nil {
+		return r.Done()
+	}
+	return closedDone
+}
+
+func (h *callCtx) Err() error {
+	if r := h.live(); r != nil {
+		return r.Err()
+	}
+	return context.Canceled
+}
+
+func (h *callCtx) Value(key any) any {
+	if r := h.live(); r != nil {
+		return r.Value(key)
+	}
+	return nil
+}
+
+// AfterFunc lets context.WithCancel and friends derive from a call's
+// context without a goroutine, as callRun does.
+func (h *callCtx) AfterFunc(f func()) (stop func() bool) {
+	if r := h.live(); r != nil {
+		return r.AfterFunc(f)
+	}
+	go f()
+	return func() bool { return false }
+}
+
+// CarriesRuntimeInfo reports whether info is the RuntimeInfo the context
+// reports, without pinning the record: package ray asks, before running the
+// call's method, whether it must add info to the context.
+func (h *callCtx) CarriesRuntimeInfo(info *backend.RuntimeInfo) bool {
+	return info == &h.cl.run0.info
+}
+
+func (h *callCtx) String() string { return "cluster.callCtx" }
+
+// newCall returns a zero call record, reused if one is free. rt.mu must be
+// held.
+func (rt *Runtime) newCall() *call {
+	if n := len(rt.freeCalls); n > 0 {
+		cl := rt.freeCalls[n-1]
+		rt.freeCalls[n-1] = nil
+		rt.freeCalls = rt.freeCalls[:n-1]
+		return cl
+	}
+	return new(call)
+}
+
+// reuseCall ends the use of the record of cl, whose first run has just
+// finished and been recorded, unless its context was looked at or
+// cancelled, and keeps the record for a later call if there is room.
+// rt.mu must be held.
+func (rt *Runtime) reuseCall(cl *call) {
+	r := &cl.run0
+	r.mu.Lock()
+	if cl.pinned || r.cause != notCancelled || r.done != nil || r.one != nil || r.afters != nil || r.stop != nil || r.caller != nil {
+		r.mu.Unlock()
+		return
+	}
+	cl.gen++ // the run's handles are stale from now on
+	r.mu.Unlock()
+	if !cl.done || cl.dep != nil || len(rt.freeCalls) >= maxFreeCalls {
+		return
+	}
+	cl.reset()
+	rt.freeCalls = append(rt.freeCalls, cl)
+}
+
+// reset zeroes the record for its next use, but for run0.mu (which a stale
+// handle may hold) and gen. pinned, and the run's Done channel, watches,
+// cause and caller are zero already (reuseCall).
+func (cl *call) reset() {
+	cl.obj, cl.spec, cl.arg, cl.dep, cl.run = nil, nil, backend.Value{}, nil, nil
+	cl.attempt, cl.inflightIdx, cl.done, cl.ran = 0, 0, false, false
+	r := &cl.run0
+	r.Context, r.info, r.a, r.cl, r.inst = nil, backend.RuntimeInfo{}, nil, nil, nil
+	r.oneID, r.forced = 0, false
+	r.claimed.Store(0)
+}
