@@ -56,7 +56,6 @@ type Source struct {
 	factory  informers.SharedInformerFactory
 	queue    workqueue.TypedInterface[string]
 	runOnce  sync.Once
-	runErr   error
 	synced   chan struct{}
 	mu       sync.Mutex
 	sink     cluster.NodeSink
