@@ -432,7 +432,7 @@ func (rt *Runtime) runCall(a *actor, cl *call) {
 	in := &r.info
 	in.Task, in.Attempt, in.Node = task, int(cl.attempt), a.node.name
 	in.NodeLabels, in.Env, in.Actor, in.Resources = a.node.labels, a.env, a.id, c.res
-	in.Placement.Bundle = -1
+	in.Placement = backend.Placement{Bundle: -1} // every field set: the record may be reused
 	if a.bundle != nil {
 		in.Placement = backend.Placement{Group: a.bundle.pg.id, Bundle: a.bundle.index}
 	}

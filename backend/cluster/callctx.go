@@ -145,14 +145,17 @@ func (rt *Runtime) reuseCall(cl *call) {
 	rt.freeCalls = append(rt.freeCalls, cl)
 }
 
-// reset zeroes the record for its next use, but for run0.mu (which a stale
-// handle may hold) and gen. pinned, and the run's Done channel, watches,
-// cause and caller are zero already (reuseCall).
+// reset readies the record for its next use and drops what it holds of
+// the call that used it and may be large or the user's: its object, its
+// input, its actor and the actor's instance. The rest (its spec, the actor
+// context and the RuntimeInfo of run0) the next use overwrites before it
+// reads them (queueCall, runCall): clearing them would cost the collector's
+// write barriers for nothing. run0.mu and gen stay; pinned, and the run's
+// Done channel, watches, cause and caller, are zero already (reuseCall).
 func (cl *call) reset() {
-	cl.obj, cl.spec, cl.arg, cl.dep, cl.run = nil, nil, backend.Value{}, nil, nil
-	cl.attempt, cl.inflightIdx, cl.done, cl.ran = 0, 0, false, false
+	cl.obj, cl.arg, cl.done, cl.ran = nil, backend.Value{}, false, false
+	// dep and run are nil, attempt is 0 (a retry runs in a record of its
+	// own, never reused), inflightIdx is set when the call starts.
 	r := &cl.run0
-	r.Context, r.info, r.a, r.cl, r.inst = nil, backend.RuntimeInfo{}, nil, nil, nil
-	r.oneID, r.forced = 0, false
-	r.claimed.Store(0)
+	r.a, r.inst = nil, nil
 }

@@ -37,6 +37,10 @@ func (x *ctxExec) Call(ctx context.Context, method string, arg backend.Value, in
 		if got, _ := backend.RuntimeInfoFrom(ctx); got != info {
 			return backend.Value{}, backend.Errorf(backend.Internal, "look", "RuntimeInfo %p, want %p", got, info)
 		}
+		// A reused record's info is this call's alone.
+		if info.Task != "a.look" || info.Attempt != 0 || info.Node != "n" || info.Placement != (backend.Placement{Bundle: -1}) {
+			return backend.Value{}, backend.Errorf(backend.Internal, "look", "RuntimeInfo %+v", *info)
+		}
 	case "keep":
 		x.kept <- ctx
 	case "pin":
@@ -111,7 +115,9 @@ func TestCallRecordReused(t *testing.T) {
 	cl := freeCall(rt)
 	is.True(cl != nil)
 	is.Equal(cl.gen, uint32(1))
-	zeroBut(t, reflect.ValueOf(cl).Elem(), "", map[string]bool{"gen": true, "run0.lazyCancel.mu": true})
+	// What the next use overwrites before reading may stay.
+	zeroBut(t, reflect.ValueOf(cl).Elem(), "", map[string]bool{"gen": true, "run0.lazyCancel.mu": true,
+		"spec": true, "run0.Context": true, "run0.info": true, "run0.cl": true, "inflightIdx": true})
 
 	callAndGet(t, rt, aid, "look") // takes cl, and pins it
 	is.True(freeCall(rt) == nil)
