@@ -104,12 +104,45 @@ var _ backend.ArgSubmitter = (*Runtime)(nil)
 
 // SubmitTaskArg implements backend.ArgSubmitter: the task keeps spec,
 // which it never modifies, and takes its input from arg.
+//
+// With an executor that starts tasks elsewhere (a backend.TaskStarter: a
+// worker process), a task that can start at once is started on the
+// calling goroutine after the lock is released (startHere), not handed to
+// a pool goroutine: a synchronous round trip (Remote, then Get) then
+// costs no switch to another goroutine to send the task.
 func (rt *Runtime) SubmitTaskArg(ctx context.Context, spec *backend.TaskSpec, arg backend.Arg) (backend.ObjectID, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	id, next, err := rt.submitTaskLocked(spec, arg)
+	if next != nil {
+		next.startHere()
+	}
+	return id, err
+}
+
+// submitTaskLocked takes rt.mu and submits the task. With a TaskStarter,
+// the first task that the submission starts is returned instead of being
+// handed to the pool (and counted in rt.wg: Close waits for its start),
+// for the caller to start once rt.mu is released.
+func (rt *Runtime) submitTaskLocked(spec *backend.TaskSpec, arg backend.Arg) (_ backend.ObjectID, next *taskCtx, _ error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	if rt.starter != nil {
+		rt.inline, rt.inlineNext = true, nil
+		defer func() {
+			if next = rt.inlineNext; next != nil {
+				rt.wg.Add(1)
+			}
+			rt.inline, rt.inlineNext = false, nil
+		}()
+	}
+	id, err := rt.submitLocked(spec, arg)
+	return id, nil, err
+}
+
+// submitLocked submits a task. rt.mu must be held.
+func (rt *Runtime) submitLocked(spec *backend.TaskSpec, arg backend.Arg) (backend.ObjectID, error) {
 	op := rt.submitOp(spec)
 	if err := rt.precheck(op); err != nil {
 		return 0, err

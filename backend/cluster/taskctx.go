@@ -80,6 +80,19 @@ func (c *taskCtx) run() {
 	}
 }
 
+// startHere starts a task that a submission started (submitTaskLocked),
+// on the submitting goroutine, with rt.mu not held and the start counted
+// in rt.wg. When the starter cannot start it (its worker is not
+// connected), the task goes to the pool, to be run with RunTask by a
+// goroutine that may wait.
+func (c *taskCtx) startHere() {
+	b := c.b
+	defer b.wg.Done()
+	if !b.starter.StartTask(c, c.t.spec.Name, c.t.arg, &c.info, c) {
+		b.pool.run(c)
+	}
+}
+
 // claim reports whether the caller is the one to run this attempt: a pool
 // goroutine and a Get of the task's result (getclaim.go) may both try;
 // the first wins.

@@ -1,0 +1,153 @@
+package cluster
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/matryer/is"
+
+	"github.com/goray-dev/goray/backend"
+)
+
+// starterExec is a backend.TaskStarter that keeps what it is asked to
+// start, for the test to finish (or refuses, with refuse set), recording
+// the goroutine of the last StartTask. enter and release, if set, hold
+// StartTask until release closes, once enter is closed.
+type starterExec struct {
+	claimExec
+	refuse         bool
+	enter, release chan struct{}
+	on             atomic.Int64
+	mu             sync.Mutex
+	started        []backend.TaskDone
+}
+
+func (x *starterExec) StartTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo, done backend.TaskDone) bool {
+	x.on.Store(goid())
+	if x.enter != nil {
+		close(x.enter)
+		<-x.release
+	}
+	if x.refuse {
+		return false
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.started = append(x.started, done)
+	return true
+}
+
+// finishAll delivers v to every task started, as a worker connection's
+// reader would, and reports how many there were.
+func (x *starterExec) finishAll(v backend.Value) int {
+	x.mu.Lock()
+	started := x.started
+	x.started = nil
+	x.mu.Unlock()
+	for _, d := range started {
+		d.TaskDone(v, nil)
+	}
+	return len(started)
+}
+
+func starterRuntime(t *testing.T, x *starterExec) (*Runtime, *heldPool) {
+	t.Helper()
+	rt, err := New(NewStaticSource([]Node{{Name: "n", Resources: backend.Resources{backend.CPU: 4}}}), GoroutineRunner{}, Options{NativeValues: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(context.Background(), x); err != nil {
+		t.Fatal(err)
+	}
+	return rt, holdPool(rt)
+}
+
+// TestSubmitStartsTaskOnCaller: with a TaskStarter, a task that can start
+// at once is started by the submitting goroutine before SubmitTaskArg
+// returns, not handed to a pool goroutine; its result and counters are
+// as for any started task.
+func TestSubmitStartsTaskOnCaller(t *testing.T) {
+	is := is.New(t)
+	x := &starterExec{}
+	rt, held := starterRuntime(t, x)
+	defer rt.Close()
+	ctx := context.Background()
+	id, err := rt.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{Value: backend.Value{Data: []byte("in")}})
+	is.NoErr(err)
+	is.Equal(x.on.Load(), goid()) // started on the submitter
+	is.Equal(held.runAll(), 0)    // nothing for the pool
+	is.Equal(x.finishAll(backend.Value{Data: []byte("out")}), 1)
+	v, err := rt.Get(ctx, id)
+	is.NoErr(err)
+	is.Equal(string(v.Data), "out")
+	is.Equal(x.runs.Load(), int32(0)) // never run with RunTask
+	is.Equal(counted(rt), backend.WorkCount{Name: "t", Submitted: 1, Finished: 1})
+	rt.mu.Lock()
+	is.Equal(rt.running, 0)
+	rt.mu.Unlock()
+}
+
+// TestSubmitStartRefusedGoesToPool: when the starter cannot start the
+// task (its worker is not connected), the task goes to the pool and runs
+// there with RunTask, once.
+func TestSubmitStartRefusedGoesToPool(t *testing.T) {
+	is := is.New(t)
+	x := &starterExec{refuse: true}
+	rt, held := starterRuntime(t, x)
+	defer rt.Close()
+	ctx, cancel := context.WithCancel(context.Background()) // a Get that waits
+	defer cancel()
+	id, err := rt.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{Value: backend.Value{Data: []byte("in")}})
+	is.NoErr(err)
+	is.Equal(x.runs.Load(), int32(0))
+	is.Equal(held.runAll(), 1) // handed to the pool
+	v, err := rt.Get(ctx, id)
+	is.NoErr(err)
+	is.Equal(string(v.Data), "in")
+	is.Equal(x.runs.Load(), int32(1))
+	is.Equal(counted(rt), backend.WorkCount{Name: "t", Submitted: 1, Finished: 1})
+}
+
+// TestCloseWaitsForSubmitStart: Close waits for a start that the
+// submitting goroutine is making, as for a pool goroutine's.
+func TestCloseWaitsForSubmitStart(t *testing.T) {
+	is := is.New(t)
+	x := &starterExec{enter: make(chan struct{}), release: make(chan struct{})}
+	rt, _ := starterRuntime(t, x)
+	submitted := make(chan error, 1)
+	go func() {
+		_, err := rt.SubmitTaskArg(context.Background(), claimSpec(0), backend.Arg{})
+		submitted <- err
+	}()
+	select {
+	case <-x.enter:
+	case err := <-submitted:
+		t.Fatalf("the submission returned (%v) without starting the task", err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		rt.Close()
+		close(closed)
+	}()
+	// Close has marked the runtime closed; give it every chance to
+	// return (it must not, while the start has not returned).
+	for closing := false; !closing; runtime.Gosched() {
+		rt.mu.Lock()
+		closing = rt.closed
+		rt.mu.Unlock()
+	}
+	for range 1000 {
+		select {
+		case <-closed:
+			t.Fatal("Close returned while a submitter was starting a task")
+		default:
+			runtime.Gosched()
+		}
+	}
+	close(x.release)
+	<-closed
+	is.NoErr(<-submitted)
+}
