@@ -29,8 +29,8 @@ type refState struct {
 	id       backend.ObjectID
 	err      error // submission error, reported by Get
 	released atomic.Bool
+	slot     uint8      // id's slot in led; beside released, so a state is 48 bytes, not 56
 	led      *refLedger // the cleanup that frees id (refblock.go)
-	slot     uint8      // id's slot in led
 }
 
 func newRef[T any](c *Cluster, id backend.ObjectID) ObjectRef[T] {
