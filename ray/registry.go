@@ -183,14 +183,19 @@ func RegisteredActorClasses() []string {
 func guard(info *backend.RuntimeInfo, f func() (backend.Value, error)) (v backend.Value, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			v = backend.Value{}
-			err = &backend.Error{Code: backend.TaskFailed, Err: &backend.TaskError{
-				Task: taskName(info), Attempt: attempt(info),
-				Message: fmt.Sprint(r), Panicked: true, Stack: string(debug.Stack()),
-			}}
+			v, err = backend.Value{}, panicError(info, r)
 		}
 	}()
 	return f()
+}
+
+// panicError is the error of work that panicked with r: a *TaskError with
+// the stack. Call it from the deferred function that recovered r.
+func panicError(info *backend.RuntimeInfo, r any) error {
+	return &backend.Error{Code: backend.TaskFailed, Err: &backend.TaskError{
+		Task: taskName(info), Attempt: attempt(info),
+		Message: fmt.Sprint(r), Panicked: true, Stack: string(debug.Stack()),
+	}}
 }
 
 func userError(info *backend.RuntimeInfo, err error) error {
@@ -301,7 +306,7 @@ type actorInstance struct {
 	last atomic.Pointer[methodEntry]
 }
 
-func (a *actorInstance) Call(ctx context.Context, method string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
+func (a *actorInstance) Call(ctx context.Context, method string, arg backend.Value, info *backend.RuntimeInfo) (v backend.Value, err error) {
 	m := a.last.Load()
 	if m == nil || m.name != method {
 		registry.RLock()
@@ -315,13 +320,17 @@ func (a *actorInstance) Call(ctx context.Context, method string, arg backend.Val
 		return backend.Value{}, backend.Errorf(backend.NotFound, "call actor", "method %q of actor class %q is not registered in this process", method, a.class.name)
 	}
 	ctx = withRuntime(ctx, info)
-	return guard(info, func() (backend.Value, error) {
-		v, err := m.call(ctx, a.codec, a.actor, arg)
-		if err != nil && !isInternal(err) {
-			return v, userError(info, err)
+	// guard's work, without its closure: this runs for every call.
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = backend.Value{}, panicError(info, r)
 		}
-		return v, err
-	})
+	}()
+	v, err = m.call(ctx, a.codec, a.actor, arg)
+	if err != nil && !isInternal(err) {
+		return v, userError(info, err)
+	}
+	return v, err
 }
 
 // isInternal reports whether err is already a goray error (a codec failure
