@@ -52,3 +52,30 @@ func BenchmarkProxyBody(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkProxySmall sends small JSON requests ("{}"), one at a time,
+// through a Process replica whose server reads and discards them: the
+// path of most model requests, whose body is read whole and sent with the
+// request's head. allocs/op and B/op are this process's, the client's
+// included (the replica's server is another process).
+//
+//	go test ./serve -run '^$' -bench ProxySmall -benchmem
+func BenchmarkProxySmall(b *testing.B) {
+	srv := serve.New(newSingleHostCluster(b, 1), nil)
+	base, client := startServer(b, srv)
+	if err := srv.Deploy(context.Background(), sinkDeployment(b, "bench", b.TempDir(), 1, true)); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := client.Post(base+"/bench/sink?nohash", "application/json", bytes.NewReader([]byte("{}")))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+}

@@ -1,12 +1,12 @@
 package serve
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,17 +32,17 @@ func poolServer(t *testing.T, h http.HandlerFunc) (srv *httptest.Server, opened,
 	return srv, opened, closed
 }
 
-func poolRequest(t *testing.T, ctx context.Context, p *connPool, method, url, body string) (*http.Response, []byte, error) {
+func poolRequest(t *testing.T, ctx context.Context, p *connPool, method, rawURL, body string) (*http.Response, []byte, error) {
 	t.Helper()
-	var rb io.Reader = http.NoBody
-	if body != "" {
-		rb = bytes.NewReader([]byte(body))
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rb)
+	u, err := url.Parse(rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := p.roundTrip(req)
+	fr := &forwardReq{method: method, uri: u.RequestURI(), header: http.Header{}, dst: http.Header{}}
+	if body != "" {
+		fr.body = []byte(body)
+	}
+	resp, err := p.roundTrip(ctx, u.Host, fr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -164,8 +164,7 @@ func TestConnPoolCancel(t *testing.T) {
 	// A response whose body is not read to its end closes its connection.
 	p = newConnPool()
 	defer p.close()
-	req, _ := http.NewRequest("GET", srv.URL, nil)
-	resp, err := p.roundTrip(req)
+	resp, err := p.roundTrip(context.Background(), srv.Listener.Addr().String(), &forwardReq{method: "GET", uri: "/"})
 	is.NoErr(err)
 	is.NoErr(resp.Body.Close())
 	waitFor(t, "the unread response's connection closed", func() bool { return closed.Load() == 3 })

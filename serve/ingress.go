@@ -721,55 +721,21 @@ func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.
 	}
 	code, msg := d.attempt(ctx, func(r *replica) error {
 		pi := r.inst.(*processInstance)
-		var rb io.Reader = http.NoBody
-		if whole != nil {
-			rb = bytes.NewReader(whole) // with its length, and sent again as it is
-		}
-		rctx := ctx
-		if body != nil {
-			a, err := body.attempt()
-			if err != nil {
-				return err
-			}
-			rb = a
-			// Told when the replica's connection closes (see connLost).
-			var stops []func()
-			defer func() {
-				for _, stop := range stops {
-					stop()
-				}
-			}()
-			rctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
-				if wc, ok := info.Conn.(*watchedConn); ok {
-					stops = append(stops, wc.watch(a.connLost))
-				}
-			}})
-		}
-		req, err := http.NewRequestWithContext(rctx, in.Method, pi.base, rb)
-		if err != nil {
-			return err
-		}
-		req.URL.Path, req.URL.RawPath, req.URL.RawQuery = path, raw, in.URL.RawQuery
-		req.Header = in.Header.Clone()
-		removeHopHeaders(req.Header)
-		// The ingress answers Expect: 100-continue itself (net/http sends
-		// 100 Continue at the first read of the body, once this request is
-		// connected); the body follows at once.
-		req.Header.Del("Expect")
-		if body != nil {
-			req.ContentLength, req.GetBody = in.ContentLength, body.getBody
-			if in.ContentLength < 0 {
-				req.TransferEncoding = []string{"chunked"}
-			}
-		}
-		// The transport, not the client: a redirect is the client's to
-		// follow (a reverse proxy that followed it would fetch whatever URL
-		// a replica's server names, from inside the cluster).
 		var resp *http.Response
+		var fr *forwardReq
+		var err error
 		if body == nil && d.s.conns != nil {
-			resp, err = d.s.conns.roundTrip(req) // no goroutine hand-offs
+			// The proxy's own client, with no goroutine hand-offs: it
+			// writes the request's head from the client's (net/http's
+			// Request.Write would write the same) and, for a plain
+			// response, adds its header to w's.
+			u := url.URL{Path: path, RawPath: raw, RawQuery: in.URL.RawQuery}
+			fr = &forwardReq{method: in.Method, uri: u.RequestURI(), header: in.Header, body: whole, dst: w.Header()}
+			resp, err = d.s.conns.roundTrip(ctx, pi.addr, fr)
 		} else {
-			resp, err = d.s.transport().RoundTrip(req)
+			var unwatch func()
+			resp, unwatch, err = d.transportTrip(ctx, in, pi, path, raw, body, whole)
+			defer unwatch()
 		}
 		if err != nil {
 			if e, ok := body.clientErr(ctx); ok {
@@ -808,7 +774,7 @@ func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.
 		if loc := resp.Header.Get("Location"); loc != "" {
 			resp.Header.Set("Location", d.publicLocation(loc, pi.base))
 		}
-		cut = !copyResponse(w, resp)
+		cut = !copyResponse(w, resp, fr != nil && fr.inDst)
 		return nil
 	})
 	if code != 0 {
@@ -819,6 +785,60 @@ func (d *deployment) proxy(ctx context.Context, w http.ResponseWriter, in *http.
 	if cut {
 		panic(http.ErrAbortHandler) // the client sees a broken response, as the server sent it
 	}
+}
+
+// transportTrip sends the request to the replica's server through the
+// server's http.Transport (Options.Client's): a body streamed as it
+// arrives, with the replica's connection watched for its loss (see
+// connLost), or any request when Options.Client is set. unwatch ends the
+// watch, when the attempt ends.
+func (d *deployment) transportTrip(ctx context.Context, in *http.Request, pi *processInstance, path, raw string, body *bodyStream, whole []byte) (resp *http.Response, unwatch func(), err error) {
+	var rb io.Reader = http.NoBody
+	if whole != nil {
+		rb = bytes.NewReader(whole) // with its length, and sent again as it is
+	}
+	rctx := ctx
+	var stops []func()
+	unwatch = func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
+	if body != nil {
+		a, err := body.attempt()
+		if err != nil {
+			return nil, unwatch, err
+		}
+		rb = a
+		// Told when the replica's connection closes (see connLost).
+		rctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+			if wc, ok := info.Conn.(*watchedConn); ok {
+				stops = append(stops, wc.watch(a.connLost))
+			}
+		}})
+	}
+	req, err := http.NewRequestWithContext(rctx, in.Method, pi.base, rb)
+	if err != nil {
+		return nil, unwatch, err
+	}
+	req.URL.Path, req.URL.RawPath, req.URL.RawQuery = path, raw, in.URL.RawQuery
+	req.Header = in.Header.Clone()
+	removeHopHeaders(req.Header)
+	// The ingress answers Expect: 100-continue itself (net/http sends
+	// 100 Continue at the first read of the body, once this request is
+	// connected); the body follows at once.
+	req.Header.Del("Expect")
+	if body != nil {
+		req.ContentLength, req.GetBody = in.ContentLength, body.getBody
+		if in.ContentLength < 0 {
+			req.TransferEncoding = []string{"chunked"}
+		}
+	}
+	// The transport, not the client: a redirect is the client's to
+	// follow (a reverse proxy that followed it would fetch whatever URL
+	// a replica's server names, from inside the cluster).
+	resp, err = d.s.transport().RoundTrip(req)
+	return resp, unwatch, err
 }
 
 // bodyTooLarge tells net/http that w's request body was cut off at the
@@ -870,12 +890,15 @@ var copyBufs = sync.Pool{New: func() any { return new([32 << 10]byte) }}
 // event reaches the client as it comes; one of known length is buffered
 // as net/http buffers any handler's answer (as httputil.ReverseProxy
 // does). It reports whether the body ended normally; false when the
-// server broke it off (or the client went away).
-func copyResponse(w http.ResponseWriter, resp *http.Response) bool {
-	removeHopHeaders(resp.Header)
-	h := w.Header()
-	for k, vs := range resp.Header {
-		h[k] = append(h[k], vs...)
+// server broke it off (or the client went away). headerDone says that
+// resp's header is already w's (see parseHead).
+func copyResponse(w http.ResponseWriter, resp *http.Response, headerDone bool) bool {
+	if !headerDone {
+		removeHopHeaders(resp.Header)
+		h := w.Header()
+		for k, vs := range resp.Header {
+			h[k] = append(h[k], vs...)
+		}
 	}
 	w.WriteHeader(resp.StatusCode)
 	flush := resp.ContentLength < 0

@@ -265,13 +265,14 @@ func (p *processReplica) start(ctx context.Context, c *ray.Cluster, spg placemen
 		inst.close(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	inst.base = "http://" + addr
+	inst.base, inst.addr = "http://"+addr, addr
 	return inst, nil
 }
 
 type processInstance struct {
 	hosts []*ray.ActorHandle[*hostProcess]
-	base  string
+	base  string // http://addr
+	addr  string // its server's host:port
 }
 
 func (p *processInstance) check(ctx context.Context) error {

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -222,13 +223,17 @@ func BenchmarkE2EAllReduce(b *testing.B) {
 // pods, a request to a serve.Process replica through the router (client →
 // router in this process → the server in host 0's pod) with the same
 // request sent straight to that server's pod IP, 16 clients each, with the
-// same client: each iteration is one round of a fixed time on each, in
-// turn (which goes first alternates), so that the machine's changing load
-// affects both alike. It reports the medians over the rounds of each one's
-// requests per second and of the ratio router/direct within a round. Its
+// same client; and, as floors, through net/http/httputil's ReverseProxy
+// and through a TCP relay that parses nothing, both in this process. Each
+// iteration is one round of a fixed time on each path, in turn (the order
+// reverses every round), so that the machine's changing load affects all
+// alike. It reports the medians over the rounds of each path's requests
+// per second and of its ratio to direct within a round. Its
 // *-cpu-µs/req metrics are this process's CPU per request on each path:
-// the client's alone (direct), or the client's plus the router's or the
-// ReverseProxy's, never the router's alone (subtract direct's for that).
+// the client's alone (direct), or the client's plus the router's or a
+// floor's, never the router's alone (subtract direct's for that); its
+// *-pod-cpu-µs/req, that of the pod's server (a process of this machine,
+// read from /proc).
 //
 //	GORAY_E2E=1 go test -tags e2e -run '^$' -bench BenchmarkE2EServeThroughPod -benchtime 10x ./
 func BenchmarkE2EServeThroughPod(b *testing.B) {
@@ -246,6 +251,7 @@ func BenchmarkE2EServeThroughPod(b *testing.B) {
 		b.Fatal(err)
 	}
 	direct := "http://" + where["listen"] + "/where"
+	podPID := where["pid"] // the harness runs pods as processes of this machine
 	// The floor of any proxy in this process: net/http/httputil's
 	// ReverseProxy to the same server, with nothing of the router's.
 	target, err := url.Parse("http://" + where["listen"])
@@ -261,17 +267,29 @@ func BenchmarkE2EServeThroughPod(b *testing.B) {
 	plain := &http.Server{Handler: rp}
 	go plain.Serve(l)
 	defer plain.Close()
-	bareProxy := "http://" + l.Addr().String() + "/where"
+	// The floor of any proxy in this process: a TCP relay that copies
+	// bytes both ways between a client's connection and one of its own to
+	// the server, parsing nothing.
+	relay := tcpRelay(b, where["listen"])
+	paths := []struct {
+		name, url            string
+		rps, ratio, cpu, pod []float64
+	}{
+		{name: "direct", url: direct},
+		{name: "router", url: router},
+		{name: "reverseproxy", url: "http://" + l.Addr().String() + "/where"},
+		{name: "tcprelay", url: "http://" + relay + "/where"},
+	}
 	const clients, round = 16, 500 * time.Millisecond
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	defer client.CloseIdleConnections()
-	// run returns the requests per second, and this process's CPU time
-	// per request (the client's, plus the router's or the
-	// ReverseProxy's: the pod's server is another process).
-	run := func(url string) (float64, float64) {
+	// run returns the requests per second, this process's CPU time per
+	// request (the client's, plus the router's or another proxy's), and
+	// the pod's server's.
+	run := func(url string) (float64, float64, float64) {
 		var n atomic.Int64
 		var wg sync.WaitGroup
-		start, cpu0 := time.Now(), processCPU()
+		start, cpu0, pod0 := time.Now(), processCPU(), pidCPU(podPID)
 		for range clients {
 			wg.Go(func() {
 				for time.Since(start) < round {
@@ -291,41 +309,133 @@ func BenchmarkE2EServeThroughPod(b *testing.B) {
 			})
 		}
 		wg.Wait()
-		el, cpu := time.Since(start), processCPU()-cpu0
-		return float64(n.Load()) / el.Seconds(), float64(cpu.Microseconds()) / float64(max(1, n.Load()))
+		el, cpu, pod := time.Since(start), processCPU()-cpu0, pidCPU(podPID)-pod0
+		reqs := float64(max(1, n.Load()))
+		return float64(n.Load()) / el.Seconds(), float64(cpu.Microseconds()) / reqs, float64(pod.Microseconds()) / reqs
 	}
-	run(direct) // warm them up
-	run(router)
-	run(bareProxy)
-	var directRPS, routerRPS, proxyRPS, ratios, proxyRatios, directCPU, routerCPU, proxyCPU []float64
+	for _, p := range paths {
+		run(p.url) // warm them up
+	}
 	b.ResetTimer()
 	for i := range b.N {
-		var d, r, p, dc, rc, pc float64
-		if i%2 == 0 {
-			d, dc = run(direct)
-			r, rc = run(router)
-			p, pc = run(bareProxy)
-		} else {
-			p, pc = run(bareProxy)
-			r, rc = run(router)
-			d, dc = run(direct)
+		order := []int{0, 1, 2, 3}
+		if i%2 == 1 {
+			slices.Reverse(order)
 		}
-		directRPS, routerRPS, proxyRPS = append(directRPS, d), append(routerRPS, r), append(proxyRPS, p)
-		ratios, proxyRatios = append(ratios, r/d), append(proxyRatios, p/d)
-		directCPU, routerCPU, proxyCPU = append(directCPU, dc), append(routerCPU, rc), append(proxyCPU, pc)
+		rps := make([]float64, len(paths))
+		for _, j := range order {
+			p := &paths[j]
+			r, cpu, pod := run(p.url)
+			rps[j] = r
+			p.rps, p.cpu, p.pod = append(p.rps, r), append(p.cpu, cpu), append(p.pod, pod)
+		}
+		for j := range paths {
+			paths[j].ratio = append(paths[j].ratio, rps[j]/rps[0])
+		}
 	}
 	b.StopTimer()
 	med := func(xs []float64) float64 {
+		if len(xs) == 0 {
+			return 0
+		}
 		slices.Sort(xs)
 		return xs[len(xs)/2]
 	}
-	b.ReportMetric(med(directRPS), "direct-req/s")
-	b.ReportMetric(med(routerRPS), "router-req/s")
-	b.ReportMetric(med(proxyRPS), "reverseproxy-req/s")
-	b.ReportMetric(med(ratios), "ratio")
-	b.ReportMetric(med(proxyRatios), "reverseproxy-ratio")
-	b.ReportMetric(med(directCPU), "direct-cpu-µs/req")
-	b.ReportMetric(med(routerCPU), "router-cpu-µs/req")
-	b.ReportMetric(med(proxyCPU), "reverseproxy-cpu-µs/req")
+	for _, p := range paths {
+		b.ReportMetric(med(p.rps), p.name+"-req/s")
+		b.ReportMetric(med(p.cpu), p.name+"-cpu-µs/req")
+		b.ReportMetric(med(p.pod), p.name+"-pod-cpu-µs/req")
+		if p.name != "direct" {
+			b.ReportMetric(med(p.ratio), p.name+"-ratio")
+		}
+	}
 	b.ReportMetric(0, "ns/op")
 }
+
+// tcpRelay listens on loopback and relays each connection's bytes both
+// ways to a connection of its own to addr, until the benchmark ends; it
+// returns its address.
+func tcpRelay(b *testing.B, addr string) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	b.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	// pipe copies with a buffer of its own: io.Copy between two TCP
+	// connections would splice through a pipe, two system calls a chunk.
+	pipe := func(dst, src net.Conn) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		dst.Close()
+		src.Close()
+	}
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			wg.Go(func() { pipe(s, c) })
+			wg.Go(func() { pipe(c, s) })
+		}
+	})
+	return l.Addr().String()
+}
+
+// pidCPU is the CPU time (user and system) process pid has used so far,
+// from /proc/<pid>/stat, or 0 where that cannot be read.
+func pidCPU(pid string) time.Duration {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command's closing parenthesis: state is field 3;
+	// utime and stime are fields 14 and 15, in clock ticks.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(ut+st) * (time.Second / clockTicks)
+}
+
+// clockTicks is the kernel's USER_HZ, /proc's unit of CPU time: 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100

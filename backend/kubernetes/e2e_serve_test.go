@@ -53,6 +53,7 @@ func runHTTPServer() {
 		json.NewEncoder(w).Encode(map[string]string{
 			"listen": r.Context().Value(http.LocalAddrContextKey).(net.Addr).String(),
 			"podIP":  os.Getenv("POD_IP"), "slice": os.Getenv("TPU_NAME"), "version": os.Getenv("VERSION"),
+			"pid": strconv.Itoa(os.Getpid()),
 		})
 	})
 	srv := &http.Server{Addr: net.JoinHostPort(os.Getenv("HOST"), os.Getenv("PORT")), Handler: mux}
