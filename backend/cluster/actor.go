@@ -513,7 +513,7 @@ func (r *callRun) runFor(ctx *context.Context) (backend.Value, error) {
 	r.mu.Lock()
 	r.caller = ctx
 	r.mu.Unlock()
-	v, err := r.inst.Call(r.ctx(), r.cl.spec.Method, r.cl.arg, &r.info)
+	v, err := r.inst.Call(r.ctx(nil), r.cl.spec.Method, r.cl.arg, &r.info)
 	r.mu.Lock()
 	r.caller = nil
 	r.mu.Unlock()
@@ -544,11 +544,13 @@ func (r *callRun) finished() {
 // run runs the call, then, on the same goroutine, the calls that finishing
 // it lets start.
 func (r *callRun) run() {
+	chunk := ctxChunks.Get().(*ctxChunk)
 	for r != nil {
-		v, err := r.inst.Call(r.ctx(), r.cl.spec.Method, r.cl.arg, &r.info)
+		v, err := r.inst.Call(r.ctx(chunk), r.cl.spec.Method, r.cl.arg, &r.info)
 		r.finished()
 		r = r.a.rt.finishCall(r, v, err)
 	}
+	ctxChunks.Put(chunk)
 }
 
 // finishCall records a call's result unless its incarnation is gone (or

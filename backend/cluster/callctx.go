@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/goray-dev/goray/backend"
@@ -26,9 +27,9 @@ import (
 //   - A retry's run has a record of its own, never reused, and is the
 //     context itself (the first run's code may still be running).
 //
-// So a call whose code never looks at its context allocates 16 bytes for
-// it instead of the 288 of a record, which keeps the collector's work per
-// call down; the records wait in Runtime.freeCalls.
+// So a call whose code never looks at its context costs 16 bytes for it
+// (a part of a ctxChunk) instead of the 288 of a record, which keeps the
+// collector's work per call down; the records wait in Runtime.freeCalls.
 type callCtx struct {
 	cl  *call
 	gen uint32
@@ -42,15 +43,43 @@ const maxFreeCalls = 1024
 var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // ctx is the context the run's code gets: a handle on the record for the
-// first run, the run itself for a retry.
-func (r *callRun) ctx() context.Context {
+// first run (from chunk, if not nil), the run itself for a retry.
+func (r *callRun) ctx(chunk *ctxChunk) context.Context {
 	cl := r.cl
 	if r != &cl.run0 {
 		return r
 	}
+	var h *callCtx
+	if chunk != nil {
+		h = chunk.next()
+	} else {
+		h = new(callCtx)
+	}
 	// gen changes only when the record's use ends (reuseCall), which is
 	// after this run returns.
-	return &callCtx{cl: cl, gen: cl.gen}
+	h.cl, h.gen = cl, cl.gen
+	return h
+}
+
+// ctxChunk hands out handles from one allocation of ctxChunkSize. A pool
+// goroutine takes one from ctxChunks for the calls it runs in a row
+// (callRun.run) and puts back what is left, so that a handle costs a
+// 64th of an allocation. The price: a handle kept after its call keeps its
+// chunk (ctxChunkSize x 16 bytes) and the records its handles point to
+// from the collector.
+type ctxChunk struct{ free []callCtx }
+
+const ctxChunkSize = 64
+
+var ctxChunks = sync.Pool{New: func() any { return new(ctxChunk) }}
+
+func (c *ctxChunk) next() *callCtx {
+	if len(c.free) == 0 {
+		c.free = make([]callCtx, ctxChunkSize)
+	}
+	h := &c.free[0]
+	c.free = c.free[1:]
+	return h
 }
 
 // live returns the run h was made for and pins its record, or nil if that
