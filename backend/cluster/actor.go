@@ -573,8 +573,9 @@ func (rt *Runtime) finishCall(r *callRun, v backend.Value, err error) (next *cal
 		rt.failures.Add(admission.NewTaskFailure(r.info.Task, r.info.Attempt, r.info.Node, err))
 	}
 	rt.inlineCalls, rt.inlineCall = true, nil
+	reuse := r == &cl.run0 && rt.endUse(cl)
 	rt.finishCallLocked(cl, v, err)
-	if r == &cl.run0 {
+	if reuse {
 		rt.reuseCall(cl)
 	}
 	rt.dispatchCalls(a)

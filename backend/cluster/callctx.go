@@ -55,7 +55,7 @@ func (r *callRun) ctx(chunk *ctxChunk) context.Context {
 	} else {
 		h = new(callCtx)
 	}
-	// gen changes only when the record's use ends (reuseCall), which is
+	// gen changes only when the record's use ends (endUse), which is
 	// after this run returns.
 	h.cl, h.gen = cl, cl.gen
 	return h
@@ -154,19 +154,27 @@ func (rt *Runtime) newCall() *call {
 	return new(call)
 }
 
-// reuseCall ends the use of the record of cl, whose first run has just
-// finished and been recorded, unless its context was looked at or
-// cancelled, and keeps the record for a later call if there is room.
-// rt.mu must be held.
-func (rt *Runtime) reuseCall(cl *call) {
+// endUse ends the use of cl's record by its first run, which has
+// returned, unless the run's context was looked at or cancelled: its
+// handles are stale from then on. It reports whether the record may be
+// reused. rt.mu must be held. finishCall calls it before it records the
+// call's result, so that code that has seen the result (a Get that
+// returned) finds the handles stale already.
+func (rt *Runtime) endUse(cl *call) bool {
 	r := &cl.run0
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if cl.pinned || r.cause != notCancelled || r.done != nil || r.one != nil || r.afters != nil || r.stop != nil || r.caller != nil {
-		r.mu.Unlock()
-		return
+		return false
 	}
-	cl.gen++ // the run's handles are stale from now on
-	r.mu.Unlock()
+	cl.gen++
+	return true
+}
+
+// reuseCall keeps the record of cl, whose use endUse ended and whose
+// result is recorded, for a later call if there is room. rt.mu must be
+// held.
+func (rt *Runtime) reuseCall(cl *call) {
 	if !cl.done || cl.dep != nil || len(rt.freeCalls) >= maxFreeCalls {
 		return
 	}
@@ -180,7 +188,7 @@ func (rt *Runtime) reuseCall(cl *call) {
 // context and the RuntimeInfo of run0) the next use overwrites before it
 // reads them (queueCall, runCall): clearing them would cost the collector's
 // write barriers for nothing. run0.mu and gen stay; pinned, and the run's
-// Done channel, watches, cause and caller, are zero already (reuseCall).
+// Done channel, watches, cause and caller, are zero already (endUse).
 func (cl *call) reset() {
 	cl.obj, cl.arg, cl.done, cl.ran = nil, backend.Value{}, false, false
 	// dep and run are nil, attempt is 0 (a retry runs in a record of its
