@@ -356,6 +356,9 @@ func (c *conn) readLoop(handle func(m *message) error) error {
 			return c.cause
 		}
 		if err := handle(&m); err != nil {
+			if err == errHandedOver {
+				return err // another goroutine reads on
+			}
 			c.goodbye(backend.Wrap(backend.InvalidArgument, "", err))
 			return c.waitCause(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -463,7 +464,30 @@ type serverConn struct {
 	searching int // runners woken or started that have not taken a job yet
 	qclosed   bool
 	wakeup    chan struct{} // capacity maxIdleRunners: a send never waits
+
+	// A lone task runs on the reader (runLone): inline is that run's
+	// number (from loneSeq) while it runs there with the reading not
+	// handed over, else 0. watch is the timer whose goroutine takes over
+	// the reading from a lone task still running at its firing
+	// (loneTick); it fires every loneTick while lone tasks run (watching
+	// says it is set). served closes once the connection's work has
+	// ended (read).
+	inline   atomic.Uint64
+	loneSeq  atomic.Uint64
+	seenSeq  atomic.Uint64 // loneSeq at the watch's last firing
+	watching atomic.Bool
+	watch    *time.Timer
+	served   chan struct{}
 }
+
+// loneTick is the period of the watch of lone tasks run on the reader: a
+// frame that arrives while one runs (a cancellation, the next request, a
+// heartbeat) is read at most about two periods later. Resetting a timer
+// per task would cost about what running the task on the reader saves
+// (the runtime wakes a thread for a timer that becomes the earliest), so
+// one timer fires periodically while lone tasks run, and stops once a
+// period has seen none.
+const loneTick = time.Millisecond
 
 // runEntry is running work: its cancellation (a task's context, or the
 // cancel function of other work's) and its output label.
@@ -506,8 +530,26 @@ type actorSlot struct {
 }
 
 func (sc *serverConn) serve() {
+	sc.served = make(chan struct{})
+	sc.watch = time.AfterFunc(time.Hour, sc.loneTick)
+	sc.watch.Stop()
 	sc.start()
-	sc.readLoop(sc.handle)
+	sc.read()
+	<-sc.served
+}
+
+// read reads the connection's frames until it ends, then ends the
+// connection's work (closing served); or until a lone task's run hands
+// the reading over (runLone). Whichever goroutine reads last ends the
+// work: the first one may be running a lone task that waits to be
+// cancelled.
+func (sc *serverConn) read() {
+	if sc.readLoop(sc.handle) == errHandedOver {
+		return
+	}
+	defer close(sc.served)
+	sc.watching.Store(true) // no more firings
+	sc.watch.Stop()
 	// The reader was the only caller of spawn: the runners exit once the
 	// queue is empty.
 	sc.closeQueue()
@@ -534,6 +576,74 @@ func (sc *serverConn) serve() {
 	}
 }
 
+// loneTick is the watch's firing: when the reader still runs a lone
+// task, this goroutine becomes the reader (it may have started just
+// before: it only loses the reading early). The watch fires again while
+// lone tasks ran since its last firing.
+func (sc *serverConn) loneTick() {
+	n := sc.inline.Load()
+	take := n != 0 && sc.inline.CompareAndSwap(n, 0)
+	if seq := sc.loneSeq.Load(); seq != sc.seenSeq.Load() || take {
+		sc.seenSeq.Store(seq)
+		sc.watch.Reset(loneTick)
+	} else {
+		sc.watching.Store(false)
+		// A lone task that began between the load and the store found
+		// watching set and did not start the watch: look again.
+		if sc.inline.Load() != 0 && sc.watching.CompareAndSwap(false, true) {
+			sc.watch.Reset(loneTick)
+		}
+	}
+	if take {
+		sc.read()
+	}
+}
+
+// errHandedOver ends a reader's readLoop when another goroutine has taken
+// over the reading (loneTick) while it ran a lone task.
+var errHandedOver = errors.New("the reading was handed over")
+
+// runLone runs task j on the reader when it is lone: no other frame is
+// buffered, no other work runs on the connection and no job is queued,
+// as in a synchronous round trip (the driver waits for this one result).
+// That spares waking a runner goroutine, which costs more than the task
+// when it is short. Should the task still run when the watch fires
+// (loneTick), the watch's goroutine takes over the reading, so that a
+// cancellation, the next request or a heartbeat is read meanwhile; the
+// task's goroutine then ends as a reader once it has replied
+// (errHandedOver). It reports whether it ran j.
+func (sc *serverConn) runLone(j job) (ran bool, err error) {
+	if sc.backlog.Load() {
+		return false, nil
+	}
+	sc.mu.Lock()
+	alone := len(sc.running) == 1
+	sc.mu.Unlock()
+	if !alone {
+		return false, nil
+	}
+	sc.qmu.Lock()
+	idle := sc.qhead == len(sc.q) && sc.searching == 0
+	sc.qmu.Unlock()
+	if !idle {
+		return false, nil
+	}
+	n := sc.loneSeq.Add(1)
+	sc.inline.Store(n)
+	if !sc.watching.Load() && sc.watching.CompareAndSwap(false, true) {
+		sc.watch.Reset(loneTick)
+	}
+	sc.work.Add(1) // as a runner's: serve waits for it once the reading ends
+	sc.runTask(j.ctx, j.id, j.name, j.arg, j.info)
+	sc.work.Done()
+	if sc.inline.CompareAndSwap(n, 0) {
+		return true, nil // still the reader
+	}
+	// loneTick's goroutine reads now (and may run lone tasks of its
+	// own, with numbers other than n).
+	return true, errHandedOver
+}
+
 func (sc *serverConn) handle(m *message) error {
 	switch m.typ {
 	case msgRunTask:
@@ -548,7 +658,11 @@ func (sc *serverConn) handle(m *message) error {
 		if !sc.begin(m.id, runEntry{run: rc, lbl: workLabel{name: m.name, node: nodeOf(m.info), task: true}}) {
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
-		sc.spawn(job{ctx: rc, id: m.id, name: m.name, arg: m.value, info: rc.runInfo()})
+		j := job{ctx: rc, id: m.id, name: m.name, arg: m.value, info: rc.runInfo()}
+		if ran, err := sc.runLone(j); ran {
+			return err
+		}
+		sc.spawn(j)
 	case msgNewActor:
 		if !sc.exec.HasActorMethod(m.name, "") {
 			sc.replyError(m.id, backend.Errorf(backend.NotFound, "create actor "+m.name, "actor class %q is not registered in this worker", m.name))

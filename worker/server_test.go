@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,13 +23,15 @@ import (
 )
 
 // fakeRegistry serves "echo" (returns its input), "big" (returns as many
-// bytes as its input says) and "block" (waits for its context).
+// bytes as its input says), "block" (waits for its context) and
+// "onreader" (says whether it runs on the connection's reader goroutine).
 type fakeRegistry struct{}
 
 var fakeEntries = []Entry{
 	{Kind: KindTask, Name: "big", Signature: "func(int) []byte"},
 	{Kind: KindTask, Name: "block", Signature: "func(string) string"},
 	{Kind: KindTask, Name: "echo", Signature: "func(string) string"},
+	{Kind: KindTask, Name: "onreader", Signature: "func() bool"},
 }
 
 func (fakeRegistry) Entries() []Entry { return fakeEntries }
@@ -42,7 +45,9 @@ func (fakeRegistry) Executor(codec string) (backend.Executor, error) {
 
 type fakeExec struct{}
 
-func (fakeExec) HasTask(name string) bool                 { return name == "echo" || name == "big" || name == "block" }
+func (fakeExec) HasTask(name string) bool {
+	return name == "echo" || name == "big" || name == "block" || name == "onreader"
+}
 func (fakeExec) HasActorMethod(class, method string) bool { return false }
 func (fakeExec) NewActor(context.Context, string, backend.Value, *backend.RuntimeInfo) (backend.ActorInstance, error) {
 	return nil, errors.New("no actors")
@@ -66,6 +71,11 @@ func (fakeExec) RunTask(ctx context.Context, name string, arg backend.Value, inf
 		}
 		<-ctx.Done()
 		return backend.Value{}, ctx.Err()
+	case "onreader":
+		buf := make([]byte, 64<<10)
+		stack := buf[:runtime.Stack(buf, false)]
+		onReader := bytes.Contains(stack, []byte(").readLoop("))
+		return backend.Value{Data: []byte(strconv.FormatBool(onReader))}, nil
 	}
 	return arg, nil
 }
