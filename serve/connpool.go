@@ -56,13 +56,14 @@ func newConnPool() *connPool {
 // poolConn is one connection to a replica's server.
 type poolConn struct {
 	net.Conn
-	addr   string
-	br     *bufio.Reader
-	bw     *bufio.Writer
-	nwrite int64     // bytes written to Conn
-	since  time.Time // idle since
-	reused bool      // it carried a request before this one
-	alive  func() bool
+	addr     string
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	nwrite   int64     // bytes written to Conn
+	since    time.Time // idle since
+	reused   bool      // it carried a request before this one
+	deadline bool      // a request's deadline is set on Conn
+	alive    func() bool
 }
 
 func (c *poolConn) Write(p []byte) (int, error) {
@@ -100,6 +101,13 @@ func (p *connPool) get(ctx context.Context, addr string) (*poolConn, error) {
 
 // put returns c to the pool, or closes it.
 func (p *connPool) put(c *poolConn) {
+	if c.deadline {
+		if c.Conn.SetDeadline(time.Time{}) != nil {
+			c.Conn.Close()
+			return
+		}
+		c.deadline = false
+	}
 	c.since = time.Now()
 	p.mu.Lock()
 	if p.closed || len(p.idle[c.addr]) >= p.maxIdle {
@@ -324,7 +332,21 @@ func writeHeaderLine(bw *bufio.Writer, k, v string) {
 
 // exchange writes r on c and reads the head of its response.
 func (p *connPool) exchange(ctx context.Context, c *poolConn, r *forwardReq) (*http.Response, error) {
-	stop := context.AfterFunc(ctx, func() { _ = c.Conn.SetDeadline(aLongTimeAgo) })
+	interrupt := func() { _ = c.Conn.SetDeadline(aLongTimeAgo) }
+	var stop func() bool
+	if dc, ok := ctx.(*deadlineCtx); ok {
+		if parent, dl, ok := dc.unwatched(); ok {
+			// The deadline goes on the connection (a timer of the
+			// runtime's poller, set and cleared without an allocation);
+			// only the parent's end is watched. Err says which ended.
+			_ = c.Conn.SetDeadline(dl)
+			c.deadline = true
+			stop = context.AfterFunc(parent, interrupt)
+		}
+	}
+	if stop == nil {
+		stop = context.AfterFunc(ctx, interrupt)
+	}
 	fail := func(err error) (*http.Response, error) {
 		stop()
 		c.Conn.Close()

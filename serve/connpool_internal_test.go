@@ -169,3 +169,64 @@ func TestConnPoolCancel(t *testing.T) {
 	is.NoErr(resp.Body.Close())
 	waitFor(t, "the unread response's connection closed", func() bool { return closed.Load() == 3 })
 }
+
+// A request's lazy deadline (withDeadline, nothing watching it) is kept
+// on the connection: it interrupts a slow answer at the deadline, and Err
+// says so; the parent's end interrupts too; a connection whose request
+// ended in time goes back to the pool with its deadline cleared, and
+// serves the next request after that deadline has passed.
+func TestConnPoolDeadlineCtx(t *testing.T) {
+	release := make(chan struct{})
+	srv, opened, closed := poolServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		if r.URL.Path == "/wait" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	defer close(release)
+	p := newConnPool()
+	defer p.close()
+	is := is.New(t)
+	_, _, err := poolRequest(t, context.Background(), p, "POST", srv.URL, "") // dials (which watches its context)
+	is.NoErr(err)
+
+	ctx, cancel := withDeadline(context.Background(), 200*time.Millisecond)
+	_, b, err := poolRequest(t, ctx, p, "POST", srv.URL, "x")
+	is.NoErr(err)
+	is.Equal(string(b), "ok")
+	_, _, lazy := ctx.unwatched()
+	is.True(lazy) // no timer was started for it
+	cancel()
+	time.Sleep(300 * time.Millisecond) // past the first request's deadline
+	ctx, cancel = withDeadline(context.Background(), time.Minute)
+	_, b, err = poolRequest(t, ctx, p, "POST", srv.URL, "y")
+	cancel()
+	is.NoErr(err)
+	is.Equal(string(b), "ok")
+	is.Equal(opened.Load(), int64(1)) // the same connection
+
+	ctx, cancel = withDeadline(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, _, err = poolRequest(t, ctx, p, "POST", srv.URL+"/wait", "z")
+	is.True(err != nil)
+	is.True(time.Since(start) < 30*time.Second)
+	is.Equal(ctx.Err(), context.DeadlineExceeded)
+	waitFor(t, "the timed-out request's connection closed", func() bool { return closed.Load() == 1 })
+
+	parent, pcancel := context.WithCancel(context.Background())
+	ctx, cancel = withDeadline(parent, time.Hour)
+	defer cancel()
+	go func() {
+		waitFor(t, "the request sent", func() bool { return opened.Load() == 2 })
+		pcancel()
+	}()
+	_, _, err = poolRequest(t, ctx, p, "POST", srv.URL+"/wait", "w")
+	is.True(err != nil)
+	is.Equal(ctx.Err(), context.Canceled)
+	waitFor(t, "the cancelled request's connection closed", func() bool { return closed.Load() == 2 })
+}

@@ -105,6 +105,23 @@ func (c *deadlineCtx) AfterFunc(f func()) (stop func() bool) {
 	}
 }
 
+// unwatched returns c's parent and deadline, and true, while nothing
+// watches c (no timer, no link to the parent) and it has not ended: a
+// caller that can keep the deadline itself (a connection's deadline)
+// then needs to watch only the parent.
+func (c *deadlineCtx) unwatched() (context.Context, time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.watching || c.err != nil {
+		return nil, time.Time{}, false
+	}
+	dl := c.deadline
+	if d, ok := c.parent.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	return c.parent, dl, true
+}
+
 // watchLocked starts the timer and the parent's watch, once, unless c
 // has ended.
 func (c *deadlineCtx) watchLocked() {

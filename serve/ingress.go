@@ -154,7 +154,9 @@ func (s *Server) serveDeployment(w http.ResponseWriter, r *http.Request, name, r
 				return
 			}
 			defer s.releaseBody(int64(len(whole)))
-			ctx, cancel := context.WithTimeout(r.Context(), timeout)
+			// (withDeadline: the proxy's own client keeps the deadline
+			// on the replica's connection, with no timer of its own)
+			ctx, cancel := withDeadline(r.Context(), timeout)
 			defer cancel()
 			d.proxy(ctx, w, r, nil, whole, start)
 			return
