@@ -3,6 +3,7 @@
 package kubernetes
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -271,6 +272,10 @@ func BenchmarkE2EServeThroughPod(b *testing.B) {
 	// bytes both ways between a client's connection and one of its own to
 	// the server, parsing nothing.
 	relay := tcpRelay(b, where["listen"])
+	// The floor of a proxy on net/http's server: a handler that reads the
+	// body and sends the request on a kept-alive connection of its own
+	// (one write, http.ReadResponse back), with nothing else.
+	minimal := minimalProxy(b, where["listen"])
 	paths := []struct {
 		name, url            string
 		rps, ratio, cpu, pod []float64
@@ -279,6 +284,7 @@ func BenchmarkE2EServeThroughPod(b *testing.B) {
 		{name: "router", url: router},
 		{name: "reverseproxy", url: "http://" + l.Addr().String() + "/where"},
 		{name: "tcprelay", url: "http://" + relay + "/where"},
+		{name: "nethttpfloor", url: "http://" + minimal + "/where"},
 	}
 	const clients, round = 16, 500 * time.Millisecond
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
@@ -318,7 +324,7 @@ func BenchmarkE2EServeThroughPod(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := range b.N {
-		order := []int{0, 1, 2, 3}
+		order := []int{0, 1, 2, 3, 4}
 		if i%2 == 1 {
 			slices.Reverse(order)
 		}
@@ -406,6 +412,80 @@ func tcpRelay(b *testing.B, addr string) string {
 			mu.Unlock()
 			wg.Go(func() { pipe(s, c) })
 			wg.Go(func() { pipe(c, s) })
+		}
+	})
+	return l.Addr().String()
+}
+
+// minimalProxy serves, on loopback, a proxy to addr made of net/http's
+// server and the least a client can do: the handler reads the request's
+// body, writes the request (its method, path, Content-Length, body) in
+// one write on an idle connection of its own (or a new one), reads the
+// response with http.ReadResponse and copies its Content-Type and body.
+// It is no proxy to use (no other headers, no errors but 502, no checks);
+// it is the floor below any proxy on net/http's server.
+func minimalProxy(b *testing.B, addr string) string {
+	type conn struct {
+		net.Conn
+		br *bufio.Reader
+		bw *bufio.Writer
+	}
+	idle := make(chan *conn, 256)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		var c *conn
+		select {
+		case c = <-idle:
+		default:
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				w.WriteHeader(http.StatusBadGateway)
+				return
+			}
+			c = &conn{Conn: nc, br: bufio.NewReader(nc), bw: bufio.NewWriter(nc)}
+		}
+		fmt.Fprintf(c.bw, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n", r.Method, r.URL.RequestURI(), addr, len(body))
+		c.bw.Write(body)
+		resp, err := (*http.Response)(nil), c.bw.Flush()
+		if err == nil {
+			resp, err = http.ReadResponse(c.br, r)
+		}
+		if err != nil {
+			c.Close()
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		w.Header()["Content-Type"] = resp.Header["Content-Type"]
+		w.Header()["Content-Length"] = resp.Header["Content-Length"]
+		_, err = io.Copy(w, resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.Close {
+			c.Close()
+			return
+		}
+		select {
+		case idle <- c:
+		default:
+			c.Close()
+		}
+	})}
+	go srv.Serve(l)
+	b.Cleanup(func() {
+		srv.Close()
+		for {
+			select {
+			case c := <-idle:
+				c.Close()
+			default:
+				return
+			}
 		}
 	})
 	return l.Addr().String()
