@@ -41,6 +41,23 @@ func headerValue(h http.Header, key string) string {
 var newline = []byte{'\n'}
 
 func (s *Server) httpRoutes() http.Handler {
+	mux := s.routeMux(s.serveDeployment)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if bothLengths(r) {
+			refuseBothLengths(w, r)
+			return
+		}
+		if name, rest, ok := deploymentPath(r); ok {
+			s.serveDeployment(w, r, name, rest) // as the mux would, without its matching
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// routeMux is the ingress's routes, with deployment serving the
+// deployments' ("/{name}" and "/{name}/{rest...}").
+func (s *Server) routeMux(deployment func(w http.ResponseWriter, r *http.Request, name, rest string)) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /-/healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
@@ -56,17 +73,53 @@ func (s *Server) httpRoutes() http.Handler {
 		s.metrics.write(w)
 	})
 	s.openAIRoutes(mux)
-	mux.HandleFunc("/{name}", func(w http.ResponseWriter, r *http.Request) { s.serveDeployment(w, r, r.PathValue("name"), "") })
+	mux.HandleFunc("/{name}", func(w http.ResponseWriter, r *http.Request) { deployment(w, r, r.PathValue("name"), "") })
 	mux.HandleFunc("/{name}/{rest...}", func(w http.ResponseWriter, r *http.Request) {
-		s.serveDeployment(w, r, r.PathValue("name"), "/"+r.PathValue("rest"))
+		deployment(w, r, r.PathValue("name"), "/"+r.PathValue("rest"))
 	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if bothLengths(r) {
-			refuseBothLengths(w, r)
-			return
+	return mux
+}
+
+// deploymentPath returns the deployment's name and the rest of the path
+// that routeMux's deployment routes would give for r, when r's path is a
+// plain one that no other route can take: "/name" or "/name/rest" of
+// letters, digits and "-_.~/" only (nothing the mux would unescape),
+// already clean (no empty, "." or ".." segment the mux would redirect
+// from), whose first segment is neither "-" (the server's own routes) nor
+// "v1" (the OpenAI front's); not a CONNECT. The mux's matching costs a few
+// allocations per request; other paths go to it.
+func deploymentPath(r *http.Request) (name, rest string, ok bool) {
+	p := r.URL.Path
+	if r.Method == http.MethodConnect || r.URL.RawPath != "" || len(p) < 2 || p[0] != '/' {
+		return "", "", false
+	}
+	prev := byte(0)
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '~':
+		case c == '.':
+			// "/." and "/.." segments
+			if prev == '/' && (i+1 == len(p) || p[i+1] == '/' || (p[i+1] == '.' && (i+2 == len(p) || p[i+2] == '/'))) {
+				return "", "", false
+			}
+		case c == '/':
+			if prev == '/' {
+				return "", "", false
+			}
+		default:
+			return "", "", false
 		}
-		mux.ServeHTTP(w, r)
-	})
+		prev = c
+	}
+	name = p[1:]
+	if i := strings.IndexByte(name, '/'); i >= 0 {
+		name, rest = name[:i], name[i:]
+	}
+	if name == "-" || name == "v1" {
+		return "", "", false
+	}
+	return name, rest, true
 }
 
 // refuseBothLengths answers a request that had both Content-Length and
