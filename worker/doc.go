@@ -44,7 +44,10 @@
 // no-op tasks per second on loopback (docs/workers.md). A worker runs a
 // connection's work from one queue that a few goroutines take from, one
 // job after another, so a burst of requests wakes a few goroutines, not
-// one per request.
+// one per request; a lone task (nothing else buffered, running or queued
+// on the connection: a synchronous round trip) runs on the connection's
+// reader, and a timer that fires every millisecond while such tasks run
+// hands the reading to another goroutine when one runs longer.
 //
 // # Handshake and version skew
 //
