@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -319,17 +322,66 @@ func (a *nodeAgent) run(namespace, name string) (*podRun, error) {
 }
 
 // ipAllocator hands out unique loopback addresses (Linux accepts binds on
-// any 127.x.y.z without configuration). Each control plane takes a random
-// 127.B.0.0/16 with B in [100, 250), so concurrent test binaries rarely
-// share addresses; within it every node and pod gets its own address and
-// none is reused.
+// any 127.x.y.z without configuration). Each control plane takes a
+// 127.B.0.0/16 with B in [100, 250) that no other live control plane on
+// the machine holds: B is tried in a random order, and held with an
+// exclusive flock(2) on a lock file per block (lockLoopbackBlock), which
+// the kernel drops when the holder closes it or dies. Within the block
+// every node and pod gets its own address and none is reused.
 type ipAllocator struct {
 	mu   sync.Mutex
 	base int
 	n    int
+	lock *os.File // the block's lock, nil if none could be taken
 }
 
-func newIPAllocator() *ipAllocator { return &ipAllocator{base: 100 + rand.IntN(150)} }
+const (
+	firstLoopbackBlock = 100
+	loopbackBlocks     = 150
+)
+
+func newIPAllocator() *ipAllocator {
+	for _, i := range rand.Perm(loopbackBlocks) {
+		b := firstLoopbackBlock + i
+		if f := lockLoopbackBlock(b); f != nil {
+			return &ipAllocator{base: b, lock: f}
+		}
+	}
+	// Every block held (150 live control planes), or no lock files: a
+	// random block, as likely to be free as any.
+	return &ipAllocator{base: firstLoopbackBlock + rand.IntN(loopbackBlocks)}
+}
+
+// lockLoopbackBlock takes the lock of block b without waiting, or returns
+// nil if another process holds it or the lock file cannot be opened. The
+// lock files (one per block, empty, at most loopbackBlocks of them) stay
+// in the temporary folder: removing one could race with a process that
+// just opened it.
+func lockLoopbackBlock(b int) *os.File {
+	dir := filepath.Join(os.TempDir(), "goray-kubeharness-loopback")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("127.%d.lock", b)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// release gives the block back to other control planes.
+func (a *ipAllocator) release() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lock != nil {
+		a.lock.Close() // drops the flock
+		a.lock = nil
+	}
+}
 
 func (a *ipAllocator) next() netip.Addr {
 	a.mu.Lock()

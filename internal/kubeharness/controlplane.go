@@ -565,6 +565,7 @@ func (cp *ControlPlane) stop() {
 		if cp.net != nil {
 			cp.net.close()
 		}
+		cp.ips.release() // after every process that bound its addresses ended
 		if cp.tb.Failed() {
 			for _, p := range procs {
 				cp.tb.Logf("kubeharness: tail of %s log:\n%s", p.name, tail(cp.ComponentLog(p.name), 40))

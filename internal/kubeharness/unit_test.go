@@ -132,6 +132,7 @@ func TestResourceFieldRef(t *testing.T) {
 func TestIPAllocatorUnique(t *testing.T) {
 	is := is.New(t)
 	a := newIPAllocator()
+	t.Cleanup(a.release)
 	seen := map[string]bool{}
 	for range 70000 {
 		ip := a.next()
@@ -141,6 +142,41 @@ func TestIPAllocatorUnique(t *testing.T) {
 		is.True(!seen[ip.String()])
 		seen[ip.String()] = true
 	}
+}
+
+// Live control planes never share a loopback block: each holds its block's
+// lock (a separate open of the lock file conflicts as another process's
+// would), so while allocators hold blocks, every one is different, and a
+// released block can be taken again. Blocks that other processes on the
+// machine hold are skipped; with random blocks and no locks, 150
+// allocators would share one almost surely.
+func TestIPAllocatorBlocksExclusive(t *testing.T) {
+	is := is.New(t)
+	var held []*ipAllocator
+	t.Cleanup(func() {
+		for _, a := range held {
+			a.release()
+		}
+	})
+	blocks := map[int]bool{}
+	for range loopbackBlocks {
+		a := newIPAllocator()
+		held = append(held, a)
+		if a.lock == nil {
+			break // every free block is held (some by other processes)
+		}
+		is.True(a.base >= firstLoopbackBlock && a.base < firstLoopbackBlock+loopbackBlocks)
+		is.True(!blocks[a.base]) // a block held twice
+		blocks[a.base] = true
+	}
+	is.True(len(blocks) > loopbackBlocks/2) // most blocks were free to take
+	// A released block is free again.
+	a := held[0]
+	base := a.base
+	a.release()
+	f := lockLoopbackBlock(base)
+	is.True(f != nil)
+	f.Close()
 }
 
 func TestTestProgram(t *testing.T) {
