@@ -1,11 +1,9 @@
 package serve_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"runtime"
@@ -67,15 +65,7 @@ func load(b *testing.B, url string, in EchoIn, clients int) {
 		var mine []time.Duration
 		for pb.Next() {
 			t0 := time.Now()
-			resp, err := client.Post(url, "application/json", bytes.NewReader(body))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				b.Errorf("status %d", resp.StatusCode)
+			if !postOK(b, client, url, "application/json", body) {
 				return
 			}
 			mine = append(mine, time.Since(t0))
@@ -153,15 +143,7 @@ func BenchmarkIngressEchoRatio(b *testing.B) {
 		for range clients {
 			wg.Go(func() {
 				for time.Since(start) < round {
-					resp, err := client.Post(url, "application/json", bytes.NewReader(body))
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						b.Errorf("status %d", resp.StatusCode)
+					if !postOK(b, client, url, "application/json", body) {
 						return
 					}
 					n.Add(1)

@@ -1,11 +1,8 @@
 package serve_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"io"
-	"net/http"
 	"testing"
 
 	"github.com/goray-dev/goray/serve"
@@ -39,14 +36,8 @@ func BenchmarkProxyBody(b *testing.B) {
 			b.SetBytes(size)
 			b.ReportAllocs()
 			for b.Loop() {
-				resp, err := client.Post(base+"/bench/sink?nohash", "application/octet-stream", bytes.NewReader(body))
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					b.Fatalf("status %d", resp.StatusCode)
+				if !postOK(b, client, base+"/bench/sink?nohash", "application/octet-stream", body) {
+					b.FailNow()
 				}
 			}
 		})
@@ -74,15 +65,7 @@ func BenchmarkProxySmall(b *testing.B) {
 	cpu0 := cpuTime()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			resp, err := client.Post(base+"/bench/sink?nohash", "application/json", bytes.NewReader([]byte("{}")))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				b.Errorf("status %d", resp.StatusCode)
+			if !postOK(b, client, base+"/bench/sink?nohash", "application/json", []byte("{}")) {
 				return
 			}
 		}

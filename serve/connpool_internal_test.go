@@ -131,10 +131,10 @@ func TestConnPoolServerClosedIdle(t *testing.T) {
 	}
 }
 
-// A request whose context ends while it waits for the response returns
-// at once; its connection is closed, not reused. Closing the pool closes
-// the idle connections.
-func TestConnPoolCancel(t *testing.T) {
+// waitingServer is a poolServer that answers "ok" once it has read the
+// body, for "/wait" only after the request's context ends (or the test
+// ends).
+func waitingServer(t *testing.T) (*httptest.Server, *atomic.Int64, *atomic.Int64) {
 	release := make(chan struct{})
 	srv, opened, closed := poolServer(t, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body) // then a closed connection ends r's context
@@ -146,7 +146,15 @@ func TestConnPoolCancel(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "ok")
 	})
-	defer close(release)
+	t.Cleanup(func() { close(release) }) // before the server's close (cleanups run last first)
+	return srv, opened, closed
+}
+
+// A request whose context ends while it waits for the response returns
+// at once; its connection is closed, not reused. Closing the pool closes
+// the idle connections.
+func TestConnPoolCancel(t *testing.T) {
+	srv, opened, closed := waitingServer(t)
 	p := newConnPool()
 	is := is.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -176,18 +184,7 @@ func TestConnPoolCancel(t *testing.T) {
 // ended in time goes back to the pool with its deadline cleared, and
 // serves the next request after that deadline has passed.
 func TestConnPoolDeadlineCtx(t *testing.T) {
-	release := make(chan struct{})
-	srv, opened, closed := poolServer(t, func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body)
-		if r.URL.Path == "/wait" {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-		}
-		_, _ = io.WriteString(w, "ok")
-	})
-	defer close(release)
+	srv, opened, closed := waitingServer(t)
 	p := newConnPool()
 	defer p.close()
 	is := is.New(t)

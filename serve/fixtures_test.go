@@ -309,6 +309,24 @@ func post(t testing.TB, client *http.Client, url string, in any) (int, string, [
 	return resp.StatusCode, resp.Header.Get("Retry-After"), out
 }
 
+// postOK posts body to url as contentType, reads the answer to its end
+// and reports whether it was 200; otherwise it has reported the error on
+// tb (without stopping: benchmarks call it from several goroutines).
+func postOK(tb testing.TB, client *http.Client, url, contentType string, body []byte) bool {
+	resp, err := client.Post(url, contentType, bytes.NewReader(body))
+	if err != nil {
+		tb.Error(err)
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		tb.Errorf("status %d", resp.StatusCode)
+		return false
+	}
+	return true
+}
+
 // sseEvent is one server-sent event.
 type sseEvent struct{ Event, Data string }
 

@@ -74,7 +74,9 @@ func (h *heldPool) runAll() int {
 	return len(held)
 }
 
-func claimRuntime(t *testing.T, x *claimExec) (*Runtime, *heldPool) {
+// heldRuntime is a runtime of one 4-CPU node over executor x whose pool
+// holds the runs handed to it (holdPool).
+func heldRuntime(t *testing.T, x backend.Executor) (*Runtime, *heldPool) {
 	t.Helper()
 	rt, err := New(NewStaticSource([]Node{{Name: "n", Resources: backend.Resources{backend.CPU: 4}}}), GoroutineRunner{}, Options{NativeValues: true})
 	if err != nil {
@@ -110,7 +112,7 @@ func counted(rt *Runtime) backend.WorkCount {
 func TestGetRunsTaskItself(t *testing.T) {
 	is := is.New(t)
 	x := &claimExec{}
-	rt, held := claimRuntime(t, x)
+	rt, held := heldRuntime(t, x)
 	defer rt.Close()
 	ctx := context.Background()
 	id, err := rt.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{Value: backend.Value{Data: []byte("in")}})
@@ -134,7 +136,7 @@ func TestGetRunsTaskItself(t *testing.T) {
 func TestGetWithDeadlineWaits(t *testing.T) {
 	is := is.New(t)
 	x := &claimExec{}
-	rt, held := claimRuntime(t, x)
+	rt, held := heldRuntime(t, x)
 	defer rt.Close()
 	id, err := rt.SubmitTaskArg(context.Background(), claimSpec(0), backend.Arg{Value: backend.Value{Data: []byte("in")}})
 	is.NoErr(err)
@@ -166,7 +168,7 @@ func TestGetOfRunningTaskWaits(t *testing.T) {
 		<-release
 		return backend.Value{Data: []byte("out")}, nil
 	}}
-	rt, held := claimRuntime(t, x)
+	rt, held := heldRuntime(t, x)
 	defer rt.Close()
 	ctx := context.Background()
 	id, err := rt.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{})
@@ -202,7 +204,7 @@ func TestGetRunsRetries(t *testing.T) {
 		}
 		return backend.Value{Data: []byte("second")}, nil
 	}}
-	rt, held := claimRuntime(t, x)
+	rt, held := heldRuntime(t, x)
 	defer rt.Close()
 	ctx := context.Background()
 	id, err := rt.SubmitTaskArg(ctx, claimSpec(1), backend.Arg{})
@@ -226,7 +228,7 @@ func TestGetRunTaskCancelled(t *testing.T) {
 		<-ctx.Done()
 		return backend.Value{}, ctx.Err()
 	}}
-	rt, held := claimRuntime(t, x)
+	rt, held := heldRuntime(t, x)
 	defer rt.Close()
 	ctx := context.Background()
 	id, err := rt.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{})
@@ -259,7 +261,7 @@ func TestCloseWaitsForGetRun(t *testing.T) {
 		returned.Store(true)
 		return backend.Value{}, ctx.Err()
 	}}
-	rt, held := claimRuntime(t, x)
+	rt, held := heldRuntime(t, x)
 	ctx := context.Background()
 	id, err := rt.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{})
 	is.NoErr(err)

@@ -53,18 +53,6 @@ func (x *starterExec) finishAll(v backend.Value) int {
 	return len(started)
 }
 
-func starterRuntime(t *testing.T, x *starterExec) (*Runtime, *heldPool) {
-	t.Helper()
-	rt, err := New(NewStaticSource([]Node{{Name: "n", Resources: backend.Resources{backend.CPU: 4}}}), GoroutineRunner{}, Options{NativeValues: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Start(context.Background(), x); err != nil {
-		t.Fatal(err)
-	}
-	return rt, holdPool(rt)
-}
-
 // TestSubmitStartsTaskOnCaller: with a TaskStarter, a task that can start
 // at once is started by the submitting goroutine before SubmitTaskArg
 // returns, not handed to a pool goroutine; its result and counters are
@@ -72,7 +60,7 @@ func starterRuntime(t *testing.T, x *starterExec) (*Runtime, *heldPool) {
 func TestSubmitStartsTaskOnCaller(t *testing.T) {
 	is := is.New(t)
 	x := &starterExec{}
-	rt, held := starterRuntime(t, x)
+	rt, held := heldRuntime(t, x)
 	defer rt.Close()
 	ctx := context.Background()
 	id, err := rt.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{Value: backend.Value{Data: []byte("in")}})
@@ -96,7 +84,7 @@ func TestSubmitStartsTaskOnCaller(t *testing.T) {
 func TestSubmitStartRefusedGoesToPool(t *testing.T) {
 	is := is.New(t)
 	x := &starterExec{refuse: true}
-	rt, held := starterRuntime(t, x)
+	rt, held := heldRuntime(t, x)
 	defer rt.Close()
 	ctx, cancel := context.WithCancel(context.Background()) // a Get that waits
 	defer cancel()
@@ -116,7 +104,7 @@ func TestSubmitStartRefusedGoesToPool(t *testing.T) {
 func TestCloseWaitsForSubmitStart(t *testing.T) {
 	is := is.New(t)
 	x := &starterExec{enter: make(chan struct{}), release: make(chan struct{})}
-	rt, _ := starterRuntime(t, x)
+	rt, _ := heldRuntime(t, x)
 	submitted := make(chan error, 1)
 	go func() {
 		_, err := rt.SubmitTaskArg(context.Background(), claimSpec(0), backend.Arg{})
