@@ -250,23 +250,66 @@ func (r *Runner) podChanged(obj any, deleted bool) {
 	case w.changed <- struct{}{}:
 	default:
 	}
+	cause := podGone(p, deleted)
+	if cause == "" {
+		return
+	}
+	if deleted || p.DeletionTimestamp != nil {
+		r.failStart(w, cause)
+	}
+	r.workerLost(w, errors.New(cause))
+}
+
+// podGone says why worker pod p no longer serves, as last seen (deleted:
+// its final state, from the watch's delete): deleted, being deleted or
+// ended, with Kueue's reason when Kueue stopped it; "" while it runs.
+func podGone(p *corev1.Pod, deleted bool) string {
 	var cause string
 	switch {
 	case deleted:
 		cause = fmt.Sprintf("worker pod %s was deleted", p.Name)
-		r.failStart(w, cause)
 	case p.DeletionTimestamp != nil:
 		cause = fmt.Sprintf("worker pod %s is being deleted", p.Name)
-		if why := kueueStopped(p); why != "" {
-			cause += ": " + why
-		}
-		r.failStart(w, cause)
 	case p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
-		cause = fmt.Sprintf("worker pod %s ended: %s %s %s", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
+		return fmt.Sprintf("worker pod %s ended: %s %s %s", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
 	default:
-		return
+		return ""
 	}
-	r.workerLost(w, errors.New(cause))
+	if why := kueueStopped(p); why != "" {
+		cause += ": " + why
+	}
+	return cause
+}
+
+// lostLookup bounds connLost's look at the pod.
+const lostLookup = 2 * time.Second
+
+// connLost reports w lost after its connection broke. The break is often
+// the first sign of a pod being stopped (its worker exits on SIGTERM
+// before this driver's watch brings the pod's update), so the pod is read
+// from the API server first: a pod deleted, being deleted or ended is
+// reported as such (with why Kueue stopped it), as the watch would.
+func (r *Runner) connLost(w *podWorker, err error) {
+	ctx, cancel := context.WithTimeout(r.runCtx, lostLookup)
+	p, gerr := r.client.CoreV1().Pods(r.cfg.Namespace).Get(ctx, w.name, metav1.GetOptions{})
+	cancel()
+	var cause string
+	switch {
+	case gerr == nil:
+		cause = podGone(p, false)
+	case apierrors.IsNotFound(gerr):
+		// Gone already: the watch's last view of it may still say why.
+		cause = fmt.Sprintf("worker pod %s was deleted", w.name)
+		if r.pods != nil {
+			if last, lerr := r.pods.Pods(r.cfg.Namespace).Get(w.name); lerr == nil {
+				cause = podGone(last, true)
+			}
+		}
+	}
+	if cause != "" {
+		err = fmt.Errorf("%s (its connection: %w)", cause, err)
+	}
+	r.workerLost(w, err)
 }
 
 // workerLost drops w and reports its node lost, once.
@@ -518,7 +561,7 @@ func (r *Runner) startPod(ctx context.Context, w *podWorker, pod *corev1.Pod, en
 		running()
 	}
 	opts := r.copts
-	opts.OnLost = func(err error) { r.workerLost(w, err) }
+	opts.OnLost = func(err error) { r.connLost(w, err) }
 	opts.Env = env
 	addr := ip + ":" + strconv.Itoa(int(r.cfg.Worker.Port))
 	var c *worker.Client

@@ -242,6 +242,62 @@ func TestRunnerCPUPodAtFirstUseAndLoss(t *testing.T) {
 	is.NoErr(err)
 }
 
+// A worker's connection often breaks before the driver's watch brings its
+// pod's update (the worker exits on SIGTERM as soon as the pod is being
+// deleted): the loss still says what happened to the pod, and that Kueue
+// stopped it, read from the API server at the break.
+func TestRunnerConnectionLossSaysWhyThePodStopped(t *testing.T) {
+	kueuePod := func(name string) *corev1.Pod {
+		now := metav1.Now()
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", DeletionTimestamp: &now, Finalizers: []string{"test/keep"}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{
+				Type: kueueTerminationTarget, Status: corev1.ConditionTrue, Reason: "Preempted",
+				Message: "Preempted to accommodate a workload (UID: 1) due to prioritization in the ClusterQueue",
+			}}},
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod // in the API server at the break; nil: none
+		want []string    // in the reported cause
+	}{
+		{"preempted by Kueue", kueuePod("w-1"), []string{"worker pod w-1 is being deleted: Kueue stopped the reservation's workload (Preempted: Preempted to accommodate", "(its connection: read tcp: connection reset by peer)"}},
+		{"deleted", nil, []string{"worker pod w-1 was deleted", "(its connection: read tcp: connection reset by peer)"}},
+		{"still running", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w-1", Namespace: "default"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},
+			[]string{"connection reset"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			is := is.New(t)
+			client := newFakeClient()
+			if tc.pod != nil {
+				_, err := client.CoreV1().Pods("default").Create(t.Context(), tc.pod, metav1.CreateOptions{})
+				is.NoErr(err)
+			}
+			r, err := NewRunner(client, testConfig(), "c1")
+			is.NoErr(err)
+			lost := &lostRecorder{lost: map[string]string{}, ch: make(chan string, 1)}
+			r.lost = lost.report
+			w := &podWorker{name: "w-1", node: "cpu-1", ready: make(chan struct{}), changed: make(chan struct{}, 1)}
+			close(w.ready)
+			r.mu.Lock()
+			r.byPod[w.name], r.cpuPods[w.node] = w, w
+			r.mu.Unlock()
+			r.connLost(w, errors.New("read tcp: connection reset by peer"))
+			is.Equal(<-lost.ch, "cpu-1")
+			got := lost.lost["cpu-1"]
+			t.Logf("reported: %s", got)
+			for _, want := range tc.want {
+				is.True(strings.Contains(got, want)) // the cause says what happened
+			}
+			if tc.pod != nil && tc.pod.DeletionTimestamp == nil {
+				is.Equal(strings.Contains(got, "worker pod"), false) // a running pod is not said to be gone
+			}
+			is.NoErr(r.Close())
+		})
+	}
+}
+
 func TestRunnerReservedFailsWholeOnBadImage(t *testing.T) {
 	is := is.New(t)
 	r, _, client, _ := startRunner(t, "bad")
