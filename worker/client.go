@@ -102,7 +102,13 @@ type Client struct {
 	lost    error                  // set once the reader has ended
 	closed  atomic.Bool
 	inLost  atomic.Bool // OnLost is running
-	readEnd chan struct{}
+	// delivering is set while the reader hands a started task its
+	// result (TaskDone): the tasks that starts are sent held (sendHeld),
+	// for the reader to write together once it has handled what it read.
+	// A task another goroutine starts meanwhile is held too, and written
+	// as soon as the reader is done with its burst.
+	delivering atomic.Bool
+	readEnd    chan struct{}
 }
 
 type pendingCall struct {
@@ -471,7 +477,14 @@ func (c *Client) handle(m *message) error {
 		}
 		c.pmu.Unlock()
 		if ok {
+			held := p.done != nil
+			if held {
+				c.delivering.Store(true)
+			}
 			p.deliver(reply{v: m.value, err: m.err})
+			if held {
+				c.delivering.Store(false)
+			}
 		}
 		return nil
 	case msgOutput:
@@ -584,9 +597,15 @@ func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, 
 		p.stop = context.AfterFunc(ctx, func() { c.cancelStarted(ctx, id) })
 	}
 	c.pending[m.id] = p
-	lone := len(c.pending) == 1
+	how := sendQueued
+	switch {
+	case c.delivering.Load():
+		how = sendHeld
+	case len(c.pending) == 1:
+		how = sendLone
+	}
 	c.pmu.Unlock()
-	if err := c.conn.send(&m, false, lone); err != nil {
+	if err := c.conn.enqueue(&m, false, how); err != nil {
 		c.pmu.Lock()
 		_, mine := c.pending[m.id]
 		delete(c.pending, m.id)

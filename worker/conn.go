@@ -28,6 +28,9 @@ const (
 	goodbyeTimeout = time.Second
 	// keepBuffer is the largest write buffer kept for reuse.
 	keepBuffer = 1 << 20
+	// holdLimit is how many bytes sendHeld queues before it wakes the
+	// writer anyway.
+	holdLimit = 256 << 10
 )
 
 // conn is one framed connection, after the handshake. Any goroutine may
@@ -53,6 +56,15 @@ type conn struct {
 	closing bool   // a goodbye is queued: close once it is flushed
 	byeErr  error
 	wake    chan struct{}
+	// held is set when the queue holds frames sent on behalf of the
+	// reader (sendHeld: the replies of a burst of tasks run on the
+	// worker's reader, the tasks the driver's reader starts as results
+	// come in) and the writer has not been woken for them: the reader
+	// writes them before it reads from the socket again (release), so a
+	// burst's frames go out in one write with no goroutine woken. sock
+	// does the socket's reads and writes (nil: net.Conn's).
+	held bool
+	sock *sockIO
 
 	sent, recvd atomic.Bool
 	// backlog is set while the reader handles a frame with more frames
@@ -66,10 +78,27 @@ type conn struct {
 	wg        sync.WaitGroup
 }
 
+// readBuffer is the size of a connection's read buffer: a burst of
+// frames is read in few reads.
+const readBuffer = 64 << 10
+
+// newConn makes the connection of nc, whose first bytes may be buffered
+// in br (the handshake's reader).
 func newConn(nc net.Conn, br *bufio.Reader, limit int, hb time.Duration, log *slog.Logger) *conn {
+	sock := newSockIO(nc)
+	var r *bufio.Reader
+	switch {
+	case sock != nil:
+		r = bufio.NewReaderSize(sockReader(br, sock), readBuffer)
+	case br.Size() >= readBuffer:
+		r = br
+	default:
+		// It reads past the small buffer once that is drained.
+		r = bufio.NewReaderSize(br, readBuffer)
+	}
 	c := &conn{
-		nc: nc, fr: frameReader{r: br, limit: limit}, limit: limit, hb: hb, log: log,
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		nc: nc, fr: frameReader{r: r, limit: limit}, limit: limit, hb: hb, log: log,
+		wake: make(chan struct{}, 1), done: make(chan struct{}), sock: sock,
 	}
 	c.wcond.L = &c.wmu
 	return c
@@ -101,6 +130,31 @@ func (e *errConnClosed) Unwrap() error { return e.cause }
 // switch on the sending side. A failed write closes the connection, as
 // it does in the writer.
 func (c *conn) send(m *message, force, lone bool) error {
+	how := sendQueued
+	if lone {
+		how = sendLone
+	}
+	return c.enqueue(m, force, how)
+}
+
+// sendHeld queues m for the reader to write once it has handled the
+// frames it read (release), without waking the writer: the caller sends
+// on the reader's behalf, and the reader (or, for a lone task's run whose
+// reading was handed over, the caller) calls release before it waits on
+// the socket. A queue past holdLimit wakes the writer anyway.
+func (c *conn) sendHeld(m *message, force bool) error {
+	return c.enqueue(m, force, sendHeld)
+}
+
+type sendHow uint8
+
+const (
+	sendQueued sendHow = iota // the writer goroutine writes it
+	sendLone                  // written by the sender if nothing is queued
+	sendHeld                  // the reader writes it (release)
+)
+
+func (c *conn) enqueue(m *message, force bool, how sendHow) error {
 	c.wmu.Lock()
 	for !force && len(c.wbuf) >= highWater && c.werr == nil && !c.closing {
 		c.wcond.Wait()
@@ -127,15 +181,88 @@ func (c *conn) send(m *message, force, lone bool) error {
 		return backend.Wrap(backend.ResourceExhausted, "", &tooLargeError{size: uint64(n), limit: uint64(c.limit)})
 	}
 	c.wbuf = b
-	if start == 0 && lone && !c.writing {
-		c.flushLocked()
-		return nil
+	var wake bool
+	switch how {
+	case sendLone:
+		if start == 0 && !c.writing {
+			c.flushLocked()
+			return nil
+		}
+		wake = start == 0 || c.held
+	case sendQueued:
+		wake = start == 0 || c.held
+	case sendHeld:
+		if start == 0 {
+			c.held = true
+		}
+		wake = c.held && len(b) >= holdLimit
+	}
+	if wake {
+		c.held = false
 	}
 	c.wmu.Unlock()
-	if start == 0 {
+	if wake {
 		c.signal()
 	}
 	return nil
+}
+
+// release writes the frames queued by sendHeld that no writer was woken
+// for, unless a write is in progress (its writer goes on with them):
+// what the socket takes at once is written on the calling goroutine, the
+// rest (and everything, when the connection is not a plain socket) by
+// the writer goroutine.
+func (c *conn) release() {
+	c.wmu.Lock()
+	if !c.held {
+		c.wmu.Unlock()
+		return
+	}
+	c.held = false
+	if len(c.wbuf) == 0 || c.writing || c.werr != nil {
+		c.wmu.Unlock()
+		return
+	}
+	if c.sock == nil {
+		c.wmu.Unlock()
+		c.signal()
+		return
+	}
+	// The write does not block, so wmu stays held: no frame can be
+	// queued between the part written and the rest.
+	n, err := c.sock.tryWrite(c.wbuf)
+	if n > 0 {
+		c.sent.Store(true)
+	}
+	rest := copy(c.wbuf, c.wbuf[n:])
+	c.wbuf = c.wbuf[:rest]
+	c.wcond.Broadcast()
+	c.wmu.Unlock()
+	switch {
+	case err != nil:
+		c.close(fmt.Errorf("write: %w", err))
+	case rest > 0:
+		c.signal()
+	}
+}
+
+// write writes out whole, waiting for the socket; one write at a time
+// (the caller has set writing).
+func (c *conn) write(out []byte) error {
+	var err error
+	if c.sock != nil {
+		_, err = c.sock.Write(out)
+	} else {
+		_, err = c.nc.Write(out)
+	}
+	return err
+}
+
+// queued returns how many bytes wait for the writer.
+func (c *conn) queued() int {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return len(c.wbuf)
 }
 
 // signal wakes the writer.
@@ -153,7 +280,7 @@ func (c *conn) signal() {
 func (c *conn) flushLocked() {
 	out := c.take()
 	c.wmu.Unlock()
-	_, err := c.nc.Write(out)
+	err := c.write(out)
 	c.sent.Store(true)
 	c.wmu.Lock()
 	c.written(out)
@@ -170,6 +297,7 @@ func (c *conn) flushLocked() {
 
 // take takes the queued frames for a write, with wmu held.
 func (c *conn) take() []byte {
+	c.held = false // what was held is being written
 	out := c.wbuf
 	c.wbuf = c.spare[:0]
 	c.spare = nil
@@ -221,7 +349,7 @@ func (c *conn) writeLoop() {
 			}
 			out := c.take()
 			c.wmu.Unlock()
-			_, err := c.nc.Write(out)
+			err := c.write(out)
 			c.sent.Store(true)
 			c.wmu.Lock()
 			c.written(out)
@@ -273,7 +401,11 @@ func (c *conn) heartbeatLoop() {
 			return
 		}
 		if !c.sent.Swap(false) {
+			// Also wakes the writer for frames a reader held, should
+			// it be held up before it wrote them.
 			c.send(&message{typ: msgHeartbeat}, true, false) //nolint:errcheck // a closed connection has its cause already
+		} else {
+			c.release()
 		}
 	}
 }
@@ -329,6 +461,11 @@ func (e *remoteError) Unwrap() error { return e.err }
 func (c *conn) readLoop(handle func(m *message) error) error {
 	var m message
 	for {
+		if !c.fr.hasFrame() {
+			// The next read may wait for the peer: write what the
+			// frames handled since the last read held first.
+			c.release()
+		}
 		body, err := c.fr.next()
 		if err != nil {
 			var tl *tooLargeError

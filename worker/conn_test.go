@@ -201,3 +201,52 @@ func TestLoneAndBatchedFramesMix(t *testing.T) {
 		}
 	}
 }
+
+// Frames held for the reader (sendHeld) are written by release; what a
+// full socket does not take at once is left to the writer goroutine,
+// which writes it once the peer reads: every frame arrives, in order,
+// and release never waits for the peer.
+func TestReleaseLeavesWhatTheSocketRefusesToTheWriter(t *testing.T) {
+	is := is.New(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	is.NoErr(err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, _ := ln.Accept()
+		accepted <- nc
+	}()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	is.NoErr(err)
+	b := <-accepted
+	is.True(b != nil)
+	defer b.Close()
+	// Small socket buffers: the frames below do not fit in them.
+	is.NoErr(a.(*net.TCPConn).SetWriteBuffer(16 << 10))
+	is.NoErr(b.(*net.TCPConn).SetReadBuffer(32 << 10))
+	c := newConn(a, bufio.NewReader(a), DefaultMaxMessageSize, time.Hour, slog.New(slog.DiscardHandler))
+	if c.sock == nil {
+		t.Skip("no raw socket writes on this platform")
+	}
+	c.start()
+	defer func() {
+		c.close(backend.ErrClosed)
+		c.wg.Wait()
+	}()
+	const n = 7
+	payload := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i)}, 32<<10) }
+	for i := range n { // 224 KiB, under holdLimit: nothing wakes the writer
+		is.NoErr(c.sendHeld(&message{typ: msgResult, id: uint64(i), value: backend.Value{Data: payload(i)}}, false))
+	}
+	c.release() // returns though the peer reads nothing yet
+	c.wmu.Lock()
+	left := c.writing || len(c.wbuf) > 0
+	c.wmu.Unlock()
+	is.True(left) // the socket took only part of it
+	fr := &frameReader{r: bufio.NewReader(b), limit: DefaultMaxMessageSize}
+	for i := range n {
+		m := readMessage(t, fr)
+		is.Equal(m.id, uint64(i))
+		is.True(bytes.Equal(m.value.Data, payload(i)))
+	}
+}

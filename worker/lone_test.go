@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -90,4 +92,129 @@ func waitServer(srv *Server, ok func(sc *serverConn) bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// burstConn is a raw connection to a worker (no heartbeats during the
+// test) that writes frames in one write and reads the worker's replies.
+type burstConn struct {
+	t  *testing.T
+	nc net.Conn
+	fr *frameReader
+}
+
+// tick is the period of the server's watch of tasks run on the reader.
+func newBurstConn(t *testing.T, tick time.Duration) *burstConn {
+	srv, err := NewServer(fakeRegistry{}, &ServerOptions{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.tick = tick
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	addr := ln.Addr().String()
+	nc, br := rawConn(t, addr, helloRequest{Heartbeat: time.Minute.Milliseconds()})
+	return &burstConn{t: t, nc: nc, fr: &frameReader{r: br, limit: DefaultMaxMessageSize}}
+}
+
+// write sends ms in one write.
+func (b *burstConn) write(ms ...*message) {
+	b.t.Helper()
+	var buf []byte
+	for _, m := range ms {
+		var err error
+		if buf, err = appendFrame(buf, m); err != nil {
+			b.t.Fatal(err)
+		}
+	}
+	if _, err := b.nc.Write(buf); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// reply reads the next reply (skipping heartbeats).
+func (b *burstConn) reply() message {
+	b.t.Helper()
+	for {
+		m := readMessage(b.t, b.fr)
+		if m.typ != msgHeartbeat {
+			return m
+		}
+	}
+}
+
+func runTaskMsg(id uint64, name, arg string) *message {
+	return &message{typ: msgRunTask, id: id, name: name, value: backend.Value{Data: []byte(arg)}}
+}
+
+// TestBurstRunsOnReader: a burst of task requests read at once runs on
+// the connection's reader, one task after another, with no runner woken;
+// their replies come back in order. (The watch is slowed down: under
+// load a takeover would hand the tasks after a slow one to runners.)
+func TestBurstRunsOnReader(t *testing.T) {
+	is := is.New(t)
+	b := newBurstConn(t, time.Hour)
+	const n = 20
+	var ms []*message
+	for i := range n {
+		ms = append(ms, runTaskMsg(uint64(i+1), "onreader", ""))
+	}
+	b.write(ms...)
+	for i := range n {
+		m := b.reply()
+		is.Equal(m.typ, msgResult)
+		is.Equal(m.id, uint64(i+1))
+		is.Equal(string(m.value.Data), "true") // on the reader
+	}
+}
+
+// TestBlockingTaskInBurst: a task of a burst that blocks on the reader
+// holds up the tasks read with it only until the watch takes the reading
+// over: they then run on runners and reply while it still blocks.
+func TestBlockingTaskInBurst(t *testing.T) {
+	is := is.New(t)
+	b := newBurstConn(t, loneTick)
+	ms := []*message{runTaskMsg(1, "block", "")}
+	for i := 2; i <= 11; i++ {
+		ms = append(ms, runTaskMsg(uint64(i), "echo", strconv.Itoa(i)))
+	}
+	b.write(ms...)
+	seen := map[uint64]bool{}
+	for range 10 {
+		m := b.reply()             // in any order: they run on runners
+		is.Equal(m.typ, msgResult) // the blocking task is still running
+		is.True(m.id >= 2 && m.id <= 11 && !seen[m.id])
+		seen[m.id] = true
+		is.Equal(string(m.value.Data), strconv.Itoa(int(m.id)))
+	}
+	b.write(&message{typ: msgCancel, id: 1})
+	m := b.reply()
+	is.Equal(m.typ, msgError)
+	is.Equal(m.id, uint64(1))
+	is.Equal(backend.CodeOf(m.err), backend.Canceled)
+}
+
+// TestCancelBehindBlockingTask: the cancellation of a task read behind a
+// task that blocks on the reader, in the same burst, is read and reaches
+// it while the first still blocks.
+func TestCancelBehindBlockingTask(t *testing.T) {
+	is := is.New(t)
+	b := newBurstConn(t, loneTick)
+	b.write(runTaskMsg(1, "block", ""), runTaskMsg(2, "block", ""), &message{typ: msgCancel, id: 2})
+	m := b.reply()
+	is.Equal(m.typ, msgError)
+	is.Equal(m.id, uint64(2)) // cancelled while task 1 blocks
+	is.Equal(backend.CodeOf(m.err), backend.Canceled)
+	b.write(&message{typ: msgCancel, id: 1})
+	m = b.reply()
+	is.Equal(m.typ, msgError)
+	is.Equal(m.id, uint64(1))
 }

@@ -704,6 +704,20 @@ func (fr *frameReader) buffered() int {
 	return 0
 }
 
+// hasFrame reports whether a whole frame is buffered already, so that
+// next returns it without reading from the connection.
+func (fr *frameReader) hasFrame() bool {
+	br, ok := fr.r.(*bufio.Reader)
+	if !ok || br.Buffered() < frameHeader {
+		return false
+	}
+	hdr, err := br.Peek(frameHeader)
+	if err != nil {
+		return false
+	}
+	return br.Buffered() >= frameHeader+int(binary.BigEndian.Uint32(hdr))
+}
+
 // next reads the next frame body; it is valid until the next call.
 func (fr *frameReader) next() ([]byte, error) {
 	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -105,6 +104,9 @@ type Server struct {
 	lastAlone   workLabel
 	lastAloneAt time.Time
 	tls         *tls.Config
+	// tick is the period of the watch of tasks run on a connection's
+	// reader: loneTick (tests may lengthen it).
+	tick time.Duration
 
 	mu      sync.Mutex
 	closed  bool
@@ -135,7 +137,7 @@ func NewServer(reg Registry, opts *ServerOptions) (*Server, error) {
 	s := &Server{
 		reg: reg, entries: Manifest{Entries: reg.Entries()}, token: sha256.Sum256([]byte(opts.Token)),
 		limit: limit, idle: opts.IdleTimeout, log: opts.Logger, onForce: opts.OnForceCancel, onEnv: opts.OnEnv,
-		conns: map[*serverConn]struct{}{}, execs: map[string]backend.Executor{},
+		conns: map[*serverConn]struct{}{}, execs: map[string]backend.Executor{}, tick: loneTick,
 	}
 	s.entries.Sort()
 	if s.log == nil {
@@ -382,10 +384,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sc := &serverConn{
-		// The server's reader buffers 4 KiB; one of 64 KiB over it (it
-		// reads past the small one once that is drained) takes a burst
-		// of requests in fewer reads.
-		conn: newConn(nc, bufio.NewReaderSize(brw.Reader, 64<<10), limit, hb, s.log), s: s, exec: exec, remote: r.RemoteAddr,
+		conn: newConn(nc, brw.Reader, limit, hb, s.log), s: s, exec: exec, remote: r.RemoteAddr,
 		running: map[uint64]runEntry{}, actors: map[uint64]*actorSlot{},
 		output: hello.Output, wakeup: make(chan struct{}, maxIdleRunners),
 	}
@@ -585,13 +584,13 @@ func (sc *serverConn) loneTick() {
 	take := n != 0 && sc.inline.CompareAndSwap(n, 0)
 	if seq := sc.loneSeq.Load(); seq != sc.seenSeq.Load() || take {
 		sc.seenSeq.Store(seq)
-		sc.watch.Reset(loneTick)
+		sc.watch.Reset(sc.s.tick)
 	} else {
 		sc.watching.Store(false)
 		// A lone task that began between the load and the store found
 		// watching set and did not start the watch: look again.
 		if sc.inline.Load() != 0 && sc.watching.CompareAndSwap(false, true) {
-			sc.watch.Reset(loneTick)
+			sc.watch.Reset(sc.s.tick)
 		}
 	}
 	if take {
@@ -603,44 +602,46 @@ func (sc *serverConn) loneTick() {
 // over the reading (loneTick) while it ran a lone task.
 var errHandedOver = errors.New("the reading was handed over")
 
-// runLone runs task j on the reader when it is lone: no other frame is
-// buffered, no other work runs on the connection and no job is queued,
-// as in a synchronous round trip (the driver waits for this one result).
-// That spares waking a runner goroutine, which costs more than the task
-// when it is short. Should the task still run when the watch fires
-// (loneTick), the watch's goroutine takes over the reading, so that a
-// cancellation, the next request or a heartbeat is read meanwhile; the
-// task's goroutine then ends as a reader once it has replied
+// runLone runs task j on the reader when it is lone: no other work runs
+// on the connection (a queued job is running work too), as in a
+// synchronous round trip, or in a burst of requests read at once whose
+// tasks are short: each runs when the one before it has returned. That
+// spares waking a runner goroutine, which costs more than the task when
+// it is short. The reply is held (sendHeld): the reader writes the
+// replies of a burst in one write before it reads from the socket again.
+//
+// Should a task still run on the reader when the watch fires (loneTick),
+// the watch's goroutine takes over the reading, so that a cancellation,
+// the rest of the burst or a heartbeat is read meanwhile; the requests it
+// reads while that task runs go to runners, since the task is running
+// work. The task's goroutine then writes its reply and ends as a reader
 // (errHandedOver). It reports whether it ran j.
 func (sc *serverConn) runLone(j job) (ran bool, err error) {
-	if sc.backlog.Load() {
-		return false, nil
-	}
 	sc.mu.Lock()
 	alone := len(sc.running) == 1
 	sc.mu.Unlock()
-	if !alone {
-		return false, nil
-	}
-	sc.qmu.Lock()
-	idle := sc.qhead == len(sc.q) && sc.searching == 0
-	sc.qmu.Unlock()
-	if !idle {
+	// A reply sent past the high-water mark does not wait (a reader
+	// that waited for the writer could deadlock with a driver whose
+	// reader waits for its own): run here only with room in the queue.
+	if !alone || sc.queued() >= highWater/2 {
 		return false, nil
 	}
 	n := sc.loneSeq.Add(1)
 	sc.inline.Store(n)
 	if !sc.watching.Load() && sc.watching.CompareAndSwap(false, true) {
-		sc.watch.Reset(loneTick)
+		sc.watch.Reset(sc.s.tick)
 	}
 	sc.work.Add(1) // as a runner's: serve waits for it once the reading ends
-	sc.runTask(j.ctx, j.id, j.name, j.arg, j.info)
+	v, rerr := sc.exec.RunTask(j.ctx, j.name, j.arg, j.info)
+	sc.end(j.id)
+	sc.replyOp(j.id, v, rerr, sendHeld, "task ", j.name)
 	sc.work.Done()
 	if sc.inline.CompareAndSwap(n, 0) {
-		return true, nil // still the reader
+		return true, nil // still the reader: it writes the reply
 	}
 	// loneTick's goroutine reads now (and may run lone tasks of its
-	// own, with numbers other than n).
+	// own, with numbers other than n); it may be waiting on the socket.
+	sc.release()
 	return true, errHandedOver
 }
 
@@ -901,7 +902,16 @@ func (sc *serverConn) runner() {
 
 func (sc *serverConn) runTask(ctx context.Context, id uint64, name string, arg backend.Value, info *backend.RuntimeInfo) {
 	v, err := sc.exec.RunTask(ctx, name, arg, info)
-	sc.replyOp(id, v, err, sc.end(id), "task ", name)
+	sc.replyOp(id, v, err, sc.ended(id), "task ", name)
+}
+
+// ended unregisters running request id (end) and says how to send its
+// reply: lone, written by the runner, when it is a lone frame.
+func (sc *serverConn) ended(id uint64) sendHow {
+	if sc.end(id) {
+		return sendLone
+	}
+	return sendQueued
 }
 
 func (sc *serverConn) newActor(ctx context.Context, id, key uint64, class string, arg backend.Value, info *backend.RuntimeInfo) {
@@ -934,11 +944,11 @@ func (sc *serverConn) newActor(ctx context.Context, id, key uint64, class string
 
 func (sc *serverConn) call(ctx context.Context, id uint64, inst backend.ActorInstance, method string, arg backend.Value, info *backend.RuntimeInfo) {
 	v, err := inst.Call(ctx, method, arg, info)
-	sc.replyOp(id, v, err, sc.end(id), "method ", method)
+	sc.replyOp(id, v, err, sc.ended(id), "method ", method)
 }
 
 func (sc *serverConn) reply(id uint64, v backend.Value, err error) {
-	sc.replyOp(id, v, err, false, "", "")
+	sc.replyOp(id, v, err, sendQueued, "", "")
 }
 
 // replyError sends err as the reply of request id from the reader
@@ -949,20 +959,22 @@ func (sc *serverConn) replyError(id uint64, err error) {
 	sc.send(&message{typ: msgError, id: id, err: err}, true, false) //nolint:errcheck // a closed connection has its cause already
 }
 
-// replyOp sends a result or an error (lone: see send). A result that
-// cannot be sent (too large, not encoded) is replaced by an error saying
-// so.
-func (sc *serverConn) replyOp(id uint64, v backend.Value, err error, lone bool, kind, name string) {
+// replyOp sends a result or an error, as how says (see send and
+// sendHeld; a held reply, the reader's, does not wait at the high-water
+// mark). A result that cannot be sent (too large, not encoded) is
+// replaced by an error saying so.
+func (sc *serverConn) replyOp(id uint64, v backend.Value, err error, how sendHow, kind, name string) {
+	force := how == sendHeld
 	if err != nil {
-		sc.send(&message{typ: msgError, id: id, err: err}, false, lone) //nolint:errcheck // a closed connection has its cause already
+		sc.enqueue(&message{typ: msgError, id: id, err: err}, force, how) //nolint:errcheck // a closed connection has its cause already
 		return
 	}
-	serr := sc.send(&message{typ: msgResult, id: id, value: v}, false, lone)
+	serr := sc.enqueue(&message{typ: msgResult, id: id, value: v}, force, how)
 	if serr == nil || connClosed(serr) {
 		return
 	}
 	code := backend.CodeOf(serr)
-	sc.send(&message{typ: msgError, id: id, err: backend.Errorf(code, "worker", "result of %s cannot be sent to the driver: %v", kind+name, errors.Unwrap(serr))}, false, lone) //nolint:errcheck
+	sc.enqueue(&message{typ: msgError, id: id, err: backend.Errorf(code, "worker", "result of %s cannot be sent to the driver: %v", kind+name, errors.Unwrap(serr))}, force, how) //nolint:errcheck
 }
 
 // connClosed reports whether err is a send's on a closed connection. Its
