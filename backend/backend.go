@@ -266,6 +266,26 @@ type TaskDone interface {
 	TaskDone(v Value, err error)
 }
 
+// TaskDoneHolder is a TaskDone that can hold back waking the goroutines
+// that wait for the result. A TaskStarter that delivers many results in
+// a row (a worker connection's reader, with a burst of replies) calls
+// TaskDoneHeld instead of TaskDone for each, then Flush on the returned
+// Flusher (the same comparable value, such as a pointer, for the results
+// of one backend; nil when nothing was held) once it has
+// delivered what it has, before it waits for more: a goroutine waiting
+// for several of the results is then woken once, not once per result.
+// The starter must call Flush promptly (the waiters wait for it); it may
+// call it on any goroutine, and more than once.
+type TaskDoneHolder interface {
+	TaskDone
+	TaskDoneHeld(v Value, err error) Flusher
+}
+
+// Flusher wakes the waiters a TaskDoneHolder held back.
+type Flusher interface {
+	Flush()
+}
+
 // Backend is the driver interface.
 //
 // Submissions (SubmitTask, CallActor, CreateActor, CreatePlacementGroup)

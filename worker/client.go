@@ -108,7 +108,11 @@ type Client struct {
 	// A task another goroutine starts meanwhile is held too, and written
 	// as soon as the reader is done with its burst.
 	delivering atomic.Bool
-	readEnd    chan struct{}
+	// flushers are what the reader calls once it has delivered the
+	// results it read (the backends whose TaskDoneHeld it called),
+	// before it reads again (backend.TaskDoneHolder). The reader's.
+	flushers []backend.Flusher
+	readEnd  chan struct{}
 }
 
 type pendingCall struct {
@@ -269,6 +273,7 @@ func Dial(ctx context.Context, addr string, opts *ClientOptions) (*Client, error
 			c.methods[e.Name] = true
 		}
 	}
+	c.conn.idle = c.flush
 	c.conn.start()
 	go c.readLoop()
 	return c, nil
@@ -412,8 +417,32 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// addFlusher records f (may be nil) for flush.
+func (c *Client) addFlusher(f backend.Flusher) {
+	if f == nil {
+		return
+	}
+	for _, g := range c.flushers {
+		if g == f {
+			return
+		}
+	}
+	c.flushers = append(c.flushers, f)
+}
+
+// flush wakes the waiters of the results delivered held since the last
+// flush: the reader calls it once it has handled what it read.
+func (c *Client) flush() {
+	for i, f := range c.flushers {
+		f.Flush()
+		c.flushers[i] = nil
+	}
+	c.flushers = c.flushers[:0]
+}
+
 func (c *Client) readLoop() {
 	c.conn.readLoop(c.handle)
+	c.flush()
 	<-c.conn.done // the final cause is set once the connection is done
 	cause := c.conn.cause
 	var err error
@@ -477,14 +506,17 @@ func (c *Client) handle(m *message) error {
 		}
 		c.pmu.Unlock()
 		if ok {
-			held := p.done != nil
-			if held {
-				c.delivering.Store(true)
+			if p.done == nil {
+				p.deliver(reply{v: m.value, err: m.err})
+				return nil
 			}
-			p.deliver(reply{v: m.value, err: m.err})
-			if held {
-				c.delivering.Store(false)
+			c.delivering.Store(true)
+			if h, ok := p.done.(backend.TaskDoneHolder); ok {
+				c.addFlusher(h.TaskDoneHeld(m.value, m.err))
+			} else {
+				p.deliver(reply{v: m.value, err: m.err})
 			}
+			c.delivering.Store(false)
 		}
 		return nil
 	case msgOutput:

@@ -65,6 +65,9 @@ type conn struct {
 	// does the socket's reads and writes (nil: net.Conn's).
 	held bool
 	sock *sockIO
+	// idle, if set, is called by the reader once it has handled the
+	// frames it read, after release, before it reads again.
+	idle func()
 
 	sent, recvd atomic.Bool
 	// backlog is set while the reader handles a frame with more frames
@@ -465,6 +468,9 @@ func (c *conn) readLoop(handle func(m *message) error) error {
 			// The next read may wait for the peer: write what the
 			// frames handled since the last read held first.
 			c.release()
+			if c.idle != nil {
+				c.idle()
+			}
 		}
 		body, err := c.fr.next()
 		if err != nil {

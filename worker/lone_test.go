@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,4 +218,64 @@ func TestCancelBehindBlockingTask(t *testing.T) {
 	m = b.reply()
 	is.Equal(m.typ, msgError)
 	is.Equal(m.id, uint64(1))
+}
+
+// flushRec is a backend.TaskDoneHolder's record: the results delivered
+// held, and how many of them a Flush had seen last.
+type flushRec struct {
+	mu            sync.Mutex
+	held, flushed int
+	plain         int
+	all           chan struct{} // closed by the Flush that saw want
+	want          int
+}
+
+func (r *flushRec) Flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.flushed = r.held
+	if r.held == r.want && r.all != nil {
+		close(r.all)
+		r.all = nil
+	}
+}
+
+type holderDone struct{ r *flushRec }
+
+func (d holderDone) TaskDone(backend.Value, error) {
+	d.r.mu.Lock()
+	d.r.plain++
+	d.r.mu.Unlock()
+}
+
+func (d holderDone) TaskDoneHeld(backend.Value, error) backend.Flusher {
+	d.r.mu.Lock()
+	d.r.held++
+	d.r.mu.Unlock()
+	return d.r
+}
+
+// TestStartedResultsDeliveredHeld: the reader delivers the results of
+// started tasks held when their done can hold, and flushes after them:
+// every result is followed by a Flush.
+func TestStartedResultsDeliveredHeld(t *testing.T) {
+	is := is.New(t)
+	addr, _ := startServer(t, nil)
+	c := dialTest(t, addr, nil)
+	const n = 300
+	rec := &flushRec{want: n, all: make(chan struct{})}
+	all := rec.all
+	for i := range n {
+		is.True(c.StartTask(context.Background(), "echo", backend.Value{Data: []byte(strconv.Itoa(i))}, nil, holderDone{rec}))
+	}
+	select {
+	case <-all:
+	case <-time.After(time.Minute):
+		rec.mu.Lock()
+		t.Fatalf("%d results delivered held, %d flushed", rec.held, rec.flushed)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	is.Equal(rec.plain, 0) // none delivered with TaskDone
+	is.Equal(rec.held, n)  // each once
 }

@@ -70,6 +70,17 @@ func (r releasing) TaskDone(v backend.Value, err error) {
 	r.done.TaskDone(v, err)
 }
 
+// TaskDoneHeld passes a held delivery on (backend.TaskDoneHolder), when
+// the wrapped done can hold.
+func (r releasing) TaskDoneHeld(v backend.Value, err error) backend.Flusher {
+	r.release()
+	if h, ok := r.done.(backend.TaskDoneHolder); ok {
+		return h.TaskDoneHeld(v, err)
+	}
+	r.done.TaskDone(v, err)
+	return nil
+}
+
 // RunTask runs the task in the worker of its node.
 func (x NodeExecutor) RunTask(ctx context.Context, name string, arg backend.Value, info *backend.RuntimeInfo) (backend.Value, error) {
 	c, done, err := x.workerOf(ctx, info)

@@ -88,9 +88,12 @@ func (rt *Runtime) completeLocked(o *object, v backend.Value, err error) {
 	rt.counters.objectDone(o, err)
 	o.task, o.call = nil, nil // the work's record is no longer needed
 	if o.ch != nil {
-		if o.chPooled {
+		switch {
+		case rt.holdWakes:
+			rt.heldWakes = append(rt.heldWakes, heldWake{ch: o.ch, pooled: o.chPooled, r: getResult{v, err}})
+		case o.chPooled:
 			o.ch <- getResult{v, err} // its one waiter's; buffered, never blocks
-		} else {
+		default:
 			close(o.ch)
 		}
 	}
@@ -114,6 +117,41 @@ func (rt *Runtime) completeLocked(o *object, v backend.Value, err error) {
 		}
 	}
 	rt.maybeDelete(o)
+}
+
+// heldWake is the wake-up of the Get waiting for a completed object, held
+// for Flush: the object's channel, and what to send to it (pooled) or
+// that it is to be closed.
+type heldWake struct {
+	ch     chan getResult
+	pooled bool
+	r      getResult
+}
+
+var _ backend.Flusher = (*Runtime)(nil)
+
+// Flush implements backend.Flusher: it wakes the Gets of the results
+// delivered held (taskCtx.TaskDoneHeld) since the last Flush.
+func (rt *Runtime) Flush() {
+	rt.mu.Lock()
+	held := rt.heldWakes
+	if len(held) == 0 {
+		rt.mu.Unlock()
+		return
+	}
+	rt.heldWakes, rt.spareWakes = rt.spareWakes, nil
+	rt.mu.Unlock()
+	for i, w := range held {
+		if w.pooled {
+			w.ch <- w.r // its one waiter's; buffered, never blocks
+		} else {
+			close(w.ch)
+		}
+		held[i] = heldWake{}
+	}
+	rt.mu.Lock()
+	rt.spareWakes = held[:0]
+	rt.mu.Unlock()
 }
 
 func (rt *Runtime) maybeDelete(o *object) {

@@ -128,6 +128,12 @@ type Runtime struct {
 	// then goes to inlineNext, for finishTask's goroutine to run.
 	inline     bool
 	inlineNext *taskCtx
+	// holdWakes is set while a result delivered held completes
+	// (taskCtx.TaskDoneHeld): the wake-up of its Get is queued in
+	// heldWakes for Flush instead of sent.
+	holdWakes  bool
+	heldWakes  []heldWake
+	spareWakes []heldWake // a flushed heldWakes, kept for reuse
 	// lastHanded is the task run last handed to the pool, the one a Get
 	// may run itself (getclaim.go).
 	lastHanded *taskCtx

@@ -139,3 +139,78 @@ func TestCloseWaitsForSubmitStart(t *testing.T) {
 	<-closed
 	is.NoErr(<-submitted)
 }
+
+// TestTaskDoneHeldWakesOnFlush: a result delivered held
+// (backend.TaskDoneHolder) completes the task at once (a new Get returns
+// it), but the Get that was waiting for it is woken by the runtime's
+// Flush, which wakes the Gets of every result held since the last one.
+func TestTaskDoneHeldWakesOnFlush(t *testing.T) {
+	is := is.New(t)
+	x := &starterExec{}
+	rt, _ := heldRuntime(t, x)
+	defer rt.Close()
+	ctx := context.Background()
+	var ids []backend.ObjectID
+	for range 2 {
+		id, err := rt.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{})
+		is.NoErr(err)
+		ids = append(ids, id)
+	}
+	type got struct {
+		v   backend.Value
+		err error
+	}
+	waits := make([]chan got, len(ids))
+	for i, id := range ids {
+		waits[i] = make(chan got, 1)
+		go func() {
+			v, err := rt.Get(ctx, id)
+			waits[i] <- got{v, err}
+		}()
+	}
+	// Both Gets wait: their objects have channels.
+	for {
+		rt.mu.Lock()
+		n := 0
+		for _, id := range ids {
+			if o := rt.objects.get(id); o != nil && o.ch != nil {
+				n++
+			}
+		}
+		rt.mu.Unlock()
+		if n == len(ids) {
+			break
+		}
+		runtime.Gosched()
+	}
+	x.mu.Lock()
+	started := x.started
+	x.mu.Unlock()
+	is.Equal(len(started), 2)
+	var f backend.Flusher
+	for i, d := range started {
+		h, ok := d.(backend.TaskDoneHolder)
+		is.True(ok) // the runtime's task contexts can hold
+		f = h.TaskDoneHeld(backend.Value{Data: []byte{byte('a' + i)}}, nil)
+		is.True(f != nil)
+	}
+	v, err := rt.Get(ctx, ids[1]) // done already
+	is.NoErr(err)
+	is.Equal(string(v.Data), "b")
+	rt.mu.Lock()
+	for _, id := range ids {
+		if o := rt.objects.get(id); o != nil && o.ch != nil {
+			is.Equal(len(o.ch), 0) // the waiters are not woken yet
+		}
+	}
+	is.Equal(len(rt.heldWakes), 2)
+	rt.mu.Unlock()
+	f.Flush()
+	for i, w := range waits {
+		r := <-w
+		is.NoErr(r.err)
+		is.Equal(string(r.v.Data), string(rune('a'+i)))
+	}
+	f.Flush() // nothing held: nothing happens
+	is.Equal(counted(rt), backend.WorkCount{Name: "t", Submitted: 2, Finished: 2})
+}

@@ -288,10 +288,20 @@ func (rt *Runtime) newTaskObject(t *task) *object {
 // goroutine to run next itself: handing it to another goroutine would cost
 // a wake-up per task.
 func (rt *Runtime) finishTask(t *task, attempt int, v backend.Value, err error) (next *taskCtx) {
+	return rt.finishTaskHold(t, attempt, v, err, false)
+}
+
+// finishTaskHold is finishTask; with hold, the wake-up of a Get waiting
+// for the result is held for Flush (taskCtx.TaskDoneHeld).
+func (rt *Runtime) finishTaskHold(t *task, attempt int, v backend.Value, err error, hold bool) (next *taskCtx) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if t.state != stateRunning || t.attempt != attempt {
 		return nil
+	}
+	if hold {
+		rt.holdWakes = true
+		defer func() { rt.holdWakes = false }()
 	}
 	rt.inline, rt.inlineNext = true, nil
 	defer func() {

@@ -103,7 +103,23 @@ func (c *taskCtx) claim() bool { return c.claimed.CompareAndSwap(0, 1) }
 // started from here, on the goroutine that delivered the result (a worker
 // connection's reader), sparing a hand-off per task.
 func (c *taskCtx) TaskDone(v backend.Value, err error) {
-	next := c.b.finishTask(c.t, c.attempt, v, err)
+	c.done(v, err, false)
+}
+
+var _ backend.TaskDoneHolder = (*taskCtx)(nil)
+
+// TaskDoneHeld implements backend.TaskDoneHolder: TaskDone, except that
+// the Get waiting for the result is woken by the runtime's Flush (which
+// the starter calls once it has delivered the results it has), so that a
+// Get of many refs is woken once per burst of results rather than once
+// per result, and does not contend for rt.mu with the deliveries.
+func (c *taskCtx) TaskDoneHeld(v backend.Value, err error) backend.Flusher {
+	c.done(v, err, true)
+	return c.b
+}
+
+func (c *taskCtx) done(v backend.Value, err error, hold bool) {
+	next := c.b.finishTaskHold(c.t, c.attempt, v, err, hold)
 	if next != nil && !next.b.starter.StartTask(next, next.t.spec.Name, next.t.arg, &next.info, next) {
 		next.b.pool.run(next) // to be run with RunTask, on a goroutine that may wait
 	}
