@@ -44,10 +44,19 @@
 // no-op tasks per second on loopback (docs/workers.md). A worker runs a
 // connection's work from one queue that a few goroutines take from, one
 // job after another, so a burst of requests wakes a few goroutines, not
-// one per request; a lone task (nothing else buffered, running or queued
-// on the connection: a synchronous round trip) runs on the connection's
-// reader, and a timer that fires every millisecond while such tasks run
-// hands the reading to another goroutine when one runs longer.
+// one per request. A task that arrives with nothing else running on the
+// connection (a synchronous round trip, or the first of a burst of
+// requests read at once, and then each next one once the one before it
+// returned) runs on the connection's reader, and a timer that fires every
+// millisecond while such tasks run hands the reading to another goroutine
+// when one runs longer; the requests read meanwhile go to the queue. The
+// replies of what the reader runs, and on the driver the tasks its reader
+// starts as results come in, are written by the reader in one write once
+// it has handled what it read, before it reads again, without waking the
+// writer goroutine. A plain TCP connection is read and written through
+// its raw socket (on Linux without the runtime's syscall bookkeeping,
+// which wakes the runtime's monitor thread whenever the process was idle
+// just before: at every burst).
 //
 // # Handshake and version skew
 //
