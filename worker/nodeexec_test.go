@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/matryer/is"
 
@@ -77,4 +78,32 @@ func TestNodeExecutorStartTask(t *testing.T) {
 	is.True(!x.StartTask(t.Context(), "echo", backend.Value{}, &backend.RuntimeInfo{Node: "connected"}, done))
 	is.Equal(len(res), 0) // done was not called
 	is.Equal(len(released), 0)
+}
+
+// TestNodeExecutorStartTaskHeld: a done that can hold its waiters' wake-up
+// (backend.TaskDoneHolder) gets its result held through the release
+// wrapper, which releases the worker first, and the reader flushes it.
+func TestNodeExecutorStartTaskHeld(t *testing.T) {
+	is := is.New(t)
+	addr, _ := startServer(t, nil)
+	c := dialTest(t, addr, nil)
+	released := make(chan struct{}, 1)
+	x := NodeExecutor{Local: describing{},
+		Connected: func(node string) (*Client, func()) {
+			return c, func() { released <- struct{}{} }
+		},
+	}
+	rec := &flushRec{want: 1, all: make(chan struct{})}
+	all := rec.all
+	is.True(x.StartTask(t.Context(), "echo", backend.Value{Data: []byte("hi")}, &backend.RuntimeInfo{Node: "n"}, holderDone{rec}))
+	select {
+	case <-all: // delivered held, then flushed
+	case <-time.After(time.Minute):
+		t.Fatal("the held result was not flushed")
+	}
+	<-released
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	is.Equal(rec.plain, 0)
+	is.Equal(rec.held, 1)
 }
