@@ -403,9 +403,10 @@ func (c *conn) heartbeatLoop() {
 			c.close(fmt.Errorf("heard nothing from the peer for %v (%d heartbeats)", time.Duration(misses)*c.hb, misses))
 			return
 		}
+		// Either way, frames a reader held are written now, should it
+		// be held up before it wrote them: the heartbeat's send wakes
+		// the writer for them, or release writes them.
 		if !c.sent.Swap(false) {
-			// Also wakes the writer for frames a reader held, should
-			// it be held up before it wrote them.
 			c.send(&message{typ: msgHeartbeat}, true, false) //nolint:errcheck // a closed connection has its cause already
 		} else {
 			c.release()
