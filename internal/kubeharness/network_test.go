@@ -108,7 +108,7 @@ func TestIsolatedNetwork(t *testing.T) {
 		"by-ip":         {"get", "http://" + net.JoinHostPort(srv.Status.PodIP, "8080") + "/", "30s"},
 		"to-driver":     {"get", "http://" + l.Addr().String() + "/", "30s"},
 		"other-lo":      {"dial", "127.0.0.1:9090", "2s"},
-		"outside":       {"resolve", "example.com", "2s"},
+		"outside":       {"resolve", "example.com", "30s"}, // ends at the answer
 		"whoami":        {"whoami"},
 	}
 	// The controller manager makes the namespace's default ServiceAccount,
@@ -141,8 +141,9 @@ func TestIsolatedNetwork(t *testing.T) {
 		t.Errorf("a pod should reach the API server with its in-cluster config: %s\n%s", phase, logs)
 	}
 	phase, logs = finished(t, cp, "default", "outside")
-	is.Equal(phase, corev1.PodFailed) // nothing outside cluster.local resolves
-	is.True(strings.Contains(logs, "no such host"))
+	if phase != corev1.PodFailed || !strings.Contains(logs, "no such host") {
+		t.Errorf("nothing outside cluster.local should resolve: %s\n%s", phase, logs)
+	}
 
 	// The server pod's loopback server is there for its own containers.
 	logs, _ = cp.PodLogs("default", "server", "peer")

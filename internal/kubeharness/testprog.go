@@ -4,6 +4,7 @@ package kubeharness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -42,7 +43,8 @@ const envTestProgram = "GORAY_KUBEHARNESS_TESTPROG"
 //	serve [PORT [IP]]  HTTP on IP:PORT (default $POD_IP:8080), answering
 //	                   "pod=$POD_NAME ip=$POD_IP"
 //	resolve NAME [TIMEOUT]  look NAME up until it resolves (default 10s),
-//	                   print "NAME -> ADDRS", exit 0; exit 1 on timeout
+//	                   print "NAME -> ADDRS", exit 0; exit 1 at once when
+//	                   the DNS says NAME does not exist, or on timeout
 //	dial ADDR [TIMEOUT [stay]]  TCP dials of ADDR until one connects (exit
 //	                   0, or with stay sleep until killed) or TIMEOUT
 //	                   (default 2s) passes (exit 1, printing the error)
@@ -157,7 +159,11 @@ func testProgram(args []string, out io.Writer) int {
 				fmt.Fprintf(out, "testprog: %s -> %s\n", arg(1, ""), strings.Join(addrs, ","))
 				return 0
 			}
-			if time.Now().After(deadline) {
+			// A name the cluster's DNS says does not exist is an answer:
+			// only a failure to get one (a timeout, DNS not serving
+			// yet) is tried again until the deadline.
+			var dnsErr *net.DNSError
+			if errors.As(err, &dnsErr) && dnsErr.IsNotFound || time.Now().After(deadline) {
 				fmt.Fprintf(out, "testprog: resolve %s: %v\n", arg(1, ""), err)
 				return 1
 			}
