@@ -110,18 +110,7 @@ func newBurstConn(t *testing.T, tick time.Duration) *burstConn {
 		t.Fatal(err)
 	}
 	srv.tick = tick
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	addr := ln.Addr().String()
+	addr := serveOn(t, srv)
 	nc, br := rawConn(t, addr, helloRequest{Heartbeat: time.Minute.Milliseconds()})
 	return &burstConn{t: t, nc: nc, fr: &frameReader{r: br, limit: DefaultMaxMessageSize}}
 }

@@ -100,6 +100,13 @@ func startServer(t testing.TB, opts *ServerOptions) (addr string, srv *Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOn(t, srv), srv
+}
+
+// serveOn serves srv on a loopback port until the test ends and returns
+// its address.
+func serveOn(t testing.TB, srv *Server) (addr string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +118,7 @@ func startServer(t testing.TB, opts *ServerOptions) (addr string, srv *Server) {
 		cancel()
 		<-done
 	})
-	return ln.Addr().String(), srv
+	return ln.Addr().String()
 }
 
 func dialTest(t *testing.T, addr string, opts *ClientOptions) *Client {
