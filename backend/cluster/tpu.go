@@ -364,7 +364,7 @@ func (rt *Runtime) hostFitError(op string, p *shapePool, demand []int64, perHost
 	// A stack buffer: the head resources make the vectors a little longer
 	// than the compiler stack-allocates on its own.
 	var buf [16]int64
-	perHostTotal := buf[:0]
+	var perHostTotal []int64
 	if len(demand) <= len(buf) {
 		perHostTotal = buf[:len(demand)]
 	} else {
