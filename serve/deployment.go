@@ -154,9 +154,11 @@ type Autoscaling struct {
 // HealthCheck configures the periodic health checks of replicas. Its zero
 // value means the defaults of each field.
 type HealthCheck struct {
-	// Period between checks; 0 means 5s.
+	// Period between checks; 0 means 5s. A replica whose last check is
+	// still running at a Period's tick is checked again once it ends;
+	// every replica's checks run independently of the others'.
 	Period time.Duration
-	// Timeout of one check; 0 means Period.
+	// Timeout of one check, which then counts as failed; 0 means Period.
 	Timeout time.Duration
 	// FailureThreshold is how many checks in a row must fail before the
 	// replica is replaced; 0 means 3.

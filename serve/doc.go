@@ -140,8 +140,9 @@
 // the replica out of routing at once, whatever the backend does to the
 // slice's other hosts. Every Health.Period the router also checks that
 // every host's actor is alive (and calls the [Check] method or GETs the
-// process's HealthPath); FailureThreshold failures in a row replace the
-// replica. A replaced replica releases its slice and a new one reserves a
+// process's HealthPath), each replica on its own, so that one check
+// hanging until its Timeout holds up no other; FailureThreshold failures
+// in a row replace the replica. A replaced replica releases its slice and a new one reserves a
 // fresh slice.
 //
 // # Shutdown

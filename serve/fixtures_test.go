@@ -88,6 +88,10 @@ var constructed sync.Map // host -> worker ID
 // unhealthy makes the echo health check fail for actors on these hosts.
 var unhealthy sync.Map // host -> true
 
+// hung makes the echo health check of actors on these hosts wait until
+// its context ends.
+var hung sync.Map // host -> true
+
 var (
 	echoClass = ray.NewActorClass("servetest.echo", func(ctx context.Context, prefix string) (*echo, error) {
 		if prefix == "broken" {
@@ -160,6 +164,10 @@ var (
 		rc, _ := ray.Runtime(ctx)
 		if _, bad := unhealthy.Load(rc.NodeName()); bad {
 			return struct{}{}, errors.New("accelerator wedged")
+		}
+		if _, stuck := hung.Load(rc.NodeName()); stuck {
+			<-ctx.Done()
+			return struct{}{}, ctx.Err()
 		}
 		return struct{}{}, nil
 	})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/goray-dev/goray/ray"
@@ -43,6 +42,7 @@ type replica struct {
 	ongoing  int
 	served   int64
 	failures int       // health checks failed in a row
+	checking bool      // a health check of it is running
 	spg      placement // its slices, or its chips (ChipsPerReplica)
 	inst     instance
 	slices   []string
@@ -340,41 +340,52 @@ func (d *deployment) stop(r *replica, reason string) {
 	d.s.log.Debug("serve: replica stopped", "replica", r.id, slog.String("reason", r.reason))
 }
 
-// checkHealth runs one round of health checks on the ready replicas.
+// checkHealth starts a health check of each ready replica whose last
+// check has ended: a check that hangs until its Timeout holds up no other
+// replica's (each runs on its own goroutine), and its replica is checked
+// again only after it ends. ctx is the health loop's: its end ends the
+// checks in flight.
 func (d *deployment) checkHealth(ctx context.Context) {
 	d.mu.Lock()
-	var ready []*replica
+	var due []*replica
 	for _, r := range d.replicas {
-		if r.state == stateReady {
-			ready = append(ready, r)
+		if r.state == stateReady && !r.checking {
+			r.checking = true
+			due = append(due, r)
 		}
 	}
 	d.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, r := range ready {
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(r.ctx, d.spec.Health.Timeout)
-			err := r.inst.check(cctx)
-			cancel()
-			if ctx.Err() != nil || r.ctx.Err() != nil {
-				return
-			}
-			d.mu.Lock()
-			if err == nil {
-				r.failures = 0
-				d.mu.Unlock()
-				return
-			}
-			r.failures++
-			failed := r.failures >= d.spec.Health.FailureThreshold
-			d.mu.Unlock()
-			d.s.log.Info("serve: health check failed", "replica", r.id, "err", err)
-			if failed {
-				d.lost(r, fmt.Sprintf("%d health checks failed in a row, last: %v", d.spec.Health.FailureThreshold, err), true)
-			}
-		})
+	for _, r := range due {
+		d.loops.Go(func() { d.checkReplica(ctx, r) })
 	}
-	wg.Wait()
+}
+
+// checkReplica runs one health check of r and counts its failures in a
+// row; FailureThreshold of them replace it.
+func (d *deployment) checkReplica(ctx context.Context, r *replica) {
+	cctx, cancel := context.WithTimeout(r.ctx, d.spec.Health.Timeout)
+	stop := context.AfterFunc(ctx, cancel)
+	err := r.inst.check(cctx)
+	stop()
+	cancel()
+	d.mu.Lock()
+	r.checking = false
+	if ctx.Err() != nil || r.ctx.Err() != nil {
+		d.mu.Unlock()
+		return
+	}
+	if err == nil {
+		r.failures = 0
+		d.mu.Unlock()
+		return
+	}
+	r.failures++
+	failed := r.failures >= d.spec.Health.FailureThreshold
+	d.mu.Unlock()
+	d.s.log.Info("serve: health check failed", "replica", r.id, "err", err)
+	if failed {
+		d.lost(r, fmt.Sprintf("%d health checks failed in a row, last: %v", d.spec.Health.FailureThreshold, err), true)
+	}
 }
 
 // holdTimeout bounds how long a failed replica keeps its slice for its

@@ -310,6 +310,40 @@ func TestHealthCheckReplacesReplica(t *testing.T) {
 	_ = ray.ErrClosed
 }
 
+// A replica whose health check hangs until its Timeout holds up no other
+// replica's checks: a failing replica beside it is replaced after its
+// FailureThreshold checks, a few Periods, not after the hung check's
+// Timeout.
+func TestHungHealthCheckHoldsUpNoOther(t *testing.T) {
+	is := is.New(t)
+	c, _ := newCluster(t, 3)
+	srv := serve.New(c, nil)
+	startServer(t, srv)
+	d := deployment("pair")
+	d.MinReplicas = 2
+	d.Health = &serve.HealthCheck{Period: 20 * time.Millisecond, Timeout: time.Hour, FailureThreshold: 2}
+	is.NoErr(srv.Deploy(context.Background(), d))
+	st := dep(srv.Status(), "pair")
+	is.Equal(len(st.Replicas), 2)
+	stuck, sick := st.Replicas[0], st.Replicas[1]
+	hung.Store(stuck.Hosts[0], true)
+	defer hung.Delete(stuck.Hosts[0])
+	unhealthy.Store(sick.Hosts[0], true)
+	defer unhealthy.Delete(sick.Hosts[0])
+
+	waitStatus(t, srv, "the failing replica replaced", func(st serve.Status) bool {
+		d := dep(st, "pair")
+		if d.ReplicaFailures != 1 || d.Ready != 2 {
+			return false
+		}
+		ids := map[string]bool{}
+		for _, r := range d.Replicas {
+			ids[r.ID] = true
+		}
+		return ids[stuck.ID] && !ids[sick.ID] // the hung one stays: its check has not failed yet
+	})
+}
+
 func TestClientGoneCancelsStream(t *testing.T) {
 	is := is.New(t)
 	c, _ := newCluster(t, 1)
