@@ -98,6 +98,19 @@ type ActorCallWaiter interface {
 	CallActorWait(ctx context.Context, spec *CallSpec, arg Arg) (Value, error)
 }
 
+// AllWaiter is implemented by backends that can wait for many objects
+// with one wake-up of the waiting goroutine. Package ray's GetAll calls
+// WaitAll before it gets the objects one by one, so that results arriving
+// in bursts (a worker connection's replies) wake it once, not once per
+// burst. WaitAll returns once every one of ids is done (or failed), or
+// ctx ends; it must return as soon as any of ids fails, so that the
+// caller reports a failure no later than Gets in turn would; and it may
+// return earlier for any reason (the Gets that follow then wait as they
+// would have). It reports nothing: the Gets report every outcome.
+type AllWaiter interface {
+	WaitAll(ctx context.Context, ids []ObjectID)
+}
+
 // CancelOptions are the options of [TaskCanceler.CancelTask].
 type CancelOptions struct {
 	// Force ends the worker process that runs the task, for code that

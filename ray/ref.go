@@ -262,6 +262,7 @@ func GetAll[T any](ctx context.Context, refs []ObjectRef[T]) ([]T, error) {
 	if ctx == nil {
 		return nil, backend.Errorf(backend.InvalidArgument, "get objects", "nil context; pass context.Background() or a request's context")
 	}
+	waitAll(ctx, refs)
 	out := make([]T, len(refs))
 	for i, r := range refs {
 		v, err := r.Get(ctx)
@@ -274,4 +275,35 @@ func GetAll[T any](ctx context.Context, refs []ObjectRef[T]) ([]T, error) {
 		out[i] = v
 	}
 	return out, nil
+}
+
+// waitAll waits, when the backend can (backend.AllWaiter), for the
+// objects of refs up to the first ref that is invalid or of another
+// cluster, with one wake-up, before GetAll gets them one by one: a
+// thousand results that arrive in bursts then wake GetAll once, not once
+// per burst. The Gets that follow report every outcome as they would
+// have without it.
+func waitAll[T any](ctx context.Context, refs []ObjectRef[T]) {
+	if len(refs) < 2 || refs[0].s == nil {
+		return
+	}
+	c := refs[0].s.c
+	if c.check("get objects") != nil {
+		return
+	}
+	w, ok := c.b.(backend.AllWaiter)
+	if !ok {
+		return
+	}
+	ids := make([]backend.ObjectID, 0, len(refs))
+	for _, r := range refs {
+		if r.Err() != nil || r.s.c != c {
+			break
+		}
+		ids = append(ids, r.s.id)
+	}
+	if len(ids) > 1 {
+		w.WaitAll(ctx, ids)
+	}
+	runtime.KeepAlive(refs)
 }

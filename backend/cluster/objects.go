@@ -86,6 +86,10 @@ func (rt *Runtime) completeLocked(o *object, v backend.Value, err error) {
 	}
 	o.done, o.val, o.err = true, v, err
 	rt.counters.objectDone(o, err)
+	if err != nil && rt.failed != nil {
+		close(rt.failed)
+		rt.failed = nil
+	}
 	o.task, o.call = nil, nil // the work's record is no longer needed
 	if o.ch != nil {
 		switch {
@@ -272,6 +276,76 @@ func (rt *Runtime) waitPooled(ctx context.Context, o *object, id backend.ObjectI
 		return r.v, r.err
 	}
 	return rt.result(o, id)
+}
+
+var _ backend.AllWaiter = (*Runtime)(nil)
+
+// WaitAll implements backend.AllWaiter. Results come mostly in the order
+// their work was submitted, so it waits for the last of ids that is not
+// done, on the channel a Get of it would wait on (no allocation; a
+// result delivered held wakes it at Flush), and looks again when woken:
+// a GetAll of a thousand results that arrive in bursts is woken once
+// instead of once per burst. Any failure (rt.failed) wakes it too, and
+// it returns as soon as one of ids has failed.
+//
+// It waits only when tasks are started without a goroutine waiting for
+// each (rt.starter: worker processes); otherwise it returns at once, for
+// a Get in turn may run a task on the caller (claimForGet).
+func (rt *Runtime) WaitAll(ctx context.Context, ids []backend.ObjectID) {
+	for {
+		rt.mu.Lock()
+		if rt.closed || rt.starter == nil || ctx.Err() != nil {
+			rt.mu.Unlock()
+			return
+		}
+		var last *object
+		var lastID backend.ObjectID
+		for i := len(ids) - 1; i >= 0; i-- {
+			o := rt.objects.get(ids[i])
+			if o == nil || o.done && o.err != nil {
+				rt.mu.Unlock()
+				return // the Gets report it
+			}
+			if last == nil && !o.done {
+				last, lastID = o, ids[i]
+			}
+		}
+		if last == nil {
+			rt.mu.Unlock()
+			return
+		}
+		if rt.failed == nil {
+			rt.failed = make(chan struct{})
+		}
+		failed := rt.failed
+		ch, pooled := last.ch, false
+		switch {
+		case ch == nil:
+			ch, pooled = waitChans.Get().(chan getResult), true
+			last.ch, last.chPooled = ch, true
+		case last.chPooled:
+			last.chPooled = false // a second waiter: the channel is closed
+		}
+		rt.mu.Unlock()
+		select {
+		case _, sent := <-ch:
+			if sent {
+				waitChans.Put(ch)
+			}
+			continue
+		case <-failed:
+		case <-ctx.Done():
+		}
+		if pooled {
+			rt.mu.Lock()
+			if last.id == lastID && !last.done && last.ch == ch && last.chPooled {
+				last.ch, last.chPooled = nil, false
+				waitChans.Put(ch) // nothing was sent to it
+			}
+			rt.mu.Unlock()
+		}
+		return
+	}
 }
 
 // Wait implements backend.Backend.

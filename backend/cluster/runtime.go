@@ -134,6 +134,9 @@ type Runtime struct {
 	holdWakes  bool
 	heldWakes  []heldWake
 	spareWakes []heldWake // a flushed heldWakes, kept for reuse
+	// failed, if set, is closed (and cleared) when an object completes
+	// with an error: the WaitAll calls waiting wake then (objects.go).
+	failed chan struct{}
 	// lastHanded is the task run last handed to the pool, the one a Get
 	// may run itself (getclaim.go).
 	lastHanded *taskCtx

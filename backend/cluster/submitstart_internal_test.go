@@ -214,3 +214,122 @@ func TestTaskDoneHeldWakesOnFlush(t *testing.T) {
 	f.Flush() // nothing held: nothing happens
 	is.Equal(counted(rt), backend.WorkCount{Name: "t", Submitted: 2, Finished: 2})
 }
+
+// waitAllWaiting waits until the WaitAll of ids (running on another
+// goroutine) waits on the channel of ids[want], and returns which of
+// ids have a waiter's channel.
+func waitAllWaiting(rt *Runtime, ids []backend.ObjectID, want int) []bool {
+	for {
+		rt.mu.Lock()
+		has := make([]bool, len(ids))
+		for i, id := range ids {
+			o := rt.objects.get(id)
+			has[i] = o != nil && o.ch != nil
+		}
+		rt.mu.Unlock()
+		if has[want] {
+			return has
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestWaitAllWaitsForTheLast: with a TaskStarter, WaitAll waits on the
+// last of its objects that is not done only (the others get no waiter,
+// so their results wake nobody), looks again when that one is done, and
+// returns once all are done.
+func TestWaitAllWaitsForTheLast(t *testing.T) {
+	is := is.New(t)
+	x := &starterExec{}
+	rt, _ := heldRuntime(t, x)
+	defer rt.Close()
+	ctx := context.Background()
+	var ids []backend.ObjectID
+	for range 3 {
+		id, err := rt.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{})
+		is.NoErr(err)
+		ids = append(ids, id)
+	}
+	x.mu.Lock()
+	started := x.started
+	x.mu.Unlock()
+	is.Equal(len(started), 3)
+	returned := make(chan struct{})
+	go func() {
+		rt.WaitAll(ctx, ids)
+		close(returned)
+	}()
+	is.Equal(waitAllWaiting(rt, ids, 2), []bool{false, false, true})
+	// The last is done first: WaitAll looks again and waits for the
+	// second, the last not done.
+	started[2].TaskDone(backend.Value{}, nil)
+	is.Equal(waitAllWaiting(rt, ids, 1), []bool{false, true, true})
+	started[0].TaskDone(backend.Value{}, nil)
+	select {
+	case <-returned:
+		t.Fatal("WaitAll returned before every object was done")
+	default:
+	}
+	started[1].TaskDone(backend.Value{}, nil)
+	<-returned
+	for _, id := range ids {
+		_, err := rt.Get(ctx, id)
+		is.NoErr(err)
+	}
+}
+
+// TestWaitAllReturnsOnAFailure: WaitAll returns as soon as any object
+// fails, done or not the others, and gives back the channel it waited
+// on; it returns at once when one of its objects failed already, when
+// its context ends, and, without a TaskStarter, at once (a Get in turn
+// may run a task itself).
+func TestWaitAllReturnsOnAFailure(t *testing.T) {
+	is := is.New(t)
+	x := &starterExec{}
+	rt, _ := heldRuntime(t, x)
+	defer rt.Close()
+	ctx := context.Background()
+	var ids []backend.ObjectID
+	for range 3 {
+		id, err := rt.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{})
+		is.NoErr(err)
+		ids = append(ids, id)
+	}
+	x.mu.Lock()
+	started := x.started
+	x.mu.Unlock()
+	returned := make(chan struct{})
+	go func() {
+		rt.WaitAll(ctx, ids)
+		close(returned)
+	}()
+	waitAllWaiting(rt, ids, 2)
+	started[0].TaskDone(backend.Value{}, backend.Errorf(backend.TaskFailed, "", "boom"))
+	<-returned
+	rt.mu.Lock()
+	o := rt.objects.get(ids[2])
+	is.True(o.ch == nil) // the channel went back
+	rt.mu.Unlock()
+	rt.WaitAll(ctx, ids) // a failed one: at once
+
+	cctx, cancel := context.WithCancel(ctx)
+	returned = make(chan struct{})
+	go func() {
+		rt.WaitAll(cctx, ids[1:])
+		close(returned)
+	}()
+	waitAllWaiting(rt, ids, 2)
+	cancel()
+	<-returned
+
+	in, _ := heldRuntime(t, &claimExec{})
+	defer in.Close()
+	a, err := in.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{})
+	is.NoErr(err)
+	b, err := in.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{})
+	is.NoErr(err)
+	in.WaitAll(ctx, []backend.ObjectID{a, b}) // not run by anyone yet: returns at once
+	for _, d := range started[1:] {
+		d.TaskDone(backend.Value{}, nil)
+	}
+}
