@@ -53,22 +53,29 @@ func BenchmarkProxyBody(b *testing.B) {
 //
 //	go test ./serve -run '^$' -bench ProxySmall -benchmem -benchtime 3s
 func BenchmarkProxySmall(b *testing.B) {
-	srv := serve.New(newSingleHostCluster(b, 1), nil)
-	base, client := startServer(b, srv)
-	d := sinkDeployment(b, "bench", b.TempDir(), 1, true)
-	d.MaxConcurrentRequests = 64
-	if err := srv.Deploy(context.Background(), d); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.SetParallelism(8) // 16 clients on 2 cores
-	cpu0 := cpuTime()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if !postOK(b, client, base+"/bench/sink?nohash", "application/json", []byte("{}")) {
-				return
+	for _, mode := range []struct {
+		name string
+		opts *serve.Options
+	}{{"server=fast", nil}, {"server=nethttp", &serve.Options{NetHTTPOnly: true}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			srv := serve.New(newSingleHostCluster(b, 1), mode.opts)
+			base, client := startServer(b, srv)
+			d := sinkDeployment(b, "bench", b.TempDir(), 1, true)
+			d.MaxConcurrentRequests = 64
+			if err := srv.Deploy(context.Background(), d); err != nil {
+				b.Fatal(err)
 			}
-		}
-	})
-	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportAllocs()
+			b.SetParallelism(8) // 16 clients on 2 cores
+			cpu0 := cpuTime()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if !postOK(b, client, base+"/bench/sink?nohash", "application/json", []byte("{}")) {
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+		})
+	}
 }
