@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/matryer/is"
 )
@@ -59,4 +60,35 @@ func TestOutputNamedAcrossTheTaskEnd(t *testing.T) {
 		unnamed += <-bad
 	}
 	is.Equal(unnamed, 0) // lines read between a task's end and its record
+}
+
+// TestOutputLastAloneAcrossConnections: work that ends with nothing else
+// running on its connection names the output read after it only if no
+// other connection runs work either; with one connection, its own work
+// decides.
+func TestOutputLastAloneAcrossConnections(t *testing.T) {
+	is := is.New(t)
+	s := &Server{conns: map[*serverConn]struct{}{}, born: time.Now()}
+	one := &serverConn{conn: &conn{}, s: s, running: map[uint64]runEntry{}, output: true}
+	s.conns[one] = struct{}{}
+	b := workLabel{name: "t.b", node: "n", task: true}
+	is.True(one.begin(1, runEntry{lbl: b}))
+	one.end(1)
+	_, got := s.outputTo()
+	is.Equal(got, b) // ended alone a moment ago
+
+	// Another connection (that asked for no output) runs work: what ends
+	// on the first one did not run alone in the process.
+	other := &serverConn{conn: &conn{}, s: s, running: map[uint64]runEntry{}}
+	s.conns[other] = struct{}{}
+	is.True(other.begin(7, runEntry{lbl: workLabel{name: "t.a", node: "n", task: true}}))
+	is.True(one.begin(2, runEntry{lbl: b}))
+	one.end(2)
+	_, got = s.outputTo()
+	is.Equal(got, workLabel{})
+	other.end(7)
+	is.True(one.begin(3, runEntry{lbl: b}))
+	one.end(3)
+	_, got = s.outputTo()
+	is.Equal(got, b)
 }

@@ -100,9 +100,12 @@ type Server struct {
 	onForce func(task string)
 	onEnv   func(env map[string]string) error
 	// lastAlone is the last work that ended with nothing else running,
-	// at lastAloneAt, for naming output read after it ended (s.mu).
+	// at lastAloneAt after born, for naming output read after it ended
+	// (s.mu). An offset on the monotonic clock costs one clock reading
+	// per task where time.Now costs two.
 	lastAlone   workLabel
-	lastAloneAt time.Time
+	lastAloneAt time.Duration
+	born        time.Time
 	tls         *tls.Config
 	// tick is the period of the watch of tasks run on a connection's
 	// reader: loneTick (tests may lengthen it).
@@ -137,7 +140,7 @@ func NewServer(reg Registry, opts *ServerOptions) (*Server, error) {
 	s := &Server{
 		reg: reg, entries: Manifest{Entries: reg.Entries()}, token: sha256.Sum256([]byte(opts.Token)),
 		limit: limit, idle: opts.IdleTimeout, log: opts.Logger, onForce: opts.OnForceCancel, onEnv: opts.OnEnv,
-		conns: map[*serverConn]struct{}{}, execs: map[string]backend.Executor{}, tick: loneTick,
+		conns: map[*serverConn]struct{}{}, execs: map[string]backend.Executor{}, tick: loneTick, born: time.Now(),
 	}
 	s.entries.Sort()
 	if s.log == nil {
@@ -768,7 +771,7 @@ func (sc *serverConn) end(id uint64) (lone bool) {
 	sc.mu.Unlock()
 	if sc.output {
 		if labelled && alone {
-			sc.s.endedLocked(e.lbl)
+			sc.s.endedLocked(sc, e.lbl)
 		}
 		sc.s.mu.Unlock()
 	}
@@ -1042,7 +1045,7 @@ func (s *Server) outputLabelLocked(conns []*serverConn) workLabel {
 	case n == 1:
 		return lbl
 	case n == 0:
-		if time.Since(s.lastAloneAt) < time.Second {
+		if time.Since(s.born)-s.lastAloneAt < time.Second {
 			return s.lastAlone
 		}
 	}
@@ -1050,17 +1053,32 @@ func (s *Server) outputLabelLocked(conns []*serverConn) workLabel {
 }
 
 // endedLocked records, with s.mu held, that work labelled lbl ended with
-// nothing else running on its connection; it was alone in the process if
-// no other connection runs work either.
-func (s *Server) endedLocked(lbl workLabel) {
-	for sc := range s.conns {
-		sc.mu.Lock()
-		n := len(sc.running)
-		sc.mu.Unlock()
-		if n > 0 {
-			s.lastAlone, s.lastAloneAt = workLabel{}, time.Time{}
-			return
+// nothing else running on its connection, from: it was alone in the
+// process if no connection runs work now. With from the only connection
+// (the usual case: a worker serves its driver) it looks at from alone: a
+// map's iteration draws a random number and costs more than what it
+// follows in a burst of short tasks.
+func (s *Server) endedLocked(from *serverConn, lbl workLabel) {
+	busy := false
+	if _, ok := s.conns[from]; ok && len(s.conns) == 1 {
+		busy = from.busy()
+	} else {
+		for sc := range s.conns {
+			if busy = sc.busy(); busy {
+				break
+			}
 		}
 	}
-	s.lastAlone, s.lastAloneAt = lbl, time.Now()
+	if busy {
+		s.lastAlone, s.lastAloneAt = workLabel{}, 0
+		return
+	}
+	s.lastAlone, s.lastAloneAt = lbl, time.Since(s.born)
+}
+
+// busy reports whether work runs on the connection.
+func (sc *serverConn) busy() bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return len(sc.running) > 0
 }
