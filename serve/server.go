@@ -731,6 +731,13 @@ func (s *Server) notify() {
 
 // Serve accepts HTTP connections on l until Shutdown. It returns
 // http.ErrServerClosed after Shutdown.
+//
+// Plain HTTP/1.1 requests are served by Serve itself, with Handler, at a
+// fraction of net/http's cost per request; a connection goes to an
+// http.Server (with the same handler, ReadHeaderTimeout and IdleTimeout)
+// from its first request that is not plain (HTTP/1.0, a chunked or late
+// body, 100-continue, an upgrade, TLS, ...). Options.NetHTTPOnly turns
+// this off; docs/serve.md lists what is served which way.
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.closing {
