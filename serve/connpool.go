@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/goray-dev/goray/internal/rawio"
 )
 
 // connPool is the proxy's own HTTP/1.1 client, for requests to Process
@@ -92,6 +94,7 @@ func (p *connPool) get(ctx context.Context, addr string) (*poolConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	nc = rawio.Wrap(nc)
 	c := &poolConn{Conn: nc, addr: addr}
 	c.br = bufio.NewReaderSize(nc, 4<<10)
 	c.bw = bufio.NewWriterSize(c, 4<<10)

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/goray-dev/goray/internal/rawio"
 )
 
 // Serve's connections are served by a fastServer while their requests are
@@ -155,7 +157,7 @@ func (fs *fastServer) serve() error {
 			}
 			continue
 		}
-		fc := &fastConn{fs: fs, c: c, buf: make([]byte, fastBufSize)}
+		fc := &fastConn{fs: fs, c: rawio.Wrap(c), buf: make([]byte, fastBufSize)}
 		if !fs.track(fc) {
 			c.Close()
 			continue
