@@ -8,6 +8,6 @@ import "syscall"
 // connection itself).
 const supported = false
 
-func sysRead(fd uintptr, p []byte) (int, error)            { return 0, syscall.EINVAL }
-func sysWrite(fd uintptr, p []byte) (int, error)           { return 0, syscall.EINVAL }
+func sysRead(fd uintptr, p []byte) (int, error)             { return 0, syscall.EINVAL }
+func sysWrite(fd uintptr, p []byte) (int, error)            { return 0, syscall.EINVAL }
 func wrapSyscallError(op string, errno syscall.Errno) error { return errno }
