@@ -486,11 +486,15 @@ func (fc *fastConn) readRequest() (fastHead, bool) {
 				}
 				if fc.fs.headerTimeout > 0 {
 					fc.setDeadline(headStart.Add(fc.fs.headerTimeout), 0)
+				} else {
+					fc.clearDeadline() // a body's wait may have left one
 				}
 				fc.room(fc.w - fc.r + 1)
 			}
 		} else if fc.fs.idleTimeout > 0 {
 			fc.setDeadline(time.Time{}, fc.fs.idleTimeout)
+		} else {
+			fc.clearDeadline()
 		}
 		n, err := fc.c.Read(fc.buf[fc.w:])
 		fc.w += n
@@ -541,6 +545,14 @@ func (fc *fastConn) setDeadline(at time.Time, idle time.Duration) {
 	}
 	fc.deadline = at
 	_ = fc.c.SetReadDeadline(at)
+}
+
+// clearDeadline clears c's read deadline, when one is set.
+func (fc *fastConn) clearDeadline() {
+	if !fc.deadline.IsZero() {
+		fc.deadline = time.Time{}
+		_ = fc.c.SetReadDeadline(time.Time{})
+	}
 }
 
 // handOff gives the connection, with what was read of it, to net/http's

@@ -478,13 +478,24 @@ func TestFastHandsOffWhatItDoesNotTake(t *testing.T) {
 // which reads the rest; the request is answered whole either way.
 func TestFastSlowBody(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		grace    time.Duration
-		handoffs int64
-	}{{"within the grace", time.Minute, 0}, {"after it", 20 * time.Millisecond, 1}} {
+		name       string
+		grace      time.Duration
+		noTimeouts bool
+		handoffs   int64
+	}{
+		{"within the grace", time.Minute, false, 0},
+		{"after it", 20 * time.Millisecond, false, 1},
+		// the body's wait leaves no deadline behind for the next request
+		{"no server timeouts", time.Second, true, 0},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			is := is.New(t)
-			fast, _, fs := twoServers(t, fastMux(), func(fs *fastServer) { fs.bodyGrace = tc.grace })
+			fast, _, fs := twoServers(t, fastMux(), func(fs *fastServer) {
+				fs.bodyGrace = tc.grace
+				if tc.noTimeouts {
+					fs.headerTimeout, fs.idleTimeout = 0, 0
+				}
+			})
 			c, err := net.Dial("tcp", fast)
 			is.NoErr(err)
 			defer c.Close()
@@ -505,6 +516,9 @@ func TestFastSlowBody(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // the rest comes later
 			send("world")
 			is.Equal(read(), "helloworld")
+			if tc.noTimeouts {
+				time.Sleep(tc.grace + 200*time.Millisecond) // past the body's wait
+			}
 			send("GET /small HTTP/1.1\r\nHost: h\r\n\r\n")
 			is.Equal(read(), "hello")
 			is.Equal(fs.handoffs.Load(), tc.handoffs)
