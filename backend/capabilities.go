@@ -106,7 +106,8 @@ type ActorCallWaiter interface {
 // ctx ends; it must return as soon as any of ids fails, so that the
 // caller reports a failure no later than Gets in turn would; and it may
 // return earlier for any reason (the Gets that follow then wait as they
-// would have). It reports nothing: the Gets report every outcome.
+// would have). It reports nothing: the Gets report every outcome. It
+// must not keep ids once it returns (the caller reuses the slice).
 type AllWaiter interface {
 	WaitAll(ctx context.Context, ids []ObjectID)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 
 	"github.com/goray-dev/goray/backend"
@@ -295,7 +296,8 @@ func waitAll[T any](ctx context.Context, refs []ObjectRef[T]) {
 	if !ok {
 		return
 	}
-	ids := make([]backend.ObjectID, 0, len(refs))
+	buf := waitIDs.Get().(*[]backend.ObjectID)
+	ids := (*buf)[:0]
 	for _, r := range refs {
 		if r.Err() != nil || r.s.c != c {
 			break
@@ -306,4 +308,14 @@ func waitAll[T any](ctx context.Context, refs []ObjectRef[T]) {
 		w.WaitAll(ctx, ids)
 	}
 	runtime.KeepAlive(refs)
+	if cap(ids) <= maxPooledIDs {
+		*buf = ids[:0]
+		waitIDs.Put(buf)
+	}
 }
+
+// waitIDs holds the ID slices of waitAll (a WaitAll keeps none), so that a
+// GetAll costs no allocation for them; maxPooledIDs bounds what is kept.
+var waitIDs = sync.Pool{New: func() any { return new([]backend.ObjectID) }}
+
+const maxPooledIDs = 1 << 16
