@@ -74,7 +74,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 
 func (c *Conn) read(fd uintptr) bool {
 	for {
-		n, err := sysRead(fd, c.rbuf)
+		n, err := SysRead(fd, c.rbuf)
 		switch {
 		case err == syscall.EINTR:
 			continue
@@ -105,7 +105,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 
 func (c *Conn) write(fd uintptr) bool {
 	for c.wn < len(c.wbuf) {
-		n, err := sysWrite(fd, c.wbuf[c.wn:])
+		n, err := SysWrite(fd, c.wbuf[c.wn:])
 		if n > 0 {
 			c.wn += n
 		}

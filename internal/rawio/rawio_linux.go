@@ -10,7 +10,9 @@ import (
 
 const supported = true
 
-func sysRead(fd uintptr, p []byte) (int, error) {
+// SysRead is read(2) on fd, made with syscall.RawSyscall: for a
+// non-blocking socket only (it must not block).
+func SysRead(fd uintptr, p []byte) (int, error) {
 	n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
 	if e != 0 {
 		return 0, e
@@ -18,7 +20,9 @@ func sysRead(fd uintptr, p []byte) (int, error) {
 	return int(n), nil
 }
 
-func sysWrite(fd uintptr, p []byte) (int, error) {
+// SysWrite is write(2) on fd, made with syscall.RawSyscall: for a
+// non-blocking socket only (it must not block).
+func SysWrite(fd uintptr, p []byte) (int, error) {
 	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
 	if e != 0 {
 		return 0, e

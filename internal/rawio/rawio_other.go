@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !unix
 
 package rawio
 
@@ -8,6 +8,10 @@ import "syscall"
 // connection itself).
 const supported = false
 
-func sysRead(fd uintptr, p []byte) (int, error)             { return 0, syscall.EINVAL }
-func sysWrite(fd uintptr, p []byte) (int, error)            { return 0, syscall.EINVAL }
+// SysRead is not available here: it fails with EINVAL.
+func SysRead(fd uintptr, p []byte) (int, error) { return 0, syscall.EINVAL }
+
+// SysWrite is not available here: it fails with EINVAL.
+func SysWrite(fd uintptr, p []byte) (int, error) { return 0, syscall.EINVAL }
+
 func wrapSyscallError(op string, errno syscall.Errno) error { return errno }
