@@ -7,14 +7,16 @@ import (
 	"io"
 	"net"
 	"syscall"
+
+	"github.com/goray-dev/goray/internal/rawio"
 )
 
 // sockIO reads and writes a plain socket (not TLS) through its raw
 // connection: reads and writes wait for the socket in the runtime's
 // poller as net.Conn's do, and tryWrite writes only what the socket
 // takes at once. On Linux the system calls are made without the
-// runtime's syscall bookkeeping (sysRead, sysWrite): a socket's reads and
-// writes do not block, and entering a syscall wakes the runtime's
+// runtime's syscall bookkeeping (rawio.SysRead, rawio.SysWrite): a
+// socket's reads and writes do not block, and entering a syscall wakes the runtime's
 // monitor thread whenever the process was idle just before, which is
 // every burst of frames of a connection that alternates with its peer.
 type sockIO struct {
@@ -68,7 +70,7 @@ func (s *sockIO) Read(p []byte) (int, error) {
 
 func (s *sockIO) read(fd uintptr) bool {
 	for {
-		n, err := sysRead(fd, s.rbuf)
+		n, err := rawio.SysRead(fd, s.rbuf)
 		switch {
 		case err == syscall.EINTR:
 			continue
@@ -108,7 +110,7 @@ func (s *sockIO) writeAll(fd uintptr) bool {
 // the write failed (s.werr).
 func (s *sockIO) writeNow(fd uintptr) bool {
 	for s.wn < len(s.wbuf) {
-		n, err := sysWrite(fd, s.wbuf[s.wn:])
+		n, err := rawio.SysWrite(fd, s.wbuf[s.wn:])
 		if n > 0 {
 			s.wn += n
 		}
