@@ -33,12 +33,13 @@ type layerRule struct {
 var layerRules = []layerRule{
 	{pkg: "tpu"},
 	{pkg: "internal/natsort"},
+	{pkg: "internal/rawio"}, // socket I/O below the runtime's net.Conn: a leaf
 	{pkg: "storage", may: []string{"backend", "tpu"}}, // backend for its error codes
 	{pkg: "backend", may: []string{"tpu"}},
 	{pkg: "internal/admission", may: []string{"backend", "tpu"}},
 	{pkg: "backend/cluster", may: []string{"backend", "tpu", "internal/admission"}},
 	{pkg: "backend/fake", may: []string{"backend", "tpu", "internal/admission"}},
-	{pkg: "worker", may: []string{"backend", "tpu"}},
+	{pkg: "worker", may: []string{"backend", "tpu", "internal/rawio"}},
 	{pkg: "backend/local", may: []string{"backend", "tpu", "internal/admission", "backend/cluster", "worker"}},
 	{pkg: "backend/kubernetes", may: []string{"backend", "tpu", "internal/admission", "backend/cluster", "worker"}},
 	{pkg: "backend/kubernetes/deploy"}, // its manifests, embedded
@@ -52,7 +53,7 @@ var layerRules = []layerRule{
 	{pkg: "storage/gocloud", may: []string{"backend", "tpu", "storage"}},
 	{pkg: "data", may: []string{"backend", "tpu", "ray", "storage"}},
 	{pkg: "data/parquet/...", may: []string{"backend", "tpu", "ray", "storage", "data", "data/parquet"}},
-	{pkg: "serve", may: []string{"backend", "tpu", "ray", "storage", "worker"}},
+	{pkg: "serve", may: []string{"backend", "tpu", "ray", "storage", "worker", "internal/rawio"}},
 	{pkg: "train", may: []string{"backend", "tpu", "ray", "storage", "data"}},
 	{pkg: "dashboard", may: []string{"backend", "tpu", "ray", "storage", "train", "serve", "data", "internal/natsort"}},
 	// Test support: above what it tests, never imported by production
