@@ -142,7 +142,8 @@ func (fs *fastServer) serve() error {
 			if fs.hand.closed() || fs.closing.Load() {
 				return http.ErrServerClosed
 			}
-			if ne, ok := err.(net.Error); ok && ne.Temporary() { //nolint:staticcheck // as net/http's Serve does
+			//lint:ignore SA1019 EMFILE and the like: retried after a pause, as net/http's Serve does
+			if ne, ok := err.(net.Error); ok && ne.Temporary() {
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				fs.logf("http: Accept error: %v; retrying in %v", err, backoff)
 				time.Sleep(backoff)
