@@ -97,7 +97,7 @@ type Client struct {
 	nextActor atomic.Uint64
 
 	pmu     sync.Mutex
-	pending map[uint64]pendingCall // by value: no allocation per call
+	pending pendingTable // by value: no allocation per call
 	watches []*taskWatch           // free watches, for reuse (StartTask)
 	lost    error                  // set once the reader has ended
 	closed  atomic.Bool
@@ -263,7 +263,7 @@ func Dial(ctx context.Context, addr string, opts *ClientOptions) (*Client, error
 	c := &Client{
 		conn: newConn(nc, br, limit, hb, log), addr: addr, pid: pid,
 		tasks: map[string]bool{}, methods: map[string]bool{}, onLost: opts.OnLost,
-		pending: map[uint64]pendingCall{}, readEnd: make(chan struct{}), onOutput: opts.OnOutput,
+		readEnd: make(chan struct{}), onOutput: opts.OnOutput,
 	}
 	for _, e := range opts.Manifest.Entries {
 		switch e.Kind {
@@ -459,8 +459,7 @@ func (c *Client) readLoop() {
 	}
 	c.pmu.Lock()
 	c.lost = err
-	pend := c.pending
-	c.pending = nil
+	pend := c.pending.takeAll()
 	c.pmu.Unlock()
 	for _, p := range pend {
 		p.deliver(reply{err: c.callError(p.typ, p.name, err)})
@@ -499,8 +498,7 @@ func (c *Client) handle(m *message) error {
 	switch m.typ {
 	case msgResult, msgError:
 		c.pmu.Lock()
-		p, ok := c.pending[m.id]
-		delete(c.pending, m.id)
+		p, ok := c.pending.take(m.id)
 		if ok {
 			c.unwatchLocked(&p)
 		}
@@ -542,13 +540,12 @@ func (c *Client) call(ctx context.Context, m *message, what string) (backend.Val
 		c.pmu.Unlock()
 		return backend.Value{}, c.callError(m.typ, what, err)
 	}
-	c.pending[m.id] = p
-	lone := len(c.pending) == 1
+	c.pending.put(m.id, p)
+	lone := c.pending.len() == 1
 	c.pmu.Unlock()
 	if err := c.conn.send(m, false, lone); err != nil {
 		c.pmu.Lock()
-		_, mine := c.pending[m.id]
-		delete(c.pending, m.id)
+		_, mine := c.pending.take(m.id)
 		c.pmu.Unlock()
 		if !mine {
 			// The reader has failed the call with the connection's error.
@@ -567,8 +564,7 @@ func (c *Client) call(ctx context.Context, m *message, what string) (backend.Val
 		return r.v, r.err
 	case <-ctx.Done():
 		c.pmu.Lock()
-		_, mine := c.pending[m.id]
-		delete(c.pending, m.id)
+		_, mine := c.pending.take(m.id)
 		c.pmu.Unlock()
 		if mine {
 			typ := msgCancel
@@ -628,19 +624,18 @@ func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, 
 	} else if ctx.Done() != nil {
 		p.stop = context.AfterFunc(ctx, func() { c.cancelStarted(ctx, id) })
 	}
-	c.pending[m.id] = p
+	c.pending.put(m.id, p)
 	how := sendQueued
 	switch {
 	case c.delivering.Load():
 		how = sendHeld
-	case len(c.pending) == 1:
+	case c.pending.len() == 1:
 		how = sendLone
 	}
 	c.pmu.Unlock()
 	if err := c.conn.enqueue(&m, false, how); err != nil {
 		c.pmu.Lock()
-		_, mine := c.pending[m.id]
-		delete(c.pending, m.id)
+		_, mine := c.pending.take(m.id)
 		c.pmu.Unlock()
 		if !mine {
 			return true // the reader or the cancellation delivered it
@@ -664,8 +659,7 @@ func (c *Client) StartTask(ctx context.Context, name string, arg backend.Value, 
 // finishes with the context's error at once.
 func (c *Client) cancelStarted(ctx context.Context, id uint64) {
 	c.pmu.Lock()
-	p, mine := c.pending[id]
-	delete(c.pending, id)
+	p, mine := c.pending.take(id)
 	c.pmu.Unlock()
 	if !mine {
 		return

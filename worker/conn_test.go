@@ -109,12 +109,16 @@ func TestLoneWriteFailureClosesTheConnection(t *testing.T) {
 func TestRunCtx(t *testing.T) {
 	is := is.New(t)
 	info := &backend.RuntimeInfo{Task: "t", Node: "n1", Attempt: 2}
-	rc := newRunCtx(info)
-	info.Node = "changed" // the context keeps its own copy
+	rc := newRunCtx(info, false)
+	info.Node = "changed" // the context keeps its own copy of an info not shared
 	got, ok := backend.RuntimeInfoFrom(rc)
 	is.True(ok)
 	is.Equal(got.Node, "n1")
 	is.Equal(got, rc.runInfo())
+	shared := newRunCtx(info, true) // a shared info is kept as it is
+	got, ok = backend.RuntimeInfoFrom(shared)
+	is.True(ok)
+	is.True(got == info)
 	is.Equal(rc.Err(), nil)
 	_, has := rc.Deadline()
 	is.True(!has)
@@ -143,7 +147,7 @@ func TestRunCtx(t *testing.T) {
 	<-rc.Done()
 
 	// Without an info, no RuntimeInfo.
-	_, ok = backend.RuntimeInfoFrom(newRunCtx(nil))
+	_, ok = backend.RuntimeInfoFrom(newRunCtx(nil, true))
 	is.True(!ok)
 }
 

@@ -93,8 +93,12 @@ type message struct {
 	value backend.Value
 	err   error
 	node  string // output: the node of the work that wrote it
-	// infoBuf holds the decoded runtime info that info points to
-	// (decodeInto), sparing an allocation per frame.
+	// infoShared tells that info points to a connection's shared decoded
+	// info (infoCache.shared), which nothing modifies: a holder may keep
+	// the pointer instead of a copy.
+	infoShared bool
+	// infoBuf holds the decoded runtime info that info points to when it
+	// is not shared (decodeInto), sparing an allocation per frame.
 	infoBuf backend.RuntimeInfo
 }
 
@@ -166,11 +170,13 @@ func decodeMessage(body []byte) (message, error) { return decodeCached(body, nil
 // that starts with the same bytes decodes to the same info (the encoding
 // is self-delimiting), so it is copied instead of decoded again. The
 // copies share the maps, which running code only reads (as in process,
-// where the tasks of a node share its labels).
+// where the tasks of a node share its labels). The cached info itself is
+// shared too (shared): the decoded info of every message whose encoding
+// matches is that pointer, which the worker's task contexts keep instead
+// of a copy each. It is never modified: a new encoding gets a new one.
 type infoCache struct {
-	raw  []byte
-	info backend.RuntimeInfo
-	ok   bool
+	raw    []byte
+	shared *backend.RuntimeInfo
 	// name is the name of the last request decoded: requests for the
 	// same task or method in a row share it instead of allocating it
 	// each time.
@@ -191,6 +197,7 @@ func decodeCached(body []byte, cache *infoCache) (message, error) {
 		info := *m.info
 		m.info = &info
 	}
+	m.infoShared, m.infoBuf = false, backend.RuntimeInfo{} // its own info, whatever the cache did
 	return m, nil
 }
 
@@ -210,9 +217,8 @@ func decodeInto(m *message, body []byte, cache *infoCache) error {
 			m.actor = d.uvarint()
 		}
 		m.name = d.name()
-		if d.info(&m.infoBuf) {
-			m.info = &m.infoBuf
-		}
+		m.info = d.info(&m.infoBuf)
+		m.infoShared = m.info != nil && m.info != &m.infoBuf
 		m.value = d.value()
 	case msgCancel, msgKill:
 		m.id = d.uvarint()
@@ -582,24 +588,25 @@ func (d *decoder) stringMap() map[string]string {
 	return m
 }
 
-// info decodes a runtime info into info and reports whether there was
-// one.
-func (d *decoder) info(info *backend.RuntimeInfo) bool {
+// info decodes a runtime info and returns it: nil for none, the
+// connection's shared info when its encoding is the cached one or becomes
+// it, else buf, decoded into.
+func (d *decoder) info(buf *backend.RuntimeInfo) *backend.RuntimeInfo {
 	switch d.byte() {
 	case 0:
-		return false
+		return nil
 	case 1:
 	default:
 		d.fail("bad runtime info marker")
-		return false
+		return nil
 	}
 	c := d.cache
-	if c != nil && c.ok && bytes.HasPrefix(d.b, c.raw) {
+	if c != nil && c.shared != nil && bytes.HasPrefix(d.b, c.raw) {
 		d.b = d.b[len(c.raw):]
-		*info = c.info
-		return true
+		return c.shared
 	}
 	start := d.b
+	info := buf
 	info.Task = d.string()
 	info.Attempt = d.int()
 	info.Node = d.string()
@@ -620,13 +627,15 @@ func (d *decoder) info(info *backend.RuntimeInfo) bool {
 	info.Env = d.stringMap()
 	info.Actor = backend.ActorID(d.uvarint())
 	if d.err != nil {
-		return false
+		return nil
 	}
 	if n := len(start) - len(d.b); c != nil && n <= maxCachedInfo {
 		c.raw = append(c.raw[:0], start[:n]...)
-		c.info, c.ok = *info, true
+		shared := *info
+		c.shared = &shared // a new one: messages may still hold the last
+		return c.shared
 	}
-	return true
+	return info
 }
 
 func (d *decoder) error() error {

@@ -296,6 +296,63 @@ func TestInfoCache(t *testing.T) {
 	}
 }
 
+// TestSharedInfo: a connection's reader decodes equal infos in a row to
+// one shared info, which a later different info does not change (it gets a
+// new one); an info too large to cache is decoded into the message, not
+// shared; decoding with the cache allocates nothing for a repeated info.
+func TestSharedInfo(t *testing.T) {
+	is := is.New(t)
+	var cache infoCache
+	decode := func(info *backend.RuntimeInfo) message {
+		frame, err := appendFrame(nil, &message{typ: msgRunTask, id: 1, name: "t", info: info})
+		is.NoErr(err)
+		var m message
+		is.NoErr(decodeInto(&m, frame[frameHeader:], &cache))
+		return m
+	}
+	a := backend.RuntimeInfo{Task: "t", Node: "n1", NodeLabels: map[string]string{"zone": "b"}, Placement: backend.Placement{Bundle: -1}}
+	m1 := decode(&a)
+	is.True(m1.infoShared)
+	first := m1.info
+	is.True(reflect.DeepEqual(*first, a))
+	m2 := decode(&a)
+	is.True(m2.infoShared)
+	is.True(m2.info == first) // the same shared info
+	b := a
+	b.Attempt = 1
+	m3 := decode(&b)
+	is.True(m3.infoShared)
+	is.True(m3.info != first)
+	is.Equal(m3.info.Attempt, 1)
+	is.Equal(first.Attempt, 0) // the earlier shared info is unchanged
+	is.True(reflect.DeepEqual(*first, a))
+	big := a
+	big.Env = map[string]string{"BIG": strings.Repeat("x", maxCachedInfo)}
+	frame, err := appendFrame(nil, &message{typ: msgRunTask, id: 1, name: "t", info: &big})
+	is.NoErr(err)
+	var m4 message
+	is.NoErr(decodeInto(&m4, frame[frameHeader:], &cache))
+	is.True(!m4.infoShared) // too large to cache: the message's own
+	is.True(m4.info == &m4.infoBuf)
+	is.Equal(m4.info.Env["BIG"], big.Env["BIG"])
+	var none message
+	frame, err = appendFrame(nil, &message{typ: msgRunTask, id: 1, name: "t"})
+	is.NoErr(err)
+	is.NoErr(decodeInto(&none, frame[frameHeader:], &cache))
+	is.True(none.info == nil && !none.infoShared)
+
+	frame, err = appendFrame(nil, &message{typ: msgRunTask, id: 2, name: "t", info: &b})
+	is.NoErr(err)
+	var m message
+	is.NoErr(decodeInto(&m, frame[frameHeader:], &cache))
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := decodeInto(&m, frame[frameHeader:], &cache); err != nil || !m.infoShared {
+			panic("not shared")
+		}
+	})
+	is.Equal(allocs, 0.0)
+}
+
 // TestRepeatedNamesShared: a connection's reader decodes requests for the
 // task or method it decoded last into the same name string, without
 // allocating it again, and other names as themselves.

@@ -11,12 +11,12 @@ import (
 // runCtx is the context of a task a worker runs: cancelled only by its
 // connection (a cancel or kill from the driver, the connection's end),
 // never by a deadline, and carrying the run's RuntimeInfo. One allocation
-// replaces context.WithCancel, a copy of the decoded info and the
-// context.WithValue with which package ray would add the info; the Done
-// channel is made only if the code asks for it.
+// replaces context.WithCancel and the context.WithValue with which package
+// ray would add the info; the info is the connection's shared decoded one
+// (nothing modifies it), copied only when the decoder did not share it;
+// the Done channel is made only if the code asks for it.
 type runCtx struct {
-	info    backend.RuntimeInfo
-	hasInfo bool
+	info *backend.RuntimeInfo
 
 	mu     sync.Mutex
 	done   chan struct{}
@@ -29,23 +29,19 @@ type runAfter struct{ f func() }
 
 var _ context.Context = (*runCtx)(nil)
 
-// newRunCtx returns the context of a task run with info (nil for none),
-// copied.
-func newRunCtx(info *backend.RuntimeInfo) *runCtx {
-	c := &runCtx{}
-	if info != nil {
-		c.info, c.hasInfo = *info, true
+// newRunCtx returns the context of a task run with info (nil for none):
+// info itself if shared (an immutable value the context may keep), else a
+// copy.
+func newRunCtx(info *backend.RuntimeInfo, shared bool) *runCtx {
+	if info != nil && !shared {
+		cp := *info
+		info = &cp
 	}
-	return c
+	return &runCtx{info: info}
 }
 
 // runInfo returns the context's RuntimeInfo, nil for none.
-func (c *runCtx) runInfo() *backend.RuntimeInfo {
-	if !c.hasInfo {
-		return nil
-	}
-	return &c.info
-}
+func (c *runCtx) runInfo() *backend.RuntimeInfo { return c.info }
 
 func (c *runCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
 
@@ -68,8 +64,8 @@ func (c *runCtx) Err() error {
 }
 
 func (c *runCtx) Value(key any) any {
-	if _, ok := key.(backend.RuntimeInfoKey); ok && c.hasInfo {
-		return &c.info
+	if _, ok := key.(backend.RuntimeInfoKey); ok && c.info != nil {
+		return c.info
 	}
 	return nil
 }

@@ -658,7 +658,7 @@ func (sc *serverConn) handle(m *message) error {
 		// A task's context has no parent: serve cancels the running
 		// tasks one by one when the connection ends, which spares a
 		// registration with the connection's context per task.
-		rc := newRunCtx(m.info)
+		rc := newRunCtx(m.info, m.infoShared)
 		if !sc.begin(m.id, runEntry{run: rc, lbl: workLabel{name: m.name, node: nodeOf(m.info), task: true}}) {
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
