@@ -98,8 +98,8 @@ type Client struct {
 
 	pmu     sync.Mutex
 	pending pendingTable // by value: no allocation per call
-	watches []*taskWatch           // free watches, for reuse (StartTask)
-	lost    error                  // set once the reader has ended
+	watches []*taskWatch // free watches, for reuse (StartTask)
+	lost    error        // set once the reader has ended
 	closed  atomic.Bool
 	inLost  atomic.Bool // OnLost is running
 	// delivering is set while the reader hands a started task its
