@@ -381,7 +381,9 @@ type NativeValues interface {
 // context.WithValue or return it from their own context's Value method.
 type RuntimeInfoKey struct{}
 
-// RuntimeInfoFrom returns the *RuntimeInfo stored in ctx.
+// RuntimeInfoFrom returns the *RuntimeInfo stored in ctx. It may be
+// shared with other work that runs in the same place (a worker process
+// keeps one per distinct value): read it, do not modify it.
 func RuntimeInfoFrom(ctx context.Context) (*RuntimeInfo, bool) {
 	info, ok := ctx.Value(RuntimeInfoKey{}).(*RuntimeInfo)
 	return info, ok && info != nil
