@@ -233,7 +233,7 @@ func (c *conn) release() {
 	}
 	// The write does not block, so wmu stays held: no frame can be
 	// queued between the part written and the rest.
-	n, err := c.sock.tryWrite(c.wbuf)
+	n, err := c.sock.TryWrite(c.wbuf)
 	if n > 0 {
 		c.sent.Store(true)
 	}

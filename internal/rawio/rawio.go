@@ -3,7 +3,8 @@
 // waiting for it in the runtime's poller as net.Conn does, deadlines and
 // Close included.
 //
-// On Linux the calls are made with syscall.RawSyscall: on a non-blocking
+// On Linux the calls are made with syscall.RawSyscall (on other Unix
+// systems with the syscall package's Read and Write): on a non-blocking
 // socket they do not block, so the runtime need not hand the processor
 // off around them, and entering a system call after an idle moment does
 // not wake the runtime's monitor thread, which then polls every 20 µs.
@@ -24,17 +25,17 @@ type Conn struct {
 	net.Conn
 	rc syscall.RawConn
 
-	rfn, wfn func(fd uintptr) bool
-	rbuf     []byte
-	rn       int
-	rerr     error
-	wbuf     []byte
-	wn       int
-	werr     error
+	rfn, wfn, tfn func(fd uintptr) bool
+	rbuf          []byte
+	rn            int
+	rerr          error
+	wbuf          []byte
+	wn            int
+	werr          error
 }
 
 // Wrap returns c as a *Conn, or c itself when it is not a plain socket
-// (a *tls.Conn, a net.Pipe, or a platform without RawSyscall reads).
+// (a *tls.Conn, a net.Pipe) or the platform is not a Unix system.
 func Wrap(c net.Conn) net.Conn {
 	if !supported {
 		return c
@@ -54,6 +55,10 @@ func Wrap(c net.Conn) net.Conn {
 	}
 	rw := &Conn{Conn: c, rc: rc}
 	rw.rfn, rw.wfn = rw.read, rw.write
+	rw.tfn = func(fd uintptr) bool {
+		rw.write(fd)
+		return true // never wait
+	}
 	return rw
 }
 
@@ -103,6 +108,21 @@ func (c *Conn) Write(b []byte) (int, error) {
 	return n, opError("write", c, err)
 }
 
+// TryWrite writes what the socket takes of b now, without waiting, and
+// returns how much (0 and no error when it takes nothing).
+func (c *Conn) TryWrite(b []byte) (int, error) {
+	c.wbuf, c.wn, c.werr = b, 0, nil
+	err := c.rc.Write(c.tfn)
+	n := c.wn
+	if err == nil {
+		err = c.werr
+	}
+	c.wbuf, c.werr = nil, nil
+	return n, opError("write", c, err)
+}
+
+// write writes what the socket takes of c.wbuf[c.wn:]; false when it
+// must wait for the socket to take more.
 func (c *Conn) write(fd uintptr) bool {
 	for c.wn < len(c.wbuf) {
 		n, err := SysWrite(fd, c.wbuf[c.wn:])

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -44,7 +43,7 @@ func TestWrap(t *testing.T) {
 	is := is.New(t)
 	c, _ := pair(t)
 	_, raw := c.(*Conn)
-	is.Equal(raw, runtime.GOOS == "linux")
+	is.Equal(raw, supported)
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
@@ -127,4 +126,23 @@ func TestCloseWriteAndSyscallConn(t *testing.T) {
 	is.Equal(err, io.EOF)
 	_, err = c.(syscall.Conn).SyscallConn()
 	is.NoErr(err)
+}
+
+func TestTryWrite(t *testing.T) {
+	is := is.New(t)
+	c, s := pair(t)
+	if _, ok := c.(*Conn); !ok {
+		t.Skip("no raw socket I/O on this platform")
+	}
+	is.NoErr(c.(*Conn).Conn.(*net.TCPConn).SetWriteBuffer(16 << 10))
+	big := bytes.Repeat([]byte("x"), 8<<20)
+	n, err := c.(*Conn).TryWrite(big)
+	is.NoErr(err)
+	is.True(n > 0 && n < len(big)) // what the socket took, no more
+	n2, err := c.(*Conn).TryWrite(big)
+	is.NoErr(err)
+	is.Equal(n2, 0) // full: nothing, at once
+	got, err := io.ReadAll(io.LimitReader(s, int64(n)))
+	is.NoErr(err)
+	is.Equal(len(got), n)
 }

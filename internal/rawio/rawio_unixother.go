@@ -7,9 +7,8 @@ import (
 	"syscall"
 )
 
-// Elsewhere net.Conn's own Read and Write serve (Wrap returns the
-// connection itself); SysRead and SysWrite are the syscall package's.
-const supported = false
+// SysRead and SysWrite are the syscall package's here.
+const supported = true
 
 // SysRead is read(2) on fd.
 func SysRead(fd uintptr, p []byte) (int, error) { return syscall.Read(int(fd), p) }
