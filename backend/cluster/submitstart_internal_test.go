@@ -234,6 +234,23 @@ func waitAllWaiting(rt *Runtime, ids []backend.ObjectID, want int) []bool {
 	}
 }
 
+// submitStarted submits n tasks, which x starts, and returns their
+// objects and x's started tasks.
+func submitStarted(t *testing.T, rt *Runtime, x *starterExec, n int) ([]backend.ObjectID, []backend.TaskDone) {
+	t.Helper()
+	var ids []backend.ObjectID
+	for range n {
+		id, err := rt.SubmitTaskArg(context.Background(), claimSpec(0), backend.Arg{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return ids, x.started
+}
+
 // TestWaitAllWaitsForTheLast: with a TaskStarter, WaitAll waits on the
 // last of its objects that is not done only (the others get no waiter,
 // so their results wake nobody), looks again when that one is done, and
@@ -244,15 +261,7 @@ func TestWaitAllWaitsForTheLast(t *testing.T) {
 	rt, _ := heldRuntime(t, x)
 	defer rt.Close()
 	ctx := context.Background()
-	var ids []backend.ObjectID
-	for range 3 {
-		id, err := rt.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{})
-		is.NoErr(err)
-		ids = append(ids, id)
-	}
-	x.mu.Lock()
-	started := x.started
-	x.mu.Unlock()
+	ids, started := submitStarted(t, rt, x, 3)
 	is.Equal(len(started), 3)
 	returned := make(chan struct{})
 	go func() {
@@ -289,15 +298,7 @@ func TestWaitAllReturnsOnAFailure(t *testing.T) {
 	rt, _ := heldRuntime(t, x)
 	defer rt.Close()
 	ctx := context.Background()
-	var ids []backend.ObjectID
-	for range 3 {
-		id, err := rt.SubmitTaskArg(ctx, claimSpec(0), backend.Arg{})
-		is.NoErr(err)
-		ids = append(ids, id)
-	}
-	x.mu.Lock()
-	started := x.started
-	x.mu.Unlock()
+	ids, started := submitStarted(t, rt, x, 3)
 	returned := make(chan struct{})
 	go func() {
 		rt.WaitAll(ctx, ids)
