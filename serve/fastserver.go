@@ -54,6 +54,10 @@ const (
 	// fastBufMax, for a request that needs more.
 	fastBufSize = 4 << 10
 	fastBufMax  = 64 << 10
+	// fastKeep bounds the buffers a connection keeps between requests: a
+	// larger one, grown for a large request or response, is let go, so
+	// that idle connections hold little memory.
+	fastKeep = 8 << 10
 	// fastOutMax is how much of a response is buffered before it is sent
 	// (a response that ends within it is sent with its Content-Length, in
 	// one write with its head).
@@ -416,6 +420,9 @@ func (fc *fastConn) serve() {
 	fc.remote = fc.c.RemoteAddr().String()
 	for {
 		if fc.r == fc.w {
+			if len(fc.buf) > fastBufSize {
+				fc.buf, fc.r, fc.w = make([]byte, fastBufSize), 0, 0
+			}
 			if !fc.state.CompareAndSwap(connActive, connIdle) && fc.state.Load() != connIdle {
 				fc.c.Close() // closed by shutdown
 				return
@@ -865,6 +872,12 @@ func (fc *fastConn) serveRequest(h fastHead) (keep bool) {
 	if w.closeAfter {
 		fc.lingerAndClose()
 		return false
+	}
+	if cap(fc.out) > fastKeep {
+		fc.out = nil
+	}
+	if cap(fc.body) > fastKeep {
+		fc.body = nil
 	}
 	return true
 }

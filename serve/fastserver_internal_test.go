@@ -694,3 +694,43 @@ func TestFastTimeouts(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestFastIdleConnectionsHoldLittle: the buffers grown for a large
+// request and a large response are let go once it is answered.
+func TestFastIdleConnectionsHoldLittle(t *testing.T) {
+	is := is.New(t)
+	fast, _, fs := twoServers(t, fastMux())
+	c, err := net.Dial("tcp", fast)
+	is.NoErr(err)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c)
+	body := strings.Repeat("b", 40<<10)
+	for _, req := range []string{
+		"POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 40960\r\n\r\n" + body,
+		"GET /large HTTP/1.1\r\nHost: h\r\n\r\n",
+	} {
+		_, err := io.WriteString(c, req)
+		is.NoErr(err)
+		resp, err := http.ReadResponse(br, nil)
+		is.NoErr(err)
+		b, err := io.ReadAll(resp.Body)
+		is.NoErr(err)
+		is.True(len(b) >= 40<<10)
+	}
+	held := 0
+	waitFor(t, "the connection idle", func() bool {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		for fc := range fs.conns {
+			if fc.state.Load() != connIdle {
+				return false
+			}
+			// idle: its goroutine waits for the next request
+			held = cap(fc.out) + cap(fc.body) + len(fc.buf)
+			return true
+		}
+		return false
+	})
+	is.True(held <= fastBufSize+2*fastKeep) // 100 KiB were needed
+}
