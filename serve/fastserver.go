@@ -624,18 +624,23 @@ var fastMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http
 // in the subset a fastServer serves (see the comment at the top of this
 // file), with what net/http's server would make of it: the Host header
 // moved to host, the URL from url.ParseRequestURI, header names in
-// canonical form, values without the whitespace around them.
+// canonical form, values without the whitespace around them. It checks
+// the bytes with the response parser's helpers (resphead.go) and takes
+// the strings from one conversion of the head.
 func parseFastHead(p []byte) (fastHead, bool) {
-	s := string(p[:len(p)-4]) // one string; the parts share it
-	line, rest, _ := cutCRLF(s)
 	var h fastHead
-	sp := strings.IndexByte(line, ' ')
+	line, block, ok := cutLine(p)
+	if !ok {
+		return h, false
+	}
+	block = block[:len(block)-2] // the header lines, each with its CRLF
+	s := string(p[:len(p)-2])    // the parts share it
+	sp := bytes.IndexByte(line, ' ')
 	if sp < 0 {
 		return h, false
 	}
-	method := line[:sp]
 	for _, m := range fastMethods {
-		if method == m {
+		if string(line[:sp]) == m {
 			h.method = m
 			break
 		}
@@ -643,7 +648,7 @@ func parseFastHead(p []byte) (fastHead, bool) {
 	if h.method == "" {
 		return h, false
 	}
-	target, proto, ok := strings.Cut(line[sp+1:], " ")
+	target, proto, ok := strings.Cut(s[sp+1:len(line)], " ")
 	if !ok || proto != "HTTP/1.1" || len(target) == 0 || target[0] != '/' {
 		return h, false
 	}
@@ -657,44 +662,31 @@ func parseFastHead(p []byte) (fastHead, bool) {
 		return h, false
 	}
 	h.target, h.url = target, u
-	// Count the lines to allocate the values at once.
-	lines := 0
-	for i := 0; i < len(rest); i++ {
-		if rest[i] == '\n' {
-			lines++
-		}
-	}
-	if rest != "" {
-		lines++
-	}
+	lines := bytes.Count(block, []byte{'\n'})
 	if lines > 100 {
 		return h, false
 	}
 	h.header = make(http.Header, lines)
 	values := make([]string, lines)
 	hosts, lengths := 0, 0
-	for rest != "" {
-		line, rest, _ = cutCRLF(rest)
-		if line == "" || line[0] == ' ' || line[0] == '\t' {
-			return h, false // obs-fold, or an empty line inside the head
+	for len(block) > 0 {
+		off := len(p) - 2 - len(block) // of this line, in p and s
+		line, block, ok = cutLine(block)
+		if !ok || len(line) == 0 || line[0] == ' ' || line[0] == '\t' {
+			return h, false // a CR in the line, obs-fold, an empty line
 		}
-		colon := strings.IndexByte(line, ':')
-		if colon <= 0 {
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 || !validName(line[:colon]) {
 			return h, false
 		}
-		name := line[:colon]
-		for i := 0; i < len(name); i++ {
-			if !isTokenByte(name[i]) {
-				return h, false
-			}
+		after := line[colon+1:]
+		v := trimOWS(after)
+		if !validValue(v) {
+			return h, false
 		}
-		value := strings.Trim(line[colon+1:], " \t")
-		for i := 0; i < len(value); i++ {
-			if c := value[i]; (c < ' ' && c != '\t') || c == 0x7f {
-				return h, false
-			}
-		}
-		key := textproto.CanonicalMIMEHeaderKey(name)
+		start := off + colon + 1 + len(after) - len(trimLeftOWS(after))
+		value := s[start : start+len(v)]
+		key := textproto.CanonicalMIMEHeaderKey(s[off : off+colon])
 		switch key {
 		case "Host":
 			hosts++
@@ -705,15 +697,13 @@ func parseFastHead(p []byte) (fastHead, bool) {
 			continue // net/http's server moves it to Request.Host
 		case "Content-Length":
 			lengths++
-			n, ok := parseDecimal(value)
-			if lengths > 1 || !ok {
+			if h.contentLength = parseLength(v); lengths > 1 || h.contentLength < 0 {
 				return h, false
 			}
-			h.contentLength = n
 		case "Transfer-Encoding", "Expect", "Upgrade", "Pragma", "Trailer":
 			return h, false
 		case "Connection":
-			c, ok := connectionClose(value)
+			c, ok := connectionOptions(v)
 			if !ok {
 				return h, false
 			}
@@ -733,15 +723,6 @@ func parseFastHead(p []byte) (fastHead, bool) {
 	return h, true
 }
 
-func cutCRLF(s string) (before, after string, found bool) {
-	for i := 0; i+1 < len(s); i++ {
-		if s[i] == '\r' && s[i+1] == '\n' {
-			return s[:i], s[i+2:], true
-		}
-	}
-	return s, "", false
-}
-
 // isTokenByte reports whether c is an RFC 9110 tchar.
 func isTokenByte(c byte) bool { return c < 0x80 && tokenChar[c] }
 
@@ -759,40 +740,6 @@ func validFastHost(h string) bool {
 		}
 	}
 	return true
-}
-
-// parseDecimal parses 1 to 15 decimal digits.
-func parseDecimal(s string) (int64, bool) {
-	if s == "" || len(s) > 15 {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
-}
-
-// connectionClose reads a Connection header's value: whether it says
-// close; false ok for options other than close and keep-alive.
-func connectionClose(v string) (close, ok bool) {
-	for v != "" {
-		var opt string
-		opt, v, _ = strings.Cut(v, ",")
-		switch opt = strings.Trim(opt, " \t"); {
-		case opt == "":
-		case asciiEqualFold(opt, "close"):
-			close = true
-		case asciiEqualFold(opt, "keep-alive"):
-		default:
-			return false, false
-		}
-	}
-	return close, true
 }
 
 func asciiEqualFold(s, t string) bool {

@@ -77,15 +77,11 @@ func parseHead(head []byte, method string, dst http.Header) (status int, length 
 		case "Transfer-Encoding", "Pragma":
 			return 0, 0, false, false
 		case "Connection":
-			for tok := range bytes.SplitSeq(value, []byte(",")) {
-				switch tok = trimOWS(tok); {
-				case len(tok) == 0 || bytes.EqualFold(tok, []byte("keep-alive")):
-				case bytes.EqualFold(tok, []byte("close")):
-					closeConn = true
-				default:
-					return 0, 0, false, false // names a header to remove
-				}
+			c, ok := connectionOptions(value)
+			if !ok {
+				return 0, 0, false, false // names a header to remove
 			}
+			closeConn = closeConn || c
 			continue
 		case "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Upgrade":
 			continue
@@ -191,6 +187,22 @@ func trimLeftOWS(b []byte) []byte {
 		b = b[1:]
 	}
 	return b
+}
+
+// connectionOptions reads a Connection header's value: whether it says
+// close. ok is false when it names another option (a header to remove,
+// an upgrade). Tokens compare ASCII case-insensitively, as net/http's.
+func connectionOptions(value []byte) (closeConn, ok bool) {
+	for tok := range bytes.SplitSeq(value, []byte(",")) {
+		switch tok = trimOWS(tok); {
+		case len(tok) == 0 || asciiEqualFold(string(tok), "keep-alive"):
+		case asciiEqualFold(string(tok), "close"):
+			closeConn = true
+		default:
+			return false, false
+		}
+	}
+	return closeConn, true
 }
 
 // trimOWS trims the optional white space around a header value.
