@@ -257,6 +257,11 @@ type ActorInstance interface {
 // StartTask returns, but never on the goroutine calling StartTask while it
 // runs; it must not block for long either. Cancelling ctx cancels the
 // work and, as RunTask returns, calls done with ctx.Err() at once.
+//
+// Once it has called done, the starter must not use ctx, info or done
+// again, nor keep a watch on ctx (stop what it registered with
+// context.AfterFunc before it calls done): the backend may reuse them for
+// another task.
 type TaskStarter interface {
 	StartTask(ctx context.Context, name string, arg Value, info *RuntimeInfo, done TaskDone) bool
 }

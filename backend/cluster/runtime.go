@@ -146,7 +146,10 @@ type Runtime struct {
 	inlineCall  *callRun
 	// freeCalls are finished call records whose contexts no code kept
 	// (callctx.go), for the next calls; at most maxFreeCalls.
-	freeCalls  []*call
+	freeCalls []*call
+	// freeTasks are finished task records that nothing reaches any more
+	// (taskreuse.go), for the next tasks; at most maxFreeTasks.
+	freeTasks  []*task
 	ops        map[opKey]string // cached operation names for errors
 	lastSubmit [2]string        // the last task name submitted and its op (submitOp)
 	// lastSpec is the spec SubmitTaskArg took last, and lastSpecClass

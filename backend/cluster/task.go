@@ -166,7 +166,8 @@ func (rt *Runtime) submitLocked(spec *backend.TaskSpec, arg backend.Arg) (backen
 		}
 		rt.lastSpec, rt.lastSpecClass = spec, c
 	}
-	t := &task{spec: spec, cls: c, arg: arg.Value}
+	t := rt.newTask()
+	t.spec, t.cls, t.arg = spec, c, arg.Value
 	if arg.Ref != 0 {
 		dep, err := rt.lookupDep(op, arg.Ref)
 		if err != nil {
@@ -288,12 +289,15 @@ func (rt *Runtime) newTaskObject(t *task) *object {
 // goroutine to run next itself: handing it to another goroutine would cost
 // a wake-up per task.
 func (rt *Runtime) finishTask(t *task, attempt int, v backend.Value, err error) (next *taskCtx) {
-	return rt.finishTaskHold(t, attempt, v, err, false)
+	return rt.finishTaskHold(t, attempt, v, err, false, false)
 }
 
 // finishTaskHold is finishTask; with hold, the wake-up of a Get waiting
-// for the result is held for Flush (taskCtx.TaskDoneHeld).
-func (rt *Runtime) finishTaskHold(t *task, attempt int, v backend.Value, err error, hold bool) (next *taskCtx) {
+// for the result is held for Flush (taskCtx.TaskDoneHeld). started says
+// that the attempt was started with the executor's StartTask, whose
+// contract is to let go of the context once it delivered the result: the
+// record may then be reused (reuseTask).
+func (rt *Runtime) finishTaskHold(t *task, attempt int, v backend.Value, err error, hold, started bool) (next *taskCtx) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if t.state != stateRunning || t.attempt != attempt {
@@ -320,6 +324,9 @@ func (rt *Runtime) finishTaskHold(t *task, attempt int, v backend.Value, err err
 	t.state = stateDone
 	rt.completeLocked(t.obj, v, err)
 	rt.schedule()
+	if started {
+		rt.reuseTask(t)
+	}
 	return nil
 }
 

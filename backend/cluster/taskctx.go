@@ -114,12 +114,16 @@ var _ backend.TaskDoneHolder = (*taskCtx)(nil)
 // Get of many refs is woken once per burst of results rather than once
 // per result, and does not contend for rt.mu with the deliveries.
 func (c *taskCtx) TaskDoneHeld(v backend.Value, err error) backend.Flusher {
+	b := c.b // c may be reused for another task once done returns
 	c.done(v, err, true)
-	return c.b
+	return b
 }
 
+// done finishes the attempt whose result a TaskStarter delivered. Once
+// finishTaskHold returns, c's record may be another task's (reuseTask):
+// done does not read c after that.
 func (c *taskCtx) done(v backend.Value, err error, hold bool) {
-	next := c.b.finishTaskHold(c.t, c.attempt, v, err, hold)
+	next := c.b.finishTaskHold(c.t, c.attempt, v, err, hold, true)
 	if next != nil && !next.b.starter.StartTask(next, next.t.spec.Name, next.t.arg, &next.info, next) {
 		next.b.pool.run(next) // to be run with RunTask, on a goroutine that may wait
 	}
