@@ -61,7 +61,7 @@ func TestLoneTaskHandsOverReading(t *testing.T) {
 		r := <-blocked
 		is.Equal(r.err, context.Canceled)
 		// The worker's task saw its cancellation and returned.
-		waitServer(srv, func(sc *serverConn) bool { return len(sc.running) == 0 })
+		waitServer(srv, func(sc *serverConn) bool { return sc.running.len() == 0 })
 	}
 	c.Close()
 	// The connection's work ends: the server forgets it.

@@ -35,7 +35,7 @@ func TestOutputNamedAcrossTheTaskEnd(t *testing.T) {
 	unnamed := 0
 	for range 3000 {
 		s := &Server{conns: map[*serverConn]struct{}{}}
-		sc := &serverConn{conn: &conn{}, s: s, running: map[uint64]runEntry{}, output: true}
+		sc := &serverConn{conn: &conn{}, s: s, output: true}
 		s.conns[sc] = struct{}{}
 		var begun, ended atomic.Bool
 		bad := make(chan int, 1)
@@ -69,7 +69,7 @@ func TestOutputNamedAcrossTheTaskEnd(t *testing.T) {
 func TestOutputLastAloneAcrossConnections(t *testing.T) {
 	is := is.New(t)
 	s := &Server{conns: map[*serverConn]struct{}{}, born: time.Now()}
-	one := &serverConn{conn: &conn{}, s: s, running: map[uint64]runEntry{}, output: true}
+	one := &serverConn{conn: &conn{}, s: s, output: true}
 	s.conns[one] = struct{}{}
 	b := workLabel{name: "t.b", node: "n", task: true}
 	is.True(one.begin(1, runEntry{lbl: b}))
@@ -79,7 +79,7 @@ func TestOutputLastAloneAcrossConnections(t *testing.T) {
 
 	// Another connection (that asked for no output) runs work: what ends
 	// on the first one did not run alone in the process.
-	other := &serverConn{conn: &conn{}, s: s, running: map[uint64]runEntry{}}
+	other := &serverConn{conn: &conn{}, s: s}
 	s.conns[other] = struct{}{}
 	is.True(other.begin(7, runEntry{lbl: workLabel{name: "t.a", node: "n", task: true}}))
 	is.True(one.begin(2, runEntry{lbl: b}))

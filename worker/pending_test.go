@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -77,4 +78,64 @@ func TestPendingTable(t *testing.T) {
 	tab.put(next+1, pendingCall{name: "after"}) // usable again
 	p, ok := tab.take(next + 1)
 	is.True(ok && p.name == "after")
+}
+
+// TestIDTableGetAndValues checks the lookups a server connection's table
+// of running work makes, against a map: get finds what put holds and
+// leaves it, ID 0 (which a driver may send) is held like any other, and
+// values yields every value once, slot array and map alike.
+func TestIDTableGetAndValues(t *testing.T) {
+	is := is.New(t)
+	var tab idTable[int]
+	model := map[uint64]int{}
+	_, ok := tab.get(0) // empty: nothing, no panic
+	is.True(!ok)
+	_, ok = tab.take(0)
+	is.True(!ok)
+	is.Equal(len(slices.Collect(tab.values())), 0)
+	rng := rand.New(rand.NewPCG(3, 4))
+	ids := []uint64{0}
+	for id := uint64(1); id <= 3000; id++ {
+		ids = append(ids, id)
+	}
+	ids = append(ids, 1<<40, 1<<40+128, 1<<63) // far from the window; same slot as others
+	for i, id := range ids {
+		tab.put(id, i)
+		model[id] = i
+	}
+	check := func() {
+		t.Helper()
+		is.Equal(tab.len(), len(model))
+		for id, v := range model {
+			got, ok := tab.get(id)
+			is.True(ok)
+			is.Equal(got, v)
+		}
+		_, ok := tab.get(5000)
+		is.True(!ok)
+		all := slices.Sorted(tab.values())
+		want := slices.Sorted(maps.Values(model))
+		is.Equal(all, want)
+	}
+	check()
+	for range 2000 { // take some, in any order, then look again
+		id := ids[rng.IntN(len(ids))]
+		v, ok := tab.take(id)
+		w, want := model[id]
+		is.Equal(ok, want)
+		if ok {
+			is.Equal(v, w)
+			delete(model, id)
+		}
+	}
+	check()
+	_, ok = model[0]
+	if ok {
+		_, ok = tab.take(0)
+		is.True(ok)
+		delete(model, 0)
+		_, ok = tab.get(0)
+		is.True(!ok)
+	}
+	check()
 }

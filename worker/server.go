@@ -388,7 +388,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sc := &serverConn{
 		conn: newConn(nc, brw.Reader, limit, hb, s.log), s: s, exec: exec, remote: r.RemoteAddr,
-		running: map[uint64]runEntry{}, actors: map[uint64]*actorSlot{},
+		actors: map[uint64]*actorSlot{},
 		output: hello.Output, wakeup: make(chan struct{}, maxIdleRunners),
 	}
 	sc.ctx, sc.cancel = context.WithCancel(context.Background())
@@ -452,8 +452,8 @@ type serverConn struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	running map[uint64]runEntry // the running work, by request ID
-	output  bool                // the driver asked for the worker's output
+	running idTable[runEntry] // the running work, by request ID
+	output  bool              // the driver asked for the worker's output
 	actors  map[uint64]*actorSlot
 	work    sync.WaitGroup
 	// The queue of work to run (spawn) and the runner goroutines that
@@ -559,7 +559,7 @@ func (sc *serverConn) read() {
 	cause := sc.conn.cause
 	sc.cancel()
 	sc.mu.Lock()
-	for _, e := range sc.running {
+	for e := range sc.running.values() {
 		e.stop() // tasks' contexts do not derive from sc.ctx
 	}
 	sc.mu.Unlock()
@@ -621,7 +621,7 @@ var errHandedOver = errors.New("the reading was handed over")
 // (errHandedOver). It reports whether it ran j.
 func (sc *serverConn) runLone(j job) (ran bool, err error) {
 	sc.mu.Lock()
-	alone := len(sc.running) == 1
+	alone := sc.running.len() == 1
 	sc.mu.Unlock()
 	// A reply sent past the high-water mark does not wait (a reader
 	// that waited for the writer could deadlock with a driver whose
@@ -677,14 +677,14 @@ func (sc *serverConn) handle(m *message) error {
 			sc.mu.Unlock()
 			return fmt.Errorf("actor %d already exists", m.actor)
 		}
-		if _, dup := sc.running[m.id]; dup {
+		if _, dup := sc.running.get(m.id); dup {
 			sc.mu.Unlock()
 			return fmt.Errorf("request ID %d is already running", m.id)
 		}
 		ctx, cancel := context.WithCancel(sc.ctx)
 		sc.actors[m.actor] = &actorSlot{class: m.name, ctx: ctx, cancel: cancel}
 		// Cancelling the creation drops the actor.
-		sc.running[m.id] = runEntry{cancel: cancel, lbl: workLabel{name: m.name, node: nodeOf(m.info)}}
+		sc.running.put(m.id, runEntry{cancel: cancel, lbl: workLabel{name: m.name, node: nodeOf(m.info)}})
 		sc.mu.Unlock()
 		sc.work.Add(1)
 		go sc.newActor(ctx, m.id, m.actor, m.name, m.value, cloneInfo(m.info))
@@ -713,12 +713,12 @@ func (sc *serverConn) handle(m *message) error {
 		sc.spawn(job{ctx: ctx, id: m.id, name: m.name, arg: m.value, info: cloneInfo(m.info), inst: inst})
 	case msgCancel:
 		sc.mu.Lock()
-		e := sc.running[m.id]
+		e, _ := sc.running.get(m.id)
 		sc.mu.Unlock()
 		e.stop()
 	case msgKill:
 		sc.mu.Lock()
-		e := sc.running[m.id]
+		e, _ := sc.running.get(m.id)
 		sc.mu.Unlock()
 		switch {
 		case !e.live() || !e.lbl.task: // finished, or not a task
@@ -746,10 +746,10 @@ func (sc *serverConn) handle(m *message) error {
 func (sc *serverConn) begin(id uint64, e runEntry) bool {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if _, dup := sc.running[id]; dup {
+	if _, dup := sc.running.get(id); dup {
 		return false
 	}
-	sc.running[id] = e
+	sc.running.put(id, e)
 	return true
 }
 
@@ -765,9 +765,8 @@ func (sc *serverConn) end(id uint64) (lone bool) {
 		sc.s.mu.Lock()
 	}
 	sc.mu.Lock()
-	e, labelled := sc.running[id]
-	delete(sc.running, id)
-	alone := len(sc.running) == 0 // on this connection; endedLocked checks the others
+	e, labelled := sc.running.take(id)
+	alone := sc.running.len() == 0 // on this connection; endedLocked checks the others
 	sc.mu.Unlock()
 	if sc.output {
 		if labelled && alone {
@@ -921,7 +920,7 @@ func (sc *serverConn) newActor(ctx context.Context, id, key uint64, class string
 	defer sc.work.Done()
 	inst, err := sc.exec.NewActor(ctx, class, arg, info)
 	sc.mu.Lock()
-	delete(sc.running, id)
+	sc.running.take(id)
 	a := sc.actors[key]
 	switch {
 	case a == nil || ctx.Err() != nil:
@@ -1035,7 +1034,7 @@ func (s *Server) outputLabelLocked(conns []*serverConn) workLabel {
 	n := 0
 	for _, sc := range conns {
 		sc.mu.Lock()
-		for _, e := range sc.running {
+		for e := range sc.running.values() {
 			lbl = e.lbl
 			n++
 		}
@@ -1080,5 +1079,5 @@ func (s *Server) endedLocked(from *serverConn, lbl workLabel) {
 func (sc *serverConn) busy() bool {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	return len(sc.running) > 0
+	return sc.running.len() > 0
 }
