@@ -263,12 +263,12 @@ func (rt *Runtime) fillRuntimeInfo(info *backend.RuntimeInfo, name string, attem
 		}
 		res = c.res
 	}
-	// Fields one by one, on the zero info of a new context: assigning a
-	// whole struct of pointers costs write barriers while the collector
-	// runs.
+	// Fields one by one: assigning a whole struct of pointers costs write
+	// barriers while the collector runs. Every field is set: the info may
+	// be a reused task record's (taskreuse.go).
 	info.Task, info.Attempt, info.Node, info.NodeLabels = name, attempt, n.name, n.labels
 	info.Resources, info.Env = res, workEnv(n, bu, chips)
-	info.Placement.Bundle = -1
+	info.Placement, info.Actor = backend.Placement{Bundle: -1}, 0
 	if bu != nil {
 		info.Placement = backend.Placement{Group: bu.pg.id, Bundle: bu.index}
 	}

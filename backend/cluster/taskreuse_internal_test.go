@@ -94,6 +94,42 @@ func TestTaskRecordReused(t *testing.T) {
 	rt.mu.Unlock()
 }
 
+// TestReusedTaskRecordLeavesItsGroup: a record whose last task ran in a
+// placement group's bundle, reused for a task outside any group, gives
+// that task a RuntimeInfo with no group (as a new record's), and the
+// other way round.
+func TestReusedTaskRecordLeavesItsGroup(t *testing.T) {
+	is := is.New(t)
+	x := &infoStarter{}
+	rt, _ := heldRuntime(t, x)
+	defer rt.Close()
+	ctx := context.Background()
+	pg, err := rt.CreatePlacementGroup(ctx, &backend.PlacementGroupSpec{Strategy: backend.Pack,
+		Bundles: []backend.Bundle{{Resources: backend.Resources{backend.CPU: 1}}}})
+	is.NoErr(err)
+	is.NoErr(rt.PlacementGroupReady(ctx, pg))
+	inGroup := &backend.TaskSpec{Name: "g", Scheduling: backend.Scheduling{
+		Resources: backend.Resources{backend.CPU: 1}, Placement: backend.Placement{Group: pg, Bundle: 0}}}
+	run := func(spec *backend.TaskSpec) backend.RuntimeInfo {
+		t.Helper()
+		id, err := rt.SubmitTaskArg(ctx, spec, backend.Arg{})
+		is.NoErr(err)
+		is.Equal(x.finishAll(backend.Value{}), 1)
+		_, err = rt.Get(ctx, id)
+		is.NoErr(err)
+		rt.Free(id)
+		is.Equal(freeTasks(rt), 1) // this record goes back, to be the next one's
+		return x.infos[len(x.infos)-1]
+	}
+	info := run(inGroup)
+	is.Equal(info.Placement, backend.Placement{Group: pg, Bundle: 0})
+	info = run(claimSpec(0))
+	is.Equal(info.Placement, backend.Placement{Bundle: -1}) // not the group of the record's last task
+	is.Equal(info, *rt.runtimeInfo("t", 0, rt.nodes[0], nil, 0, rt.lastSpecClass))
+	info = run(inGroup)
+	is.Equal(info.Placement, backend.Placement{Group: pg, Bundle: 0})
+}
+
 // TestTaskRecordNotReused: a record that code may still reach is never
 // reused: a task run in this process (its context is the task code's), a
 // started task whose context the starter looked at (a Done channel) or
@@ -168,7 +204,9 @@ func TestReusedTaskIsAsNew(t *testing.T) {
 	fields := map[string]string{
 		"obj": zero, "spec": setByUse, "ext": zero, "arg": zero, "dep": zero, "cls": setByUse, "seq": setByUse,
 		"attempt": zero, "node": zero, "bundle": zero, "nodeIdx": setByUse, "bundleIdx": setByUse, "bypass": zero,
-		"state":     zero,
+		"state": zero,
+		// fillRuntimeInfo sets every field of the info
+		// (TestReusedTaskRecordLeavesItsGroup).
 		"ctx0.info": setByUse, "ctx0.b": setByUse, "ctx0.t": setByUse, "ctx0.attempt": setByUse,
 		"ctx0.lazyCancel.mu": zero, "ctx0.lazyCancel.done": zero, "ctx0.lazyCancel.one": zero,
 		// The watch numbers only grow, so a stale StopAfterFunc of an
@@ -214,4 +252,55 @@ func TestReusedTaskIsAsNew(t *testing.T) {
 	}
 	walk("", reflect.ValueOf(rec).Elem())
 	is.Equal(seen, len(fields)) // no field listed here is gone from the record
+}
+
+// junk sets every field of v, recursively, to a value that is not its
+// zero value.
+func junk(t *testing.T, v reflect.Value) {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("junk")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(7)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(7)
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(7)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		junk(t, k)
+		junk(t, e)
+		m.SetMapIndex(k, e)
+		v.Set(m)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			junk(t, v.Field(i))
+		}
+	default:
+		t.Fatalf("junk: a field of kind %v: teach junk to fill it", v.Kind())
+	}
+}
+
+// TestFillRuntimeInfoSetsEveryField: a task's RuntimeInfo filled on a
+// reused record (every field holding something else) is the same as one
+// filled on a new record: fillRuntimeInfo leaves no field of an earlier
+// task's info behind, including fields added to RuntimeInfo later.
+func TestFillRuntimeInfoSetsEveryField(t *testing.T) {
+	is := is.New(t)
+	rt, _ := heldRuntime(t, &infoStarter{})
+	defer rt.Close()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	c, err := rt.classFor("submit task", &claimSpec(0).Scheduling)
+	is.NoErr(err)
+	var used backend.RuntimeInfo
+	junk(t, reflect.ValueOf(&used).Elem())
+	rt.fillRuntimeInfo(&used, "t", 0, rt.nodes[0], nil, 0, c)
+	var fresh backend.RuntimeInfo
+	rt.fillRuntimeInfo(&fresh, "t", 0, rt.nodes[0], nil, 0, c)
+	is.Equal(used, fresh)
 }
