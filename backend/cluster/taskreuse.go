@@ -48,10 +48,11 @@ func (rt *Runtime) newTask() *task {
 }
 
 // reuseTask keeps t's record for a later task if nothing but the runtime
-// can reach it: t finished its first attempt, which StartTask started
-// and TaskDone finished (finishTaskHold's started). rt.mu must be held.
+// can reach it. finishTaskHold calls it once t is done, its first attempt
+// (which StartTask started and TaskDone finished) stopped and released.
+// rt.mu must be held.
 func (rt *Runtime) reuseTask(t *task) {
-	if t.state != stateDone || t.attempt != 0 || t.ext != nil || t.dep != nil || t.node != nil || len(rt.freeTasks) >= maxFreeTasks {
+	if t.attempt != 0 || t.ext != nil || len(rt.freeTasks) >= maxFreeTasks {
 		return
 	}
 	c := &t.ctx0

@@ -9,22 +9,21 @@ import (
 	"github.com/goray-dev/goray/ray"
 )
 
+// whoAmIFunc returns its input with the task name and the CPUs its
+// runtime info gives it, as the worker process sees them.
+func whoAmIFunc(ctx context.Context, s string) (string, error) {
+	rc, ok := ray.Runtime(ctx)
+	if !ok {
+		return "", errors.New("no runtime info")
+	}
+	return fmt.Sprintf("%s %s cpu=%g", rc.TaskName(), s, rc.Resources()["CPU"]), nil
+}
+
 var (
-	// whoAmI returns its input with the task name and the CPUs its
-	// runtime info gives it, as the worker process sees them.
-	whoAmI = ray.NewTask("proctest.who_am_i", func(ctx context.Context, s string) (string, error) {
-		rc, ok := ray.Runtime(ctx)
-		if !ok {
-			return "", errors.New("no runtime info")
-		}
-		return fmt.Sprintf("%s %s cpu=%g", rc.TaskName(), s, rc.Resources()["CPU"]), nil
-	})
+	whoAmI = ray.NewTask("proctest.who_am_i", whoAmIFunc)
 	// whoAmITwo is whoAmI under another name, called with two CPUs:
 	// another class, another runtime info.
-	whoAmITwo = ray.NewTask("proctest.who_am_i_two", func(ctx context.Context, s string) (string, error) {
-		rc, _ := ray.Runtime(ctx)
-		return fmt.Sprintf("%s %s cpu=%g", rc.TaskName(), s, rc.Resources()["CPU"]), nil
-	})
+	whoAmITwo = ray.NewTask("proctest.who_am_i_two", whoAmIFunc)
 	// waitForCancel returns when its context ends.
 	waitForCancel = ray.NewTask("proctest.wait_for_cancel", func(ctx context.Context, _ int) (int, error) {
 		<-ctx.Done()
